@@ -1,0 +1,258 @@
+"""One typed configuration tree for a trial, validated at load.
+
+Every key is addressable with a dotted name (``model.hidden_size``), the same name used in YAML design
+spaces, CLI overrides and Parquet result columns. An unknown key, a wrong type or a value outside the
+allowed choices is a one-line `ModsarError` that names the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from modsar.errors import ModsarError
+
+
+def choice(default: Any, *allowed: Any) -> Any:
+    """A field whose value must be one of `allowed` (checked in `validate`)."""
+    return field(default=default, metadata={"choices": allowed})
+
+
+@dataclass
+class DataConfig:
+    max_len: int = 0  # history items the model sees; 0 = the dataset's registry default (50; 200 for ML-1M)
+    batch_size: int = 128
+    eval_batch_size: int = 256
+    padding_free: bool = True  # length-bucketed batches; output layer and loss only at real positions
+
+
+@dataclass
+class ModelConfig:
+    backbone: str = "modular"
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 1
+    ffn_size: int = 0  # 0 = 4 * hidden_size
+    activation: str = choice("gelu", "gelu", "relu")
+    norm: str = choice("pre", "pre", "post")
+    positional: str = choice("learned", "learned", "sinusoidal", "none")
+    dropout: float = 0.2  # embedding and hidden (residual branch) dropout
+    attn_dropout: float = 0.2  # dropout on attention probabilities
+    local_heads: int = 0  # LOCKER-style window heads (the last `local_heads` of `num_heads`)
+    local_window: int = 2  # AE: |i - j| <= w ; AR: 0 <= i - j <= w
+    user_embedding: bool = False  # SSE-PT: concatenate a user vector to every item vector
+    user_size: int = 0  # 0 = hidden_size // 2 (the item vector gets the rest)
+    item_sse_prob: float = 0.0  # SSE: replace each training-input item with a random item with this prob.
+    user_sse_prob: float = 0.0  # SSE: replace the training user id with a random user with this prob.
+
+
+@dataclass
+class LossConfig:
+    name: str = choice("ce", "ce", "sampled_ce", "bce", "bpr")
+    num_negatives: int = 1  # sampled_ce: negatives shared by a batch; bce/bpr: negatives per position
+
+
+@dataclass
+class TrainConfig:
+    optimizer: str = choice("adam", "adam", "adamw")
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    grad_clip: float = 0.0  # max global grad norm; 0 = off
+    max_epochs: int = 200
+    eval_every: int = 1  # epochs between validation passes
+    patience: int = 10  # validation passes without improvement before stopping; 0 = never stop early
+    monitor: str = "ndcg@10"  # validation metric for early stopping and model selection
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    threads: int = 0  # torch CPU threads; 0 = leave torch's default
+
+
+@dataclass
+class EvalConfig:
+    ks: list[int] = field(default_factory=lambda: [1, 5, 10, 20, 50])
+    filter_seen: str = choice("none", "none", "history")  # remove the user's earlier items from the ranking
+    sampled_negatives: int = 0  # 0 = exact full ranking over all items; N = rank against N fixed negatives
+    sample_seed: int = 12345
+
+
+@dataclass
+class Config:
+    dataset: str = "synthetic"
+    task: str = choice("ar", "ar", "ae")  # the AE/AR switch: attention direction AND objective
+    mask_prob: float = 0.2  # AE cloze masking probability (ignored by AR)
+    seed: int = 0
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def flat(self) -> dict[str, Any]:
+        """Dotted-name view (``model.hidden_size``): the names used in YAML, CLI and Parquet columns."""
+        return flatten(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], where: str = "config") -> Config:
+        cfg = cls()
+        apply_overrides(cfg, flatten(values), where)
+        return cfg
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def _fields(obj: Any) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(obj)}
+
+
+def all_keys(cfg: Config | None = None) -> list[str]:
+    return sorted((cfg or Config()).flat())
+
+
+def _coerce(value: Any, annotation: str, key: str, where: str) -> Any:
+    """Check `value` against a field's type; ints are accepted where floats are expected."""
+    expected = {"int": int, "float": float, "bool": bool, "str": str, "list[int]": list}[annotation]
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if expected is float and isinstance(value, str):  # YAML 1.1 reads "3e-4" (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if expected is list:
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise ModsarError(f"{where}: '{key}' must be a list of integers, got {value!r}")
+        return list(value)
+    if expected is int and isinstance(value, bool):
+        raise ModsarError(f"{where}: '{key}' must be an integer, got {value!r}")
+    if not isinstance(value, expected):
+        raise ModsarError(f"{where}: '{key}' must be {expected.__name__}, got {value!r}")
+    return value
+
+
+def set_value(cfg: Config, key: str, value: Any, where: str = "config") -> None:
+    """Set one dotted key, validating the name, the type and the allowed choices."""
+    parts = key.split(".")
+    node: Any = cfg
+    for depth, part in enumerate(parts):
+        fields = _fields(node)
+        if part not in fields:
+            scope = ".".join(parts[:depth]) or "the top level"
+            allowed = ", ".join(sorted(fields))
+            raise ModsarError(f"{where}: unknown key '{key}' ('{part}' is not in {scope}; allowed: {allowed})")
+        f = fields[part]
+        if depth < len(parts) - 1:
+            node = getattr(node, part)
+            if not dataclasses.is_dataclass(node):
+                raise ModsarError(f"{where}: '{'.'.join(parts[: depth + 1])}' is a value, not a section")
+            continue
+        if dataclasses.is_dataclass(getattr(node, part)):
+            raise ModsarError(f"{where}: '{key}' is a section; set one of its keys, e.g. '{key}.<name>'")
+        value = _coerce(value, f.type, key, where)
+        allowed = f.metadata.get("choices")
+        if allowed and value not in allowed:
+            raise ModsarError(f"{where}: '{key}' must be one of {', '.join(map(str, allowed))}; got {value!r}")
+        setattr(node, part, value)
+
+
+def apply_overrides(cfg: Config, values: dict[str, Any], where: str = "config") -> Config:
+    for key, value in values.items():
+        set_value(cfg, key, value, where)
+    validate(cfg, where)
+    return cfg
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``model.hidden_size=64`` -> ("model.hidden_size", 64); the value is read as a YAML scalar/list."""
+    if "=" not in text:
+        raise ModsarError(f"override '{text}' is not of the form key=value (e.g. model.hidden_size=64)")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults <- YAML file (nested or dotted keys) <- ``key=value`` overrides."""
+    cfg = Config()
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ModsarError(f"config file '{path}' does not exist")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            line = getattr(getattr(exc, "problem_mark", None), "line", None)
+            at = f" at line {line + 1}" if line is not None else ""
+            raise ModsarError(f"config file '{path}' is not valid YAML{at}") from None
+        if not isinstance(data, dict):
+            raise ModsarError(f"config file '{path}' must hold a mapping of keys to values")
+        apply_overrides(cfg, flatten(data), str(path))
+    for text in overrides or []:
+        key, value = parse_override(text)
+        set_value(cfg, key, value, "override")
+    validate(cfg, "config")
+    return cfg
+
+
+def validate(cfg: Config, where: str = "config") -> None:
+    """Cross-field checks a single field's type cannot express."""
+    m = cfg.model
+
+    def bad(msg: str) -> None:
+        raise ModsarError(f"{where}: {msg}")
+
+    if m.backbone != "modular":
+        bad(f"'model.backbone' must be 'modular' (HF backbones are not available yet); got {m.backbone!r}")
+    for key, value in [("model.hidden_size", m.hidden_size), ("model.num_layers", m.num_layers),
+                       ("model.num_heads", m.num_heads), ("data.batch_size", cfg.data.batch_size),
+                       ("data.eval_batch_size", cfg.data.eval_batch_size), ("train.max_epochs", cfg.train.max_epochs),
+                       ("train.eval_every", cfg.train.eval_every)]:
+        if value < 1:
+            bad(f"'{key}' must be >= 1; got {value}")
+    if m.hidden_size % m.num_heads:
+        bad(f"'model.hidden_size' ({m.hidden_size}) must be divisible by 'model.num_heads' ({m.num_heads})")
+    if not 0 <= m.local_heads <= m.num_heads:
+        bad(f"'model.local_heads' must be between 0 and model.num_heads ({m.num_heads}); got {m.local_heads}")
+    if m.local_window < 0:
+        bad(f"'model.local_window' must be >= 0; got {m.local_window}")
+    for key in ("dropout", "attn_dropout", "item_sse_prob", "user_sse_prob"):
+        if not 0.0 <= getattr(m, key) < 1.0:
+            bad(f"'model.{key}' must be in [0, 1); got {getattr(m, key)}")
+    if m.user_sse_prob and not m.user_embedding:
+        bad("'model.user_sse_prob' needs 'model.user_embedding=true' (there is no user id to replace)")
+    if m.user_embedding:
+        user = m.user_size or m.hidden_size // 2
+        if not 0 < user < m.hidden_size:
+            bad(f"'model.user_size' must be between 1 and hidden_size - 1; got {user}")
+    if not 0.0 < cfg.mask_prob < 1.0:
+        bad(f"'mask_prob' must be in (0, 1); got {cfg.mask_prob}")
+    if cfg.loss.num_negatives < 1:
+        bad(f"'loss.num_negatives' must be >= 1; got {cfg.loss.num_negatives}")
+    if cfg.data.max_len < 0:
+        bad(f"'data.max_len' must be >= 1, or 0 for the dataset default; got {cfg.data.max_len}")
+    if not cfg.eval.ks or min(cfg.eval.ks) < 1:
+        bad(f"'eval.ks' must be a non-empty list of positive integers; got {cfg.eval.ks}")
+    if cfg.train.lr <= 0:
+        bad(f"'train.lr' must be > 0; got {cfg.train.lr}")
+    metric_names = {f"{name}@{k}" for name in ("recall", "ndcg", "mrr", "hr") for k in cfg.eval.ks}
+    if cfg.train.monitor not in metric_names:
+        bad(f"'train.monitor' must be a metric at one of eval.ks, e.g. ndcg@10; got {cfg.train.monitor!r}")
+    if cfg.eval.sampled_negatives < 0:
+        bad(f"'eval.sampled_negatives' must be >= 0; got {cfg.eval.sampled_negatives}")

@@ -1,0 +1,111 @@
+"""Training batches and evaluation inputs, built vectorised from the CSR split.
+
+Rows are left-padded (SASRec style), so the most recent item is always in the last column and positions
+count back from it: padding never shifts a real token's position. With `padding_free`, users are bucketed
+by length and each batch is only as wide as its longest row; otherwise every batch is `max_len` wide.
+
+AR: input = the last L training items before the last one, labels = the same window shifted by one.
+AE: window of the last L + 1 training items, a fresh cloze mask every epoch (at least one mask per row).
+At evaluation AR reads the last L history items; AE reads the last L history items plus a mask token, so
+both directions see the same context (the original code gave AE one item less).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from modsar.data.split import LeaveOneOut, left_padded_windows
+
+
+@dataclass
+class Batch:
+    inputs: torch.Tensor  # (B, T) item ids, 0 = padding, N + 1 = mask
+    labels: torch.Tensor  # (B, T) target item per position, 0 = no loss here
+    users: torch.Tensor  # (B,) 1-based user ids (SSE-replaced during training when asked)
+
+    def to(self, device: torch.device) -> Batch:
+        return Batch(self.inputs.to(device, non_blocking=True), self.labels.to(device, non_blocking=True),
+                     self.users.to(device, non_blocking=True))
+
+
+class TrainBatches:
+    """One epoch of training batches per iteration; masks, SSE and order are re-drawn every epoch."""
+
+    def __init__(self, split: LeaveOneOut, task: str, max_len: int, batch_size: int, mask_prob: float = 0.2,
+                 padding_free: bool = True, item_sse_prob: float = 0.0, user_sse_prob: float = 0.0,
+                 seed: int = 0) -> None:
+        self.split, self.task, self.max_len, self.batch_size = split, task, max_len, batch_size
+        self.mask_prob, self.padding_free = mask_prob, padding_free
+        self.item_sse_prob, self.user_sse_prob = item_sse_prob, user_sse_prob
+        self.rng = np.random.default_rng(seed)
+        ends = split.train_ends
+        self.users = np.flatnonzero(ends - split.starts >= 2)  # a training row needs an input and a label
+        self.starts, self.ends = split.starts[self.users], ends[self.users]
+        width = max_len if task == "ar" else max_len + 1
+        self.row_lengths = np.minimum(self.ends - self.starts - (1 if task == "ar" else 0), width)
+        self.mask_token = split.num_items + 1
+
+    def __len__(self) -> int:
+        return -(-len(self.users) // self.batch_size)
+
+    @property
+    def num_targets(self) -> int:
+        """Training positions with a label per epoch (AR: exact; AE: expected)."""
+        if self.task == "ar":
+            return int(self.row_lengths.sum())
+        return int(np.maximum(1, np.round(self.row_lengths * self.mask_prob)).sum())
+
+    def _order(self) -> list[np.ndarray]:
+        perm = self.rng.permutation(len(self.users))
+        if not self.padding_free:
+            return [perm[i:i + self.batch_size] for i in range(0, len(perm), self.batch_size)]
+        # Sort chunks of ~64 batches by length so batches are narrow but still random, then shuffle batches.
+        chunk = self.batch_size * 64
+        batches = []
+        for i in range(0, len(perm), chunk):
+            part = perm[i:i + chunk]
+            part = part[np.argsort(self.row_lengths[part], kind="stable")]
+            batches += [part[j:j + self.batch_size] for j in range(0, len(part), self.batch_size)]
+        return [batches[i] for i in self.rng.permutation(len(batches))]
+
+    def __iter__(self) -> Iterator[Batch]:
+        for rows in self._order():
+            yield self._make(rows)
+
+    def _make(self, rows: np.ndarray) -> Batch:
+        items, starts, ends = self.split.items, self.starts[rows], self.ends[rows]
+        width = int(self.row_lengths[rows].max()) if self.padding_free else self.max_len + (self.task == "ae")
+        if self.task == "ar":
+            inputs = left_padded_windows(items, starts, ends - 1, width)
+            labels = left_padded_windows(items, starts + 1, ends, width)
+        else:
+            labels = left_padded_windows(items, starts, ends, width)
+            inputs = labels.copy()
+            real = labels > 0
+            n_mask = np.maximum(1, np.round(real.sum(1) * self.mask_prob)).astype(np.int64)
+            draw = np.where(real, self.rng.random(labels.shape), 2.0)  # padding sorts last
+            rank = np.argsort(np.argsort(draw, axis=1), axis=1)
+            masked = rank < n_mask[:, None]
+            inputs[masked] = self.mask_token
+            labels = np.where(masked, labels, 0)
+        if self.item_sse_prob > 0:  # SSE on training inputs only: labels keep the true items
+            swap = (inputs > 0) & (inputs != self.mask_token) & (self.rng.random(inputs.shape) < self.item_sse_prob)
+            inputs = np.where(swap, self.rng.integers(1, self.split.num_items + 1, inputs.shape), inputs)
+        users = self.users[rows] + 1
+        if self.user_sse_prob > 0:
+            swap = self.rng.random(len(users)) < self.user_sse_prob
+            users = np.where(swap, self.rng.integers(1, self.split.num_users + 1, len(users)), users)
+        return Batch(torch.from_numpy(inputs), torch.from_numpy(labels), torch.from_numpy(users))
+
+
+def eval_inputs(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, task: str,
+                max_len: int) -> torch.Tensor:
+    """Left-padded model inputs for evaluation; AE appends the mask token after the history."""
+    window = left_padded_windows(split.items, split.starts[users], history_end, max_len)
+    if task == "ae":
+        window = np.concatenate([window, np.full((len(users), 1), split.num_items + 1)], axis=1)
+    return torch.from_numpy(window)

@@ -1,0 +1,259 @@
+"""Prepared datasets on disk: ``<root>/<name>/{interactions.parquet, items.parquet, manifest.json}``.
+
+The root is ``--data-dir``, else ``$MODSAR_DATA``, else ``~/.cache/modsar/datasets``. A dataset is prepared
+once and reused: preparing again with the same sources (by hash) and options is a no-op. Files are written
+under temporary names in a staging folder and renamed into place, so a failure never leaves a half dataset.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from modsar import __version__
+from modsar.data import synthetic
+from modsar.data.importers import Interactions, read_interactions
+from modsar.data.prepare import PreparedLog, PrepareOptions, prepare_log, statistics
+from modsar.data.registry import SYNTHETIC, DatasetSpec, get_spec
+from modsar.errors import ModsarError
+
+SYNTHETIC_OPTIONS = {"num_users": 1000, "num_items": 300, "min_len": 6, "max_len": 30, "seed": 0}
+SYNTHETIC_MAX_LEN = 30
+
+
+def data_root(override: str | Path | None = None) -> Path:
+    if override:
+        return Path(override).expanduser()
+    env = os.environ.get("MODSAR_DATA")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "modsar" / "datasets"
+
+
+@dataclass
+class StoredDataset:
+    """A prepared dataset as loaded from disk: chronological log with dense ids plus its manifest."""
+
+    name: str
+    user: np.ndarray  # int32, sorted ascending, 1..U
+    item: np.ndarray  # int32, 1..N
+    num_users: int
+    num_items: int
+    manifest: dict
+
+    @property
+    def default_max_len(self) -> int:
+        return int(self.manifest.get("max_len", 50))
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _check_name(name: str) -> None:
+    if not name or "/" in name or name.startswith(".") or name.startswith("_"):
+        raise ModsarError(f"dataset name '{name}' is not usable as a folder name; use letters, digits, - or _")
+
+
+def _manifest_path(root: Path, name: str) -> Path:
+    return root / name / "manifest.json"
+
+
+def read_manifest(name: str, root: Path) -> dict | None:
+    path = _manifest_path(root, name)
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise ModsarError(f"manifest '{path}' is corrupt; run 'modsar data prepare {name} --force'") from None
+
+
+def _checksum_problem(spec: DatasetSpec, path: Path) -> str | None:
+    """None when `path` matches the registry checksum (or none is published); else what differs."""
+    if spec.sha256:
+        actual, expected = file_sha256(path), spec.sha256
+    elif spec.md5:
+        actual, expected = _md5(path), spec.md5
+    else:
+        return None
+    return None if actual == expected else f"expected {expected}, got {actual}"
+
+
+def download(spec: DatasetSpec, root: Path, url: str | None = None) -> Path:
+    """Fetch the registry file (or `url`, a mirror) into ``<root>/_downloads`` and verify its checksum."""
+    url = url or spec.url
+    if not url:
+        raise ModsarError(f"'{spec.name}' has no download source; {spec.description}")
+    folder = root / "_downloads" / spec.name
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / url.rstrip("/").split("/")[-1]
+    if not target.is_file() or _checksum_problem(spec, target):
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".part-")
+        try:
+            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
+                shutil.copyfileobj(response, out)
+        except (urllib.error.URLError, OSError) as exc:
+            os.unlink(tmp)
+            raise ModsarError(f"download of '{spec.name}' from {url} failed: {exc}; check the network, or "
+                              "download it yourself and pass --source PATH") from None
+        problem = _checksum_problem(spec, Path(tmp))
+        if problem:
+            os.unlink(tmp)
+            raise ModsarError(f"checksum mismatch for '{spec.name}' from {url}: {problem}; the file was discarded")
+        os.replace(tmp, target)
+    if spec.member:
+        extracted = folder / Path(spec.member).name
+        if not extracted.is_file():
+            with zipfile.ZipFile(target) as archive, archive.open(spec.member) as src:
+                fd, tmp = tempfile.mkstemp(dir=folder, prefix=".part-")
+                with os.fdopen(fd, "wb") as out:
+                    shutil.copyfileobj(src, out)
+                os.replace(tmp, extracted)
+        return extracted
+    return target
+
+
+def _md5(path: Path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str = "auto",
+                    options: PrepareOptions | None = None, root: str | Path | None = None,
+                    max_len: int | None = None, download_missing: bool = False, url: str | None = None,
+                    force: bool = False, spec: DatasetSpec | None = None) -> tuple[dict, bool]:
+    """Import + prepare `name` and store it. Returns (manifest, reused_existing).
+
+    For a registry name the usual preprocessing and max length apply unless `options`/`max_len` are given.
+    """
+    _check_name(name)
+    root = data_root(root)
+    spec = spec or get_spec(name)
+    if spec is not None:
+        options = options or PrepareOptions(**spec.options())
+        max_len = max_len or spec.max_len
+        fmt = spec.format if fmt == "auto" else fmt
+    options = options or PrepareOptions()
+
+    if name == SYNTHETIC and not sources:
+        source_facts = [{"generator": "modsar.data.synthetic", **SYNTHETIC_OPTIONS}]
+        max_len = max_len or SYNTHETIC_MAX_LEN
+    else:
+        if not sources:
+            if spec is None:
+                raise ModsarError(f"'{name}' is not a known benchmark, so it needs --source PATH")
+            if not download_missing:
+                raise ModsarError(f"no --source given for '{name}'; pass --source PATH to a local copy, or "
+                                  f"--download to fetch it from {spec.url or 'its source'}")
+            sources = [download(spec, root, url)]
+        paths = [Path(s).expanduser() for s in sources]
+        for path in paths:
+            if not path.is_file():
+                raise ModsarError(f"source file '{path}' does not exist")
+        source_facts = [{"path": str(p.resolve()), "sha256": file_sha256(p)} for p in paths]
+    max_len = max_len or 50
+
+    existing = read_manifest(name, root)
+    request = {"sources": [{k: v for k, v in s.items() if k != "path"} for s in source_facts],
+               "options": options.to_dict(), "max_len": max_len, "format": fmt}
+    if existing is not None and not force:
+        if existing.get("request") == request:
+            return existing, True
+        raise ModsarError(f"dataset '{name}' already exists in {root} with other sources or options; "
+                          "pass --force to replace it, or choose another name")
+
+    if name == SYNTHETIC and not sources:
+        raw = synthetic.generate(**SYNTHETIC_OPTIONS)
+        formats = ["synthetic"]
+    else:
+        parts, formats = [], []
+        for path in paths:
+            part, used = read_interactions(path, fmt)
+            parts.append(part)
+            formats.append(used)
+        raw = Interactions.concat(parts) if len(parts) > 1 else parts[0]
+        if "sessions" in formats and len(parts) > 1:  # session ids restart per file: make them distinct
+            offset, users = 0, []
+            for part in parts:
+                users.append(part.user + offset)
+                offset += int(part.user.max())
+            raw.user = np.concatenate(users)
+    log = prepare_log(raw, options, source=", ".join(str(s.get("path", name)) for s in source_facts))
+    stats = statistics(log.user, log.num_users, log.num_items)
+    for fact, used in zip(source_facts, formats, strict=True):
+        fact["format"] = used
+    manifest = {"name": name, "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                "modsar_version": __version__, "sources": source_facts, "options": options.to_dict(),
+                "max_len": max_len, "statistics": stats, "raw_interactions": len(raw), "request": request,
+                "has_timestamp": log.timestamp is not None}
+    _write(root, name, log, manifest)
+    return manifest, False
+
+
+def _write(root: Path, name: str, log: PreparedLog, manifest: dict) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=root, prefix=f".staging-{name}-"))
+    try:
+        columns = {"user": pa.array(log.user), "item": pa.array(log.item)}
+        if log.timestamp is not None:
+            columns["timestamp"] = pa.array(log.timestamp)
+        pq.write_table(pa.table(columns), staging / "interactions.parquet")
+        raw_items = log.raw_items.astype(str) if log.raw_items.dtype.kind in "OUS" else log.raw_items
+        pq.write_table(pa.table({"item": pa.array(np.arange(1, log.num_items + 1, dtype=np.int32)),
+                                 "raw_id": pa.array(raw_items)}), staging / "items.parquet")
+        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        final = root / name
+        if final.exists():
+            trash = Path(tempfile.mkdtemp(dir=root, prefix=f".old-{name}-"))
+            os.replace(final, trash / name)
+            os.replace(staging, final)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(staging, final)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def load_dataset(name: str, root: str | Path | None = None) -> StoredDataset:
+    """Load a prepared dataset; `synthetic` is generated on first use."""
+    root = data_root(root)
+    manifest = read_manifest(name, root)
+    if manifest is None:
+        if name == SYNTHETIC:
+            manifest, _ = prepare_dataset(SYNTHETIC, root=root)
+        else:
+            hint = f"modsar data prepare {name} --source PATH"
+            if get_spec(name) is not None:
+                hint += " (or --download)"
+            raise ModsarError(f"dataset '{name}' is not prepared in {root}; run '{hint}' (see 'modsar data list')")
+    table = pq.read_table(root / name / "interactions.parquet", columns=["user", "item"])
+    stats = manifest["statistics"]
+    return StoredDataset(name, table.column("user").to_numpy(), table.column("item").to_numpy(),
+                         stats["users"], stats["items"], manifest)
+
+
+def list_prepared(root: str | Path | None = None) -> list[dict]:
+    root = data_root(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for child in sorted(root.iterdir()):
+        if child.is_dir() and not child.name.startswith((".", "_")) and (child / "manifest.json").is_file():
+            found.append(read_manifest(child.name, root))
+    return found

@@ -1,0 +1,119 @@
+"""Exact, batched evaluation: Recall (= HR), NDCG and MRR at k over a full ranking of items 1..N.
+
+Ties count against the target: its 0-based rank is the number of other candidates scoring >= it, so a
+constant model ranks every target last. `filter_seen="history"` removes the user's earlier items (the full
+history, not just the model's window) from the candidates, except the target itself. Sampled evaluation
+ranks the target against `sampled_negatives` items drawn once with a fixed seed (never from the user's
+history), so every pass and every model sees the same candidates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from modsar.config import EvalConfig
+from modsar.data.batches import eval_inputs
+from modsar.data.split import LeaveOneOut
+
+Scorer = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (inputs (B,T), users (B,)) -> scores (B,N)
+
+
+def ranks_from_scores(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """0-based pessimistic rank of each target (1-based item id) among the columns of `scores` (items 1..N)."""
+    target_scores = scores.gather(1, (targets - 1)[:, None])
+    return (scores > target_scores).sum(1) + (scores == target_scores).sum(1) - 1
+
+
+def metric_sums(ranks: torch.Tensor, ks: list[int]) -> dict[str, float]:
+    """Sums (not means) of each metric over the batch, so batches can be accumulated exactly."""
+    ranks = ranks.double()
+    out = {}
+    for k in ks:
+        hit = ranks < k
+        out[f"recall@{k}"] = hit.sum().item()
+        out[f"ndcg@{k}"] = torch.where(hit, 1.0 / torch.log2(ranks + 2), 0.0).sum().item()
+        out[f"mrr@{k}"] = torch.where(hit, 1.0 / (ranks + 1), 0.0).sum().item()
+    return out
+
+
+def history_index(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, item) pairs of every history item of each user in the batch, as flat arrays."""
+    starts = split.starts[users]
+    lengths = history_end - starts
+    rows = np.repeat(np.arange(len(users)), lengths)
+    within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return rows, split.items[np.repeat(starts, lengths) + within]
+
+
+def fixed_negatives(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, targets: np.ndarray,
+                    count: int, seed: int) -> np.ndarray:
+    """`count` uniform items per user, none in the user's history or equal to the target (seeded, redrawn
+    until clean)."""
+    n = split.num_items
+    rng = np.random.default_rng(seed)
+    rows, items = history_index(split, users, history_end)
+    forbidden = np.unique(np.concatenate([rows * (n + 1) + items, np.arange(len(users)) * (n + 1) + targets]))
+    negatives = rng.integers(1, n + 1, size=(len(users), count))
+    for _ in range(1000):
+        keys = np.arange(len(users))[:, None] * (n + 1) + negatives
+        clash = np.isin(keys, forbidden)
+        if not clash.any():
+            return negatives
+        negatives[clash] = rng.integers(1, n + 1, size=int(clash.sum()))
+    raise RuntimeError("could not draw clean negatives: users have seen nearly every item")
+
+
+@torch.no_grad()
+def evaluate(scorer: Scorer, split: LeaveOneOut, which: str, cfg: EvalConfig, task: str, max_len: int,
+             batch_size: int, device: torch.device) -> dict[str, float]:
+    """Mean metrics over all evaluable users of the `valid` or `test` split."""
+    users, history_end, targets = split.targets(which)
+    negatives = (fixed_negatives(split, users, history_end, targets, cfg.sampled_negatives,
+                                 cfg.sample_seed + (which == "test"))
+                 if cfg.sampled_negatives else None)
+    totals: dict[str, float] = {}
+    for lo in range(0, len(users), batch_size):
+        sl = slice(lo, lo + batch_size)
+        inputs = trim_left_padding(eval_inputs(split, users[sl], history_end[sl], task, max_len)).to(device)
+        user_ids = torch.from_numpy(users[sl] + 1).to(device)
+        target = torch.from_numpy(targets[sl]).to(device)
+        scores = scorer(inputs, user_ids).float()
+        if negatives is not None:
+            candidates = torch.cat([target[:, None], torch.from_numpy(negatives[sl]).to(device)], dim=1)
+            cand_scores = scores.gather(1, candidates - 1)
+            ranks = (cand_scores[:, 1:] >= cand_scores[:, :1]).sum(1)
+        else:
+            if cfg.filter_seen == "history":
+                rows, items = history_index(split, users[sl], history_end[sl])
+                target_scores = scores.gather(1, (target - 1)[:, None])
+                scores[torch.from_numpy(rows).to(device), torch.from_numpy(items - 1).to(device)] = float("-inf")
+                scores.scatter_(1, (target - 1)[:, None], target_scores)
+            ranks = ranks_from_scores(scores, target)
+        for key, value in metric_sums(ranks, cfg.ks).items():
+            totals[key] = totals.get(key, 0.0) + value
+    return {key: value / max(len(users), 1) for key, value in totals.items()}
+
+
+def trim_left_padding(inputs: torch.Tensor) -> torch.Tensor:
+    """Drop leading columns that are padding in every row (no compute spent on them)."""
+    real_columns = (inputs > 0).any(0).nonzero()
+    return inputs[:, int(real_columns[0]):] if len(real_columns) else inputs
+
+
+def model_scorer(model) -> Scorer:
+    def score(inputs: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
+        hidden = model(inputs, users)[:, -1]
+        return model.score(hidden, users)
+
+    return score
+
+
+def popularity_scorer(split: LeaveOneOut, device: torch.device) -> Scorer:
+    """Most-popular baseline: every user gets the items ranked by training-interaction count."""
+    owner = np.repeat(np.arange(split.num_users), split.lengths)
+    train = split.items[np.arange(len(split.items)) < split.train_ends[owner]]
+    counts = torch.from_numpy(np.bincount(train, minlength=split.num_items + 1)[1:].astype(np.float32)).to(device)
+    return lambda inputs, users: counts.expand(len(users), -1).clone()

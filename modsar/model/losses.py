@@ -1,0 +1,55 @@
+"""Training losses over the positions that carry a label.
+
+  ce          softmax over all items 1..N
+  sampled_ce  softmax over the target + `num_negatives` uniform items shared by the batch (hits masked)
+  bce         sigmoid: target vs `num_negatives` uniform items per position
+  bpr         -log sigmoid(target - negative), `num_negatives` per position
+With `padding_free` the output layer runs only at labelled positions; otherwise it runs at every slot of
+the padded batch and the padding is masked out of the loss afterwards (kept to measure the difference).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from modsar.config import LossConfig
+
+
+def training_loss(model, hidden: torch.Tensor, labels: torch.Tensor, users: torch.Tensor, cfg: LossConfig,
+                  padding_free: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+    has_label = labels > 0
+    position_users = users[:, None].expand_as(labels)
+    if padding_free:
+        h, y, u = hidden[has_label], labels[has_label], position_users[has_label]
+        weight = None
+    else:
+        h, y, u = hidden.reshape(-1, hidden.size(-1)), labels.reshape(-1), position_users.reshape(-1)
+        weight = has_label.reshape(-1).float()
+    n = model.num_items
+    target = y.clamp(min=1)  # padding rows (dense mode only) get a dummy target and zero weight
+
+    if cfg.name == "ce":
+        per_position = F.cross_entropy(model.score(h, u), target - 1, reduction="none")
+    elif cfg.name == "sampled_ce":
+        negatives = torch.randint(1, n + 1, (cfg.num_negatives,), device=h.device, generator=generator)
+        pos = model.score(h, u, target[:, None])
+        neg = model.score(h, u, negatives[None, :].expand(len(h), -1))
+        neg = neg.masked_fill(negatives[None, :] == target[:, None], float("-inf"))
+        logits = torch.cat([pos, neg], dim=1)
+        per_position = F.cross_entropy(logits, torch.zeros(len(h), dtype=torch.long, device=h.device),
+                                       reduction="none")
+    else:
+        negatives = torch.randint(1, n + 1, (len(h), cfg.num_negatives), device=h.device, generator=generator)
+        valid = (negatives != target[:, None]).float()  # a negative that is the target teaches nothing
+        pos = model.score(h, u, target[:, None])
+        neg = model.score(h, u, negatives)
+        if cfg.name == "bce":
+            neg_loss = F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), reduction="none")
+            per_position = F.softplus(-pos[:, 0]) + (neg_loss * valid).sum(1) / valid.sum(1).clamp(min=1)
+        else:  # bpr
+            per_position = (F.softplus(neg - pos) * valid).sum(1) / valid.sum(1).clamp(min=1)
+
+    if weight is None:
+        return per_position.mean()
+    return (per_position * weight).sum() / weight.sum().clamp(min=1)

@@ -1,0 +1,159 @@
+"""The modular self-attentive recommender: SASRec (AR) and BERT4Rec (AE) are two settings of one model.
+
+Feature: item embedding * sqrt(d) [+ concatenated SSE-PT user vector] + positions (learned | sinusoidal |
+none). Modeling: `num_layers` transformer blocks, pre- or post-norm, whose attention is bidirectional
+(`ae`) or causal (`ar`); the last `local_heads` heads only see a LOCKER-style window (past-only under AR).
+Output: tied item embedding, scores only for real items 1..N.
+
+Inputs are left-padded; column c of a width-T batch gets position index P - T + c, so positions count back
+from the most recent item and padding never moves them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from modsar.config import ModelConfig
+
+
+def attention_mask(inputs: torch.Tensor, causal: bool, num_heads: int, local_heads: int,
+                   window: int) -> torch.Tensor:
+    """Boolean (B, H, T, T) mask, True = may attend. Real queries never see padding keys.
+
+    Padding queries see themselves only, so no row is empty (no NaN) and they influence nothing.
+    """
+    B, T = inputs.shape
+    i = torch.arange(T, device=inputs.device)
+    offset = i[:, None] - i[None, :]  # query index - key index
+    allowed = (inputs > 0)[:, None, None, :].expand(B, 1, T, T)
+    if causal:
+        allowed = allowed & (offset >= 0)
+    if local_heads:
+        near = offset <= window if causal else offset.abs() <= window
+        heads = torch.arange(num_heads, device=inputs.device) >= num_heads - local_heads
+        allowed = allowed & (near | ~heads[:, None, None])
+    return allowed | torch.eye(T, dtype=torch.bool, device=inputs.device)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, d: int, heads: int, attn_dropout: float) -> None:
+        super().__init__()
+        self.heads, self.attn_dropout = heads, attn_dropout
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False):
+        B, T, d = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        p = self.attn_dropout if self.training else 0.0
+        if need_weights:  # explicit path so the probabilities can be returned for analysis
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+            probs = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+            y = F.dropout(probs, p, self.training) @ v
+        else:
+            probs = None
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        return self.proj(y.transpose(1, 2).reshape(B, T, d)), probs
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        d = cfg.hidden_size
+        self.pre_norm = cfg.norm == "pre"
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = SelfAttention(d, cfg.num_heads, cfg.attn_dropout)
+        act = nn.GELU() if cfg.activation == "gelu" else nn.ReLU()
+        self.ffn = nn.Sequential(nn.Linear(d, cfg.ffn_size or 4 * d), act, nn.Dropout(cfg.dropout),
+                                 nn.Linear(cfg.ffn_size or 4 * d, d))
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False):
+        if self.pre_norm:
+            a, probs = self.attn(self.norm1(x), mask, need_weights)
+            x = x + self.drop(a)
+            x = x + self.drop(self.ffn(self.norm2(x)))
+        else:
+            a, probs = self.attn(x, mask, need_weights)
+            x = self.norm1(x + self.drop(a))
+            x = self.norm2(x + self.drop(self.ffn(x)))
+        return x, probs
+
+
+def sinusoidal_table(positions: int, d: int) -> torch.Tensor:
+    pos = torch.arange(positions, dtype=torch.float32)[:, None]
+    freq = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
+    table = torch.zeros(positions, d)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)[:, : d // 2]
+    return table
+
+
+class ModularSAR(nn.Module):
+    def __init__(self, cfg: ModelConfig, num_items: int, num_users: int, max_len: int, task: str) -> None:
+        super().__init__()
+        self.cfg, self.num_items, self.causal = cfg, num_items, task == "ar"
+        d = cfg.hidden_size
+        self.user_dim = (cfg.user_size or d // 2) if cfg.user_embedding else 0
+        self.item_dim = d - self.user_dim
+        self.positions = max_len + 1  # AE reads max_len history items + the mask token
+        self.item_emb = nn.Embedding(num_items + 2, self.item_dim, padding_idx=0)  # 0 pad, N+1 mask
+        self.user_emb = nn.Embedding(num_users + 1, self.user_dim) if self.user_dim else None
+        if cfg.positional == "learned":
+            self.pos_emb = nn.Embedding(self.positions, d)
+        elif cfg.positional == "sinusoidal":
+            self.register_buffer("pos_table", sinusoidal_table(self.positions, d), persistent=False)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.final_norm = nn.LayerNorm(d) if cfg.norm == "pre" else nn.Identity()
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+            if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+                module.weight.data[module.padding_idx].zero_()
+
+    def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
+        """inputs (B, T) left-padded item ids -> hidden states (B, T, d) [, per-layer attention (B, H, T, T)]."""
+        B, T = inputs.shape
+        x = self.item_emb(inputs) * math.sqrt(self.item_dim)
+        if self.user_emb is not None:
+            x = torch.cat([x, self.user_emb(users)[:, None, :].expand(B, T, self.user_dim)], dim=-1)
+        pos = torch.arange(self.positions - T, self.positions, device=inputs.device)
+        if self.cfg.positional == "learned":
+            x = x + self.pos_emb(pos)
+        elif self.cfg.positional == "sinusoidal":
+            x = x + self.pos_table[pos]
+        x = self.drop(x)
+        mask = attention_mask(inputs, self.causal, self.cfg.num_heads, self.cfg.local_heads, self.cfg.local_window)
+        attentions = []
+        for block in self.blocks:
+            x, probs = block(x, mask, need_weights)
+            attentions.append(probs)
+        x = self.final_norm(x)
+        return (x, attentions) if need_weights else x
+
+    def score(self, hidden: torch.Tensor, users: torch.Tensor | None = None,
+              items: torch.Tensor | None = None) -> torch.Tensor:
+        """Scores of items 1..N (or of `items`, same leading shape as `hidden`) for hidden states (..., d).
+
+        With SSE-PT the user half of the state meets the user's own vector: a per-user offset that never
+        changes a ranking but matters for BCE, as in SSE-PT.
+        """
+        h_item = hidden[..., : self.item_dim]
+        if items is None:
+            scores = h_item @ self.item_emb.weight[1 : self.num_items + 1].T
+        else:
+            scores = (h_item.unsqueeze(-2) * self.item_emb(items)).sum(-1)
+        if self.user_emb is not None and users is not None:
+            offset = (hidden[..., self.item_dim:] * self.user_emb(users)).sum(-1, keepdim=True)
+            scores = scores + offset
+        return scores

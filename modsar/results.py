@@ -1,0 +1,96 @@
+"""Trial results as Parquet: one file per trial under ``<root>/<experiment>/trials/`` (DESIGN decision 8).
+
+Each file is written under a temporary name and renamed, so a crash never leaves a half file and
+concurrent trials never share a writer. `root` may be a local path or a pyarrow filesystem URI.
+Columns: run facts, every config value under its dotted name, ``valid.<metric>`` / ``test.<metric>``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import socket
+import sys
+import uuid
+from importlib import metadata
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from modsar.config import Config
+
+STATUSES = ("finished", "stopped", "error")
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in ("modsar", "torch", "numpy", "pyarrow", "ray", "transformers"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def result_row(cfg: Config, *, experiment: str, trial_id: str, status: str, result=None, error: str | None = None,
+               space: str | None = None, dataset_manifest: dict | None = None) -> dict[str, Any]:
+    """One flat row: facts, config (dotted), metrics. `result` is a train.TrialResult or None on error."""
+    assert status in STATUSES
+    manifest = dataset_manifest or {}
+    row: dict[str, Any] = {
+        "experiment": experiment, "trial_id": trial_id, "space": space, "status": status, "error": error,
+        "dataset_preprocessing": json.dumps(manifest.get("options")) if manifest else None,
+        "dataset_sha256": ",".join(s.get("sha256", "generated") for s in manifest.get("sources", [])) or None,
+        "backbone": cfg.model.backbone,
+        "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "host": socket.gethostname(), "versions": json.dumps(package_versions()),
+        "argv": " ".join(sys.argv),
+    }
+    for key, value in cfg.flat().items():
+        row[key] = json.dumps(value) if isinstance(value, list) else value
+    if result is not None:
+        row.update({"best_epoch": result.best_epoch, "epochs_run": result.epochs_run,
+                    "wall_time_s": result.wall_time_s, "epoch_time_s": result.epoch_time_s,
+                    "eval_time_s": result.eval_time_s, "device": result.device,
+                    "num_parameters": result.num_parameters, "checkpoint": result.checkpoint})
+        row.update({f"valid.{k}": v for k, v in result.valid.items()})
+        row.update({f"test.{k}": v for k, v in result.test.items()})
+    return row
+
+
+def _filesystem(root: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in root:
+        return pafs.FileSystem.from_uri(root)
+    return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(root))
+
+
+def write_row(root: str, row: dict[str, Any]) -> str:
+    """Write one trial row atomically; returns the final path."""
+    fs, base = _filesystem(root)
+    folder = f"{base}/{row['experiment']}/trials"
+    fs.create_dir(folder, recursive=True)
+    final = f"{folder}/{row['trial_id']}.parquet"
+    tmp = f"{folder}/.tmp-{uuid.uuid4().hex}.parquet"
+    table = pa.Table.from_pylist([row])
+    with fs.open_output_stream(tmp) as out:
+        pq.write_table(table, out)
+    fs.move(tmp, final)
+    return final
+
+
+def read_rows(root: str, experiment: str | None = None):
+    """All trial rows (a pandas DataFrame) of one experiment, or of every experiment under `root`."""
+    fs, base = _filesystem(root)
+    path = f"{base}/{experiment}/trials" if experiment else base
+    selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)
+    files = [f.path for f in fs.get_file_info(selector)
+             if f.path.endswith(".parquet") and not f.base_name.startswith(".")]
+    if not files:
+        return pa.table({}).to_pandas()
+    schema = pa.unify_schemas([pq.read_schema(f, filesystem=fs) for f in files])  # error rows lack metrics
+    return pads.dataset(files, schema=schema, filesystem=fs, format="parquet").to_table().to_pandas()

@@ -1,0 +1,180 @@
+"""A trial: config -> data -> model -> training with early stopping -> validation/test of the best epoch.
+
+`run_trial` is the single function behind `modsar train` and (later) every Ray Tune trial. Model
+selection uses validation only: the best epoch is the one with the highest monitored validation metric,
+and test metrics are computed once, from that epoch's weights.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from modsar.config import Config
+from modsar.data.batches import TrainBatches
+from modsar.data.split import LeaveOneOut
+from modsar.data.store import StoredDataset, load_dataset
+from modsar.errors import ModsarError
+from modsar.evaluate import evaluate, model_scorer
+from modsar.model.losses import training_loss
+from modsar.model.modular import ModularSAR
+
+EvalCallback = Callable[[int, dict, bool, "Path | None"], None]  # (epoch, valid metrics, improved, ckpt)
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the trial cannot continue."""
+
+
+@dataclass
+class TrialResult:
+    valid: dict[str, float]
+    test: dict[str, float]
+    best_epoch: int
+    epochs_run: int
+    wall_time_s: float
+    epoch_time_s: float  # mean training time per epoch (no evaluation)
+    eval_time_s: float  # mean time of one validation pass
+    device: str
+    num_parameters: int
+    history: list[dict] = field(default_factory=list)  # one entry per validation pass
+    checkpoint: str | None = None
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ModsarError(f"train.device={name} but CUDA is not available here; use train.device=cpu or auto")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise ModsarError(f"train.device={name!r} is not a device; use auto, cpu, cuda or cuda:N") from None
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_model(cfg: Config, num_items: int, num_users: int, max_len: int) -> ModularSAR:
+    return ModularSAR(cfg.model, num_items, num_users, max_len, cfg.task)
+
+
+def save_checkpoint(path: Path, model: torch.nn.Module, cfg: Config, meta: dict) -> None:
+    """State dict + config, written to a temporary name then renamed (never a half file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.stem}-{uuid.uuid4().hex[:8]}.tmp")
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    torch.save({"state_dict": state, "config": cfg.to_dict(), **meta}, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[ModularSAR, Config, dict]:
+    payload = torch.load(path, map_location=device, weights_only=True)
+    cfg = Config.from_dict(payload["config"], where=str(path))
+    model = build_model(cfg, payload["num_items"], payload["num_users"], payload["max_len"])
+    model.load_state_dict(payload["state_dict"])
+    return model.to(device).eval(), cfg, payload
+
+
+def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCallback | None = None,
+              checkpoint_path: str | Path | None = None, progress: bool = True,
+              data_root: str | Path | None = None) -> TrialResult:
+    started = time.perf_counter()
+    if cfg.train.threads > 0:
+        torch.set_num_threads(cfg.train.threads)
+    device = resolve_device(cfg.train.device)
+    seed_everything(cfg.seed)
+    dataset = dataset or load_dataset(cfg.dataset, data_root)
+    split = LeaveOneOut.from_log(dataset.user, dataset.item, dataset.num_users, dataset.num_items)
+    if not len(split.eval_users):
+        raise ModsarError(f"dataset '{cfg.dataset}' has no user with 3+ interactions: nothing to validate or test")
+    max_len = cfg.data.max_len or dataset.default_max_len
+    model = build_model(cfg, dataset.num_items, dataset.num_users, max_len).to(device)
+    optimizer_cls = torch.optim.AdamW if cfg.train.optimizer == "adamw" else torch.optim.Adam
+    optimizer = optimizer_cls(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+    batches = TrainBatches(split, cfg.task, max_len, cfg.data.batch_size, cfg.mask_prob, cfg.data.padding_free,
+                           cfg.model.item_sse_prob, cfg.model.user_sse_prob, seed=cfg.seed)
+    if not len(batches):
+        raise ModsarError(f"dataset '{cfg.dataset}' has no user with 2+ training items: nothing to train on")
+
+    def validate() -> dict[str, float]:
+        model.eval()
+        metrics = evaluate(model_scorer(model), split, "valid", cfg.eval, cfg.task, max_len,
+                           cfg.data.eval_batch_size, device)
+        model.train()
+        return metrics
+
+    monitor = cfg.train.monitor.replace("hr@", "recall@")
+    best_value, best_epoch, best_state, best_valid = -math.inf, 0, None, {}
+    history, epoch_times, eval_times, stale = [], [], [], 0
+    checkpoint_path = Path(checkpoint_path) if checkpoint_path else None
+    meta = {"num_items": dataset.num_items, "num_users": dataset.num_users, "max_len": max_len}
+    epochs = tqdm(range(1, cfg.train.max_epochs + 1), desc=f"{cfg.task.upper()} {cfg.dataset}", unit="epoch",
+                  disable=not progress, dynamic_ncols=True)
+    model.train()
+    epoch = 0
+    for epoch in epochs:
+        tick = time.perf_counter()
+        total, count = 0.0, 0
+        for batch in batches:
+            batch = batch.to(device)
+            hidden = model(batch.inputs, batch.users)
+            loss = training_loss(model, hidden, batch.labels, batch.users, cfg.loss, cfg.data.padding_free)
+            if not torch.isfinite(loss):
+                raise TrainingDiverged(f"loss became {loss.item()} at epoch {epoch}; lower train.lr or add "
+                                       "train.grad_clip")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.train.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+            optimizer.step()
+            total, count = total + loss.item(), count + 1
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        epoch_times.append(time.perf_counter() - tick)
+        if epoch % cfg.train.eval_every and epoch != cfg.train.max_epochs:
+            epochs.set_postfix(loss=f"{total / count:.4f}")
+            continue
+        tick = time.perf_counter()
+        metrics = validate()
+        eval_times.append(time.perf_counter() - tick)
+        improved = metrics[monitor] > best_value
+        if improved:
+            best_value, best_epoch, best_valid, stale = metrics[monitor], epoch, metrics, 0
+            best_state = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
+            if checkpoint_path:
+                save_checkpoint(checkpoint_path, model, cfg, {**meta, "epoch": epoch, "valid": metrics})
+        else:
+            stale += 1
+        history.append({"epoch": epoch, "loss": total / count, **{f"valid.{k}": v for k, v in metrics.items()}})
+        epochs.set_postfix(loss=f"{total / count:.4f}", **{cfg.train.monitor: f"{metrics[monitor]:.4f}",
+                                                            "best": f"{best_value:.4f}@{best_epoch}"})
+        if on_eval is not None:
+            on_eval(epoch, metrics, improved, checkpoint_path if improved else None)
+        if cfg.train.patience and stale >= cfg.train.patience:
+            break
+    epochs.close()
+
+    model.load_state_dict(best_state)
+    model.eval()
+    test = evaluate(model_scorer(model), split, "test", cfg.eval, cfg.task, max_len, cfg.data.eval_batch_size,
+                    device)
+    return TrialResult(valid=best_valid, test=test, best_epoch=best_epoch, epochs_run=epoch,
+                       wall_time_s=time.perf_counter() - started, epoch_time_s=float(np.mean(epoch_times)),
+                       eval_time_s=float(np.mean(eval_times)), device=str(device),
+                       num_parameters=sum(p.numel() for p in model.parameters()), history=history,
+                       checkpoint=str(checkpoint_path) if checkpoint_path else None)

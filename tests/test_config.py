@@ -1,0 +1,49 @@
+"""Config tree: dotted overrides, YAML files, and one clear error per bad key or value."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import write
+
+from modsar.config import Config, load_config, parse_override
+from modsar.errors import ModsarError
+
+
+def test_overrides_are_typed_and_dotted():
+    cfg = load_config(None, ["model.hidden_size=32", "train.lr=3e-4", "task=ae", "eval.ks=[5,10]",
+                             "data.padding_free=false"])
+    assert cfg.model.hidden_size == 32 and cfg.train.lr == pytest.approx(3e-4) and cfg.task == "ae"
+    assert cfg.eval.ks == [5, 10] and cfg.data.padding_free is False
+    assert parse_override("train.lr=1") == ("train.lr", 1)
+    assert load_config(None, ["train.lr=1"]).train.lr == 1.0
+
+
+def test_yaml_nested_and_dotted(tmp_path):
+    path = write(tmp_path / "c.yaml", "model:\n  num_heads: 2\nloss.name: bpr\n")
+    cfg = load_config(path, ["model.hidden_size=32"])
+    assert cfg.model.num_heads == 2 and cfg.loss.name == "bpr" and cfg.model.hidden_size == 32
+    assert Config.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize("override,message", [
+    ("model.hidden=64", "unknown key 'model.hidden'"),
+    ("model.hidden_size=big", "'model.hidden_size' must be int"),
+    ("task=lm", "'task' must be one of ar, ae"),
+    ("loss.name=mse", "'loss.name' must be one of ce, sampled_ce, bce, bpr"),
+    ("model=3", "'model' is a section"),
+    ("model.num_heads=5", "divisible by 'model.num_heads'"),
+    ("model.local_heads=2", "'model.local_heads' must be between 0 and model.num_heads"),
+    ("train.monitor=auc", "'train.monitor' must be a metric"),
+    ("mask_prob=1.5", "'mask_prob' must be in (0, 1)"),
+    ("nokey", "not of the form key=value"),
+])
+def test_bad_values_name_the_key(override, message):
+    with pytest.raises(ModsarError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_config(None, [override])
+
+
+def test_bad_yaml_file(tmp_path):
+    with pytest.raises(ModsarError, match="not valid YAML at line 2"):
+        load_config(write(tmp_path / "c.yaml", "a: 1\n b: [\n"))
+    with pytest.raises(ModsarError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")

@@ -1,0 +1,127 @@
+"""Prepared datasets on disk, the registry download path (local HTTP server) and CLI error handling."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import write
+
+from modsar.cli import main
+from modsar.data.registry import REGISTRY, DatasetSpec
+from modsar.data.store import load_dataset, prepare_dataset
+from modsar.errors import ModsarError
+
+PAIRS = "".join(f"{u} {i}\n" for u in range(1, 7) for i in range(u, u + 5))
+
+
+def test_prepare_stores_parquet_and_manifest_and_reuses(tmp_path, isolated_data_root):
+    src = write(tmp_path / "log.txt", PAIRS)
+    manifest, reused = prepare_dataset("toy", [src])
+    assert not reused
+    assert manifest["statistics"] == {"users": 6, "items": 10, "interactions": 30, "avg_length": 5.0,
+                                      "min_length": 5, "max_length": 5, "density": 0.5}
+    assert manifest["sources"][0]["sha256"] == hashlib.sha256(PAIRS.encode()).hexdigest()
+    assert (isolated_data_root / "toy" / "interactions.parquet").is_file()
+    again, reused = prepare_dataset("toy", [src])
+    assert reused and again["created"] == manifest["created"]
+    with pytest.raises(ModsarError, match=r"already exists .* --force"):
+        prepare_dataset("toy", [src], options=None, max_len=20)
+    data = load_dataset("toy")
+    assert data.num_items == 10 and data.item[:5].tolist() == [1, 2, 3, 4, 5]
+
+
+def test_registry_covers_the_standard_benchmarks():
+    for name in ("beauty", "sports", "toys", "video", "yelp", "ml-1m", "ml-100k", "steam", "lastfm", "diginetica"):
+        assert name in REGISTRY
+    assert REGISTRY["ml-1m"].max_len == 200 and REGISTRY["video"].max_len == 50
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def http_root(tmp_path):
+    folder = tmp_path / "www"
+    folder.mkdir()
+    handler = lambda *a, **k: _Quiet(*a, directory=str(folder), **k)  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield folder, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_download_verifies_checksum(http_root, isolated_data_root):
+    folder, base = http_root
+    (folder / "Toy.txt").write_text(PAIRS)
+    good = DatasetSpec("dl", "test", "pairs", 20, url=f"{base}/Toy.txt",
+                       sha256=hashlib.sha256(PAIRS.encode()).hexdigest())
+    manifest, _ = prepare_dataset("dl", download_missing=True, spec=good)
+    assert manifest["statistics"]["interactions"] == 30 and manifest["max_len"] == 20
+
+    bad = DatasetSpec("dl2", "test", "pairs", 20, url=f"{base}/Toy.txt", sha256="0" * 64)
+    with pytest.raises(ModsarError, match="checksum mismatch"):
+        prepare_dataset("dl2", download_missing=True, spec=bad)
+    assert not (isolated_data_root / "dl2").exists()
+
+
+def test_cli_download_mirror_with_registry_checksum(http_root, isolated_data_root, capsys):
+    folder, base = http_root
+    (folder / "Video.txt").write_text(PAIRS)  # not the real Video file: the registry checksum must refuse it
+    assert main(["data", "prepare", "video", "--download", "--url", f"{base}/Video.txt"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "checksum mismatch for 'video'" in err[0]
+    assert not (isolated_data_root / "video").exists()
+
+
+@pytest.mark.parametrize("text,args,message", [
+    ("", [], "is empty"),
+    ("1 10\n1 abc\n", ["--format", "pairs"], "id 'abc' is not an integer"),
+    ("user_id:token\tfoo:float\n1\t2\n", ["--format", "inter"], "missing column 'item_id:token'"),
+    ("1 10\n", ["--format", "excel"], "unknown format 'excel'"),
+    ("1 10\n2 11\n1 12\n", ["--min-user-count", "10"], "nothing is left"),
+])
+def test_cli_bad_input_one_line_nonzero_nothing_written(tmp_path, isolated_data_root, capsys, text, args, message):
+    src = write(tmp_path / "raw.txt", text)
+    code = main(["data", "prepare", "mine", "--source", str(src), *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and message in err[0] and err[0].startswith("modsar: error:")
+    assert not (isolated_data_root / "mine").exists()
+
+
+def test_cli_unknown_dataset_for_train(capsys):
+    assert main(["train", "--dataset", "nosuch", "--quiet"]) == 2
+    assert "dataset 'nosuch' is not prepared" in capsys.readouterr().err
+
+
+def test_cli_stats_and_list_json(tmp_path, capsys):
+    src = write(tmp_path / "log.txt", PAIRS)
+    assert main(["data", "prepare", "toy", "--source", str(src)]) == 0
+    capsys.readouterr()
+    assert main(["data", "stats", "toy", "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["users"] == 6 and stats["density"] == 0.5
+    assert main(["data", "list", "--json"]) == 0
+    listing = {e["name"]: e for e in json.loads(capsys.readouterr().out)}
+    assert listing["toy"]["prepared"] and not listing["video"]["prepared"]
+
+
+def test_sessions_from_two_files_stay_distinct(tmp_path):
+    a = write(tmp_path / "train_sessions.txt", "1 2 3\n2 3\n")
+    b = write(tmp_path / "test_sessions.txt", "3 1\n")
+    manifest, _ = prepare_dataset("sess", [a, b], fmt="sessions")
+    assert manifest["statistics"]["users"] == 3 and manifest["statistics"]["interactions"] == 7
+
+
+def test_synthetic_is_deterministic(tmp_path):
+    first = load_dataset("synthetic", tmp_path / "a")
+    second = load_dataset("synthetic", tmp_path / "b")
+    assert (first.item == second.item).all() and Path(tmp_path / "a" / "synthetic" / "manifest.json").is_file()

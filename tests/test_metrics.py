@@ -1,0 +1,98 @@
+"""Ranking metrics against hand-computed answers: ties count against the target, filters, sampling."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from modsar.config import EvalConfig
+from modsar.data.split import LeaveOneOut
+from modsar.evaluate import evaluate, fixed_negatives, metric_sums, popularity_scorer, ranks_from_scores
+
+
+def test_rank_counts_ties_against_target():
+    scores = torch.tensor([[0.9, 0.5, 0.5, 0.1],    # target item 2 (0.5) ties with item 3 -> rank 1
+                           [0.3, 0.3, 0.3, 0.3],    # constant scores -> the target is ranked last
+                           [0.1, 0.2, 0.3, 0.4]])   # target item 4 is strictly best -> rank 0
+    ranks = ranks_from_scores(scores, torch.tensor([2, 1, 4]))
+    assert ranks.tolist() == [2, 3, 0]
+
+
+def test_metric_values_hand_computed():
+    ranks = torch.tensor([0, 1, 4, 9, 10])
+    sums = metric_sums(ranks, [1, 5, 10])
+    assert sums["recall@1"] == 1
+    assert sums["recall@5"] == 3
+    assert sums["recall@10"] == 4
+    assert sums["ndcg@5"] == pytest.approx(1 + 1 / math.log2(3) + 1 / math.log2(6))
+    assert sums["ndcg@10"] == pytest.approx(1 + 1 / math.log2(3) + 1 / math.log2(6) + 1 / math.log2(11))
+    assert sums["mrr@10"] == pytest.approx(1 + 1 / 2 + 1 / 5 + 1 / 10)
+
+
+def _split(seqs: list[list[int]], num_items: int) -> LeaveOneOut:
+    user = np.repeat(np.arange(1, len(seqs) + 1), [len(s) for s in seqs])
+    return LeaveOneOut.from_log(user, np.concatenate(seqs), len(seqs), num_items)
+
+
+class FixedScorer:
+    """Returns the same score row for every user: item i gets scores[i - 1]."""
+
+    def __init__(self, scores):
+        self.scores = torch.tensor(scores, dtype=torch.float32)
+
+    def __call__(self, inputs, users):
+        return self.scores.expand(len(users), -1).clone()
+
+
+def test_constant_model_scores_near_zero():
+    split = _split([[1, 2, 3, 4], [5, 6, 7, 8], [2, 4, 6, 8]], 20)
+    metrics = evaluate(FixedScorer([1.0] * 20), split, "test", EvalConfig(ks=[10]), "ar", 5, 2, torch.device("cpu"))
+    assert metrics["ndcg@10"] == 0.0 and metrics["recall@10"] == 0.0
+
+
+def test_history_filter_removes_seen_items_but_not_the_target():
+    # User 1: history [1, 2, 3], test target 4. Scores prefer 1 > 2 > 3 > 4 > 5.
+    split = _split([[1, 2, 3, 4]], 5)
+    scorer = FixedScorer([5.0, 4.0, 3.0, 2.0, 1.0])
+    device = torch.device("cpu")
+    plain = evaluate(scorer, split, "test", EvalConfig(ks=[1, 5], filter_seen="none"), "ar", 5, 8, device)
+    filtered = evaluate(scorer, split, "test", EvalConfig(ks=[1, 5], filter_seen="history"), "ar", 5, 8, device)
+    assert plain["mrr@5"] == pytest.approx(1 / 4)  # rank 3 behind the three seen items
+    assert filtered["recall@1"] == 1.0  # seen items removed -> the target is first
+    # The validation target (3) has history [1, 2]: after filtering only items 4, 5 compete, both below it.
+    valid = evaluate(scorer, split, "valid", EvalConfig(ks=[1], filter_seen="history"), "ar", 5, 8, device)
+    assert valid["recall@1"] == 1.0
+
+
+def test_repeated_target_stays_rankable_under_filter():
+    split = _split([[2, 1, 3, 2]], 4)  # test target 2 also appears in the history
+    scorer = FixedScorer([1.0, 4.0, 3.0, 2.0])
+    m = evaluate(scorer, split, "test", EvalConfig(ks=[1], filter_seen="history"), "ar", 5, 8, torch.device("cpu"))
+    assert m["recall@1"] == 1.0
+
+
+def test_sampled_negatives_are_fixed_and_exclude_history():
+    split = _split([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]], 40)
+    users, end, targets = split.targets("test")
+    a = fixed_negatives(split, users, end, targets, 20, seed=3)
+    b = fixed_negatives(split, users, end, targets, 20, seed=3)
+    np.testing.assert_array_equal(a, b)
+    assert not set(a[0]) & {1, 2, 3, 4, 5}
+    assert not set(a[1]) & {6, 7, 8, 9, 10}
+
+
+def test_sampled_ranking_counts_ties_against_target():
+    split = _split([[1, 2, 3, 4]], 30)
+    cfg = EvalConfig(ks=[1, 10], sampled_negatives=5)
+    m = evaluate(FixedScorer([1.0] * 30), split, "test", cfg, "ar", 5, 8, torch.device("cpu"))
+    assert m["recall@1"] == 0.0 and m["mrr@10"] == pytest.approx(1 / 6)
+
+
+def test_popularity_uses_training_items_only():
+    # Item 9 is only ever a test target: it must not gain popularity from that.
+    split = _split([[1, 1, 2, 9], [1, 3, 4, 9], [1, 5, 6, 9]], 9)
+    scores = popularity_scorer(split, torch.device("cpu"))(None, torch.tensor([1]))
+    assert scores[0, 8] == 0 and scores[0, 0] == 4

@@ -1,0 +1,106 @@
+"""Modular backbone: AR never sees the future, AE sees both sides, padding changes nothing, windows hold."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from modsar.config import ModelConfig
+from modsar.model.modular import ModularSAR, attention_mask
+
+N_ITEMS, N_USERS, MAX_LEN = 40, 8, 12
+
+VARIANTS = {
+    "global-pre": {},
+    "global-post": {"norm": "post"},
+    "two-heads": {"num_heads": 2},
+    "local-only": {"num_heads": 1, "local_heads": 1, "local_window": 2},
+    "global+local": {"num_heads": 2, "local_heads": 1, "local_window": 1},
+    "sinusoidal": {"positional": "sinusoidal"},
+    "no-positions": {"positional": "none"},
+    "ssept-user": {"user_embedding": True, "item_sse_prob": 0.3, "user_sse_prob": 0.3},
+    "relu-3-layers": {"activation": "relu", "num_layers": 3},
+}
+
+
+def make(task: str, **overrides) -> ModularSAR:
+    torch.manual_seed(0)
+    cfg = ModelConfig(**{"hidden_size": 16, "num_layers": 2, "dropout": 0.0, "attn_dropout": 0.0, **overrides})
+    return ModularSAR(cfg, N_ITEMS, N_USERS, MAX_LEN, task).eval()
+
+
+def batch(T: int = 10, B: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(1, N_ITEMS + 1, (B, T), generator=g)
+    x[1, :3] = 0  # a left-padded row
+    return x, torch.arange(1, B + 1)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_ar_future_leak(variant):
+    """Changing items after t leaves every AR output at positions <= t unchanged."""
+    model = make("ar", **VARIANTS[variant])
+    x, users = batch()
+    base = model(x, users)
+    for t in range(3, x.size(1) - 1):
+        changed = x.clone()
+        changed[:, t + 1:] = (changed[:, t + 1:] % N_ITEMS) + 1
+        out = model(changed, users)
+        torch.testing.assert_close(out[:, : t + 1], base[:, : t + 1], rtol=0, atol=1e-6)
+        assert not torch.allclose(out[:, t + 1:], base[:, t + 1:])
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_ae_is_bidirectional(variant):
+    """AE output at an early position changes when a later item changes."""
+    model = make("ae", **VARIANTS[variant])
+    x, users = batch()
+    base = model(x, users)
+    changed = x.clone()
+    changed[:, 5] = (changed[:, 5] % N_ITEMS) + 1
+    out = model(changed, users)
+    assert (out[:, 4] - base[:, 4]).abs().max() > 1e-4  # left neighbour sees the right side
+    assert (out[:, 6] - base[:, 6]).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("task,variant", list(itertools.product(["ar", "ae"], sorted(VARIANTS))))
+def test_padding_invariance(task, variant):
+    """Extra left padding changes no output at a real position."""
+    model = make(task, **VARIANTS[variant])
+    x, users = batch(T=8)
+    padded = torch.cat([torch.zeros(3, 4, dtype=torch.long), x], dim=1)
+    torch.testing.assert_close(model(padded, users)[:, 4:][x > 0], model(x, users)[x > 0], rtol=0, atol=1e-5)
+
+
+def test_local_window_heads_see_only_their_window():
+    x = torch.tensor([[0, 5, 6, 7, 8, 9, 10]])
+    for causal in (True, False):
+        mask = attention_mask(x, causal, num_heads=2, local_heads=1, window=2)
+        local, glob = mask[0, 1], mask[0, 0]
+        i, j = 5, torch.arange(7)
+        expected_local = (j >= 1) & ((i - j).abs() <= 2) & ((j <= i) if causal else True)
+        expected_global = (j >= 1) & ((j <= i) if causal else True)
+        assert local[i].tolist() == expected_local.tolist()
+        assert glob[i].tolist() == expected_global.tolist()
+
+
+def test_attention_probabilities_are_returned_and_respect_masks():
+    model = make("ar", num_heads=2, local_heads=1, local_window=1)
+    x, users = batch()
+    hidden, attentions = model(x, users, need_weights=True)
+    assert len(attentions) == 2 and attentions[0].shape == (3, 2, 10, 10)
+    torch.testing.assert_close(hidden, model(x, users), rtol=0, atol=1e-5)
+    probs = attentions[0]
+    torch.testing.assert_close(probs.sum(-1), torch.ones(3, 2, 10))
+    assert probs[..., 4, 5:].abs().max() == 0  # causal: no weight on the future
+    assert probs[:, 1, 6, :5].abs().max() == 0  # local head, window 1: only positions 5 and 6
+    assert probs[1, :, 5, :3].abs().max() == 0  # no weight on padding keys
+
+
+def test_scores_cover_only_real_items():
+    model = make("ae")
+    x, users = batch()
+    scores = model.score(model(x, users)[:, -1], users)
+    assert scores.shape == (3, N_ITEMS)

@@ -1,0 +1,127 @@
+"""Losses, training, checkpoints, determinism and the `modsar train` command on synthetic data."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from modsar.cli import main
+from modsar.config import Config, LossConfig, load_config
+from modsar.data.batches import TrainBatches
+from modsar.data.split import LeaveOneOut
+from modsar.data.store import load_dataset
+from modsar.evaluate import evaluate, model_scorer, popularity_scorer
+from modsar.model.losses import training_loss
+from modsar.model.modular import ModularSAR
+from modsar.train import TrainingDiverged, load_checkpoint, run_trial
+
+
+def quick(*overrides: str) -> Config:
+    return load_config(None, ["train.max_epochs=3", "train.patience=0", "data.batch_size=64",
+                              "model.hidden_size=32", *overrides])
+
+
+@pytest.mark.parametrize("padding_free", [True, False])
+@pytest.mark.parametrize("loss", ["ce", "sampled_ce", "bce", "bpr"])
+def test_every_loss_lowers_on_synthetic(loss, padding_free):
+    cfg = quick(f"loss.name={loss}", "loss.num_negatives=16", f"data.padding_free={padding_free}")
+    data = load_dataset("synthetic")
+    split = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
+    torch.manual_seed(0)
+    model = ModularSAR(cfg.model, data.num_items, data.num_users, 20, "ar")
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    batch = next(iter(TrainBatches(split, "ar", 20, 256, padding_free=padding_free)))
+    losses = []
+    for _ in range(30):
+        loss_value = training_loss(model, model(batch.inputs, batch.users), batch.labels, batch.users, cfg.loss,
+                                   padding_free)
+        opt.zero_grad()
+        loss_value.backward()
+        opt.step()
+        losses.append(loss_value.item())
+    assert losses[-1] < 0.8 * losses[0]
+
+
+def test_padding_free_and_dense_losses_agree():
+    data = load_dataset("synthetic")
+    split = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
+    model = ModularSAR(Config().model, data.num_items, data.num_users, 20, "ar").eval()
+    batch = next(iter(TrainBatches(split, "ar", 20, 128, padding_free=False)))
+    hidden = model(batch.inputs, batch.users)
+    sparse = training_loss(model, hidden, batch.labels, batch.users, LossConfig("ce"), padding_free=True)
+    dense = training_loss(model, hidden, batch.labels, batch.users, LossConfig("ce"), padding_free=False)
+    torch.testing.assert_close(sparse, dense)
+
+
+def test_ar_with_ce_beats_popularity_by_a_wide_margin():
+    cfg = load_config(None, ["train.max_epochs=12", "train.eval_every=4", "seed=1"])
+    result = run_trial(cfg, progress=False)
+    data = load_dataset("synthetic")
+    split = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
+    pop = evaluate(popularity_scorer(split, torch.device("cpu")), split, "test", cfg.eval, "ar", 30, 256,
+                   torch.device("cpu"))
+    assert result.test["ndcg@10"] > 0.4
+    assert result.test["ndcg@10"] > 4 * pop["ndcg@10"]
+
+
+def test_same_seed_same_metrics_and_checkpoint_reproduces_test(tmp_path):
+    cfg = quick("seed=7", "task=ae", "train.eval_every=1")
+    ckpt = tmp_path / "best.pt"
+    calls = []
+    first = run_trial(cfg, on_eval=lambda e, m, imp, c: calls.append((e, imp, c)), checkpoint_path=ckpt,
+                      progress=False)
+    second = run_trial(cfg, progress=False)
+    assert first.test == second.test and first.valid == second.valid
+    assert [c[0] for c in calls] == [1, 2, 3] and calls[0][1] and calls[0][2] == ckpt
+    model, loaded_cfg, payload = load_checkpoint(ckpt)
+    assert loaded_cfg == cfg and payload["epoch"] == first.best_epoch
+    data = load_dataset("synthetic")
+    split = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
+    test = evaluate(model_scorer(model), split, "test", cfg.eval, "ae", payload["max_len"], 256, torch.device("cpu"))
+    assert test == pytest.approx(first.test)
+
+
+def test_best_epoch_is_the_validation_max_not_the_last(monkeypatch):
+    import modsar.train as train_module
+
+    values = iter([0.2, 0.5, 0.3, 0.1])
+    monkeypatch.setattr(train_module, "evaluate",
+                        lambda *a, **k: {"ndcg@10": next(values, 0.0), "recall@10": 0.0})
+    cfg = quick("train.max_epochs=4", "eval.ks=[10]")
+    result = run_trial(cfg, progress=False)
+    assert result.best_epoch == 2 and result.valid["ndcg@10"] == 0.5
+
+
+def test_early_stopping_patience(monkeypatch):
+    import modsar.train as train_module
+
+    monkeypatch.setattr(train_module, "evaluate", lambda *a, **k: {"ndcg@10": 0.1, "recall@10": 0.0})
+    result = run_trial(quick("train.max_epochs=50", "train.patience=2", "eval.ks=[10]"), progress=False)
+    assert result.epochs_run == 3 and result.best_epoch == 1
+
+
+def test_nan_loss_raises_training_diverged(monkeypatch):
+    import modsar.train as train_module
+
+    monkeypatch.setattr(train_module, "training_loss", lambda *a, **k: torch.tensor(float("nan"), requires_grad=True))
+    with pytest.raises(TrainingDiverged, match="loss became nan"):
+        run_trial(quick(), progress=False)
+
+
+def test_cli_train_writes_result_row(tmp_path, capsys):
+    out = tmp_path / "results"
+    code = main(["train", "--dataset", "synthetic", "--quiet", "--results", str(out), "--experiment", "e1",
+                 "train.max_epochs=2", "task=ae", "mask_prob=0.3", "model.hidden_size=16"])
+    text = capsys.readouterr().out
+    assert code == 0 and "AE on synthetic" in text and "test" in text
+    files = list((out / "e1" / "trials").glob("*.parquet"))
+    assert len(files) == 1 and not list((out / "e1" / "trials").glob(".tmp*"))
+    row = pq.read_table(files[0]).to_pylist()[0]
+    assert row["status"] == "finished" and row["task"] == "ae" and row["mask_prob"] == 0.3
+    assert row["model.hidden_size"] == 16 and row["eval.filter_seen"] == "none"
+    assert 0 <= row["test.ndcg@10"] <= 1 and row["best_epoch"] in (1, 2)
+    assert "torch" in json.loads(row["versions"])
+    assert (out / "e1" / "checkpoints").is_dir()
