@@ -194,7 +194,7 @@ def _train(args: argparse.Namespace) -> int:
           f"({result.epoch_time_s:.2f} s/epoch, {result.wall_time_s:.0f} s total, {result.device}; "
           f"ranking: {'sampled ' + str(cfg.eval.sampled_negatives) if cfg.eval.sampled_negatives else 'full'}, "
           f"filter_seen={cfg.eval.filter_seen})")
-    header = "split  " + "".join(f"{m}@{k:<5}".rjust(11) for m in ("recall", "ndcg", "mrr") for k in ks)
+    header = "split  " + "".join(f"{m}@{k}".rjust(11) for m in ("recall", "ndcg", "mrr") for k in ks)
     print(header)
     for split, metrics in (("valid", result.valid), ("test", result.test)):
         cells = "".join(f"{metrics[f'{m}@{k}']:>11.4f}" for m in ("recall", "ndcg", "mrr") for k in ks)

@@ -90,6 +90,33 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[ModularSAR, 
     return model.to(device).eval(), cfg, payload
 
 
+def train_epoch(model: ModularSAR, optimizer: torch.optim.Optimizer, batches: TrainBatches, cfg: Config,
+                device: torch.device, epoch: int = 0) -> float:
+    """One pass over the training batches; returns the mean loss. Raises TrainingDiverged on NaN/inf."""
+    total, count = 0.0, 0
+    for batch in batches:
+        batch = batch.to(device)
+        hidden = model(batch.inputs, batch.users)
+        loss = training_loss(model, hidden, batch.labels, batch.users, cfg.loss, cfg.data.padding_free)
+        if not torch.isfinite(loss):
+            raise TrainingDiverged(f"loss became {loss.item()} at epoch {epoch}; lower train.lr or add "
+                                   "train.grad_clip")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.train.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+        optimizer.step()
+        total, count = total + loss.item(), count + 1
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return total / max(count, 1)
+
+
+def make_optimizer(model: torch.nn.Module, cfg: Config) -> torch.optim.Optimizer:
+    optimizer_cls = torch.optim.AdamW if cfg.train.optimizer == "adamw" else torch.optim.Adam
+    return optimizer_cls(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+
+
 def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCallback | None = None,
               checkpoint_path: str | Path | None = None, progress: bool = True,
               data_root: str | Path | None = None) -> TrialResult:
@@ -104,8 +131,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
         raise ModsarError(f"dataset '{cfg.dataset}' has no user with 3+ interactions: nothing to validate or test")
     max_len = cfg.data.max_len or dataset.default_max_len
     model = build_model(cfg, dataset.num_items, dataset.num_users, max_len).to(device)
-    optimizer_cls = torch.optim.AdamW if cfg.train.optimizer == "adamw" else torch.optim.Adam
-    optimizer = optimizer_cls(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+    optimizer = make_optimizer(model, cfg)
     batches = TrainBatches(split, cfg.task, max_len, cfg.data.batch_size, cfg.mask_prob, cfg.data.padding_free,
                            cfg.model.item_sse_prob, cfg.model.user_sse_prob, seed=cfg.seed)
     if not len(batches):
@@ -129,25 +155,10 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     epoch = 0
     for epoch in epochs:
         tick = time.perf_counter()
-        total, count = 0.0, 0
-        for batch in batches:
-            batch = batch.to(device)
-            hidden = model(batch.inputs, batch.users)
-            loss = training_loss(model, hidden, batch.labels, batch.users, cfg.loss, cfg.data.padding_free)
-            if not torch.isfinite(loss):
-                raise TrainingDiverged(f"loss became {loss.item()} at epoch {epoch}; lower train.lr or add "
-                                       "train.grad_clip")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.train.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
-            optimizer.step()
-            total, count = total + loss.item(), count + 1
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        mean_loss = train_epoch(model, optimizer, batches, cfg, device, epoch)
         epoch_times.append(time.perf_counter() - tick)
         if epoch % cfg.train.eval_every and epoch != cfg.train.max_epochs:
-            epochs.set_postfix(loss=f"{total / count:.4f}")
+            epochs.set_postfix(loss=f"{mean_loss:.4f}")
             continue
         tick = time.perf_counter()
         metrics = validate()
@@ -160,14 +171,16 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
                 save_checkpoint(checkpoint_path, model, cfg, {**meta, "epoch": epoch, "valid": metrics})
         else:
             stale += 1
-        history.append({"epoch": epoch, "loss": total / count, **{f"valid.{k}": v for k, v in metrics.items()}})
-        epochs.set_postfix(loss=f"{total / count:.4f}", **{cfg.train.monitor: f"{metrics[monitor]:.4f}",
+        history.append({"epoch": epoch, "loss": mean_loss, **{f"valid.{k}": v for k, v in metrics.items()}})
+        epochs.set_postfix(loss=f"{mean_loss:.4f}", **{cfg.train.monitor: f"{metrics[monitor]:.4f}",
                                                             "best": f"{best_value:.4f}@{best_epoch}"})
         if on_eval is not None:
             on_eval(epoch, metrics, improved, checkpoint_path if improved else None)
         if cfg.train.patience and stale >= cfg.train.patience:
             break
     epochs.close()
+    if best_state is None:
+        raise TrainingDiverged(f"validation {cfg.train.monitor} was never a number; the model produced NaN scores")
 
     model.load_state_dict(best_state)
     model.eval()

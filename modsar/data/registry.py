@@ -74,7 +74,8 @@ REGISTRY: dict[str, DatasetSpec] = {spec.name: spec for spec in [
                 sha256="4edb74e2a81178c2ba9ff381495f754f996c4aea351b1272ca36b43da0935eff",
                 expected={"users": 943, "items": 1682, "interactions": 100000}),
     DatasetSpec("diginetica", "Diginetica sessions (SR-GNN preprocessing); pass the train and the test "
-                "session files as two --source options (no text download exists)", "sessions", 50, 0, 5),
+                "session files as two --source options (no text download exists)", "sessions", 50,
+                expected={"users": 202633, "items": 43097, "interactions": 982961}),
 ]}
 
 SYNTHETIC = "synthetic"
