@@ -111,6 +111,8 @@ class ModularSAR(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
         self.final_norm = nn.LayerNorm(d) if cfg.norm == "pre" else nn.Identity()
         self.apply(self._init)
+        if cfg.positional == "learned":  # as the ModSAR code: AE needs a strong position signal to find neighbours
+            nn.init.xavier_uniform_(self.pos_emb.weight)
 
     @staticmethod
     def _init(module: nn.Module) -> None:
