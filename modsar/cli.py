@@ -85,7 +85,131 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--json", action="store_true", help="print the result row as JSON")
     train.add_argument("--list-keys", action="store_true", help="print every config key with its default")
     _add_data_dir(train)
+
+    search = sub.add_parser("search", help="search a design space with Ray Tune (ASHA; grid, random, optuna)",
+                            epilog=EPILOG_SEARCH, formatter_class=argparse.RawDescriptionHelpFormatter)
+    search.add_argument("--space", required=True, help="bundled space name (see `modsar spaces`) or a YAML path")
+    search.add_argument("--dataset", required=True, help="prepared dataset name")
+    search.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides on the space's base")
+    search.add_argument("--experiment", help="results group (default: <space>-<dataset>)")
+    search.add_argument("--results", default="results", help="results root: a path or a pyarrow URI (s3://...)")
+    search.add_argument("--search", choices=["grid", "random", "optuna"],
+                        help="search algorithm (default: the space's budget.search, usually grid)")
+    search.add_argument("--num-samples", type=int, help="grid: repeats of the grid; random/optuna: trials (16)")
+    search.add_argument("--max-epochs", type=int, help="epochs per trial (default: the space's budget)")
+    search.add_argument("--time-budget", type=float, metavar="SECONDS", help="stop starting trials after this")
+    search.add_argument("--max-t", type=int, help="ASHA max_t in validation passes (default: from the space)")
+    search.add_argument("--grace-period", type=int, help="ASHA grace period in validation passes")
+    search.add_argument("--reduction-factor", type=int, help="ASHA reduction factor")
+    search.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial (= torch threads)")
+    search.add_argument("--gpus-per-trial", type=float, default=0.0, help="GPUs per trial; fractions share a GPU")
+    search.add_argument("--max-concurrent", type=int, help="trials at once (default: what the resources allow)")
+    search.add_argument("--max-failures", type=int, default=0, help="retries of a failing trial")
+    search.add_argument("--seed", type=int, default=0, help="seed of the trials and of the random/optuna sampler")
+    search.add_argument("--seeds", type=int, default=0, metavar="K",
+                        help="afterwards re-run the selected AE and AR configs on seeds 0..K-1")
+    search.add_argument("--address", help="join an existing Ray cluster (default: $RAY_ADDRESS, else a local Ray)")
+    search.add_argument("--dashboard", action="store_true", help="start the Ray dashboard (localhost only)")
+    search.add_argument("--resume", action="store_true", help="continue a killed search (Tuner.restore)")
+    search.add_argument("--overwrite", action="store_true", help="delete an existing experiment of this name first")
+    search.add_argument("--quiet", action="store_true", help="no live table; print only the summary")
+    search.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _add_data_dir(search)
+
+    spaces = sub.add_parser("spaces", help="list the bundled design spaces, or describe one")
+    spaces.add_argument("name", nargs="?", help="a space name or YAML path to describe")
+
+    results = sub.add_parser("results", help="list and filter trial rows (Parquet)",
+                             epilog=EPILOG_RESULTS, formatter_class=argparse.RawDescriptionHelpFormatter)
+    results.add_argument("--experiment", help="one experiment (default: all under --results)")
+    results.add_argument("--results", default="results", help="results root: a path or a pyarrow URI")
+    results.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                         help="keep rows whose column equals the value (repeatable)")
+    results.add_argument("--columns", help="comma-separated columns to show")
+    results.add_argument("--sort", help="column to sort by, descending (default: the validation ndcg@10)")
+    results.add_argument("--limit", type=int, default=50, help="rows to show (default 50)")
+    results.add_argument("--json", action="store_true", help="print rows as JSON")
     return parser
+
+
+EPILOG_SEARCH = """examples:
+  modsar search --space local_attn --dataset beauty              # full grid, ASHA, local Ray
+  modsar search --space loss_ce --dataset synthetic --max-epochs 10 --max-t 5 --grace-period 1
+  modsar search --space vanilla --dataset video --search optuna --num-samples 40 --cpus-per-trial 2
+  modsar search --space my_space.yaml --dataset ml-1m --gpus-per-trial 0.25 --address ray://head:10001
+  modsar search --space local_attn --dataset beauty --resume     # after the driver was killed
+
+Rows land in <results>/<experiment>/trials/*.parquet (one per trial); see `modsar results`."""
+
+EPILOG_RESULTS = """examples:
+  modsar results --experiment loss_ce-synthetic
+  modsar results --where task=ar --where status=finished --columns trial_id,model.hidden_size,valid.ndcg@10
+  modsar results --where selected=true --json"""
+
+
+def _search(args: argparse.Namespace) -> int:
+    from modsar.search import SearchRequest, run_search
+
+    req = SearchRequest(space=args.space, dataset=args.dataset, experiment=args.experiment, results=args.results,
+                        search=args.search, num_samples=args.num_samples, max_epochs=args.max_epochs,
+                        time_budget_s=args.time_budget, max_t=args.max_t, grace_period=args.grace_period,
+                        reduction_factor=args.reduction_factor, cpus_per_trial=args.cpus_per_trial,
+                        gpus_per_trial=args.gpus_per_trial, max_concurrent=args.max_concurrent,
+                        max_failures=args.max_failures, seed=args.seed, seeds=args.seeds,
+                        overrides=list(args.overrides), address=args.address, data_dir=args.data_dir,
+                        quiet=args.quiet, resume=args.resume, overwrite=args.overwrite, dashboard=args.dashboard)
+    summary = run_search(req)
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+        return 0
+    print(f"search {summary['experiment']}: {summary['trials']} trials ({summary['errors']} errors) in "
+          f"{summary['wall_time_s']:.0f} s; rows in {summary['results']}/trials")
+    for task, info in sorted(summary["selected"].items()):
+        metrics = "  ".join(f"{k}={v:.4f}" for k, v in info.items() if k != "trial_id")
+        print(f"  best {task.upper()}: {info['trial_id']}  {metrics}")
+    return 0
+
+
+def _spaces(args: argparse.Namespace) -> int:
+    from modsar.spaces import bundled_spaces, describe, grid_size_by_task, load_space
+
+    if args.name:
+        print(describe(load_space(args.name)))
+        return 0
+    for space in bundled_spaces():
+        sizes = ", ".join(f"{t.upper()} {n}" for t, n in sorted(grid_size_by_task(space).items()))
+        print(f"{space.name:<14} {sizes:<18} {space.description}")
+    return 0
+
+
+def _results(args: argparse.Namespace) -> int:
+    from modsar.results import read_rows
+
+    rows = read_rows(args.results, args.experiment)
+    if not len(rows):
+        raise ModsarError(f"no trial rows under {args.results}{'/' + args.experiment if args.experiment else ''}")
+    for cond in args.where:
+        key, _, value = cond.partition("=")
+        if key not in rows:
+            raise ModsarError(f"--where: unknown column '{key}' (e.g. task, status, selected, model.hidden_size)")
+        rows = rows[rows[key].astype(str).str.lower() == value.lower()]
+    sort = args.sort or next((c for c in ("valid.ndcg@10", "valid.recall@10") if c in rows), None)
+    if sort:
+        if sort not in rows:
+            raise ModsarError(f"--sort: unknown column '{sort}'")
+        rows = rows.sort_values(sort, ascending=False, na_position="last")
+    default = ["trial_id", "task", "status", "selected", "epochs_run", "best_epoch", "valid.ndcg@10",
+               "valid.recall@10", "test.ndcg@10", "test.recall@10"]
+    columns = args.columns.split(",") if args.columns else [c for c in default if c in rows]
+    missing = [c for c in columns if c not in rows]
+    if missing:
+        raise ModsarError(f"--columns: unknown column '{missing[0]}'")
+    rows = rows.head(args.limit)
+    if args.json:
+        print(rows.to_json(orient="records", indent=2))
+    else:
+        print(rows[columns].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    return 0
 
 
 def _prepare(args: argparse.Namespace) -> int:
@@ -160,7 +284,7 @@ def _list(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     from modsar.config import Config, load_config
     from modsar.data.store import load_dataset
-    from modsar.results import result_row, write_row
+    from modsar.results import result_row, trial_facts, write_row
     from modsar.train import TrainingDiverged, run_trial
 
     if args.list_keys:
@@ -183,8 +307,8 @@ def _train(args: argparse.Namespace) -> int:
                          dataset_manifest=dataset.manifest)
         write_row(args.results, row)
         raise ModsarError(f"training failed: {exc}") from None
-    row = result_row(cfg, experiment=experiment, trial_id=trial_id, status="finished", result=result,
-                     dataset_manifest=dataset.manifest)
+    row = result_row(cfg, experiment=experiment, trial_id=trial_id, status="finished", valid=result.valid,
+                     test=result.test, facts=trial_facts(result), dataset_manifest=dataset.manifest)
     path = write_row(args.results, row)
     if args.json:
         print(json.dumps(row, indent=2, default=str))
@@ -215,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         args.overrides = [*args.overrides, *extra]
     handlers = {("data", "prepare"): _prepare, ("data", "stats"): _stats, ("data", "list"): _list,
-                ("train", None): _train}
+                ("train", None): _train, ("search", None): _search, ("spaces", None): _spaces,
+                ("results", None): _results}
     handler = handlers[(args.command, getattr(args, "data_command", None))]
     try:
         return handler(args)

@@ -12,7 +12,6 @@ import json
 import os
 import platform
 import socket
-import sys
 import uuid
 from importlib import metadata
 from typing import Any
@@ -37,30 +36,36 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def result_row(cfg: Config, *, experiment: str, trial_id: str, status: str, result=None, error: str | None = None,
+def result_row(cfg: Config, *, experiment: str, trial_id: str, status: str, valid: dict | None = None,
+               test: dict | None = None, facts: dict | None = None, error: str | None = None,
                space: str | None = None, dataset_manifest: dict | None = None) -> dict[str, Any]:
-    """One flat row: facts, config (dotted), metrics. `result` is a train.TrialResult or None on error."""
-    assert status in STATUSES
+    """One flat row: run facts, config (dotted names), ``valid.*`` and ``test.*`` metrics."""
+    if status not in STATUSES:
+        raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
     manifest = dataset_manifest or {}
     row: dict[str, Any] = {
         "experiment": experiment, "trial_id": trial_id, "space": space, "status": status, "error": error,
+        "selected": False, "role": "search" if space else "train",
         "dataset_preprocessing": json.dumps(manifest.get("options")) if manifest else None,
         "dataset_sha256": ",".join(s.get("sha256", "generated") for s in manifest.get("sources", [])) or None,
         "backbone": cfg.model.backbone,
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "host": socket.gethostname(), "versions": json.dumps(package_versions()),
-        "argv": " ".join(sys.argv),
     }
     for key, value in cfg.flat().items():
         row[key] = json.dumps(value) if isinstance(value, list) else value
-    if result is not None:
-        row.update({"best_epoch": result.best_epoch, "epochs_run": result.epochs_run,
-                    "wall_time_s": result.wall_time_s, "epoch_time_s": result.epoch_time_s,
-                    "eval_time_s": result.eval_time_s, "device": result.device,
-                    "num_parameters": result.num_parameters, "checkpoint": result.checkpoint})
-        row.update({f"valid.{k}": v for k, v in result.valid.items()})
-        row.update({f"test.{k}": v for k, v in result.test.items()})
+    row.update(facts or {})
+    row.update({f"valid.{k}": v for k, v in (valid or {}).items()})
+    row.update({f"test.{k}": v for k, v in (test or {}).items()})
     return row
+
+
+def trial_facts(result) -> dict[str, Any]:
+    """Run facts of a train.TrialResult, as row columns."""
+    return {"best_epoch": result.best_epoch, "epochs_run": result.epochs_run, "wall_time_s": result.wall_time_s,
+            "epoch_time_s": result.epoch_time_s, "eval_time_s": result.eval_time_s, "device": result.device,
+            "num_parameters": result.num_parameters, "checkpoint": result.checkpoint,
+            "curve": json.dumps([[h["epoch"], h[f"valid.{result.monitor}"]] for h in result.history])}
 
 
 def _filesystem(root: str) -> tuple[pafs.FileSystem, str]:

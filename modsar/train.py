@@ -30,7 +30,9 @@ from modsar.evaluate import evaluate, model_scorer
 from modsar.model.losses import training_loss
 from modsar.model.modular import ModularSAR
 
-EvalCallback = Callable[[int, dict, bool, "Path | None"], None]  # (epoch, valid metrics, improved, ckpt)
+# on_eval(epoch, valid metrics, improved, checkpoint or None, facts): facts has "last" (training stops after
+# this pass: patience or max epochs) and the mean epoch/eval times so far.
+EvalCallback = Callable[[int, dict, bool, "Path | None", dict], None]
 
 
 class TrainingDiverged(RuntimeError):
@@ -50,6 +52,7 @@ class TrialResult:
     num_parameters: int
     history: list[dict] = field(default_factory=list)  # one entry per validation pass
     checkpoint: str | None = None
+    monitor: str = "ndcg@10"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -119,7 +122,12 @@ def make_optimizer(model: torch.nn.Module, cfg: Config) -> torch.optim.Optimizer
 
 def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCallback | None = None,
               checkpoint_path: str | Path | None = None, progress: bool = True,
-              data_root: str | Path | None = None) -> TrialResult:
+              data_root: str | Path | None = None, evaluate_test: bool = True) -> TrialResult:
+    """Train `cfg`, select the best epoch on validation, and (unless told not to) test that epoch.
+
+    `on_eval(epoch, valid_metrics, improved, checkpoint)` runs after every validation pass; a search
+    reports from it. Searches pass evaluate_test=False: only the selected trials are ever tested.
+    """
     started = time.perf_counter()
     if cfg.train.threads > 0:
         torch.set_num_threads(cfg.train.threads)
@@ -132,6 +140,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     max_len = cfg.data.max_len or dataset.default_max_len
     model = build_model(cfg, dataset.num_items, dataset.num_users, max_len).to(device)
     optimizer = make_optimizer(model, cfg)
+    num_parameters = sum(p.numel() for p in model.parameters())
     batches = TrainBatches(split, cfg.task, max_len, cfg.data.batch_size, cfg.mask_prob, cfg.data.padding_free,
                            cfg.model.item_sse_prob, cfg.model.user_sse_prob, seed=cfg.seed)
     if not len(batches):
@@ -173,21 +182,26 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
             stale += 1
         history.append({"epoch": epoch, "loss": mean_loss, **{f"valid.{k}": v for k, v in metrics.items()}})
         epochs.set_postfix(loss=f"{mean_loss:.4f}", **{cfg.train.monitor: f"{metrics[monitor]:.4f}",
-                                                            "best": f"{best_value:.4f}@{best_epoch}"})
+                                                       "best": f"{best_value:.4f}@{best_epoch}"})
+        last = bool(cfg.train.patience and stale >= cfg.train.patience) or epoch == cfg.train.max_epochs
         if on_eval is not None:
-            on_eval(epoch, metrics, improved, checkpoint_path if improved else None)
-        if cfg.train.patience and stale >= cfg.train.patience:
+            facts = {"last": last, "epoch_time_s": float(np.mean(epoch_times)), "num_parameters": num_parameters,
+                     "eval_time_s": float(np.mean(eval_times)), "loss": mean_loss}
+            on_eval(epoch, metrics, improved, checkpoint_path if improved else None, facts)
+        if last:
             break
     epochs.close()
     if best_state is None:
         raise TrainingDiverged(f"validation {cfg.train.monitor} was never a number; the model produced NaN scores")
 
-    model.load_state_dict(best_state)
-    model.eval()
-    test = evaluate(model_scorer(model), split, "test", cfg.eval, cfg.task, max_len, cfg.data.eval_batch_size,
-                    device)
+    test = {}
+    if evaluate_test:
+        model.load_state_dict(best_state)
+        model.eval()
+        test = evaluate(model_scorer(model), split, "test", cfg.eval, cfg.task, max_len,
+                        cfg.data.eval_batch_size, device)
     return TrialResult(valid=best_valid, test=test, best_epoch=best_epoch, epochs_run=epoch,
                        wall_time_s=time.perf_counter() - started, epoch_time_s=float(np.mean(epoch_times)),
                        eval_time_s=float(np.mean(eval_times)), device=str(device),
-                       num_parameters=sum(p.numel() for p in model.parameters()), history=history,
-                       checkpoint=str(checkpoint_path) if checkpoint_path else None)
+                       num_parameters=num_parameters, history=history,
+                       checkpoint=str(checkpoint_path) if checkpoint_path else None, monitor=monitor)

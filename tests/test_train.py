@@ -71,11 +71,12 @@ def test_same_seed_same_metrics_and_checkpoint_reproduces_test(tmp_path):
     cfg = quick("seed=7", "task=ae", "train.eval_every=1")
     ckpt = tmp_path / "best.pt"
     calls = []
-    first = run_trial(cfg, on_eval=lambda e, m, imp, c: calls.append((e, imp, c)), checkpoint_path=ckpt,
+    first = run_trial(cfg, on_eval=lambda e, m, imp, c, f: calls.append((e, imp, c, f["last"])), checkpoint_path=ckpt,
                       progress=False)
     second = run_trial(cfg, progress=False)
     assert first.test == second.test and first.valid == second.valid
     assert [c[0] for c in calls] == [1, 2, 3] and calls[0][1] and calls[0][2] == ckpt
+    assert [c[3] for c in calls] == [False, False, True]
     model, loaded_cfg, payload = load_checkpoint(ckpt)
     assert loaded_cfg == cfg and payload["epoch"] == first.best_epoch
     data = load_dataset("synthetic")

@@ -1,0 +1,260 @@
+"""Design spaces: YAML files that say which config keys a search varies, and how.
+
+Schema (every key is checked; nothing is evaluated as code, YAML is read with ``safe_load``)::
+
+    description: one line shown by `modsar spaces`
+    paper: where the space comes from (optional)
+    base:                      # fixed config values (dotted keys, as in `modsar train`)
+      loss.name: ce
+    params:                    # searched keys; each has exactly one distribution
+      task: {grid: [ae, ar]}
+      model.hidden_size: {grid: [32, 64]}              # grid: every value (a categorical for random/optuna)
+      model.dropout: {grid: [0.0, 0.2], also: [model.attn_dropout]}   # same value for other keys too
+      train.lr: {loguniform: [1.0e-4, 1.0e-2]}         # also: choice [..], uniform [lo, hi], randint [lo, hi)
+      mask_prob: {grid: [0.2, 0.4], when: {task: ae}}  # only sampled when the condition holds
+    scheduler: {max_t: 40, grace_period: 5, reduction_factor: 2}   # ASHA, in validation passes
+    budget: {search: grid, num_samples: 1, max_epochs: 200, eval_every: 5}
+
+A condition names another param and a value or a list of values; a param whose condition does not hold
+keeps the base/default value. Grid search enumerates the conditional product exactly (AE gets the
+`mask_prob` grid, AR does not), so no point is run twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from modsar.config import Config, apply_overrides, set_value
+from modsar.errors import ModsarError
+
+SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+DISTRIBUTIONS = ("grid", "choice", "uniform", "loguniform", "randint")
+TOP_KEYS = {"description", "paper", "base", "params", "scheduler", "budget"}
+SCHEDULER_KEYS = {"max_t", "grace_period", "reduction_factor"}
+BUDGET_KEYS = {"search", "num_samples", "max_epochs", "eval_every"}
+SEARCHES = ("grid", "random", "optuna")
+
+
+@dataclass
+class Param:
+    key: str
+    kind: str  # one of DISTRIBUTIONS
+    values: list  # grid/choice: the values; uniform/loguniform/randint: [low, high]
+    when: dict[str, list] = field(default_factory=dict)
+    also: list[str] = field(default_factory=list)
+
+    def active(self, point: dict[str, Any]) -> bool:
+        return all(point.get(k) in allowed for k, allowed in self.when.items())
+
+    @property
+    def categorical(self) -> bool:
+        return self.kind in ("grid", "choice")
+
+
+@dataclass
+class SearchSpace:
+    name: str
+    path: str
+    description: str
+    paper: str
+    base: dict[str, Any]
+    params: list[Param]
+    scheduler: dict[str, int]
+    budget: dict[str, Any]
+
+    def base_config(self, overrides: dict[str, Any] | None = None) -> Config:
+        cfg = Config()
+        apply_overrides(cfg, {**self.base, **(overrides or {})}, f"space '{self.name}'")
+        return cfg
+
+    def expand(self, point: dict[str, Any]) -> dict[str, Any]:
+        """Sampled values -> config overrides (adds the `also` keys)."""
+        out = dict(point)
+        for p in self.params:
+            if p.key in point:
+                out.update({k: point[p.key] for k in p.also})
+        return out
+
+    def tasks(self) -> list[str]:
+        """The AE/AR values this space covers (the `task` param's values, else the base task)."""
+        for p in self.params:
+            if p.key == "task":
+                return list(dict.fromkeys(p.values))
+        return [self.base.get("task", "ar")]
+
+    def for_task(self, task: str) -> SearchSpace:
+        """The same space with `task` fixed: one ASHA bracket never compares AE with AR trials."""
+        params = [Param(p.key, "grid", [task], p.when, p.also) if p.key == "task" else p for p in self.params]
+        return SearchSpace(self.name, self.path, self.description, self.paper, self.base, params, self.scheduler,
+                           self.budget)
+
+    def grid_points(self) -> list[dict[str, Any]]:
+        """Every point of the conditional grid, in a stable order."""
+        points: list[dict[str, Any]] = [{}]
+        for p in self.params:
+            if not p.categorical:
+                raise ModsarError(f"space '{self.name}': grid search needs grid/choice params, but '{p.key}' is "
+                                  f"{p.kind}; use --search random or --search optuna")
+            nxt = []
+            for point in points:
+                nxt += [{**point, p.key: v} for v in p.values] if p.active(point) else [point]
+            points = nxt
+        return points
+
+    def suggest(self, trial) -> dict[str, Any]:
+        """Optuna define-by-run: sample the params in file order, honouring conditions."""
+        point: dict[str, Any] = {}
+        for p in self.params:
+            if not p.active(point):
+                continue
+            if p.categorical:
+                point[p.key] = trial.suggest_categorical(p.key, p.values)
+            elif p.kind == "randint":
+                point[p.key] = trial.suggest_int(p.key, p.values[0], p.values[1] - 1)
+            else:
+                point[p.key] = trial.suggest_float(p.key, p.values[0], p.values[1], log=p.kind == "loguniform")
+        return point
+
+    def size(self) -> int | None:
+        try:
+            return len(self.grid_points())
+        except ModsarError:
+            return None
+
+
+def _fail(where: str, msg: str) -> None:
+    raise ModsarError(f"{where}: {msg}")
+
+
+def _check_keys(where: str, given: dict, allowed: set[str], what: str) -> None:
+    unknown = sorted(set(given) - allowed)
+    if unknown:
+        _fail(where, f"unknown {what} key '{unknown[0]}' (allowed: {', '.join(sorted(allowed))})")
+
+
+def _parse_param(where: str, key: str, spec: Any) -> Param:
+    at = f"{where}: params.{key}"
+    if not isinstance(spec, dict):
+        _fail(at, f"must be a mapping like {{grid: [..]}}, got {spec!r}")
+    kinds = [k for k in spec if k in DISTRIBUTIONS]
+    extra = sorted(set(spec) - set(DISTRIBUTIONS) - {"when", "also"})
+    if extra:
+        _fail(at, f"unknown field '{extra[0]}' (allowed: {', '.join(DISTRIBUTIONS)}, when, also)")
+    if len(kinds) != 1:
+        _fail(at, f"needs exactly one distribution of {', '.join(DISTRIBUTIONS)}; got {kinds or 'none'}")
+    kind, values = kinds[0], spec[kinds[0]]
+    if not isinstance(values, list) or not values:
+        _fail(at, f"'{kind}' needs a non-empty list, got {values!r}")
+    if kind in ("uniform", "loguniform", "randint"):
+        if len(values) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            _fail(at, f"'{kind}' needs [low, high] numbers, got {values!r}")
+        if not values[0] < values[1]:
+            _fail(at, f"'{kind}' needs low < high, got {values!r}")
+        if kind == "loguniform" and values[0] <= 0:
+            _fail(at, f"'loguniform' needs low > 0, got {values!r}")
+        if kind == "randint" and not all(isinstance(v, int) for v in values):
+            _fail(at, f"'randint' needs integer bounds, got {values!r}")
+        samples = [values[0]] if kind == "randint" else [float(values[0]), float(values[1])]
+    else:
+        samples = values
+    also = spec.get("also", [])
+    if not isinstance(also, list):
+        _fail(at, f"'also' must be a list of keys, got {also!r}")
+    for target in [key, *also]:
+        for value in samples:
+            set_value(Config(), target, value, at)  # the key exists and the value has the right type
+    when = spec.get("when", {})
+    if not isinstance(when, dict):
+        _fail(at, f"'when' must map a param to a value or list of values, got {when!r}")
+    return Param(key, kind, list(values), {k: v if isinstance(v, list) else [v] for k, v in when.items()},
+                 list(also))
+
+
+def parse_space(data: Any, name: str, path: str) -> SearchSpace:
+    where = f"space '{path}'"
+    if not isinstance(data, dict):
+        _fail(where, "must be a mapping with description, base, params, scheduler, budget")
+    _check_keys(where, data, TOP_KEYS, "top-level")
+    for section in ("base", "params", "scheduler", "budget"):
+        if not isinstance(data.get(section, {}) or {}, dict):
+            _fail(where, f"'{section}' must be a mapping")
+    base = dict(data.get("base") or {})
+    apply_overrides(Config(), base, f"{where}: base")
+    params_raw = data.get("params") or {}
+    if not params_raw:
+        _fail(where, "'params' is empty: a search space needs at least one searched key")
+    params = [_parse_param(where, key, spec) for key, spec in params_raw.items()]
+    keys = [p.key for p in params]
+    for p in params:
+        for cond_key, allowed in p.when.items():
+            if cond_key not in keys or keys.index(cond_key) >= keys.index(p.key):
+                _fail(f"{where}: params.{p.key}", f"'when' refers to '{cond_key}', which must be a param listed "
+                      "before it")
+            cond = next(q for q in params if q.key == cond_key)
+            bad = [v for v in allowed if cond.categorical and v not in cond.values]
+            if bad:
+                _fail(f"{where}: params.{p.key}", f"'when' value {bad[0]!r} is not a value of '{cond_key}'")
+    scheduler = dict(data.get("scheduler") or {})
+    _check_keys(where, scheduler, SCHEDULER_KEYS, "scheduler")
+    budget = dict(data.get("budget") or {})
+    _check_keys(where, budget, BUDGET_KEYS, "budget")
+    if budget.get("search", "grid") not in SEARCHES:
+        _fail(where, f"budget.search must be one of {', '.join(SEARCHES)}; got {budget.get('search')!r}")
+    for key, value in [*scheduler.items(), *((k, v) for k, v in budget.items() if k != "search")]:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            _fail(where, f"'{key}' must be a positive integer; got {value!r}")
+    space = SearchSpace(name, path, str(data.get("description", "")).strip(), str(data.get("paper", "")).strip(),
+                        base, params, scheduler, budget)
+    return space
+
+
+def load_space(name_or_path: str) -> SearchSpace:
+    """A bundled space by name (`modsar spaces`) or a user's YAML file by path."""
+    path = Path(name_or_path)
+    if not (path.suffix in (".yaml", ".yml") or path.exists()):
+        path = SPACES_DIR / f"{name_or_path}.yaml"
+        if not path.is_file():
+            known = ", ".join(sorted(p.stem for p in SPACES_DIR.glob("*.yaml")))
+            raise ModsarError(f"unknown space '{name_or_path}'; bundled spaces: {known} (or pass a YAML path)")
+    if not path.is_file():
+        raise ModsarError(f"space file '{path}' does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise ModsarError(f"space file '{path}' is not valid YAML{at}") from None
+    return parse_space(data, path.stem, str(path))
+
+
+def bundled_spaces() -> list[SearchSpace]:
+    return [load_space(str(p)) for p in sorted(SPACES_DIR.glob("*.yaml"))]
+
+
+def describe(space: SearchSpace) -> str:
+    lines = [f"{space.name}: {space.description}"]
+    if space.paper:
+        lines.append(f"  source: {space.paper}")
+    size = space.size()
+    lines.append(f"  trials (full grid): {size if size is not None else 'continuous space'}")
+    lines.append("  base: " + ", ".join(f"{k}={v}" for k, v in space.base.items()))
+    for p in space.params:
+        cond = f" when {p.when}" if p.when else ""
+        also = f" (also {', '.join(p.also)})" if p.also else ""
+        lines.append(f"  {p.key}: {p.kind} {p.values}{cond}{also}")
+    sched = ", ".join(f"{k}={v}" for k, v in space.scheduler.items())
+    lines.append(f"  ASHA: {sched or 'defaults'}; budget: {space.budget}")
+    return "\n".join(lines)
+
+
+def grid_size_by_task(space: SearchSpace) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for point in space.grid_points():
+        task = point.get("task", space.base.get("task", "ar"))
+        counts[task] = counts.get(task, 0) + 1
+    return counts
+

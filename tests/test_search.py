@@ -1,0 +1,166 @@
+"""`modsar search` on a real local Ray cluster (in-process), tiny spaces on synthetic data."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from modsar.cli import main
+from modsar.results import read_rows
+from modsar.spaces import load_space
+
+ray = pytest.importorskip("ray", reason="ray[tune] is a core dependency; install the package")
+SPACES = Path(__file__).parent / "spaces"
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, object_store_memory=128 * 1024 * 1024,
+             log_to_driver=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def data_dir(tmp_path_factory, monkeypatch):
+    """Trials run in other processes: the data root must be a real shared folder, not per-test env."""
+    root = tmp_path_factory.mktemp("data")
+    monkeypatch.setenv("MODSAR_DATA", str(root))
+    return root
+
+
+def search(*args: str) -> int:
+    return main(["search", "--quiet", *args])
+
+
+def test_grid_asha_one_row_per_trial_and_selection(local_ray, data_dir, tmp_path, capsys):
+    out = tmp_path / "results"
+    assert search("--space", str(SPACES / "asha.yaml"), "--dataset", "synthetic", "--results", str(out),
+                  "--max-concurrent", "1", "--experiment", "g") == 0
+    rows = read_rows(str(out), "g")
+    space = load_space(str(SPACES / "asha.yaml"))
+    points = space.grid_points()
+    assert len(rows) == len(points) == 12 and rows["trial_id"].is_unique
+    seen = {(r["task"], r["mask_prob"] if r["task"] == "ae" else None, r["model.dropout"], r["train.lr"])
+            for _, r in rows.iterrows()}
+    expected = {(p["task"], p.get("mask_prob"), p["model.dropout"], p["train.lr"]) for p in points}
+    assert seen == expected  # grid covers every point, AR without the AE-only mask grid
+    assert (rows["model.attn_dropout"] == rows["model.dropout"]).all()  # `also` keys follow
+    stopped = rows[rows["status"] == "stopped"]
+    assert len(stopped) >= 2 and (stopped["epochs_run"] < 4).all()  # ASHA stopped weak trials early
+    assert (stopped["train.lr"] == 1e-6).sum() >= 2  # the trials that cannot learn go first
+    assert (rows[rows["status"] == "finished"]["epochs_run"] == 4).all()
+    assert set(rows["status"]) <= {"finished", "stopped"}
+    assert rows["valid.ndcg@10"].notna().all() and rows["space"].eq("asha").all()
+    selected = rows[rows["selected"]]
+    assert sorted(selected["task"]) == ["ae", "ar"]  # the best AE and the best AR, tested
+    assert (selected["train.lr"] == 0.005).all()
+    assert selected["test.ndcg@10"].notna().all() and rows[~rows["selected"]]["test.ndcg@10"].isna().all()
+    for _, group in rows.groupby("task"):
+        best = group.loc[group["valid.ndcg@10"].idxmax()]
+        assert best["selected"]
+    assert "best AR" in capsys.readouterr().out
+
+
+def test_trial_error_is_recorded_and_search_completes(local_ray, data_dir, tmp_path):
+    out = tmp_path / "results"
+    assert search("--space", str(SPACES / "errors.yaml"), "--dataset", "synthetic", "--results", str(out),
+                  "--experiment", "e") == 0
+    rows = read_rows(str(out), "e").set_index("model.num_heads")
+    assert rows.loc[1, "status"] == "finished" and rows.loc[1, "selected"]
+    assert rows.loc[3, "status"] == "error"
+    assert "divisible by 'model.num_heads' (3)" in rows.loc[3, "error"]
+
+
+def test_optuna_seed_reproduces_first_configurations(local_ray, data_dir, tmp_path):
+    out = tmp_path / "results"
+    configs = []
+    for name in ("o1", "o2"):
+        assert search("--space", str(SPACES / "continuous.yaml"), "--dataset", "synthetic", "--results", str(out),
+                      "--experiment", name, "--seed", "7", "--max-concurrent", "1") == 0
+        rows = read_rows(str(out), name)
+        configs.append(rows.sort_values("trial_index")[["model.dropout", "train.lr", "model.num_heads",
+                                                  "data.batch_size"]].to_dict("records"))
+    assert len(configs[0]) == 3 and configs[0] == configs[1]
+    assert len({c["train.lr"] for c in configs[0]}) == 3  # really sampled
+    assert all(1e-4 <= c["train.lr"] <= 1e-2 and 64 <= c["data.batch_size"] <= 256 for c in configs[0])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--space", str(SPACES / "asha.yaml"), "--dataset", "nosuch"], "dataset 'nosuch' is not prepared"),
+    (["--space", "nosuch", "--dataset", "synthetic"], "unknown space 'nosuch'"),
+    (["--space", str(SPACES / "asha.yaml"), "--dataset", "synthetic", "--gpus-per-trial", "0.5"],
+     "asks for a GPU, but the Ray cluster has none"),
+    (["--space", str(SPACES / "asha.yaml"), "--dataset", "synthetic", "--cpus-per-trial", "64"],
+     "exceeds the largest node's 2 CPUs"),
+    (["--space", str(SPACES / "continuous.yaml"), "--dataset", "synthetic", "--search", "grid"],
+     "grid search needs grid/choice params"),
+])
+def test_bad_requests_fail_cleanly(local_ray, data_dir, tmp_path, capsys, args, message):
+    out = tmp_path / "results"
+    assert search(*args, "--results", str(out)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("body,message", [
+    ("params:\n  model.hiden_size: {grid: [16]}\n", "unknown key 'model.hiden_size'"),
+    ("params:\n  model.dropout: {gaussian: [0, 1]}\n", "unknown field 'gaussian'"),
+    ("params:\n  train.lr: {loguniform: [0, 1]}\n", "'loguniform' needs low > 0"),
+    ("params:\n  mask_prob: {grid: [0.2], when: {task: ae}}\n", "'when' refers to 'task'"),
+    ("params:\n  task: {grid: [ae]}\nschedule: {}\n", "unknown top-level key 'schedule'"),
+    ("params:\n  model.dropout: {grid: [0.1]}\n  x: !!python/object:os.system {}\n", "not valid YAML"),
+])
+def test_bad_space_files(tmp_path, capsys, body, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(body)
+    assert main(["search", "--space", str(path), "--dataset", "synthetic", "--results", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not (tmp_path / "r").exists()
+
+
+def _descendants(pid: int) -> list:
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def test_sigkill_driver_then_resume(data_dir, tmp_path):
+    """Kill the driver (and its local Ray) mid-search; --resume completes with one row per trial."""
+    out = tmp_path / "results"
+    cmd = [sys.executable, "-m", "modsar.cli", "search", "--space", str(SPACES / "asha.yaml"), "--dataset",
+           "synthetic", "--results", str(out), "--experiment", "k", "--quiet", "--max-concurrent", "1"]
+    env = {**os.environ, "MODSAR_DATA": str(data_dir)}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    trials = out / "k" / "trials"
+    deadline = time.time() + 240
+    while time.time() < deadline and len(list(trials.glob("*.parquet"))) < 2:
+        time.sleep(0.5)
+    family = _descendants(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    for child in family:
+        child.kill()
+    proc.wait()
+    before = len(list(trials.glob("*.parquet")))
+    assert 2 <= before < 12, "the driver was killed mid-search"
+
+    done = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    files = sorted(trials.glob("*.parquet"))
+    assert len(files) == 12 and not list(trials.glob(".tmp*"))
+    ids = [pq.read_table(f).column("trial_id")[0].as_py() for f in files]  # every file reads back
+    assert len(set(ids)) == 12
+    rows = read_rows(str(out), "k")
+    assert set(rows["status"]) <= {"finished", "stopped"} and rows["selected"].sum() == 2
