@@ -18,6 +18,7 @@ import json
 import math
 import os
 import re
+import shutil
 import socket
 import sys
 import tempfile
@@ -143,7 +144,6 @@ def _sampled(config: dict[str, Any]) -> dict[str, Any]:
 def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_dir: str, test: bool = False) -> None:
     import ray
     import torch
-    from ray import tune
 
     from modsar.train import resolve_device, run_trial
 
@@ -165,7 +165,7 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
         report = {"epoch": epoch, **{f"valid.{k}": v for k, v in metrics.items()}, **best,
                   "trial_done": facts["last"], "epoch_time_s": facts["epoch_time_s"],
                   "eval_time_s": facts["eval_time_s"], "loss": facts["loss"],
-                  "num_parameters": facts["num_parameters"],
+                  "num_parameters": facts["num_parameters"], "torch_threads": torch.get_num_threads(),
                   "wall_time_s": time.perf_counter() - started, "monitor": monitor, "device": str(device), **node}
         if checkpoint is not None:
             tune.report(report, checkpoint=tune.Checkpoint.from_directory(str(checkpoint.parent)))
@@ -173,8 +173,11 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
             tune.report(report)
 
     device = resolve_device(cfg.train.device)
-    result = run_trial(cfg, on_eval=on_eval, checkpoint_path=folder / "best.pt", progress=False,
-                       data_root=data_dir, evaluate_test=test)
+    try:  # Tune copies each reported checkpoint into storage, so the local folder is scratch
+        result = run_trial(cfg, on_eval=on_eval, checkpoint_path=folder / "best.pt", progress=False,
+                           data_root=data_dir, evaluate_test=test)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     if test:  # seed re-runs of selected configs (no scheduler): one more report carries the test metrics
         tune.report({"epoch": result.epochs_run, **best, "trial_done": True, "monitor": monitor, **node,
                      "num_parameters": result.num_parameters, **{f"test.{k}": v for k, v in result.test.items()}})
@@ -191,7 +194,9 @@ def row_from_results(plan: Plan, trial_id: str, config: dict, results: list[dict
         cfg = trial_config(plan.base, plan.space, sampled)
     except ModsarError:  # an invalid combination: the trial failed on it; record the values as sampled
         cfg = Config.from_dict(plan.base)
-    last = results[-1] if results else {}
+    last: dict[str, Any] = {}
+    for reported in results:  # later reports win; a final test-only report keeps the earlier facts
+        last.update({k: v for k, v in reported.items() if v is not None})
     status = "error" if error else ("finished" if last.get("trial_done") else "stopped")
     valid = {k[5:]: v for k, v in last.items() if k.startswith("best.")}
     test = {k[5:]: v for k, v in last.items() if k.startswith("test.")}
@@ -200,6 +205,7 @@ def row_from_results(plan: Plan, trial_id: str, config: dict, results: list[dict
              "wall_time_s": last.get("wall_time_s"), "epoch_time_s": last.get("epoch_time_s"),
              "eval_time_s": last.get("eval_time_s"), "device": last.get("device"),
              "num_parameters": last.get("num_parameters"), "node_id": last.get("node_id"),
+             "torch_threads": last.get("torch_threads"),
              "checkpoint": checkpoint, "curve": json.dumps(curve), "reports": len(results),
              "search_algorithm": plan.search,
              "trial_index": int(tag.split("_")[0]) if tag.split("_")[0].isdigit() else None}  # creation order
@@ -217,11 +223,10 @@ def _error_message(trial) -> str:
     """The trial's exception as one line ("ModsarError: ..."), read from the files Tune just wrote."""
     from ray import cloudpickle
 
-    err = None
-    for path in (trial.pickled_error_file,):  # written locally by Trial.handle_error before callbacks run
-        if path and os.path.exists(path):
-            with open(path, "rb") as fh:
-                err = cloudpickle.load(fh)
+    err, path = None, trial.pickled_error_file  # written locally by Trial.handle_error before callbacks run
+    if path and os.path.exists(path):
+        with open(path, "rb") as fh:
+            err = cloudpickle.load(fh)
     if err is not None:
         cause = getattr(err, "cause", None) or err
         return f"{type(cause).__name__}: {cause}".strip().splitlines()[0][:500]

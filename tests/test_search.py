@@ -69,6 +69,20 @@ def test_grid_asha_one_row_per_trial_and_selection(local_ray, data_dir, tmp_path
     assert "best AR" in capsys.readouterr().out
 
 
+def test_seed_reruns_on_a_uri_store(local_ray, data_dir, tmp_path):
+    uri = f"file://{tmp_path}/store"
+    assert search("--space", str(SPACES / "seeds.yaml"), "--dataset", "synthetic", "--results", uri,
+                  "--experiment", "s", "--seeds", "2", "--cpus-per-trial", "2") == 0
+    rows = read_rows(uri, "s")
+    search_rows, seed_rows = rows[rows["role"] == "search"], rows[rows["role"] == "seed"]
+    assert len(search_rows) == 2 and search_rows["selected"].all()
+    assert sorted(zip(seed_rows["task"], seed_rows["seed"], strict=True)) == [("ae", 0), ("ae", 1), ("ar", 0), ("ar", 1)]
+    assert seed_rows["test.ndcg@10"].notna().all() and (seed_rows["status"] == "finished").all()
+    assert (rows["torch_threads"] == 2).all()  # torch threads follow the CPUs a trial holds
+    ar = seed_rows[seed_rows["task"] == "ar"].sort_values("seed")
+    assert ar["test.ndcg@10"].iloc[0] != ar["test.ndcg@10"].iloc[1]  # different seeds, different runs
+
+
 def test_trial_error_is_recorded_and_search_completes(local_ray, data_dir, tmp_path):
     out = tmp_path / "results"
     assert search("--space", str(SPACES / "errors.yaml"), "--dataset", "synthetic", "--results", str(out),
