@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="search algorithm (default: the space's budget.search, usually grid)")
     search.add_argument("--num-samples", type=int, help="grid: repeats of the grid; random/optuna: trials (16)")
     search.add_argument("--max-epochs", type=int, help="epochs per trial (default: the space's budget)")
-    search.add_argument("--time-budget", type=float, metavar="SECONDS", help="stop starting trials after this")
+    search.add_argument("--time-budget", type=float, metavar="SECONDS", help="wall-clock budget, split evenly between the AE and AR searches")
     search.add_argument("--max-t", type=int, help="ASHA max_t in validation passes (default: from the space)")
     search.add_argument("--grace-period", type=int, help="ASHA grace period in validation passes")
     search.add_argument("--reduction-factor", type=int, help="ASHA reduction factor")
@@ -350,6 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("modsar: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and closed early
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

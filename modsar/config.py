@@ -32,14 +32,14 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    backbone: str = "modular"
+    backbone: str = "modular"  # modular | albert | llama | hf:<model_type> (e.g. hf:bert, hf:gpt2)
     hidden_size: int = 64
     num_layers: int = 2
     num_heads: int = 1
     ffn_size: int = 0  # 0 = 4 * hidden_size
     activation: str = choice("gelu", "gelu", "relu")
-    norm: str = choice("pre", "pre", "post")
-    positional: str = choice("learned", "learned", "sinusoidal", "none")
+    norm: str = choice("auto", "auto", "pre", "post")  # auto: the backbone's own (modular: pre)
+    positional: str = choice("auto", "auto", "learned", "sinusoidal", "none", "rope")  # auto: modular learned
     dropout: float = 0.2  # embedding and hidden (residual branch) dropout
     attn_dropout: float = 0.2  # dropout on attention probabilities
     local_heads: int = 0  # LOCKER-style window heads (the last `local_heads` of `num_heads`)
@@ -218,8 +218,14 @@ def validate(cfg: Config, where: str = "config") -> None:
     def bad(msg: str) -> None:
         raise ModsarError(f"{where}: {msg}")
 
-    if m.backbone != "modular":
-        bad(f"'model.backbone' must be 'modular' (HF backbones are not available yet); got {m.backbone!r}")
+    if m.backbone == "modular":
+        if m.positional == "rope":
+            bad("'model.positional=rope' exists only in HF backbones (llama); the modular backbone has learned, "
+                "sinusoidal or none")
+    else:
+        from hf_plugins import check_config
+
+        check_config(cfg, bad)
     for key, value in [("model.hidden_size", m.hidden_size), ("model.num_layers", m.num_layers),
                        ("model.num_heads", m.num_heads), ("data.batch_size", cfg.data.batch_size),
                        ("data.eval_batch_size", cfg.data.eval_batch_size), ("train.max_epochs", cfg.train.max_epochs),

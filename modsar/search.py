@@ -424,7 +424,8 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
         search_alg = ConcurrencyLimiter(OptunaSearch(space=space.suggest, metric=metric, mode="max",
                                                      sampler=sampler), max_concurrent=concurrent)
     tune_config = tune.TuneConfig(metric=metric, mode="max", scheduler=scheduler, search_alg=search_alg,
-                                  num_samples=plan.num_samples, time_budget_s=req.time_budget_s,
+                                  num_samples=plan.num_samples,
+                                  time_budget_s=req.time_budget_s / len(plan.space.tasks()) if req.time_budget_s else None,
                                   max_concurrent_trials=concurrent if search_alg is None else None,
                                   reuse_actors=True)
     run_config = tune.RunConfig(

@@ -72,8 +72,13 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_model(cfg: Config, num_items: int, num_users: int, max_len: int) -> ModularSAR:
-    return ModularSAR(cfg.model, num_items, num_users, max_len, cfg.task)
+def build_model(cfg: Config, num_items: int, num_users: int, max_len: int) -> torch.nn.Module:
+    """The modular backbone, or an hf_plugins backbone: same interface, same training and evaluation."""
+    if cfg.model.backbone == "modular":
+        return ModularSAR(cfg.model, num_items, num_users, max_len, cfg.task)
+    from hf_plugins import HFBackbone
+
+    return HFBackbone(cfg.model, num_items, num_users, max_len, cfg.task)
 
 
 def save_checkpoint(path: Path, model: torch.nn.Module, cfg: Config, meta: dict) -> None:
@@ -85,7 +90,7 @@ def save_checkpoint(path: Path, model: torch.nn.Module, cfg: Config, meta: dict)
     os.replace(tmp, path)
 
 
-def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[ModularSAR, Config, dict]:
+def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[torch.nn.Module, Config, dict]:
     payload = torch.load(path, map_location=device, weights_only=True)
     cfg = Config.from_dict(payload["config"], where=str(path))
     model = build_model(cfg, payload["num_items"], payload["num_users"], payload["max_len"])
@@ -93,7 +98,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[ModularSAR, 
     return model.to(device).eval(), cfg, payload
 
 
-def train_epoch(model: ModularSAR, optimizer: torch.optim.Optimizer, batches: TrainBatches, cfg: Config,
+def train_epoch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: TrainBatches, cfg: Config,
                 device: torch.device, epoch: int = 0) -> float:
     """One pass over the training batches; returns the mean loss. Raises TrainingDiverged on NaN/inf."""
     total, count = 0.0, 0

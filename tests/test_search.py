@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import ray
 
 from modsar.cli import main
 from modsar.results import read_rows
 from modsar.spaces import load_space
 
-ray = pytest.importorskip("ray", reason="ray[tune] is a core dependency; install the package")
 SPACES = Path(__file__).parent / "spaces"
 
 
@@ -178,3 +178,14 @@ def test_sigkill_driver_then_resume(data_dir, tmp_path):
     assert len(set(ids)) == 12
     rows = read_rows(str(out), "k")
     assert set(rows["status"]) <= {"finished", "stopped"} and rows["selected"].sum() == 2
+
+
+@pytest.mark.parametrize("space", ["hf_albert", "hf_llama"])
+def test_hf_spaces_run_end_to_end(local_ray, data_dir, tmp_path, space):
+    out = tmp_path / "results"
+    assert search("--space", space, "--dataset", "synthetic", "--results", str(out), "--experiment", space,
+                  "--search", "random", "--num-samples", "1", "--max-epochs", "1", "model.hidden_size=16",
+                  "train.eval_every=1") == 0
+    rows = read_rows(str(out), space)
+    assert sorted(rows["task"]) == ["ae", "ar"] and (rows["status"] == "finished").all()
+    assert rows["model.backbone"].eq(space[3:]).all() and rows["test.ndcg@10"].notna().all()

@@ -64,7 +64,7 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         d = cfg.hidden_size
-        self.pre_norm = cfg.norm == "pre"
+        self.pre_norm = cfg.norm in ("auto", "pre")
         self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.attn = SelfAttention(d, cfg.num_heads, cfg.attn_dropout)
         act = nn.GELU() if cfg.activation == "gelu" else nn.ReLU()
@@ -103,15 +103,16 @@ class ModularSAR(nn.Module):
         self.positions = max_len + 1  # AE reads max_len history items + the mask token
         self.item_emb = nn.Embedding(num_items + 2, self.item_dim, padding_idx=0)  # 0 pad, N+1 mask
         self.user_emb = nn.Embedding(num_users + 1, self.user_dim) if self.user_dim else None
-        if cfg.positional == "learned":
+        self.positional = "learned" if cfg.positional == "auto" else cfg.positional
+        if self.positional == "learned":
             self.pos_emb = nn.Embedding(self.positions, d)
-        elif cfg.positional == "sinusoidal":
+        elif self.positional == "sinusoidal":
             self.register_buffer("pos_table", sinusoidal_table(self.positions, d), persistent=False)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
-        self.final_norm = nn.LayerNorm(d) if cfg.norm == "pre" else nn.Identity()
+        self.final_norm = nn.LayerNorm(d) if cfg.norm in ("auto", "pre") else nn.Identity()
         self.apply(self._init)
-        if cfg.positional == "learned":  # as the ModSAR code: AE needs a strong position signal to find neighbours
+        if self.positional == "learned":  # as the ModSAR code: AE needs a strong position signal to find neighbours
             nn.init.xavier_uniform_(self.pos_emb.weight)
 
     @staticmethod
@@ -130,9 +131,9 @@ class ModularSAR(nn.Module):
         if self.user_emb is not None:
             x = torch.cat([x, self.user_emb(users)[:, None, :].expand(B, T, self.user_dim)], dim=-1)
         pos = torch.arange(self.positions - T, self.positions, device=inputs.device)
-        if self.cfg.positional == "learned":
+        if self.positional == "learned":
             x = x + self.pos_emb(pos)
-        elif self.cfg.positional == "sinusoidal":
+        elif self.positional == "sinusoidal":
             x = x + self.pos_table[pos]
         x = self.drop(x)
         mask = attention_mask(inputs, self.causal, self.cfg.num_heads, self.cfg.local_heads, self.cfg.local_window)

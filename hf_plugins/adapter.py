@@ -1,0 +1,146 @@
+"""One adapter for every HF backbone: item ids in, hidden states out, tied item-embedding scores.
+
+Each backbone declares which ModSAR knobs it really has and where they go in its HF config. A knob it
+does not have is refused with a clear message instead of being silently ignored (the original LLaMA
+dropout grid was a no-op that cost 5x compute).
+
+Padding: inputs are left-padded as everywhere in ModSAR; position ids count back from the most recent
+item (P - T + c), so padding never moves a real token's position, and padding keys are masked in both
+directions. Padding query rows attend to themselves only (no empty softmax rows).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from modsar.model.modular import attention_mask
+
+
+@dataclass(frozen=True)
+class Backbone:
+    model_type: str
+    norm: str  # the architecture's own norm placement
+    positional: str  # learned | rope
+    dropout: tuple[str, ...]  # HF config fields fed by model.dropout ( () = the model has none )
+    attn_dropout: tuple[str, ...]  # HF config fields fed by model.attn_dropout
+    activation_field: str
+    extra: tuple = ()  # fixed HF config values, as (name, value) pairs
+
+
+BACKBONES: dict[str, Backbone] = {
+    "albert": Backbone("albert", "post", "learned", ("hidden_dropout_prob",), ("attention_probs_dropout_prob",),
+                       "hidden_act", (("type_vocab_size", 1),)),
+    "llama": Backbone("llama", "pre", "rope", (), ("attention_dropout",), "hidden_act"),
+    "bert": Backbone("bert", "post", "learned", ("hidden_dropout_prob",), ("attention_probs_dropout_prob",),
+                     "hidden_act", (("type_vocab_size", 1),)),
+    "gpt2": Backbone("gpt2", "pre", "learned", ("resid_pdrop", "embd_pdrop"), ("attn_pdrop",),
+                     "activation_function"),
+}
+
+
+def backbone_spec(name: str) -> Backbone | None:
+    key = name[3:] if name.startswith("hf:") else name
+    if name.startswith("hf:") or key in ("albert", "llama"):
+        return BACKBONES.get(key)
+    return None
+
+
+def check_config(cfg, bad: Callable[[str], None]) -> None:
+    """Refuse config values a backbone cannot honour (called from modsar.config.validate)."""
+    m = cfg.model
+    name = m.backbone
+    if name == "transfo_xl":
+        bad("'model.backbone=transfo_xl' is not available yet (hf_plugins provides albert, llama, hf:bert, hf:gpt2)")
+    spec = backbone_spec(name)
+    if spec is None:
+        known = "modular, albert, llama, " + ", ".join(f"hf:{k}" for k in BACKBONES)
+        bad(f"'model.backbone' {name!r} is unknown; choose one of {known}")
+    if m.norm not in ("auto", spec.norm):
+        bad(f"{name} is {spec.norm}-norm by design; leave 'model.norm' at auto (or set {spec.norm})")
+    if m.positional not in ("auto", spec.positional):
+        bad(f"{name} uses {spec.positional} positions; leave 'model.positional' at auto (or set {spec.positional})")
+    if not spec.dropout and m.dropout:
+        bad(f"{name} has no hidden/embedding dropout, so 'model.dropout={m.dropout}' would do nothing; set "
+            "model.dropout=0 and use model.attn_dropout")
+    for key, value, what in [("local_heads", m.local_heads, "local window heads"),
+                             ("user_embedding", m.user_embedding, "SSE-PT user embeddings"),
+                             ("item_sse_prob", m.item_sse_prob, "SSE"), ("user_sse_prob", m.user_sse_prob, "SSE")]:
+        if value:
+            bad(f"'model.{key}' ({what}) exists only in the modular backbone, not in {name}")
+
+
+def _hf_config(spec: Backbone, m, vocab: int, positions: int):
+    from transformers import AutoConfig
+
+    d, ffn = m.hidden_size, m.ffn_size or 4 * m.hidden_size
+    common = {"vocab_size": vocab, "hidden_size": d, "num_hidden_layers": m.num_layers,
+              "num_attention_heads": m.num_heads, "intermediate_size": ffn, "pad_token_id": 0,
+              "max_position_embeddings": positions, spec.activation_field: m.activation}
+    if spec.model_type == "gpt2":  # GPT-2 spells its sizes differently
+        common = {"vocab_size": vocab, "n_embd": d, "n_layer": m.num_layers, "n_head": m.num_heads,
+                  "n_inner": ffn, "n_positions": positions, "pad_token_id": 0,
+                  spec.activation_field: m.activation}
+    if spec.model_type == "albert":
+        common["embedding_size"] = d  # tie the output head to the item embedding without a projection
+    if spec.model_type == "llama":
+        common["num_key_value_heads"] = m.num_heads
+    for field_name in spec.dropout:
+        common[field_name] = m.dropout
+    for field_name in spec.attn_dropout:
+        common[field_name] = m.attn_dropout
+    common.update(dict(spec.extra))
+    config = AutoConfig.for_model(spec.model_type, **common)
+    config._attn_implementation = "sdpa"
+    return config
+
+
+class HFBackbone(nn.Module):
+    """Same interface as ModularSAR: forward(inputs, users, need_weights) and score(hidden, users, items)."""
+
+    def __init__(self, cfg, num_items: int, num_users: int, max_len: int, task: str) -> None:
+        super().__init__()
+        from transformers import AutoModel
+
+        self.spec = backbone_spec(cfg.backbone)
+        self.num_items, self.causal, self.positions = num_items, task == "ar", max_len + 1
+        self.model = AutoModel.from_config(_hf_config(self.spec, cfg, num_items + 2, self.positions))
+        self.item_emb = self.model.get_input_embeddings()  # rows: 0 pad, 1..N items, N+1 mask
+
+    @contextlib.contextmanager
+    def _attention(self, implementation: str):
+        config = self.model.config
+        previous = config._attn_implementation
+        config._attn_implementation = implementation
+        try:
+            yield
+        finally:
+            config._attn_implementation = previous
+
+    def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
+        B, T = inputs.shape
+        allowed = attention_mask(inputs, self.causal, 1, 0, 0)  # (B, 1, T, T), True = may attend
+        position_ids = torch.arange(self.positions - T, self.positions, device=inputs.device).expand(B, T)
+        kwargs = {"input_ids": inputs, "position_ids": position_ids}
+        if self.spec.model_type in ("llama", "gpt2"):
+            kwargs["use_cache"] = False
+        if self.spec.model_type in ("albert", "bert"):
+            kwargs["token_type_ids"] = torch.zeros_like(inputs)
+        if not need_weights:
+            with self._attention("sdpa"):
+                return self.model(attention_mask=allowed, **kwargs).last_hidden_state
+        additive = torch.zeros(allowed.shape, dtype=self.item_emb.weight.dtype, device=inputs.device)
+        additive = additive.masked_fill(~allowed, torch.finfo(additive.dtype).min)
+        with self._attention("eager"):
+            out = self.model(attention_mask=additive, output_attentions=True, **kwargs)
+        return out.last_hidden_state, list(out.attentions)
+
+    def score(self, hidden: torch.Tensor, users: torch.Tensor | None = None,
+              items: torch.Tensor | None = None) -> torch.Tensor:
+        if items is None:
+            return hidden @ self.item_emb.weight[1 : self.num_items + 1].T
+        return (hidden.unsqueeze(-2) * self.item_emb(items)).sum(-1)

@@ -1,0 +1,110 @@
+"""HF backbones (stock transformers v5) as item-ID models: the AE/AR switch holds in both directions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hf_plugins import HFBackbone
+from modsar.config import Config, LossConfig, load_config
+from modsar.errors import ModsarError
+from modsar.model.losses import training_loss
+
+N_ITEMS, MAX_LEN = 30, 12
+BACKBONES = ["albert", "llama", "hf:bert", "hf:gpt2"]
+
+
+def make(backbone: str, task: str, **model) -> HFBackbone:
+    torch.manual_seed(0)
+    defaults = {"hidden_size": 16, "num_layers": 2, "num_heads": 2, "dropout": 0.0, "attn_dropout": 0.0}
+    cfg = Config.from_dict({"task": task, "model": {**defaults, "backbone": backbone, **model}})
+    return HFBackbone(cfg.model, N_ITEMS, 4, MAX_LEN, task).eval()
+
+
+def batch() -> torch.Tensor:
+    x = torch.randint(1, N_ITEMS + 1, (3, 9), generator=torch.Generator().manual_seed(2))
+    x[1, :3] = 0
+    return x
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_ar_never_sees_the_future(backbone):
+    model, x = make(backbone, "ar"), batch()
+    base = model(x)
+    for t in range(3, 8):
+        changed = x.clone()
+        changed[:, t + 1:] = changed[:, t + 1:] % N_ITEMS + 1
+        out = model(changed)
+        torch.testing.assert_close(out[:, : t + 1], base[:, : t + 1], rtol=0, atol=1e-5)
+        assert (out[:, t + 1:] - base[:, t + 1:]).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_ae_sees_both_sides(backbone):
+    model, x = make(backbone, "ae"), batch()
+    changed = x.clone()
+    changed[:, 6] = changed[:, 6] % N_ITEMS + 1
+    diff = (model(changed) - model(x)).abs()
+    assert diff[:, 5].max() > 1e-4 and diff[:, 7].max() > 1e-4
+
+
+@pytest.mark.parametrize("task", ["ar", "ae"])
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_padding_changes_nothing(backbone, task):
+    model, x = make(backbone, task), batch()
+    padded = torch.cat([torch.zeros(3, 3, dtype=torch.long), x], dim=1)
+    torch.testing.assert_close(model(padded)[:, 3:][x > 0], model(x)[x > 0], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_attention_maps_in_eager_mode(backbone):
+    model, x = make(backbone, "ar"), batch()
+    hidden, maps = model(x, need_weights=True)
+    torch.testing.assert_close(hidden, model(x), rtol=0, atol=1e-5)  # eager and SDPA agree
+    assert len(maps) == 2 and maps[0].shape == (3, 2, 9, 9)
+    assert maps[0][:, :, 4, 5:].abs().max() == 0 and maps[0][1, :, 5, :3].abs().max() == 0
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_a_few_steps_lower_the_loss(backbone):
+    model = make(backbone, "ar").train()
+    x = batch()
+    inputs, labels = x[:, :-1], x[:, 1:] * (x[:, :-1] > 0)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(15):
+        loss = training_loss(model, model(inputs), labels, torch.ones(3, dtype=torch.long), LossConfig("ce"))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_llama_attention_dropout_is_real():
+    model, x = make("llama", "ar", attn_dropout=0.5), batch()
+    model.train()
+    torch.manual_seed(1)
+    a = model(x)
+    torch.manual_seed(2)
+    assert (model(x) - a).abs().max() > 1e-4  # dropout active in training mode
+    model.eval()
+    torch.testing.assert_close(model(x), model(x))
+
+
+@pytest.mark.parametrize("override,message", [
+    ("model.dropout=0.2", "llama has no hidden/embedding dropout"),
+    ("model.norm=post", "llama is pre-norm by design"),
+    ("model.positional=learned", "llama uses rope positions"),
+    ("model.local_heads=1", "exists only in the modular backbone"),
+])
+def test_knobs_llama_does_not_have_are_refused(override, message):
+    with pytest.raises(ModsarError, match=message):
+        load_config(None, ["model.backbone=llama", "model.dropout=0", override])
+
+
+def test_unknown_backbone_and_transfo_xl_message():
+    with pytest.raises(ModsarError, match=r"'model.backbone' 'hf:nosuch' is unknown"):
+        load_config(None, ["model.backbone=hf:nosuch"])
+    with pytest.raises(ModsarError, match="transfo_xl' is not available yet"):
+        load_config(None, ["model.backbone=transfo_xl"])
