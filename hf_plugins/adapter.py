@@ -40,12 +40,13 @@ BACKBONES: dict[str, Backbone] = {
                      "hidden_act", (("type_vocab_size", 1),)),
     "gpt2": Backbone("gpt2", "pre", "learned", ("resid_pdrop", "embd_pdrop"), ("attn_pdrop",),
                      "activation_function"),
+    "transfo_xl": Backbone("modsar_transfo_xl", "post", "relative", ("dropout",), ("dropatt",), ""),
 }
 
 
 def backbone_spec(name: str) -> Backbone | None:
     key = name[3:] if name.startswith("hf:") else name
-    if name.startswith("hf:") or key in ("albert", "llama"):
+    if name.startswith("hf:") or key in ("albert", "llama", "transfo_xl"):
         return BACKBONES.get(key)
     return None
 
@@ -54,14 +55,14 @@ def check_config(cfg, bad: Callable[[str], None]) -> None:
     """Refuse config values a backbone cannot honour (called from modsar.config.validate)."""
     m = cfg.model
     name = m.backbone
-    if name == "transfo_xl":
-        bad("'model.backbone=transfo_xl' is not available yet (hf_plugins provides albert, llama, hf:bert, hf:gpt2)")
     spec = backbone_spec(name)
     if spec is None:
         known = "modular, albert, llama, " + ", ".join(f"hf:{k}" for k in BACKBONES)
         bad(f"'model.backbone' {name!r} is unknown; choose one of {known}")
-    if m.norm not in ("auto", spec.norm):
+    if m.norm not in ("auto", spec.norm) and not (name == "transfo_xl" and m.norm == "pre"):  # pre_lnorm exists
         bad(f"{name} is {spec.norm}-norm by design; leave 'model.norm' at auto (or set {spec.norm})")
+    if m.activation != "relu" and name == "transfo_xl":
+        bad("transfo_xl's feed-forward is ReLU by design; set model.activation=relu")
     if m.positional not in ("auto", spec.positional):
         bad(f"{name} uses {spec.positional} positions; leave 'model.positional' at auto (or set {spec.positional})")
     if not spec.dropout and m.dropout:
@@ -74,10 +75,19 @@ def check_config(cfg, bad: Callable[[str], None]) -> None:
             bad(f"'model.{key}' ({what}) exists only in the modular backbone, not in {name}")
 
 
-def _hf_config(spec: Backbone, m, vocab: int, positions: int):
+def _hf_config(spec: Backbone, m, vocab: int, positions: int, task: str):
     from transformers import AutoConfig
 
     d, ffn = m.hidden_size, m.ffn_size or 4 * m.hidden_size
+    if spec.model_type == "modsar_transfo_xl":  # our own registered model (hf_plugins.transfo_xl)
+        import hf_plugins.transfo_xl  # noqa: F401  (registers the Auto classes)
+
+        # One user sequence per row, no segments: memory off, distances clamped at the window length.
+        return AutoConfig.for_model(spec.model_type, vocab_size=vocab, d_model=d, d_embed=d, n_head=m.num_heads,
+                                    d_head=d // m.num_heads, d_inner=ffn, n_layer=m.num_layers,
+                                    pre_lnorm=m.norm == "pre", mem_len=0, clamp_len=positions,
+                                    same_length=False, dropout=m.dropout, dropatt=m.attn_dropout,
+                                    bidirectional=task == "ae")
     common = {"vocab_size": vocab, "hidden_size": d, "num_hidden_layers": m.num_layers,
               "num_attention_heads": m.num_heads, "intermediate_size": ffn, "pad_token_id": 0,
               "max_position_embeddings": positions, spec.activation_field: m.activation}
@@ -108,7 +118,7 @@ class HFBackbone(nn.Module):
 
         self.spec = backbone_spec(cfg.backbone)
         self.num_items, self.causal, self.positions = num_items, task == "ar", max_len + 1
-        self.model = AutoModel.from_config(_hf_config(self.spec, cfg, num_items + 2, self.positions))
+        self.model = AutoModel.from_config(_hf_config(self.spec, cfg, num_items + 2, self.positions, task))
         self.item_emb = self.model.get_input_embeddings()  # rows: 0 pad, 1..N items, N+1 mask
 
     @contextlib.contextmanager
@@ -123,6 +133,9 @@ class HFBackbone(nn.Module):
 
     def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
         B, T = inputs.shape
+        if self.spec.model_type == "modsar_transfo_xl":  # relative positions; padding mask + direction flag
+            out = self.model(input_ids=inputs, attention_mask=(inputs > 0).long(), output_attentions=need_weights)
+            return (out.last_hidden_state, list(out.attentions)) if need_weights else out.last_hidden_state
         allowed = attention_mask(inputs, self.causal, 1, 0, 0)  # (B, 1, T, T), True = may attend
         position_ids = torch.arange(self.positions - T, self.positions, device=inputs.device).expand(B, T)
         kwargs = {"input_ids": inputs, "position_ids": position_ids}

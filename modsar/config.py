@@ -32,14 +32,14 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    backbone: str = "modular"  # modular | albert | llama | hf:<model_type> (e.g. hf:bert, hf:gpt2)
+    backbone: str = "modular"  # modular | albert | llama | transfo_xl | hf:<model_type> (hf:bert, hf:gpt2)
     hidden_size: int = 64
     num_layers: int = 2
     num_heads: int = 1
     ffn_size: int = 0  # 0 = 4 * hidden_size
     activation: str = choice("gelu", "gelu", "relu")
     norm: str = choice("auto", "auto", "pre", "post")  # auto: the backbone's own (modular: pre)
-    positional: str = choice("auto", "auto", "learned", "sinusoidal", "none", "rope")  # auto: modular learned
+    positional: str = choice("auto", "auto", "learned", "sinusoidal", "none", "rope", "relative")  # modular: learned
     dropout: float = 0.2  # embedding and hidden (residual branch) dropout
     attn_dropout: float = 0.2  # dropout on attention probabilities
     local_heads: int = 0  # LOCKER-style window heads (the last `local_heads` of `num_heads`)
@@ -219,9 +219,9 @@ def validate(cfg: Config, where: str = "config") -> None:
         raise ModsarError(f"{where}: {msg}")
 
     if m.backbone == "modular":
-        if m.positional == "rope":
-            bad("'model.positional=rope' exists only in HF backbones (llama); the modular backbone has learned, "
-                "sinusoidal or none")
+        if m.positional in ("rope", "relative"):
+            bad(f"'model.positional={m.positional}' exists only in HF backbones (llama, transfo_xl); the modular "
+                "backbone has learned, sinusoidal or none")
     else:
         from hf_plugins import check_config
 

@@ -11,12 +11,13 @@ from modsar.errors import ModsarError
 from modsar.model.losses import training_loss
 
 N_ITEMS, MAX_LEN = 30, 12
-BACKBONES = ["albert", "llama", "hf:bert", "hf:gpt2"]
+BACKBONES = ["albert", "llama", "hf:bert", "hf:gpt2", "transfo_xl"]
 
 
 def make(backbone: str, task: str, **model) -> HFBackbone:
     torch.manual_seed(0)
-    defaults = {"hidden_size": 16, "num_layers": 2, "num_heads": 2, "dropout": 0.0, "attn_dropout": 0.0}
+    defaults = {"hidden_size": 16, "num_layers": 2, "num_heads": 2, "dropout": 0.0, "attn_dropout": 0.0,
+                "activation": "relu" if backbone == "transfo_xl" else "gelu"}
     cfg = Config.from_dict({"task": task, "model": {**defaults, "backbone": backbone, **model}})
     return HFBackbone(cfg.model, N_ITEMS, 4, MAX_LEN, task).eval()
 
@@ -103,8 +104,6 @@ def test_knobs_llama_does_not_have_are_refused(override, message):
         load_config(None, ["model.backbone=llama", "model.dropout=0", override])
 
 
-def test_unknown_backbone_and_transfo_xl_message():
+def test_unknown_backbone():
     with pytest.raises(ModsarError, match=r"'model.backbone' 'hf:nosuch' is unknown"):
         load_config(None, ["model.backbone=hf:nosuch"])
-    with pytest.raises(ModsarError, match="transfo_xl' is not available yet"):
-        load_config(None, ["model.backbone=transfo_xl"])

@@ -180,7 +180,7 @@ def test_sigkill_driver_then_resume(data_dir, tmp_path):
     assert set(rows["status"]) <= {"finished", "stopped"} and rows["selected"].sum() == 2
 
 
-@pytest.mark.parametrize("space", ["hf_albert", "hf_llama"])
+@pytest.mark.parametrize("space", ["hf_albert", "hf_llama", "hf_transfo_xl"])
 def test_hf_spaces_run_end_to_end(local_ray, data_dir, tmp_path, space):
     out = tmp_path / "results"
     assert search("--space", space, "--dataset", "synthetic", "--results", str(out), "--experiment", space,
