@@ -2,7 +2,9 @@
 
 transformers 5 removed Transformer-XL and its last 4.x copy no longer runs on current torch, so it lives
 here. It follows the 4.x `TransfoXLModel` (attn_type 0, div_val 1, no adaptive softmax) with the same
-parameter names, so a 4.x state dict loads as it is:
+parameter names, so a 4.x state dict loads as it is (with untie_r=False, 4.x repeats the shared biases
+under every layer's name; a load hook drops those copies) and reproduces 4.x's hidden states and memories
+(tests/fixtures/transfo_xl_4x.pt, made by tests/fixtures/make_transfo_xl_4x.py from transformers 4.57.6):
 
 - relative positional attention with the two learned global biases `r_w_bias` (content) and `r_r_bias`
   (position) and the relative shift of the position scores;
@@ -16,6 +18,7 @@ Differences from 4.x, all opt-in: `attention_mask` (B, T) marks padding (0) to b
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -82,11 +85,14 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
         self.o_net = nn.Linear(c.n_head * c.d_head, c.d_model, bias=False)
         self.drop, self.dropatt = nn.Dropout(c.dropout), nn.Dropout(c.dropatt)
         self.layer_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_epsilon)
-        if c.untie_r:
+        if c.untie_r:  # else the model hands every layer its shared pair
             self.r_r_bias = nn.Parameter(torch.zeros(c.n_head, c.d_head))
             self.r_w_bias = nn.Parameter(torch.zeros(c.n_head, c.d_head))
 
-    def forward(self, w, r, attn_mask, mems, r_w_bias, r_r_bias, output_attentions: bool = False):
+    def forward(self, w, r, attn_mask, mems, r_w_bias=None, r_r_bias=None, output_attentions: bool = False):
+        """The global biases come from the model when untie_r is False, else from this layer."""
+        r_w_bias = self.r_w_bias if r_w_bias is None else r_w_bias
+        r_r_bias = self.r_r_bias if r_r_bias is None else r_r_bias
         """w (qlen, B, d); r (klen, 1, d) relative position embeddings; attn_mask (qlen, klen, B) True = masked."""
         qlen, bsz = w.size(0), w.size(1)
         cat = w if mems is None else torch.cat([mems, w], 0)
@@ -121,7 +127,7 @@ class RelPartialLearnableDecoderLayer(nn.Module):
         self.pos_ff = PositionwiseFF(config.d_model, config.d_inner, config.dropout, config.pre_lnorm,
                                      config.layer_norm_epsilon)
 
-    def forward(self, x, r, attn_mask, mems, r_w_bias, r_r_bias, output_attentions=False):
+    def forward(self, x, r, attn_mask, mems, r_w_bias=None, r_r_bias=None, output_attentions=False):
         out, probs = self.dec_attn(x, r, attn_mask, mems, r_w_bias, r_r_bias, output_attentions)
         return self.pos_ff(out), probs
 
@@ -180,9 +186,10 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         self.drop = nn.Dropout(c.dropout)
         self.layers = nn.ModuleList(RelPartialLearnableDecoderLayer(c) for _ in range(c.n_layer))
         self.pos_emb = PositionalEmbedding(c.d_model)
-        if not c.untie_r:
+        if not c.untie_r:  # one pair of global biases for all layers
             self.r_w_bias = nn.Parameter(torch.zeros(c.n_head, c.d_head))
             self.r_r_bias = nn.Parameter(torch.zeros(c.n_head, c.d_head))
+            self.register_load_state_dict_pre_hook(_drop_4x_bias_copies)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -239,14 +246,20 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         hids, attentions = [], []
         for i, layer in enumerate(self.layers):
             hids.append(core)
-            r_w = layer.dec_attn.r_w_bias if self.config.untie_r else self.r_w_bias
-            r_r = layer.dec_attn.r_r_bias if self.config.untie_r else self.r_r_bias
-            core, probs = layer(core, pos_emb, mask, None if mems is None else mems[i], r_w, r_r, output_attentions)
+            biases = (None, None) if self.config.untie_r else (self.r_w_bias, self.r_r_bias)
+            core, probs = layer(core, pos_emb, mask, None if mems is None else mems[i], *biases, output_attentions)
             attentions.append(probs)
         core = self.drop(core)
         new_mems = self.update_mems(hids, mems, mlen, qlen)
         return TransfoXLOutput(last_hidden_state=core.transpose(0, 1).contiguous(), mems=new_mems,
                                attentions=tuple(attentions) if output_attentions else None)
+
+
+def _drop_4x_bias_copies(module, state_dict, prefix, *args) -> None:
+    """4.x shares the tied r_w_bias/r_r_bias with every layer, so its state dict repeats them per layer
+    (`layers.N.dec_attn.r_w_bias`); they are the same tensors as the model-level pair and are dropped."""
+    for key in [k for k in state_dict if re.fullmatch(re.escape(prefix) + r"layers\.\d+\.dec_attn\.r_[wr]_bias", k)]:
+        del state_dict[key]
 
 
 AutoConfig.register(TransfoXLConfig.model_type, TransfoXLConfig, exist_ok=True)

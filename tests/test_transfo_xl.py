@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import torch
 from transformers import AutoConfig, AutoModel
 
@@ -77,3 +80,24 @@ def test_4x_parameter_names():
                      "layers.0.dec_attn.layer_norm.weight", "layers.1.pos_ff.CoreNet.0.weight",
                      "layers.1.pos_ff.CoreNet.3.bias", "layers.1.pos_ff.layer_norm.bias"):
         assert expected in names
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "transfo_xl_4x.pt"
+
+
+@pytest.mark.parametrize("case", ["post_untied", "pre_tied_same_length"])
+def test_reproduces_transformers_4x_hidden_states_and_memory(case):
+    """A 4.x TransfoXLModel state dict loads unchanged and gives the same outputs, with and without memory."""
+    ref = torch.load(FIXTURE, weights_only=True)["cases"][case]
+    settings = {"vocab_size": 30, "d_model": 8, "d_embed": 8, "n_head": 2, "d_head": 4, "d_inner": 16,
+                "n_layer": 2, "dropout": 0.0, "dropatt": 0.0, **ref["config"]}
+    model = TransfoXLModel(TransfoXLConfig(**settings)).eval()
+    loaded = model.load_state_dict(ref["state_dict"], strict=True)  # same names as 4.x, nothing left over
+    assert not loaded.missing_keys and not loaded.unexpected_keys
+    with torch.no_grad():
+        first = model(ref["first"])  # 4.x default: zero memories of mem_len
+        second = model(ref["second"], mems=first.mems)
+    torch.testing.assert_close(first.last_hidden_state, ref["hidden1"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(second.last_hidden_state, ref["hidden2"], rtol=1e-5, atol=1e-5)
+    for ours, theirs in zip(first.mems + second.mems, ref["mems1"] + ref["mems2"], strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
