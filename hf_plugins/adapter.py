@@ -12,6 +12,7 @@ directions. Padding query rows attend to themselves only (no empty softmax rows)
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -45,10 +46,29 @@ BACKBONES: dict[str, Backbone] = {
 
 
 def backbone_spec(name: str) -> Backbone | None:
+    """The declared backbone, or for hf:<any other model type> a generic one that ModSAR knows only by the
+    standard config names (sizes, layers, heads); its dropout and activation fields are unknown."""
     key = name[3:] if name.startswith("hf:") else name
-    if name.startswith("hf:") or key in ("albert", "llama", "transfo_xl"):
-        return BACKBONES.get(key)
+    if key in ("albert", "llama", "transfo_xl") or (name.startswith("hf:") and key in BACKBONES):
+        return BACKBONES[key]
+    if name.startswith("hf:") and key:
+        from transformers import CONFIG_MAPPING
+
+        if key in CONFIG_MAPPING:
+            defaults = CONFIG_MAPPING[key]()
+            present = [f for f in _GENERIC_FIELDS if hasattr(defaults, f)]
+            return Backbone(key, "auto", "auto", tuple(f for f in present if f in _HIDDEN_DROPOUT),
+                            tuple(f for f in present if f in _ATTN_DROPOUT),
+                            next((f for f in present if f in ("hidden_act", "activation_function")), ""),
+                            (("ffn", next((f for f in present if f in ("intermediate_size", "n_inner")), "")),))
     return None
+
+
+# Config fields a generic HF model may have, by the names transformers uses across architectures.
+_HIDDEN_DROPOUT = ("hidden_dropout_prob", "hidden_dropout", "resid_pdrop", "embd_pdrop")
+_ATTN_DROPOUT = ("attention_probs_dropout_prob", "attention_dropout", "attn_pdrop")
+_GENERIC_FIELDS = (*_HIDDEN_DROPOUT, *_ATTN_DROPOUT, "hidden_act", "activation_function", "intermediate_size",
+                   "n_inner")
 
 
 def check_config(cfg, bad: Callable[[str], None]) -> None:
@@ -59,6 +79,12 @@ def check_config(cfg, bad: Callable[[str], None]) -> None:
     if spec is None:
         known = "modular, albert, llama, " + ", ".join(f"hf:{k}" for k in BACKBONES)
         bad(f"'model.backbone' {name!r} is unknown; choose one of {known}")
+    generic = spec.norm == "auto"
+    if generic and not spec.activation_field and m.activation != "gelu":
+        bad(f"{name} has no activation field ModSAR knows; leave model.activation at gelu")
+    if not spec.attn_dropout and m.attn_dropout:
+        bad(f"{name} has no attention dropout ModSAR knows, so 'model.attn_dropout={m.attn_dropout}' would do "
+            "nothing; set it to 0")
     if m.norm not in ("auto", spec.norm) and not (name == "transfo_xl" and m.norm == "pre"):  # pre_lnorm exists
         bad(f"{name} is {spec.norm}-norm by design; leave 'model.norm' at auto (or set {spec.norm})")
     if m.activation != "relu" and name == "transfo_xl":
@@ -67,7 +93,7 @@ def check_config(cfg, bad: Callable[[str], None]) -> None:
         bad(f"{name} uses {spec.positional} positions; leave 'model.positional' at auto (or set {spec.positional})")
     if not spec.dropout and m.dropout:
         bad(f"{name} has no hidden/embedding dropout, so 'model.dropout={m.dropout}' would do nothing; set "
-            "model.dropout=0 and use model.attn_dropout")
+            "model.dropout=0" + (" and use model.attn_dropout" if spec.attn_dropout else ""))
     for key, value, what in [("local_heads", m.local_heads, "local window heads"),
                              ("user_embedding", m.user_embedding, "SSE-PT user embeddings"),
                              ("item_sse_prob", m.item_sse_prob, "SSE"), ("user_sse_prob", m.user_sse_prob, "SSE")]:
@@ -91,6 +117,18 @@ def _hf_config(spec: Backbone, m, vocab: int, positions: int, task: str):
     common = {"vocab_size": vocab, "hidden_size": d, "num_hidden_layers": m.num_layers,
               "num_attention_heads": m.num_heads, "intermediate_size": ffn, "pad_token_id": 0,
               "max_position_embeddings": positions, spec.activation_field: m.activation}
+    if spec.norm == "auto":  # generic: standard names (configs map them with attribute_map) + fields found
+        common = {"vocab_size": vocab, "hidden_size": d, "num_hidden_layers": m.num_layers,
+                  "num_attention_heads": m.num_heads, "pad_token_id": 0, "max_position_embeddings": positions}
+        ffn_field = dict(spec.extra)["ffn"]
+        if ffn_field:
+            common[ffn_field] = ffn
+        if spec.activation_field:
+            common[spec.activation_field] = m.activation
+        common.update({f: m.dropout for f in spec.dropout} | {f: m.attn_dropout for f in spec.attn_dropout})
+        config = AutoConfig.for_model(spec.model_type, **common)
+        config._attn_implementation = "sdpa"
+        return config
     if spec.model_type == "gpt2":  # GPT-2 spells its sizes differently
         common = {"vocab_size": vocab, "n_embd": d, "n_layer": m.num_layers, "n_head": m.num_heads,
                   "n_inner": ffn, "n_positions": positions, "pad_token_id": 0,
@@ -120,6 +158,7 @@ class HFBackbone(nn.Module):
         self.num_items, self.causal, self.positions = num_items, task == "ar", max_len + 1
         self.model = AutoModel.from_config(_hf_config(self.spec, cfg, num_items + 2, self.positions, task))
         self.item_emb = self.model.get_input_embeddings()  # rows: 0 pad, 1..N items, N+1 mask
+        self.accepts = set(inspect.signature(self.model.forward).parameters)
 
     @contextlib.contextmanager
     def _attention(self, implementation: str):
@@ -138,11 +177,11 @@ class HFBackbone(nn.Module):
             return (out.last_hidden_state, list(out.attentions)) if need_weights else out.last_hidden_state
         allowed = attention_mask(inputs, self.causal, 1, 0, 0)  # (B, 1, T, T), True = may attend
         position_ids = torch.arange(self.positions - T, self.positions, device=inputs.device).expand(B, T)
-        kwargs = {"input_ids": inputs, "position_ids": position_ids}
-        if self.spec.model_type in ("llama", "gpt2"):
-            kwargs["use_cache"] = False
-        if self.spec.model_type in ("albert", "bert"):
-            kwargs["token_type_ids"] = torch.zeros_like(inputs)
+        kwargs = {"input_ids": inputs}
+        for name, value in (("position_ids", position_ids), ("use_cache", False),
+                            ("token_type_ids", torch.zeros_like(inputs))):
+            if name in self.accepts:
+                kwargs[name] = value
         if not need_weights:
             with self._attention("sdpa"):
                 return self.model(attention_mask=allowed, **kwargs).last_hidden_state

@@ -11,7 +11,7 @@ from modsar.errors import ModsarError
 from modsar.model.losses import training_loss
 
 N_ITEMS, MAX_LEN = 30, 12
-BACKBONES = ["albert", "llama", "hf:bert", "hf:gpt2", "transfo_xl"]
+BACKBONES = ["albert", "llama", "hf:bert", "hf:gpt2", "transfo_xl", "hf:roberta"]
 
 
 def make(backbone: str, task: str, **model) -> HFBackbone:
@@ -102,6 +102,13 @@ def test_llama_attention_dropout_is_real():
 def test_knobs_llama_does_not_have_are_refused(override, message):
     with pytest.raises(ModsarError, match=message):
         load_config(None, ["model.backbone=llama", "model.dropout=0", override])
+
+
+def test_generic_backbone_maps_the_fields_it_finds():
+    model = make("hf:roberta", "ar", dropout=0.3, attn_dropout=0.1)
+    assert model.model.config.hidden_dropout_prob == 0.3 and model.model.config.attention_probs_dropout_prob == 0.1
+    with pytest.raises(ModsarError, match="hf:mamba has no hidden/embedding dropout"):
+        load_config(None, ["model.backbone=hf:mamba", "model.dropout=0.1", "model.attn_dropout=0"])
 
 
 def test_unknown_backbone():
