@@ -129,6 +129,16 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_argument("--sort", help="column to sort by, descending (default: the validation ndcg@10)")
     results.add_argument("--limit", type=int, default=50, help="rows to show (default 50)")
     results.add_argument("--json", action="store_true", help="print rows as JSON")
+
+    report = sub.add_parser("report", help="the paper's AE-vs-AR tables, seed statistics and plots",
+                            epilog=EPILOG_REPORT, formatter_class=argparse.RawDescriptionHelpFormatter)
+    report.add_argument("--results", default="results", help="results root: a path or a pyarrow URI")
+    report.add_argument("--experiment", action="append", help="only these experiments (repeatable)")
+    report.add_argument("--space", action="append", help="only these spaces (repeatable)")
+    report.add_argument("--dataset", action="append", help="only these datasets (repeatable)")
+    report.add_argument("--metric", default="ndcg@10", help="headline metric for verdicts and plots")
+    report.add_argument("--format", default="md", choices=["md", "latex", "csv", "html"])
+    report.add_argument("--out", help="write report.<format> and PNG plots into this folder")
     return parser
 
 
@@ -145,6 +155,45 @@ EPILOG_RESULTS = """examples:
   modsar results --experiment loss_ce-synthetic
   modsar results --where task=ar --where status=finished --columns trial_id,model.hidden_size,valid.ndcg@10
   modsar results --where selected=true --json"""
+
+
+EPILOG_REPORT = """examples:
+  modsar report                                        # every experiment under ./results, Markdown to stdout
+  modsar report --experiment quickstart-synthetic --out results/report
+  modsar report --dataset video --format latex --out paper/
+
+Cells are test metrics of the configuration selected on validation (mean ± std over `--seeds` re-runs
+when present); missing cells show "–"; Best Improv. = (best AR - best AE) / best AE."""
+
+
+def _report(args: argparse.Namespace) -> int:
+    from modsar.report import build_report, plot_all, render
+    from modsar.results import read_rows
+
+    rows = read_rows(args.results)
+    for column, wanted in (("experiment", args.experiment), ("space", args.space), ("dataset", args.dataset)):
+        if wanted and len(rows):
+            unknown = sorted(set(wanted) - set(rows[column].dropna()))
+            if unknown:
+                raise ModsarError(f"--{column}: no rows for {unknown[0]!r} under {args.results}")
+            rows = rows[rows[column].isin(wanted)]
+    if len(rows) and "space" in rows:
+        rows = rows[rows["space"].notna()]  # `modsar train` rows belong to no design space
+    tables, verdicts, cells, datasets, spaces = build_report(rows, headline=args.metric)
+    text = render(tables, args.format, verdicts)
+    if not args.out:
+        print(text, end="")
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / f"report.{'tex' if args.format == 'latex' else args.format}"
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(target)
+    plots = plot_all(rows, cells, datasets, spaces, args.metric, out)
+    print(text if args.format == "md" else "\n".join(verdicts))
+    print(f"wrote {target} and {len(plots)} plots in {out}")
+    return 0
 
 
 def _search(args: argparse.Namespace) -> int:
@@ -340,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     handlers = {("data", "prepare"): _prepare, ("data", "stats"): _stats, ("data", "list"): _list,
                 ("train", None): _train, ("search", None): _search, ("spaces", None): _spaces,
-                ("results", None): _results}
+                ("results", None): _results, ("report", None): _report}
     handler = handlers[(args.command, getattr(args, "data_command", None))]
     try:
         return handler(args)

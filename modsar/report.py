@@ -1,0 +1,353 @@
+"""`modsar report`: the ModSAR paper's AE-vs-AR tables (4, 5, 6), statistics and plots from Parquet rows.
+
+A cell is the test metric of the configuration selected by validation for (dataset, space, task): the
+mean ± std over its seed re-runs (`--seeds K` in search) when there are any, else the selected trial's
+own value. Missing cells stay missing ("–"), never 0. In Table 5/6 layouts the better of each AE/AR pair
+is underlined, the best AE and the best AR of a row are bold, and Best Improv. = (best AR − best AE) /
+best AE. With seeds on both sides, a paired t-test over the common seeds gives p and n.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from modsar.errors import ModsarError
+
+METRICS = ["recall@5", "recall@10", "recall@20", "ndcg@5", "ndcg@10", "ndcg@20"]
+SHORT = {"recall": "R", "ndcg": "N", "mrr": "MRR"}
+TABLE5 = ["local_attn", "ssept", "loss_ce", "loss_bce", "loss_bpr"]
+TASKS = ("ae", "ar")
+
+
+def short(metric: str) -> str:
+    name, k = metric.split("@")
+    return f"{SHORT.get(name, name)}@{k}"
+
+
+@dataclass
+class Cell:
+    values: dict[int, float] = field(default_factory=dict)  # seed -> test value
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float | None:
+        return float(np.mean(list(self.values.values()))) if self.values else None
+
+    @property
+    def std(self) -> float | None:
+        return float(np.std(list(self.values.values()), ddof=1)) if self.n > 1 else None
+
+    def text(self, digits: int = 4) -> str:
+        if self.mean is None:
+            return "–"
+        return f"{self.mean:.{digits}f}" + (f" ± {self.std:.{digits}f}" if self.std is not None else "")
+
+
+def collect(rows: pd.DataFrame, metric: str) -> dict[tuple[str, str, str], Cell]:
+    """(dataset, space, task) -> Cell of test `metric`: seed re-runs if present, else the selected trial."""
+    column = f"test.{metric}"
+    cells: dict[tuple[str, str, str], Cell] = {}
+    if column not in rows:
+        return cells
+    done = rows[rows["status"].isin(["finished", "stopped"]) & rows[column].notna()]
+    seeds = done[done["role"] == "seed"]
+    selected = done[(done["role"] == "search") & done["selected"].astype(bool)]
+    for source in (selected, seeds):  # seed re-runs replace the single selected value
+        for (dataset, space, task), group in source.groupby(["dataset", "space", "task"]):
+            cells[(dataset, space, task)] = Cell({int(s): float(v) for s, v in zip(group["seed"], group[column],
+                                                                                      strict=True)})
+    return cells
+
+
+def paired_test(ae: Cell, ar: Cell) -> tuple[float | None, int]:
+    """Two-sided paired t-test of AR vs AE over their common seeds: (p-value, n)."""
+    common = sorted(set(ae.values) & set(ar.values))
+    if len(common) < 2:
+        return None, len(common)
+    from scipy import stats
+
+    a, b = [ae.values[s] for s in common], [ar.values[s] for s in common]
+    if np.allclose(np.subtract(b, a), np.subtract(b, a)[0]):  # zero variance of differences: t undefined
+        return (1.0 if b[0] == a[0] else 0.0), len(common)
+    return float(stats.ttest_rel(b, a).pvalue), len(common)
+
+
+@dataclass
+class Styled:
+    text: str
+    bold: bool = False
+    underline: bool = False
+
+
+@dataclass
+class Table:
+    title: str
+    header: list[list[str]]  # one or two header rows
+    rows: list[list[Styled]]
+
+
+def improvement(ae: float | None, ar: float | None) -> float | None:
+    if ae is None or ar is None or ae == 0:
+        return None
+    return (ar - ae) / ae
+
+
+def design_table(title: str, cells: dict, datasets: list[str], spaces: list[str], metrics: list[str],
+                 with_improvement: bool) -> Table:
+    datasets = [d for d in datasets if any((d, s, t) in by_metric for by_metric in cells.values()
+                                           for s in spaces for t in TASKS)]  # rows only where a cell exists
+    header = [["Dataset", "Metric", *[s for s in spaces for _ in TASKS]] + (["Best Improv."] if with_improvement
+                                                                           else []),
+              ["", "", *[t.upper() for _ in spaces for t in TASKS]] + ([""] if with_improvement else [])]
+    body = []
+    for dataset in datasets:
+        for metric in metrics:
+            row_cells = {(s, t): cells.get(metric, {}).get((dataset, s, t), Cell()) for s in spaces for t in TASKS}
+            best = {t: max((c.mean for (s, tt), c in row_cells.items() if tt == t and c.mean is not None),
+                           default=None) for t in TASKS}
+            styled = []
+            for s in spaces:
+                ae, ar = row_cells[(s, "ae")], row_cells[(s, "ar")]
+                winner = None
+                if ae.mean is not None and ar.mean is not None and ae.mean != ar.mean:
+                    winner = "ar" if ar.mean > ae.mean else "ae"
+                for t, c in (("ae", ae), ("ar", ar)):
+                    styled.append(Styled(c.text(), bold=c.mean is not None and c.mean == best[t]
+                                         and len(spaces) > 1, underline=winner == t))
+            if with_improvement:
+                gain = improvement(best["ae"], best["ar"])
+                styled.append(Styled("–" if gain is None else f"{100 * gain:+.2f}%"))
+            body.append([Styled(dataset), Styled(short(metric)), *styled])
+    return Table(title, header, body)
+
+
+def significance_table(cells: dict, datasets: list[str], spaces: list[str], metrics: list[str]) -> Table | None:
+    body = []
+    for dataset in datasets:
+        for s in spaces:
+            for metric in metrics:
+                ae = cells.get(metric, {}).get((dataset, s, "ae"), Cell())
+                ar = cells.get(metric, {}).get((dataset, s, "ar"), Cell())
+                p, n = paired_test(ae, ar)
+                if p is None:
+                    continue
+                diff = improvement(ae.mean, ar.mean)
+                body.append([Styled(dataset), Styled(s), Styled(short(metric)), Styled(ae.text()), Styled(ar.text()),
+                             Styled("–" if diff is None else f"{100 * diff:+.2f}%"), Styled(f"{p:.4g}"),
+                             Styled(str(n))])
+    if not body:
+        return None
+    header = [["Dataset", "Space", "Metric", "AE", "AR", "AR vs AE", "p (paired t)", "n seeds"]]
+    return Table("Paired comparison over seeds (two-sided paired t-test, AR vs AE)", header, body)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Rendering
+
+
+def render(tables: list[Table], fmt: str, verdicts: list[str]) -> str:
+    if fmt == "md":
+        parts = [_md(t) for t in tables] + (["## Verdict\n\n" + "\n".join(f"- {v}" for v in verdicts)]
+                                            if verdicts else [])
+        return "\n\n".join(parts) + "\n"
+    if fmt == "latex":
+        return "\n\n".join(_latex(t) for t in tables) + "\n" + "".join(f"% {v}\n" for v in verdicts)
+    if fmt == "html":
+        body = "\n".join(_html(t) for t in tables)
+        items = "".join(f"<li>{html.escape(v)}</li>" for v in verdicts)
+        return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>ModSAR report</title></head><body>\n"
+                f"{body}\n<h2>Verdict</h2><ul>{items}</ul>\n</body></html>\n")
+    if fmt == "csv":
+        return "\n".join(_csv(t) for t in tables)
+    raise ModsarError(f"unknown --format '{fmt}'; choose md, latex, csv or html")
+
+
+def _md(t: Table) -> str:
+    def fmt(c: Styled) -> str:
+        text = c.text
+        if c.underline:
+            text = f"<u>{text}</u>"
+        return f"**{text}**" if c.bold else text
+
+    header = t.header[0] if len(t.header) == 1 else [
+        f"{a} {b}".strip() for a, b in zip(t.header[0], t.header[1], strict=True)]
+    lines = [f"## {t.title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in t.rows]
+    return "\n".join(lines)
+
+
+def _latex_escape(text: str) -> str:
+    for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#"),
+                 ("±", r"$\pm$"), ("–", "--")):
+        text = text.replace(a, b)
+    return text
+
+
+def _latex(t: Table) -> str:
+    def fmt(c: Styled) -> str:
+        text = _latex_escape(c.text)
+        if c.underline:
+            text = rf"\underline{{{text}}}"
+        return rf"\textbf{{{text}}}" if c.bold else text
+
+    ncols = len(t.rows[0]) if t.rows else len(t.header[0])
+    lines = [f"% {t.title}", r"\begin{tabular}{" + "l" * 2 + "c" * (ncols - 2) + "}", r"\toprule"]
+    for h in t.header:
+        lines.append(" & ".join(_latex_escape(x) for x in h) + r" \\")
+    lines.append(r"\midrule")
+    lines += [" & ".join(fmt(c) for c in row) + r" \\" for row in t.rows]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines)
+
+
+def _html(t: Table) -> str:
+    def fmt(c: Styled) -> str:
+        text = html.escape(c.text)
+        if c.underline:
+            text = f"<u>{text}</u>"
+        return f"<b>{text}</b>" if c.bold else text
+
+    head = "".join("<tr>" + "".join(f"<th>{html.escape(x)}</th>" for x in h) + "</tr>" for h in t.header)
+    body = "".join("<tr>" + "".join(f"<td>{fmt(c)}</td>" for c in row) + "</tr>" for row in t.rows)
+    return f"<h2>{html.escape(t.title)}</h2>\n<table border=\"1\"><thead>{head}</thead><tbody>{body}</tbody></table>"
+
+
+def _csv(t: Table) -> str:
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out)
+    header = t.header[0] if len(t.header) == 1 else [
+        f"{a} {b}".strip() for a, b in zip(t.header[0], t.header[1], strict=True)]
+    writer.writerow(["table", *header])
+    for row in t.rows:
+        writer.writerow([t.title, *[c.text for c in row]])
+    return out.getvalue()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Verdicts and plots
+
+
+def verdicts(rows: pd.DataFrame, cells: dict, datasets: list[str], spaces: list[str], metric: str) -> list[str]:
+    lines = []
+    for dataset in datasets:
+        pairs = [(s, cells.get(metric, {}).get((dataset, s, "ae")), cells.get(metric, {}).get((dataset, s, "ar")))
+                 for s in spaces]
+        pairs = [(s, ae, ar) for s, ae, ar in pairs if ae and ar and ae.mean is not None and ar.mean is not None]
+        if not pairs:
+            lines.append(f"{dataset}: no design choice has both an AE and an AR result on test {short(metric)}")
+            continue
+        ar_wins = sum(ar.mean > ae.mean for _, ae, ar in pairs)
+        best_ae, best_ar = max(ae.mean for _, ae, _ in pairs), max(ar.mean for _, _, ar in pairs)
+        gain = improvement(best_ae, best_ar)
+        winner = "AR" if best_ar > best_ae else ("AE" if best_ae > best_ar else "neither")
+        trials = int(((rows["dataset"] == dataset) & (rows["role"] == "search") & rows["space"].isin(spaces)).sum())
+        seeds = max((max(ae.n, ar.n) for _, ae, ar in pairs), default=0)
+        gain_text = "" if gain is None else f" ({100 * gain:+.1f}% AR over AE)"
+        lines.append(f"{dataset}: {winner} wins on test {short(metric)}: best AR {best_ar:.4f} vs best AE "
+                     f"{best_ae:.4f}{gain_text}; AR ahead in {ar_wins} of {len(pairs)} design choices; "
+                     f"{trials} search trials, {seeds} seed(s) per cell")
+    return lines
+
+
+def plot_all(rows: pd.DataFrame, cells: dict, datasets: list[str], spaces: list[str], metric: str,
+             out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for dataset in datasets:  # AE vs AR bars per design choice
+        fig, ax = plt.subplots(figsize=(max(4, 1.4 * len(spaces)), 3.2))
+        x = np.arange(len(spaces))
+        for offset, task in ((-0.2, "ae"), (0.2, "ar")):
+            vals = [cells.get(metric, {}).get((dataset, s, task), Cell()) for s in spaces]
+            ax.bar(x + offset, [v.mean if v.mean is not None else 0 for v in vals], 0.4, label=task.upper(),
+                   yerr=[v.std or 0 for v in vals], hatch=None)
+        ax.set_xticks(x, spaces, rotation=20, ha="right")
+        ax.set_ylabel(f"test {short(metric)}")
+        ax.set_title(f"{dataset}: AE vs AR")
+        ax.legend()
+        fig.tight_layout()
+        written.append(_save(fig, out / f"bars_{dataset}_{metric.replace('@', '')}.png"))
+    for experiment, group in rows[rows["role"] == "search"].groupby("experiment"):  # learning curves
+        if "curve" not in group:
+            continue
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        for _, r in group.iterrows():
+            curve = json.loads(r["curve"]) if isinstance(r["curve"], str) else []
+            if curve:
+                xs, ys = zip(*curve, strict=True)
+                style = "-" if r["status"] == "finished" else ":"
+                ax.plot(xs, ys, style, color="tab:orange" if r["task"] == "ar" else "tab:blue", alpha=0.7)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("validation metric")
+        ax.set_title(f"{experiment} (blue AE, orange AR; dotted: stopped by ASHA)", fontsize=8)
+        fig.tight_layout()
+        written.append(_save(fig, out / f"curves_{experiment}.png"))
+    fig, ax = plt.subplots(figsize=(max(4, 1.4 * len(spaces)), 3.2))  # AR-over-AE improvement per choice
+    width = 0.8 / max(1, len(datasets))
+    for i, dataset in enumerate(datasets):
+        gains = [improvement(cells.get(metric, {}).get((dataset, s, "ae"), Cell()).mean,
+                             cells.get(metric, {}).get((dataset, s, "ar"), Cell()).mean) for s in spaces]
+        ax.bar(np.arange(len(spaces)) + i * width, [100 * g if g is not None else math.nan for g in gains], width,
+               label=dataset)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(np.arange(len(spaces)) + width * (len(datasets) - 1) / 2, spaces, rotation=20, ha="right")
+    ax.set_ylabel(f"AR over AE, test {short(metric)} (%)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    written.append(_save(fig, out / f"improvement_{metric.replace('@', '')}.png"))
+    return written
+
+
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+# ----------------------------------------------------------------------------------------------------------
+
+
+def build_report(rows: pd.DataFrame, metrics: list[str] | None = None, headline: str = "ndcg@10"):
+    """(tables, verdict lines, cells, datasets, spaces) for the rows given."""
+    if not len(rows):
+        raise ModsarError("no trial rows to report on; run `modsar search` first or check --results/--experiment")
+    metrics = metrics or METRICS
+    cells = {m: collect(rows, m) for m in {*metrics, headline}}
+    datasets = sorted(rows["dataset"].dropna().unique())
+    present = sorted(rows["space"].dropna().unique())
+    hf = [s for s in present if s.startswith("hf_")]
+    modular = [s for s in TABLE5 if s in present] + [s for s in present if s not in TABLE5 and s != "vanilla"
+                                                     and not s.startswith("hf_")]
+    tables = []
+    if "vanilla" in present:
+        tables.append(design_table("Table 4: vanilla AE vs AR", cells, datasets, ["vanilla"], metrics, False))
+    if modular:
+        tables.append(design_table("Table 5: design choices", cells, datasets, modular, metrics, True))
+    if hf:
+        tables.append(design_table("Table 6: HuggingFace backbones", cells, datasets, hf, metrics, True))
+    all_spaces = (["vanilla"] if "vanilla" in present else []) + modular + hf
+    sig = significance_table(cells, datasets, all_spaces, metrics)
+    if sig:
+        tables.append(sig)
+    return tables, verdicts(rows, cells, datasets, all_spaces, headline), cells, datasets, all_spaces

@@ -1,0 +1,114 @@
+"""`modsar report` on a hand-built result set: cell by cell, with marks, missing cells, seeds and p-values."""
+
+from __future__ import annotations
+
+import html.parser
+import json
+import re
+
+import pytest
+from scipy import stats
+
+from modsar.cli import main
+from modsar.results import write_row
+
+
+def row(trial, dataset, space, task, ndcg10, *, seed=0, role="search", selected=True, status="finished"):
+    metrics = {f"test.{m}": (ndcg10 if m == "ndcg@10" else ndcg10 / 2)
+               for m in ("recall@5", "recall@10", "recall@20", "ndcg@5", "ndcg@10", "ndcg@20")}
+    return {"experiment": f"{space}-{dataset}", "trial_id": trial, "dataset": dataset, "space": space, "task": task,
+            "seed": seed, "role": role, "selected": selected, "status": status,
+            "valid.ndcg@10": ndcg10, "curve": json.dumps([[1, ndcg10 / 2], [2, ndcg10]]), **metrics}
+
+
+@pytest.fixture
+def results(tmp_path):
+    root = str(tmp_path / "results")
+    rows = [
+        # Table 5: video has local_attn and loss_ce; beauty lacks loss_ce AE (a missing cell).
+        row("a1", "video", "local_attn", "ae", 0.040), row("a2", "video", "local_attn", "ar", 0.050),
+        row("a3", "video", "loss_ce", "ae", 0.045), row("a4", "video", "loss_ce", "ar", 0.044),
+        row("a5", "video", "loss_ce", "ar", 0.060, selected=False),  # not selected: must not count
+        row("b1", "beauty", "local_attn", "ae", 0.030), row("b2", "beauty", "local_attn", "ar", 0.033),
+        row("b3", "beauty", "loss_ce", "ar", 0.036),
+        # Table 4 with three seeds per side on video (selected search rows are replaced by seed rows).
+        row("v1", "video", "vanilla", "ae", 0.020), row("v2", "video", "vanilla", "ar", 0.030),
+    ]
+    ae_seeds, ar_seeds = [0.030, 0.032, 0.031], [0.040, 0.045, 0.041]
+    for s, (ae, ar) in enumerate(zip(ae_seeds, ar_seeds, strict=True)):
+        rows += [row(f"sae{s}", "video", "vanilla", "ae", ae, seed=s, role="seed", selected=False),
+                 row(f"sar{s}", "video", "vanilla", "ar", ar, seed=s, role="seed", selected=False)]
+    for r in rows:
+        write_row(root, r)
+    return root, ae_seeds, ar_seeds
+
+
+def md_table(text: str, title: str) -> list[list[str]]:
+    block = text.split(f"## {title}")[1].split("\n\n")[1]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in block.splitlines()[2:]]
+
+
+def test_markdown_cells_marks_and_improvement(results, capsys):
+    root, ae_seeds, ar_seeds = results
+    assert main(["report", "--results", root]) == 0
+    text = capsys.readouterr().out
+    t5 = md_table(text, "Table 5: design choices")
+    video_n10 = next(r for r in t5 if r[0] == "video" and r[1] == "N@10")
+    # columns: local_attn AE, AR, loss_ce AE, AR, Best Improv.
+    assert video_n10[2:] == ["0.0400", "**<u>0.0500</u>**", "**<u>0.0450</u>**", "0.0440", "+11.11%"]
+    beauty_n10 = next(r for r in t5 if r[0] == "beauty" and r[1] == "N@10")
+    assert beauty_n10[4] == "–"  # missing, never 0
+    assert beauty_n10[6] == f"{100 * (0.036 - 0.030) / 0.030:+.2f}%"
+    t4 = md_table(text, "Table 4: vanilla AE vs AR")
+    assert {r[0] for r in t4} == {"video"}  # beauty has no vanilla result: no empty rows
+    n10 = next(r for r in t4 if r[0] == "video" and r[1] == "N@10")
+    mean_sd = lambda xs: f"{sum(xs) / 3:.4f} ± {stats.tstd(xs):.4f}"  # noqa: E731
+    assert n10[2] == mean_sd(ae_seeds) and n10[3] == f"<u>{mean_sd(ar_seeds)}</u>"
+    sig = md_table(text, "Paired comparison over seeds (two-sided paired t-test, AR vs AE)")
+    n10 = next(r for r in sig if r[2] == "N@10")
+    assert n10[6] == f"{stats.ttest_rel(ar_seeds, ae_seeds).pvalue:.4g}" and n10[7] == "3"
+    assert "video: AR wins on test N@10" in text and "beauty: AR wins" in text
+
+
+def test_latex_is_a_balanced_tabular_and_html_parses(results, tmp_path, capsys):
+    root, *_ = results
+    out = tmp_path / "rep"
+    assert main(["report", "--results", root, "--format", "latex", "--out", str(out)]) == 0
+    tex = (out / "report.tex").read_text()
+    assert tex.count(r"\begin{tabular}") == tex.count(r"\end{tabular}") == 3  # Tables 4, 5 and the t-tests
+    for block in re.findall(r"\\begin\{tabular\}\{(\w+)\}(.*?)\\end\{tabular\}", tex, re.S):
+        cols, body = block
+        for line in body.strip().splitlines():
+            if line.endswith(r"\\"):
+                assert line.count("&") == len(cols) - 1
+    assert r"\textbf{\underline{0.0500}}" in tex and "--" in tex
+    pngs = sorted(out.glob("*.png"))
+    assert len(pngs) >= 4 and all(p.stat().st_size > 1000 for p in pngs)
+
+    assert main(["report", "--results", root, "--format", "html", "--out", str(out)]) == 0
+
+    class Checker(html.parser.HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.stack, self.tables = [], 0
+
+        def handle_starttag(self, tag, attrs):
+            if tag not in ("meta",):
+                self.stack.append(tag)
+            self.tables += tag == "table"
+
+        def handle_endtag(self, tag):
+            assert self.stack.pop() == tag
+
+    checker = Checker()
+    checker.feed((out / "report.html").read_text())
+    assert checker.tables == 3 and checker.stack == []
+
+
+def test_csv_and_filters(results, capsys):
+    root, *_ = results
+    assert main(["report", "--results", root, "--dataset", "beauty", "--format", "csv"]) == 0
+    text = capsys.readouterr().out
+    assert "beauty" in text and "video" not in text and "Table 4" not in text
+    assert main(["report", "--results", root, "--dataset", "nosuch"]) == 2
+    assert "no rows for 'nosuch'" in capsys.readouterr().err
