@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -139,6 +140,18 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--metric", default="ndcg@10", help="headline metric for verdicts and plots")
     report.add_argument("--format", default="md", choices=["md", "latex", "csv", "html"])
     report.add_argument("--out", help="write report.<format> and PNG plots into this folder")
+
+    sub_submit = sub.add_parser("submit", help="run a modsar command on a Ray cluster (Ray Job Submission)",
+                                epilog=EPILOG_SUBMIT, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub_submit.add_argument("--address", default=os.environ.get("RAY_DASHBOARD_ADDRESS"),
+                            help="the cluster's dashboard, e.g. http://HEAD:8265 (or $RAY_DASHBOARD_ADDRESS)")
+    wait = sub_submit.add_mutually_exclusive_group()
+    wait.add_argument("--follow", action="store_true", help="stream the job's logs until it ends")
+    wait.add_argument("--no-wait", action="store_true", help="print the job id and return at once")
+    sub_submit.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                            help="environment variable for the job (e.g. MODSAR_DATA=/mnt/shared/datasets)")
+    sub_submit.add_argument("rest", nargs=argparse.REMAINDER,
+                            help="-- <modsar command ...>, or: status JOB | logs JOB | stop JOB")
     return parser
 
 
@@ -164,6 +177,49 @@ EPILOG_REPORT = """examples:
 
 Cells are test metrics of the configuration selected on validation (mean ± std over `--seeds` re-runs
 when present); missing cells show "–"; Best Improv. = (best AR - best AE) / best AE."""
+
+
+EPILOG_SUBMIT = """examples:
+  modsar submit --address http://HEAD:8265 --follow -- search --space local_attn --dataset beauty \\
+      --results /mnt/shared/modsar/results --gpus-per-trial 0.25 --quiet
+  modsar submit --address http://HEAD:8265 --no-wait -- search --space vanilla --dataset video
+  modsar submit --address http://HEAD:8265 status raysubmit_abc123
+  modsar submit --address http://HEAD:8265 logs raysubmit_abc123
+  modsar submit --address http://HEAD:8265 stop raysubmit_abc123
+
+The project travels as the job's working_dir; the nodes need ModSAR's dependencies (see docker/).
+Datasets must be prepared where every node can read them (a shared --data-dir or $MODSAR_DATA) and
+results written to a shared path or a pyarrow URI (s3://...)."""
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from modsar import submit
+
+    if not args.address:
+        raise ModsarError("--address is required (the cluster's dashboard, e.g. http://HEAD:8265)")
+    rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
+    if rest[:1] and rest[0] in ("status", "logs", "stop"):
+        if len(rest) != 2:
+            raise ModsarError(f"usage: modsar submit --address URL {rest[0]} JOB_ID")
+        action, job_id = rest
+        if action == "status":
+            print(json.dumps(submit.status(args.address, job_id), indent=2))
+        elif action == "logs":
+            print(submit.logs(args.address, job_id), end="")
+        else:
+            print(f"{job_id}: {'stop requested' if submit.stop(args.address, job_id) else 'not running'}")
+        return 0
+    env = dict(parse_env(e) for e in args.env)
+    job_id, status = submit.submit(args.address, rest, env, wait=not args.no_wait, follow=args.follow)
+    print(f"{job_id} {status}")
+    return 0 if status in ("SUCCEEDED", "PENDING") else 1
+
+
+def parse_env(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ModsarError(f"--env {text!r} is not KEY=VALUE")
+    return key, value
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -383,13 +439,15 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     # KEY=VALUE overrides may come after options (e.g. `train --quiet task=ae`); anything else is an error.
     stray = [a for a in extra if a.startswith("-") or "=" not in a or not hasattr(args, "overrides")]
+    if args.command == "submit":
+        stray = []
     if stray:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
     handlers = {("data", "prepare"): _prepare, ("data", "stats"): _stats, ("data", "list"): _list,
                 ("train", None): _train, ("search", None): _search, ("spaces", None): _spaces,
-                ("results", None): _results, ("report", None): _report}
+                ("results", None): _results, ("report", None): _report, ("submit", None): _submit}
     handler = handlers[(args.command, getattr(args, "data_command", None))]
     try:
         return handler(args)

@@ -1,0 +1,91 @@
+"""`modsar submit`: run a ModSAR command on a Ray cluster through Ray's Job Submission SDK.
+
+The project (package, spaces) travels as the job's `working_dir`; the cluster's nodes provide the
+dependencies (the images in docker/). Ray token authentication is handled by the SDK itself: it reads
+RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH / ~/.ray/auth_token when the cluster uses tokens.
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+from modsar.errors import ModsarError
+
+PROJECT = Path(__file__).resolve().parent.parent
+EXCLUDES = [".venv", ".git", "results", "tests", "benchmarks", "docker", "**/__pycache__", "*.egg-info"]
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+
+
+def _probe(address: str) -> None:
+    """Fail fast, with one clear line, when nothing listens at the dashboard address."""
+    parsed = urlparse(address if "://" in address else f"http://{address}")
+    host, port = parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 8265)
+    if not host:
+        raise ModsarError(f"--address {address!r} is not a URL like http://HEAD:8265")
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except OSError as exc:
+        raise ModsarError(f"nothing listens at {address} ({exc.strerror or exc}); start the cluster (ray start "
+                          "--head) or fix --address (the Ray dashboard, port 8265)") from None
+
+
+def client(address: str):
+    from ray.job_submission import JobSubmissionClient
+
+    _probe(address)
+    try:
+        return JobSubmissionClient(address)
+    except Exception as exc:  # the SDK raises ConnectionError/RuntimeError/ValueError depending on the cause
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModsarError(f"cannot reach the Ray job server at {address}: {first}") from None
+
+
+def submit(address: str, command: list[str], env: dict[str, str], wait: bool, follow: bool) -> tuple[str, str]:
+    if not command:
+        raise ModsarError("nothing to submit; add the modsar command after --, e.g. -- search --space S --dataset D")
+    if command[0] in ("submit",):
+        raise ModsarError("submit cannot submit itself")
+    jobs = client(address)
+    runtime_env = {"working_dir": str(PROJECT), "excludes": EXCLUDES, "env_vars": env}
+    entrypoint = " ".join(shlex.quote(p) for p in ["python", "-m", "modsar.cli", *command])
+    job_id = jobs.submit_job(entrypoint=entrypoint, runtime_env=runtime_env, metadata={"tool": "modsar"})
+    if not wait:
+        return job_id, "PENDING"
+    if follow:
+        import asyncio
+
+        async def tail() -> None:
+            async for lines in jobs.tail_job_logs(job_id):
+                sys.stdout.write(lines)
+                sys.stdout.flush()
+
+        asyncio.run(tail())
+    status = wait_for(jobs, job_id)
+    return job_id, status
+
+
+def wait_for(jobs, job_id: str, poll_s: float = 1.0) -> str:
+    while True:
+        status = str(jobs.get_job_status(job_id)).split(".")[-1]
+        if status in TERMINAL:
+            return status
+        time.sleep(poll_s)
+
+
+def status(address: str, job_id: str) -> dict:
+    info = client(address).get_job_info(job_id)
+    return {"job_id": job_id, "status": str(info.status).split(".")[-1], "message": info.message,
+            "entrypoint": info.entrypoint}
+
+
+def logs(address: str, job_id: str) -> str:
+    return client(address).get_job_logs(job_id)
+
+
+def stop(address: str, job_id: str) -> bool:
+    return client(address).stop_job(job_id)
