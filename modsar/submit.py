@@ -42,7 +42,9 @@ def client(address: str):
         return JobSubmissionClient(address)
     except Exception as exc:  # the SDK raises ConnectionError/RuntimeError/ValueError depending on the cause
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModsarError(f"cannot reach the Ray job server at {address}: {first}") from None
+        hint = ("; the cluster uses token authentication: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or "
+                "RAY_AUTH_TOKEN_PATH) to its token") if "auth" in first.lower() else ""
+        raise ModsarError(f"cannot reach the Ray job server at {address}: {first}{hint}") from None
 
 
 def submit(address: str, command: list[str], env: dict[str, str], wait: bool, follow: bool) -> tuple[str, str]:
