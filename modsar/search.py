@@ -329,6 +329,7 @@ def reconcile_rows(plan: Plan, grid, role: str = "search") -> None:
 
 def connect_ray(req: SearchRequest) -> None:
     import ray
+    import torch  # before ray.init: loaded after it, in a Ray job driver, torch's MKL failed to load
 
     if ray.is_initialized():
         return
@@ -340,8 +341,6 @@ def connect_ray(req: SearchRequest) -> None:
         if address:
             ray.init(address=address, **quiet)
         else:
-            import torch
-
             ray.init(num_cpus=os.cpu_count() or 1, num_gpus=torch.cuda.device_count(),
                      include_dashboard=req.dashboard, dashboard_host="127.0.0.1",
                      object_store_memory=256 * 1024 * 1024, **quiet)

@@ -189,3 +189,23 @@ def test_hf_spaces_run_end_to_end(local_ray, data_dir, tmp_path, space):
     rows = read_rows(str(out), space)
     assert sorted(rows["task"]) == ["ae", "ar"] and (rows["status"] == "finished").all()
     assert rows["model.backbone"].eq(space[3:]).all() and rows["test.ndcg@10"].notna().all()
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(),
+                    reason="no CUDA device here: the fractional-GPU placement test needs one")
+def test_fractional_gpus_share_one_device(data_dir, tmp_path):
+    """Four trials with --gpus-per-trial 0.25 run at the same time on one GPU, each on the device Ray gave it."""
+    import torch
+
+    ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        out = tmp_path / "results"
+        assert search("--space", str(SPACES / "asha.yaml"), "--dataset", "synthetic", "--results", str(out),
+                      "--experiment", "gpu", "--gpus-per-trial", "0.25", "--cpus-per-trial", "1") == 0
+    finally:
+        ray.shutdown()
+    rows = read_rows(str(out), "gpu")
+    assert len(rows) == 12 and rows["device"].str.startswith("cuda").all()
+    assert torch.cuda.device_count() >= 1
+    started = rows["finished_at"]  # several trials end close together only if they shared the GPU
+    assert started.nunique() < len(rows)
