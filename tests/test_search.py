@@ -205,7 +205,10 @@ def test_fractional_gpus_share_one_device(data_dir, tmp_path):
     finally:
         ray.shutdown()
     rows = read_rows(str(out), "gpu")
-    assert len(rows) == 12 and rows["device"].str.startswith("cuda").all()
-    assert torch.cuda.device_count() >= 1
-    started = rows["finished_at"]  # several trials end close together only if they shared the GPU
-    assert started.nunique() < len(rows)
+    assert len(rows) == 12 and rows["device"].str.startswith("cuda").all() and torch.cuda.device_count() >= 1
+    import pandas as pd
+
+    end = pd.to_datetime(rows["finished_at"]).astype("int64") / 1e9
+    start = end - rows["wall_time_s"]
+    overlapping = max(((start <= t) & (end >= t)).sum() for t in start)  # trials running at one moment
+    assert overlapping >= 2  # several 0.25-GPU trials shared the single GPU
