@@ -7,6 +7,7 @@ RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH / ~/.ray/auth_token when the cluster uses t
 
 from __future__ import annotations
 
+import os
 import shlex
 import socket
 import sys
@@ -34,12 +35,24 @@ def _probe(address: str) -> None:
                           "--head) or fix --address (the Ray dashboard, port 8265)") from None
 
 
+def auth_headers() -> dict[str, str]:
+    """The cluster token as a bearer header, from RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token.
+
+    Sent whenever a token is available: the SDK's own lookup depends on RAY_AUTH_MODE as it was when Ray
+    was first imported in this process, which a long-lived process cannot rely on."""
+    token = os.environ.get("RAY_AUTH_TOKEN", "").strip()
+    if not token:
+        path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", Path.home() / ".ray" / "auth_token")).expanduser()
+        token = path.read_text().strip() if path.is_file() else ""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 def client(address: str):
     from ray.job_submission import JobSubmissionClient
 
     _probe(address)
     try:
-        return JobSubmissionClient(address)
+        return JobSubmissionClient(address, headers=auth_headers())
     except Exception as exc:  # the SDK raises ConnectionError/RuntimeError/ValueError depending on the cause
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = ("; the cluster uses token authentication: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or "

@@ -95,8 +95,9 @@ def test_submit_search_to_two_node_cluster(cluster, tmp_path, monkeypatch, capsy
     assert main(["data", "prepare", "synthetic", "--data-dir", str(data)]) == 0
     code = main(["submit", "--address", address, "--follow", "--env", f"MODSAR_DATA={data}", "--", "search", "--space",
                  str(SPACE), "--dataset", "synthetic", "--results", str(results), "--experiment", "mn", "--quiet"])
-    out = capsys.readouterr().out
-    assert code == 0 and out.strip().splitlines()[-1].endswith("SUCCEEDED"), out[-2000:]
+    captured = capsys.readouterr()
+    out = captured.out
+    assert code == 0 and out.strip().splitlines()[-1].endswith("SUCCEEDED"), out[-2000:] + captured.err[-2000:]
     rows = read_rows(str(results), "mn")
     assert len(rows) == 12 and rows["trial_id"].is_unique
     assert rows["node_id"].nunique() == 2  # trials ran on both nodes
