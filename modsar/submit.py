@@ -68,7 +68,15 @@ def submit(address: str, command: list[str], env: dict[str, str], wait: bool, fo
     jobs = client(address)
     runtime_env = {"working_dir": str(PROJECT), "excludes": EXCLUDES, "env_vars": env}
     entrypoint = " ".join(shlex.quote(p) for p in ["python", "-m", "modsar.cli", *command])
-    job_id = jobs.submit_job(entrypoint=entrypoint, runtime_env=runtime_env, metadata={"tool": "modsar"})
+    deadline = time.time() + 60
+    while True:  # a cluster that has just started may not have its job agent up yet
+        try:
+            job_id = jobs.submit_job(entrypoint=entrypoint, runtime_env=runtime_env, metadata={"tool": "modsar"})
+            break
+        except RuntimeError as exc:
+            if "No available agent" not in str(exc) or time.time() > deadline:
+                raise ModsarError(f"job submission to {address} failed: {str(exc).splitlines()[0]}") from None
+            time.sleep(2)
     if not wait:
         return job_id, "PENDING"
     if follow:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -64,23 +65,28 @@ def cluster(tmp_path):
         yield f"http://127.0.0.1:{dashboard}", env
     finally:
         deadline = time.time() + 30
-        while time.time() < deadline and kill_marked(marker):  # every process of this cluster has the marker
+        while time.time() < deadline and kill_marked(marker, (temp, worker_temp)):
             time.sleep(0.5)
         subprocess.run(["rm", "-rf", temp, worker_temp])
 
 
-def kill_marked(marker: str) -> int:
-    """SIGKILL every process whose environment holds the marker; returns how many were found.
+def kill_marked(marker: str, folders: tuple[str, ...]) -> int:
+    """SIGKILL every process of the test cluster; returns how many were found.
 
-    Reads /proc/PID/environ directly: Ray renames its agents (setproctitle), after which psutil's view of
-    their environment loses the variable, while the kernel's copy keeps it."""
+    A process belongs to it if its environment holds the marker or if it has a file open in one of the
+    cluster's temp folders (every Ray process keeps its log there). Both are read from /proc: Ray renames
+    its agents (setproctitle), which can clobber the environment block as psutil and /proc show it."""
     found = 0
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/environ", "rb") as fh:
-                if f"MODSAR_TEST_CLUSTER={marker}".encode() in fh.read():
-                    os.kill(int(pid), 9)
-                    found += 1
+                mine = f"MODSAR_TEST_CLUSTER={marker}".encode() in fh.read()
+            if not mine:
+                fds = os.listdir(f"/proc/{pid}/fd")
+                mine = any(os.readlink(f"/proc/{pid}/fd/{fd}").startswith(folders) for fd in fds)
+            if mine:
+                os.kill(int(pid), 9)
+                found += 1
         except (OSError, ProcessLookupError):
             continue
     return found
@@ -102,3 +108,24 @@ def test_submit_search_to_two_node_cluster(cluster, tmp_path, monkeypatch, capsy
     assert len(rows) == 12 and rows["trial_id"].is_unique
     assert rows["node_id"].nunique() == 2  # trials ran on both nodes
     assert (results / "mn" / "trials").is_dir() and rows["selected"].sum() == 2
+
+
+def test_no_wait_status_logs_and_stop(cluster, monkeypatch, capsys):
+    address, env = cluster
+    for key in ("RAY_AUTH_MODE", "PATH"):
+        monkeypatch.setenv(key, env[key])
+    assert main(["submit", "--address", address, "--no-wait", "--", "spaces"]) == 0
+    job_id, state = capsys.readouterr().out.split()
+    assert job_id.startswith("raysubmit_") and state == "PENDING"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        assert main(["submit", "--address", address, "status", job_id]) == 0
+        status = json.loads(capsys.readouterr().out)["status"]
+        if status in ("SUCCEEDED", "FAILED", "STOPPED"):
+            break
+        time.sleep(1)
+    assert status == "SUCCEEDED"
+    assert main(["submit", "--address", address, "logs", job_id]) == 0
+    assert "quickstart" in capsys.readouterr().out  # the job printed the bundled spaces
+    assert main(["submit", "--address", address, "stop", job_id]) == 0
+    assert "not running" in capsys.readouterr().out
