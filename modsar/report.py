@@ -275,8 +275,8 @@ def plot_all(rows: pd.DataFrame, cells: dict, datasets: list[str], spaces: list[
         x = np.arange(len(spaces))
         for offset, task in ((-0.2, "ae"), (0.2, "ar")):
             vals = [cells.get(metric, {}).get((dataset, s, task), Cell()) for s in spaces]
-            ax.bar(x + offset, [v.mean if v.mean is not None else 0 for v in vals], 0.4, label=task.upper(),
-                   yerr=[v.std or 0 for v in vals], hatch=None)
+            ax.bar(x + offset, [v.mean if v.mean is not None else math.nan for v in vals], 0.4, label=task.upper(),
+                   yerr=[v.std or 0 for v in vals])
         ax.set_xticks(x, spaces, rotation=20, ha="right")
         ax.set_ylabel(f"test {short(metric)}")
         ax.set_title(f"{dataset}: AE vs AR")
