@@ -141,6 +141,17 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--format", default="md", choices=["md", "latex", "csv", "html"])
     report.add_argument("--out", help="write report.<format> and PNG plots into this folder")
 
+    analyze = sub.add_parser("analyze", help="attention sparsity/rank and last-item-reliance diagnostics",
+                             epilog=EPILOG_ANALYZE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    target = analyze.add_mutually_exclusive_group(required=True)
+    target.add_argument("--checkpoint", help="a best.pt written by modsar train or search")
+    target.add_argument("--experiment", help="the selected AE and AR trials of this search, side by side")
+    analyze.add_argument("--results", default="results", help="results root (with --experiment)")
+    analyze.add_argument("--diagnostic", default="sparsity,rank,hrli,shuffle,mixing,residual-scaling",
+                         help="comma-separated: sparsity, rank, hrli, shuffle, mixing, residual-scaling")
+    analyze.add_argument("--out", help="write diagnostics.parquet and PNG plots here")
+    _add_data_dir(analyze)
+
     sub_submit = sub.add_parser("submit", help="run a modsar command on a Ray cluster (Ray Job Submission)",
                                 epilog=EPILOG_SUBMIT, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub_submit.add_argument("--address", default=os.environ.get("RAY_DASHBOARD_ADDRESS"),
@@ -177,6 +188,55 @@ EPILOG_REPORT = """examples:
 
 Cells are test metrics of the configuration selected on validation (mean ± std over `--seeds` re-runs
 when present); missing cells show "–"; Best Improv. = (best AR - best AE) / best AE."""
+
+
+EPILOG_ANALYZE = """examples:
+  modsar analyze --checkpoint results/train-video/checkpoints/ar-1234abcd.pt --out results/analysis
+  modsar analyze --experiment vanilla-video --diagnostic sparsity,rank,hrli,shuffle
+
+Conventions (window, head averaging, padding, where alpha acts) are in modsar/analyze.py and in every row."""
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    from modsar import analyze
+    from modsar.results import read_rows
+
+    diagnostics = [d.strip() for d in args.diagnostic.split(",") if d.strip()]
+    if args.checkpoint:
+        targets = {"checkpoint": args.checkpoint}
+    else:
+        rows = read_rows(args.results, args.experiment)
+        chosen = rows[rows["selected"].astype(bool)] if len(rows) else rows
+        if not len(chosen):
+            raise ModsarError(f"experiment '{args.experiment}' has no selected trials under {args.results}")
+        targets = {}
+        for _, row in chosen.sort_values("task").iterrows():
+            path = Path(str(row["checkpoint"]))
+            targets[row["task"].upper()] = str(path / "best.pt" if path.is_dir() else path)
+    tables = []
+    for name, path in targets.items():
+        if not Path(path).is_file():
+            raise ModsarError(f"checkpoint '{path}' does not exist")
+        table = analyze.run(path, diagnostics, args.data_dir)
+        table["model"] = name
+        tables.append(table)
+    import pandas as pd
+
+    table = pd.concat(tables, ignore_index=True)
+    wide = table.pivot_table(index=["diagnostic", "quantity", "layer", "alpha"], columns="model", values="value")
+    print(wide.to_string(float_format=lambda v: f"{v:.4f}"))
+    if args.out:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = out / ".diagnostics.parquet.tmp"
+        pq.write_table(pa.Table.from_pandas(table.astype({"layer": str}), preserve_index=False), tmp)
+        tmp.replace(out / "diagnostics.parquet")
+        plots = analyze.plot(table, out)
+        print(f"wrote {out / 'diagnostics.parquet'} and {len(plots)} plot(s)")
+    return 0
 
 
 EPILOG_SUBMIT = """examples:
@@ -447,7 +507,8 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     handlers = {("data", "prepare"): _prepare, ("data", "stats"): _stats, ("data", "list"): _list,
                 ("train", None): _train, ("search", None): _search, ("spaces", None): _spaces,
-                ("results", None): _results, ("report", None): _report, ("submit", None): _submit}
+                ("results", None): _results, ("report", None): _report, ("submit", None): _submit,
+                ("analyze", None): _analyze}
     handler = handlers[(args.command, getattr(args, "data_command", None))]
     try:
         return handler(args)
