@@ -17,6 +17,7 @@ Conventions (stated in every output row):
 from __future__ import annotations
 
 import contextlib
+import math
 from pathlib import Path
 
 import numpy as np
@@ -26,13 +27,13 @@ import torch
 from modsar.data.batches import eval_inputs
 from modsar.data.split import LeaveOneOut
 from modsar.data.store import load_dataset
-from modsar.diagnostics import attention_window, hard_threshold_rank, last_item_hit, sparsity
+from modsar.diagnostics import attention_window, hard_threshold_rank, last_item_hit, recovery_rate, sparsity
 from modsar.errors import ModsarError
-from modsar.evaluate import evaluate, model_scorer, trim_left_padding
+from modsar.evaluate import evaluate, model_scorer, target_ranks, trim_left_padding
 from modsar.model.modular import ModularSAR
 from modsar.train import load_checkpoint
 
-DIAGNOSTICS = ("sparsity", "rank", "hrli", "shuffle", "mixing", "residual-scaling")
+DIAGNOSTICS = ("sparsity", "rank", "hrli", "shuffle", "mixing", "residual-scaling", "nonfinal", "recovery")
 ALPHAS = tuple(round(a / 10, 1) for a in range(11))
 
 
@@ -200,6 +201,38 @@ def ratio_per_position(c: torch.Tensor) -> torch.Tensor:
     return n_others / (n_others + n_own + 1e-12)
 
 
+def hits_at(probe: Probe, which: str, alpha: float = 1.0, offset: int = 0, k: int = 10) -> np.ndarray:
+    """hit@k per evaluable user of `which`, ranking with the hidden state `offset` positions before the final
+    one (same target, same seen-item policy as HR); users with too short a history count as misses."""
+    users, end, _ = probe.split.targets(which)
+    window = np.minimum(end - probe.split.starts[users], probe.max_len)
+    with residual_scale(probe.model, alpha):
+        ranks = target_ranks(model_scorer(probe.model, offset), probe.split, which, probe.cfg.eval, probe.cfg.task,
+                             probe.max_len, 256, torch.device("cpu")).numpy()
+    return (ranks < k) & (window > offset)
+
+
+def recovery_curve(probe: Probe, which: str, alphas) -> tuple[dict[float, float], dict[float, float]]:
+    """(Rec(alpha), HR@10(alpha)) with R fixed at alpha = 1 (diagnostics.md §2.7)."""
+    miss = ~hits_at(probe, which, 1.0)
+    earlier = hits_at(probe, which, 1.0, 1) | hits_at(probe, which, 1.0, 2) | hits_at(probe, which, 1.0, 3)
+    rec, hr = {}, {}
+    for alpha in alphas:
+        final = hits_at(probe, which, alpha)
+        rec[alpha], hr[alpha] = recovery_rate(miss, earlier, final), float(final.mean())
+    return rec, hr
+
+
+def select_alpha(rec: dict[float, float], hr: dict[float, float], epsilon: float = 0.01) -> float:
+    """The alpha with the best recovery among those keeping HR@10 >= (1 - epsilon) * HR@10(alpha = 1);
+    ties go to the smallest alpha; nothing feasible -> 1.0 (diagnostics.md §2.8)."""
+    feasible = [a for a in sorted(rec) if hr[a] >= (1 - epsilon) * hr[1.0]]
+    if not feasible:
+        return 1.0
+    best = max(rec[a] for a in feasible)
+    return next(a for a in feasible if rec[a] == best)
+
+
 def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = None, attention_users: int = 2000,
         alphas=ALPHAS) -> pd.DataFrame:
     """One long table: (diagnostic, quantity, layer, alpha, value, n) rows plus the conventions used."""
@@ -243,6 +276,23 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
                 add("residual-scaling", "hrli@1", hrli(probe, ks=(1,))["hrli@1"], alpha=alpha)
             for key, value in mixing_ratios(probe, alpha).items():
                 add("residual-scaling", key, value, alpha=alpha)
+    if "nonfinal" in diagnostics:
+        final = hits_at(probe, "test")
+        add("nonfinal", "hr@10 at L", float(final.mean()))
+        for offset in (1, 2, 3):  # a joint proportion over all test users, not a conditional
+            add("nonfinal", f"miss at L, hit at L-{offset}", float((~final & hits_at(probe, "test", 1.0, offset)).mean()))
+    if "recovery" in diagnostics:
+        rec_val, hr_val = recovery_curve(probe, "valid", alphas)
+        rec_test, hr_test = recovery_curve(probe, "test", alphas)
+        for alpha in alphas:
+            add("recovery", "recovery rate (test)", rec_test[alpha], alpha=alpha)
+            add("recovery", "hr@10 (test)", hr_test[alpha], alpha=alpha)
+        chosen = select_alpha(rec_val, hr_val) if 1.0 in hr_val else 1.0
+        oracle = select_alpha(rec_test, hr_test) if 1.0 in hr_test else 1.0
+        add("recovery", "alpha* (validation, epsilon=0.01)", chosen, alpha=chosen)
+        add("recovery", "delta hr@10 at alpha* (test)", hr_test[chosen] - hr_test.get(1.0, math.nan), alpha=chosen)
+        add("recovery", "recovery at alpha* (test)", rec_test[chosen], alpha=chosen)
+        add("recovery", "alpha* oracle (test)", oracle, alpha=oracle)
     table = pd.DataFrame(rows)
     table["task"], table["norm"] = probe.cfg.task, "pre" if probe.model.blocks[0].pre_norm else "post"
     table["checkpoint"], table["dataset"] = str(checkpoint), probe.cfg.dataset

@@ -148,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--experiment", help="the selected AE and AR trials of this search, side by side")
     analyze.add_argument("--results", default="results", help="results root (with --experiment)")
     analyze.add_argument("--diagnostic", default="sparsity,rank,hrli,shuffle,mixing,residual-scaling",
-                         help="comma-separated: sparsity, rank, hrli, shuffle, mixing, residual-scaling")
+                         help="comma-separated: sparsity, rank, hrli, shuffle, mixing, residual-scaling, "
+                              "nonfinal, recovery")
     analyze.add_argument("--out", help="write diagnostics.parquet and PNG plots here")
     _add_data_dir(analyze)
 

@@ -67,14 +67,14 @@ def fixed_negatives(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarr
 
 
 @torch.no_grad()
-def evaluate(scorer: Scorer, split: LeaveOneOut, which: str, cfg: EvalConfig, task: str, max_len: int,
-             batch_size: int, device: torch.device) -> dict[str, float]:
-    """Mean metrics over all evaluable users of the `valid` or `test` split."""
+def target_ranks(scorer: Scorer, split: LeaveOneOut, which: str, cfg: EvalConfig, task: str, max_len: int,
+                 batch_size: int, device: torch.device) -> torch.Tensor:
+    """0-based pessimistic rank of every evaluable user's `valid` or `test` target, in user order."""
     users, history_end, targets = split.targets(which)
     negatives = (fixed_negatives(split, users, history_end, targets, cfg.sampled_negatives,
                                  cfg.sample_seed + (which == "test"))
                  if cfg.sampled_negatives else None)
-    totals: dict[str, float] = {}
+    out = []
     for lo in range(0, len(users), batch_size):
         sl = slice(lo, lo + batch_size)
         inputs = trim_left_padding(eval_inputs(split, users[sl], history_end[sl], task, max_len)).to(device)
@@ -84,17 +84,22 @@ def evaluate(scorer: Scorer, split: LeaveOneOut, which: str, cfg: EvalConfig, ta
         if negatives is not None:
             candidates = torch.cat([target[:, None], torch.from_numpy(negatives[sl]).to(device)], dim=1)
             cand_scores = scores.gather(1, candidates - 1)
-            ranks = (cand_scores[:, 1:] >= cand_scores[:, :1]).sum(1)
-        else:
-            if cfg.filter_seen == "history":
-                rows, items = history_index(split, users[sl], history_end[sl])
-                target_scores = scores.gather(1, (target - 1)[:, None])
-                scores[torch.from_numpy(rows).to(device), torch.from_numpy(items - 1).to(device)] = float("-inf")
-                scores.scatter_(1, (target - 1)[:, None], target_scores)
-            ranks = ranks_from_scores(scores, target)
-        for key, value in metric_sums(ranks, cfg.ks).items():
-            totals[key] = totals.get(key, 0.0) + value
-    return {key: value / max(len(users), 1) for key, value in totals.items()}
+            out.append((cand_scores[:, 1:] >= cand_scores[:, :1]).sum(1).cpu())
+            continue
+        if cfg.filter_seen == "history":
+            rows, items = history_index(split, users[sl], history_end[sl])
+            target_scores = scores.gather(1, (target - 1)[:, None])
+            scores[torch.from_numpy(rows).to(device), torch.from_numpy(items - 1).to(device)] = float("-inf")
+            scores.scatter_(1, (target - 1)[:, None], target_scores)
+        out.append(ranks_from_scores(scores, target).cpu())
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.long)
+
+
+def evaluate(scorer: Scorer, split: LeaveOneOut, which: str, cfg: EvalConfig, task: str, max_len: int,
+             batch_size: int, device: torch.device) -> dict[str, float]:
+    """Mean metrics over all evaluable users of the `valid` or `test` split."""
+    ranks = target_ranks(scorer, split, which, cfg, task, max_len, batch_size, device)
+    return {key: value / max(len(ranks), 1) for key, value in metric_sums(ranks, cfg.ks).items()}
 
 
 def trim_left_padding(inputs: torch.Tensor) -> torch.Tensor:
@@ -103,9 +108,11 @@ def trim_left_padding(inputs: torch.Tensor) -> torch.Tensor:
     return inputs[:, int(real_columns[0]):] if len(real_columns) else inputs
 
 
-def model_scorer(model) -> Scorer:
+def model_scorer(model, offset: int = 0) -> Scorer:
+    """Scores from the hidden state at the final position, or `offset` positions before it."""
+
     def score(inputs: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
-        hidden = model(inputs, users)[:, -1]
+        hidden = model(inputs, users)[:, -1 - offset]
         return model.score(hidden, users)
 
     return score

@@ -77,6 +77,27 @@ def test_shuffle_and_hrli_signature_on_an_ar_model(checkpoints):
     assert 0 <= value["hrli@1"] <= 1 and (table["n"] > 0).all()
 
 
+def test_nonfinal_and_recovery_follow_their_definitions(checkpoints):
+    data, paths = checkpoints
+    table = run(paths["pre"], ["nonfinal", "recovery"], str(data), alphas=(0.0, 0.5, 1.0))
+    value = {(q, a): v for q, a, v in zip(table["quantity"], table["alpha"], table["value"], strict=True)}
+    assert value[("recovery rate (test)", 1.0)] == 0.0  # Rec(1) = 0 by definition
+    probe = Probe(paths["pre"], str(data))
+    assert value[("hr@10 at L", 1.0)] == pytest.approx(probe.metrics()["recall@10"])
+    assert value[("hr@10 (test)", 1.0)] == pytest.approx(probe.metrics()["recall@10"])
+    chosen = next(a for (q, a) in value if q == "alpha* (validation, epsilon=0.01)")
+    assert chosen in (0.0, 0.5, 1.0)
+
+
+def test_select_alpha_rule():
+    from modsar.analyze import select_alpha
+
+    rec = {0.0: 0.5, 0.5: 0.3, 1.0: 0.0}
+    assert select_alpha(rec, {0.0: 0.80, 0.5: 0.995, 1.0: 1.0}) == 0.5  # 0.0 loses too much HR
+    assert select_alpha(rec, {0.0: 0.999, 0.5: 0.999, 1.0: 1.0}) == 0.0
+    assert select_alpha({0.0: 0.2, 0.5: 0.2, 1.0: 0.0}, {0.0: 1.0, 0.5: 1.0, 1.0: 1.0}) == 0.0  # ties: smallest
+
+
 def test_cli_writes_table_and_plot(checkpoints, tmp_path, capsys):
     data, paths = checkpoints
     out = tmp_path / "analysis"
