@@ -172,6 +172,13 @@ def render(tables: list[Table], fmt: str, verdicts: list[str]) -> str:
     raise ModsarError(f"unknown --format '{fmt}'; choose md, latex, csv or html")
 
 
+def _flat_header(t: Table) -> list[str]:
+    """One header row: two-row headers (space over AE/AR) are joined cell by cell."""
+    if len(t.header) == 1:
+        return t.header[0]
+    return [f"{a} {b}".strip() for a, b in zip(t.header[0], t.header[1], strict=True)]
+
+
 def _md(t: Table) -> str:
     def fmt(c: Styled) -> str:
         text = c.text
@@ -179,8 +186,7 @@ def _md(t: Table) -> str:
             text = f"<u>{text}</u>"
         return f"**{text}**" if c.bold else text
 
-    header = t.header[0] if len(t.header) == 1 else [
-        f"{a} {b}".strip() for a, b in zip(t.header[0], t.header[1], strict=True)]
+    header = _flat_header(t)
     lines = [f"## {t.title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in t.rows]
     return "\n".join(lines)
@@ -228,9 +234,7 @@ def _csv(t: Table) -> str:
 
     out = io.StringIO()
     writer = csv.writer(out)
-    header = t.header[0] if len(t.header) == 1 else [
-        f"{a} {b}".strip() for a, b in zip(t.header[0], t.header[1], strict=True)]
-    writer.writerow(["table", *header])
+    writer.writerow(["table", *_flat_header(t)])
     for row in t.rows:
         writer.writerow([t.title, *[c.text for c in row]])
     return out.getvalue()
