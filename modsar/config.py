@@ -69,6 +69,11 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0  # torch CPU threads; 0 = leave torch's default
 
+    @property
+    def monitor_key(self) -> str:
+        """The evaluation dict's key for `monitor` (HR@k is reported as recall@k)."""
+        return self.monitor.replace("hr@", "recall@")
+
 
 @dataclass
 class EvalConfig:

@@ -124,7 +124,7 @@ def make_plan(req: SearchRequest) -> Plan:
     manifest = load_dataset(req.dataset, req.data_dir).manifest  # unknown or unprepared dataset: refused here
     root = req.results.rstrip("/") + "/" + req.experiment_name
     return Plan(req, space, cfg.to_dict(), search, num_samples, max_t, grace, factor,
-                cfg.train.monitor.replace("hr@", "recall@"), root, str(data_root(req.data_dir).resolve()), manifest)
+                cfg.train.monitor_key, root, str(data_root(req.data_dir).resolve()), manifest)
 
 
 def trial_config(base: dict[str, Any], space: SearchSpace, sampled: dict[str, Any]) -> Config:
@@ -152,7 +152,7 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
     torch.set_num_threads(max(1, int(assigned.get("CPU", 1))))
     if assigned.get("GPU", 0) > 0:
         cfg.train.device = "cuda"  # Ray restricts CUDA_VISIBLE_DEVICES to the trial's GPU
-    monitor = cfg.train.monitor.replace("hr@", "recall@")
+    monitor = cfg.train.monitor_key
     node = {"host": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id()}
     started = time.perf_counter()
     best: dict[str, Any] = {}

@@ -158,7 +158,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
         model.train()
         return metrics
 
-    monitor = cfg.train.monitor.replace("hr@", "recall@")
+    monitor = cfg.train.monitor_key
     best_value, best_epoch, best_state, best_valid = -math.inf, 0, None, {}
     history, epoch_times, eval_times, stale = [], [], [], 0
     checkpoint_path = Path(checkpoint_path) if checkpoint_path else None
