@@ -1,23 +1,35 @@
-"""`modsar analyze`: the seed papers' diagnostics on a trained modular checkpoint, over test users.
+"""`modsar analyze`: the seed papers' diagnostics on a trained checkpoint, over its test users.
 
-Conventions (stated in every output row):
-- Attention: post-softmax probabilities, averaged over heads, per layer; the last W = 20 positions, padded
-  rows and columns zero (N = W^2); S and k per (user, layer), then the mean (ModSAR Tables 2-3).
+Conventions (each output row names the ones it depends on; definitions in shared/docs/diagnostics.md):
+- Attention: post-softmax probabilities averaged over heads, per layer; the last W = 20 input positions
+  (AE: including the trailing [MASK]), padded rows and columns zero (N = W^2). S and k per (user, layer),
+  then the mean over users (per layer) and over users and layers ("all"), as ModSAR Tables 2-3. k uses
+  sigma = 0 unless --sigma is given; numerically-zero singular values (below the matrix_rank tolerance)
+  never count. Spectra and heatmaps show one user (the same for every model of a dataset: the first user of
+  a seeded permutation with >= W history items) plus the mean sorted spectrum over users.
 - HRLI@k / HRL2I@k: the last / second-to-last history item among the top k of the final-position scores,
-  unfiltered; sequences with one history item are left out of HRL2I (n reported).
+  unfiltered; "filtered": the user's seen items are removed except the probed one (diagnostics.md §2.1).
+  Sequences with one history item are left out of HRL2I (n reported).
 - Shuffle: inference-time permutation of the history (partial: all but the last item; full: all), AE keeps
   its trailing mask; NDCG@10 under the checkpoint's own evaluation settings.
-- Residual scaling: z = alpha * x + Attn(...) on the attention sub-layer's skip in every layer, at inference.
-  Pre-norm: x <- alpha * x + Attn(LN(x)); post-norm: x <- LN(alpha * x + Attn(x)).
-- Mixing ratio (Kobayashi): contributions c_ij = sum_h a^h_ij f^h(x_j) with f^h(x) = (x W_V^h + b_V^h) W_O^h
+- Residual scaling (modular backbone): z = alpha * x + Attn(...) on the attention sub-layer's skip in every
+  layer, at inference. Pre-norm: x <- alpha * x + Attn(LN(x)); post-norm: x <- LN(alpha * x + Attn(x)).
+- Mixing ratio (Kobayashi; modular backbone): c_ij = sum_h a^h_ij f^h(x_j), f^h(x) = (x W_V^h + b_V^h) W_O^h
   (b_O excluded); +Res adds alpha * x_i to c_ii; +LN (post-norm only, where a LayerNorm follows the sum)
-  centres and scales by the real pre-LN vector's std. Pooled over real positions of all users and layers.
+  centres and scales by the real pre-LN vector's std. Pooled over real positions of all users and layers
+  (also without each sequence's first position), and per layer at positions L, L-1, L-2, where L is the
+  position the prediction is read from (AR: the last item; AE: the [MASK]); a sequence counts at L-o only
+  if it has more than o real positions.
+- HF backbones: everything read from attention maps and final scores (sparsity, rank, hrli, shuffle,
+  nonfinal); the mixing decomposition and residual scaling need the modular block's own weights and skip,
+  so they are skipped there with a note.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,13 +39,22 @@ import torch
 from modsar.data.batches import eval_inputs
 from modsar.data.split import LeaveOneOut
 from modsar.data.store import load_dataset
-from modsar.diagnostics import attention_window, hard_threshold_rank, last_item_hit, recovery_rate, sparsity
+from modsar.diagnostics import (
+    attention_window,
+    effective_rank,
+    hard_threshold_rank,
+    last_item_hit,
+    recovery_rate,
+    sparsity,
+)
 from modsar.errors import ModsarError
-from modsar.evaluate import evaluate, model_scorer, target_ranks, trim_left_padding
+from modsar.evaluate import evaluate, history_index, model_scorer, target_ranks, trim_left_padding
 from modsar.model.modular import ModularSAR
-from modsar.train import load_checkpoint
+from modsar.train import load_checkpoint, resolve_device
 
 DIAGNOSTICS = ("sparsity", "rank", "hrli", "shuffle", "mixing", "residual-scaling", "nonfinal", "recovery")
+DEFAULT_DIAGNOSTICS = ("sparsity", "rank", "hrli", "shuffle", "mixing", "residual-scaling")
+MODULAR_ONLY = ("mixing", "residual-scaling", "recovery")
 ALPHAS = tuple(round(a / 10, 1) for a in range(11))
 
 
@@ -49,17 +70,27 @@ def residual_scale(model: ModularSAR, alpha: float):
             block.residual_alpha = value
 
 
+def model_label(cfg) -> str:
+    """'Vanilla-AE', 'Local-AE', 'Vanilla-AR' as in the ModSAR paper; HF backbones carry their name."""
+    kind = "Local" if cfg.model.local_heads else "Vanilla"
+    name = f"{kind}-{cfg.task.upper()}"
+    return name if cfg.model.backbone == "modular" else f"{cfg.model.backbone} {name}"
+
+
 class Probe:
     """A checkpoint and its test users, ready for diagnostics (inputs as the evaluation builds them)."""
 
-    def __init__(self, checkpoint: str | Path, data_dir: str | None = None, attention_users: int = 2000) -> None:
-        self.model, self.cfg, payload = load_checkpoint(checkpoint)
-        if not isinstance(self.model, ModularSAR):
-            raise ModsarError(f"{checkpoint}: diagnostics need the modular backbone (got {self.cfg.model.backbone})")
+    def __init__(self, checkpoint: str | Path, data_dir: str | None = None, attention_users: int = 2000,
+                 device: str = "cpu") -> None:
+        self.device = resolve_device(device)
+        self.model, self.cfg, payload = load_checkpoint(checkpoint, str(self.device))
+        self.modular = isinstance(self.model, ModularSAR)
         self.max_len = payload["max_len"]
         data = load_dataset(self.cfg.dataset, data_dir)
         self.split = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
         self.users, self.end, self.targets = self.split.targets("test")  # every test user, in evaluation order
+        if not len(self.users):
+            raise ModsarError(f"{checkpoint}: dataset '{self.cfg.dataset}' has no test users to analyse")
         self.attention_rows = np.sort(np.random.default_rng(0).permutation(len(self.users))[:attention_users])
         self.inputs = eval_inputs(self.split, self.users, self.end, self.cfg.task, self.max_len)
         self.user_ids = torch.from_numpy(self.users + 1)
@@ -70,18 +101,27 @@ class Probe:
         for lo in range(0, len(self.users), size):
             yield slice(lo, lo + size)
 
+    def batch(self, inputs: torch.Tensor, rows) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows of `inputs` without all-padding columns, and their user ids, on the probe's device."""
+        return trim_left_padding(inputs[rows]).to(self.device), self.user_ids[rows].to(self.device)
+
     @torch.no_grad()
     def final_scores(self, inputs: torch.Tensor, sl: slice) -> torch.Tensor:
-        x = trim_left_padding(inputs[sl])
-        return model_scorer(self.model)(x, self.user_ids[sl])
+        return model_scorer(self.model)(*self.batch(inputs, sl)).float()
+
+    def evaluate(self, scorer, which: str = "test") -> dict[str, float]:
+        return evaluate(scorer, self.split, which, self.cfg.eval, self.cfg.task, self.max_len, 256, self.device)
 
     def metrics(self, inputs: torch.Tensor | None = None) -> dict[str, float]:
         """HR/NDCG etc. on test, exactly as `evaluate` computes them, optionally on perturbed inputs."""
-        if inputs is None:
-            return evaluate(model_scorer(self.model), self.split, "test", self.cfg.eval, self.cfg.task, self.max_len,
-                            256, torch.device("cpu"))
-        return evaluate(_FixedInputs(self, inputs), self.split, "test", self.cfg.eval, self.cfg.task,
-                        self.max_len, 256, torch.device("cpu"))
+        return self.evaluate(model_scorer(self.model) if inputs is None else _FixedInputs(self, inputs))
+
+    def heatmap_row(self, window: int) -> int:
+        """The displayed user: first of a seeded permutation with >= `window` history items (else the longest);
+        models trained on one dataset get the same user."""
+        order = np.random.default_rng(0).permutation(len(self.users))
+        long_enough = order[self.lengths[order] >= window]
+        return int(long_enough[0]) if len(long_enough) else int(np.argmax(self.lengths))
 
 
 class _FixedInputs:
@@ -94,39 +134,83 @@ class _FixedInputs:
     def __call__(self, _inputs: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
         rows = slice(self.offset, self.offset + len(users))
         self.offset += len(users)
-        assert torch.equal(users, self.probe.user_ids[rows]), "evaluation order changed"
-        return model_scorer(self.probe.model)(trim_left_padding(self.inputs[rows]), users)
+        assert torch.equal(users.cpu(), self.probe.user_ids[rows]), "evaluation order changed"
+        return model_scorer(self.probe.model)(*self.probe.batch(self.inputs, rows))
 
 
-def attention_stats(probe: Probe, window: int = 20, sigma: float = 0.0, rule: str = "modsar_eq8") -> pd.DataFrame:
-    rows = []
-    inputs, user_ids = probe.inputs[probe.attention_rows], probe.user_ids[probe.attention_rows]
-    with torch.no_grad():
-        for lo in range(0, len(inputs), 256):
-            batch = inputs[lo:lo + 256]
-            _, maps = probe.model(batch, user_ids[lo:lo + 256], need_weights=True)
-            real = (batch > 0).sum(1).numpy()
-            for layer, probs in enumerate(maps):
-                mean = probs.mean(1).numpy()  # head average
-                for b in range(mean.shape[0]):
-                    w = attention_window(mean[b], int(real[b]), window)
-                    k, tau, s = hard_threshold_rank(w, sigma, rule)
-                    rows.append({"layer": layer, "sparsity": sparsity(w), "rank": k, "tau": tau,
-                                 "top_singular_value": float(s[0])})
-    return pd.DataFrame(rows)
+@torch.no_grad()
+def attention_windows(probe: Probe, rows: np.ndarray, window: int = 20):
+    """Yield (row, layer, W x W head-averaged window) for the given test-user rows."""
+    for lo in range(0, len(rows), 256):
+        chunk = rows[lo:lo + 256]
+        inputs, users = probe.batch(probe.inputs, chunk)
+        _, maps = probe.model(inputs, users, need_weights=True)
+        real = (inputs > 0).sum(1).cpu().numpy()
+        for layer, probs in enumerate(maps):
+            mean = probs.float().mean(1).cpu().numpy()  # head average
+            for b, row in enumerate(chunk):
+                yield int(row), layer, attention_window(mean[b], int(real[b]), window)
 
 
-def hrli(probe: Probe, ks=(1, 10)) -> dict[str, float]:
-    last = probe.history[:, -1].numpy()
-    second = np.where(probe.lengths >= 2, probe.history[:, -2].numpy(), -1)
-    out = {}
+def attention_stats(probe: Probe, window: int = 20, sigma: float = 0.0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per (user, layer): S, k under each rank rule, effective rank; and the mean sorted spectrum per layer."""
+    rules = ["modsar_eq8", "gd_unknown_sigma"] + (["gd_known_sigma"] if sigma > 0 else [])
+    rows, spectra = [], {}
+    for row, layer, w in attention_windows(probe, probe.attention_rows, window):
+        entry = {"row": row, "layer": layer, "sparsity": sparsity(w)}
+        for rule in rules:
+            entry[f"rank {rule}"] = hard_threshold_rank(w, sigma, rule, seed=row)[0]
+        s = np.linalg.svd(w, compute_uv=False)  # the spectrum of A itself, without the sigma noise
+        entry["effective_rank"] = effective_rank(s) if s[0] > 0 else math.nan
+        rows.append(entry)
+        spectra.setdefault(layer, []).append(s)
+    mean_spectra = pd.DataFrame([{"layer": layer, "index": i, "mean singular value": v}
+                                 for layer, ss in spectra.items() for i, v in enumerate(np.mean(ss, axis=0))])
+    return pd.DataFrame(rows), mean_spectra
+
+
+def heatmap(probe: Probe, window: int = 20, sigma: float = 0.0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The displayed user's windows (layer, query, key, value) and spectra (layer, index, s, tau)."""
+    row = probe.heatmap_row(window)
+    cells, spectrum = [], []
+    for _, layer, w in attention_windows(probe, np.array([row]), window):
+        q, k = np.indices(w.shape)
+        cells.append(pd.DataFrame({"layer": layer, "query": q.ravel(), "key": k.ravel(), "value": w.ravel()}))
+        rank, tau, _ = hard_threshold_rank(w, sigma, "modsar_eq8", seed=row)
+        s = np.linalg.svd(w, compute_uv=False)
+        spectrum.append(pd.DataFrame({"layer": layer, "index": np.arange(len(s)), "singular value": s,
+                                      "tau": tau, "rank": rank, "sparsity": sparsity(w)}))
+    user = int(probe.users[row] + 1)
+    maps, spectra = pd.concat(cells, ignore_index=True), pd.concat(spectrum, ignore_index=True)
+    maps["user"] = spectra["user"] = user
+    return maps, spectra
+
+
+def hrli(probe: Probe, ks=(1, 10), filtered: bool = True) -> dict[str, float]:
+    """HRLI@k and HRL2I@k, unfiltered and (optionally) with seen items removed except the probed one."""
+    probes = {"hrli": probe.history[:, -1].numpy(),
+              "hrl2i": np.where(probe.lengths >= 2, probe.history[:, -2].numpy(), -1)}
+    out: dict[str, list] = {}
+
     for sl in probe.batches():
-        top = (probe.final_scores(probe.inputs, sl).topk(max(ks), dim=1).indices + 1).numpy()
-        for k in ks:
-            out.setdefault(f"hrli@{k}", []).append(last_item_hit(top, last[sl], k))
-            out.setdefault(f"hrl2i@{k}", []).append(last_item_hit(top, second[sl], k))
+        scores = probe.final_scores(probe.inputs, sl)
+        top = (scores.topk(max(ks), dim=1).indices + 1).cpu().numpy()
+        for name, items in probes.items():
+            for k in ks:
+                out.setdefault(f"{name}@{k}", []).append(last_item_hit(top, items[sl], k))
+        if not filtered:
+            continue
+        hist_rows, hist_items = history_index(probe.split, probe.users[sl], probe.end[sl])
+        seen = torch.zeros_like(scores, dtype=torch.bool)
+        seen[torch.from_numpy(hist_rows).to(seen.device), torch.from_numpy(hist_items - 1).to(seen.device)] = True
+        for name, items in probes.items():
+            keep = torch.from_numpy(np.maximum(items[sl], 1) - 1).to(scores.device)
+            exempt = seen.scatter(1, keep[:, None], False)  # the probed item stays rankable
+            top = (scores.masked_fill(exempt, float("-inf")).topk(max(ks), dim=1).indices + 1).cpu().numpy()
+            for k in ks:
+                out.setdefault(f"{name}@{k} filtered", []).append(last_item_hit(top, items[sl], k))
     result = {key: float(np.nanmean(np.concatenate(v))) for key, v in out.items()}
-    result["hrl2i_n"] = int((second >= 0).sum())
+    result["hrl2i_n"] = int((probes["hrl2i"] >= 0).sum())
     return result
 
 
@@ -146,28 +230,45 @@ def shuffled(probe: Probe, partial: bool, seed: int = 0) -> torch.Tensor:
     return out
 
 
-def mixing_ratios(probe: Probe, alpha: float = 1.0) -> dict[str, float]:
-    """Mean Attn / +Res / +LN mixing ratio over real positions of all users and layers."""
+POSITIONS = {"L": 0, "L-1": 1, "L-2": 2}
+
+
+def mixing_ratios(probe: Probe, alpha: float = 1.0, detail: bool = False) -> dict[str, float]:
+    """Mean Attn / +Res / +LN mixing ratio over real positions of all users and layers; with `detail`, also
+    without each sequence's first position, and per layer at positions L, L-1, L-2 (module docstring)."""
     model = probe.model
     kinds = ["attn", "res"] + ([] if model.blocks[0].pre_norm else ["ln"])
-    totals = {k: [] for k in kinds}
+    pooled: dict[str, list] = {k: [] for k in kinds}
+    no_first: dict[str, list] = {k: [] for k in kinds}
+    at: dict[tuple, list] = {}
     captured: list = []
-    hooks = [b.register_forward_hook(lambda mod, args, out: captured.append((args[0], args[1], out[1])))
+    hooks = [b.register_forward_hook(lambda mod, args, out: captured.append((args[0], out[1])))
              for b in model.blocks]
     try:
         with torch.no_grad(), residual_scale(model, alpha):
             for sl in probe.batches(64):
                 captured.clear()
-                inputs = trim_left_padding(probe.inputs[sl])
-                model(inputs, probe.user_ids[sl], need_weights=True)
+                inputs, users = probe.batch(probe.inputs, sl)
+                model(inputs, users, need_weights=True)
                 real = inputs > 0
-                for block, (x, _mask, probs) in zip(model.blocks, captured, strict=True):
+                first = real & ~torch.cat([real[:, :1] & False, real[:, :-1]], dim=1)  # each row's first item
+                count = real.sum(1)
+                for layer, (block, (x, probs)) in enumerate(zip(model.blocks, captured, strict=True)):
                     for kind, c in contributions(block, x, probs, alpha).items():
-                        totals[kind].append(ratio_per_position(c)[real])
+                        r = ratio_per_position(c)
+                        pooled[kind].append(r[real])
+                        no_first[kind].append(r[real & ~first])
+                        for name, o in POSITIONS.items():
+                            at.setdefault((kind, layer, name), []).append(r[:, -1 - o][count > o])
     finally:
         for h in hooks:
             h.remove()
-    return {f"mixing_{k}": float(torch.cat(v).mean()) for k, v in totals.items()}
+    out = {f"mixing_{k}": float(torch.cat(v).mean()) for k, v in pooled.items()}
+    if detail:
+        out |= {f"mixing_{k} without position 1": float(torch.cat(v).mean()) for k, v in no_first.items()}
+        out |= {f"mixing_{k} layer {layer} at {name}": float(torch.cat(v).mean())
+                for (k, layer, name), v in at.items()}
+    return out
 
 
 def contributions(block, x: torch.Tensor, probs: torch.Tensor, alpha: float) -> dict[str, torch.Tensor]:
@@ -182,7 +283,7 @@ def contributions(block, x: torch.Tensor, probs: torch.Tensor, alpha: float) -> 
     f = torch.einsum("bjhk,hkd->bhjd", v, w_o)  # f^h(x_j), without b_O
     attn = torch.einsum("bhij,bhjd->bijd", probs, f)
     res = attn.clone()
-    idx = torch.arange(T)
+    idx = torch.arange(T, device=x.device)
     res[:, idx, idx] += alpha * x
     out = {"attn": attn, "res": res}
     if not block.pre_norm:  # +LN: z_i = alpha x_i + Attn(x)_i (with b_O), then LN
@@ -195,7 +296,8 @@ def contributions(block, x: torch.Tensor, probs: torch.Tensor, alpha: float) -> 
 def ratio_per_position(c: torch.Tensor) -> torch.Tensor:
     """r_i = ||sum_{j!=i} c_ij|| / (||sum_{j!=i} c_ij|| + ||c_ii|| + 1e-12), for every (b, i)."""
     T = c.shape[1]
-    own = c[:, torch.arange(T), torch.arange(T)]
+    idx = torch.arange(T, device=c.device)
+    own = c[:, idx, idx]
     others = c.sum(2) - own
     n_others, n_own = others.norm(dim=-1), own.norm(dim=-1)
     return n_others / (n_others + n_own + 1e-12)
@@ -206,9 +308,10 @@ def hits_at(probe: Probe, which: str, alpha: float = 1.0, offset: int = 0, k: in
     one (same target, same seen-item policy as HR); users with too short a history count as misses."""
     users, end, _ = probe.split.targets(which)
     window = np.minimum(end - probe.split.starts[users], probe.max_len)
-    with residual_scale(probe.model, alpha):
+    scaling = residual_scale(probe.model, alpha) if probe.modular else contextlib.nullcontext()
+    with scaling:
         ranks = target_ranks(model_scorer(probe.model, offset), probe.split, which, probe.cfg.eval, probe.cfg.task,
-                             probe.max_len, 256, torch.device("cpu")).numpy()
+                             probe.max_len, 256, probe.device).numpy()
     return (ranks < k) & (window > offset)
 
 
@@ -233,27 +336,51 @@ def select_alpha(rec: dict[float, float], hr: dict[float, float], epsilon: float
     return next(a for a in feasible if rec[a] == best)
 
 
+@dataclass
+class Analysis:
+    """Everything `modsar analyze` found for one checkpoint."""
+
+    label: str
+    table: pd.DataFrame  # (diagnostic, quantity, layer, alpha, value, n) + model facts
+    maps: pd.DataFrame = field(default_factory=pd.DataFrame)  # displayed user's windows: layer, query, key, value
+    spectra: pd.DataFrame = field(default_factory=pd.DataFrame)  # displayed user's + mean singular values
+    notes: list[str] = field(default_factory=list)
+
+
 def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = None, attention_users: int = 2000,
-        alphas=ALPHAS) -> pd.DataFrame:
-    """One long table: (diagnostic, quantity, layer, alpha, value, n) rows plus the conventions used."""
+        alphas=ALPHAS, window: int = 20, sigma: float = 0.0, device: str = "cpu") -> Analysis:
+    """Run the chosen diagnostics on one checkpoint; quantities a backbone does not define are noted."""
     unknown = sorted(set(diagnostics) - set(DIAGNOSTICS))
     if unknown:
         raise ModsarError(f"unknown diagnostic '{unknown[0]}'; choose from {', '.join(DIAGNOSTICS)}")
-    probe = Probe(checkpoint, data_dir, attention_users)
-    rows: list[dict] = []
+    probe = Probe(checkpoint, data_dir, attention_users, device)
+    label, notes, rows = model_label(probe.cfg), [], []
+    if not probe.modular and set(diagnostics) & set(MODULAR_ONLY):
+        skipped = [d for d in diagnostics if d in MODULAR_ONLY]
+        notes.append(f"{label}: skipped {', '.join(skipped)}: the mixing decomposition and residual scaling need "
+                     f"the modular block's weights and skip; {probe.cfg.model.backbone} computes its layers inside "
+                     "transformers")
+        diagnostics = [d for d in diagnostics if d not in MODULAR_ONLY]
 
     def add(diagnostic: str, quantity: str, value: float, layer: str = "all", alpha: float = 1.0,
             n: int | None = None) -> None:
         rows.append({"diagnostic": diagnostic, "quantity": quantity, "layer": layer, "alpha": alpha,
-                     "value": value, "n": len(probe.users) if n is None else n})
+                     "value": float(value), "n": len(probe.users) if n is None else int(n)})
 
+    maps = spectra = pd.DataFrame()
     if {"sparsity", "rank"} & set(diagnostics):
-        stats = attention_stats(probe)
-        names = {"sparsity": "S (W=20, zero-padded, head mean)", "rank": "k (modsar_eq8, sigma=0)"}
-        for column in [c for c in ("sparsity", "rank") if c in diagnostics]:
-            for layer, group in stats.groupby("layer"):
-                add(column, names[column], float(group[column].mean()), str(layer), n=len(group))
-            add(column, names[column], float(stats[column].mean()), "all", n=len(stats))
+        stats, mean_spectra = attention_stats(probe, window, sigma)
+        where = f"W={window}, zero-padded, head mean, {stats['row'].nunique()} test users"
+        columns = {"sparsity": {"sparsity": f"S ({where})"},
+                   "rank": {c: f"k {c[5:]} (sigma={sigma:g}; {where})" for c in stats if c.startswith("rank ")}
+                   | {"effective_rank": f"effective rank ({where})"}}
+        for diagnostic in [d for d in ("sparsity", "rank") if d in diagnostics]:
+            for column, quantity in columns[diagnostic].items():
+                for layer, group in stats.groupby("layer"):
+                    add(diagnostic, quantity, group[column].mean(), str(layer), n=group[column].notna().sum())
+                add(diagnostic, quantity, stats[column].mean(), "all", n=stats[column].notna().sum())
+        maps, spectra = heatmap(probe, window, sigma)
+        spectra = spectra.merge(mean_spectra, on=["layer", "index"], how="left")
     if "hrli" in diagnostics:
         result = hrli(probe)
         for key, value in result.items():
@@ -265,15 +392,16 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
         for name, partial in (("partial", True), ("full", False)):
             add("shuffle", f"ndcg@10 {name}", probe.metrics(shuffled(probe, partial))["ndcg@10"])
     if "mixing" in diagnostics:
-        for key, value in mixing_ratios(probe).items():
-            add("mixing", key, value)
+        for key, value in mixing_ratios(probe, detail=True).items():
+            layer = key.split(" layer ")[1].split(" ")[0] if " layer " in key else "all"
+            add("mixing", key.replace(f" layer {layer}", "") if layer != "all" else key, value, layer)
     if "residual-scaling" in diagnostics:
         for alpha in alphas:
             with residual_scale(probe.model, alpha):
                 m = probe.metrics()
                 add("residual-scaling", "hr@10", m["recall@10"], alpha=alpha)
                 add("residual-scaling", "ndcg@10", m["ndcg@10"], alpha=alpha)
-                add("residual-scaling", "hrli@1", hrli(probe, ks=(1,))["hrli@1"], alpha=alpha)
+                add("residual-scaling", "hrli@1", hrli(probe, ks=(1,), filtered=False)["hrli@1"], alpha=alpha)
             for key, value in mixing_ratios(probe, alpha).items():
                 add("residual-scaling", key, value, alpha=alpha)
     if "nonfinal" in diagnostics:
@@ -293,32 +421,12 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
         add("recovery", "delta hr@10 at alpha* (test)", hr_test[chosen] - hr_test.get(1.0, math.nan), alpha=chosen)
         add("recovery", "recovery at alpha* (test)", rec_test[chosen], alpha=chosen)
         add("recovery", "alpha* oracle (test)", oracle, alpha=oracle)
-    table = pd.DataFrame(rows)
-    table["task"], table["norm"] = probe.cfg.task, "pre" if probe.model.blocks[0].pre_norm else "post"
+    table = pd.DataFrame(rows, columns=["diagnostic", "quantity", "layer", "alpha", "value", "n"])
+    norm = ("pre" if probe.model.blocks[0].pre_norm else "post") if probe.modular else probe.cfg.model.norm
+    table["model"], table["task"], table["backbone"], table["norm"] = (label, probe.cfg.task,
+                                                                        probe.cfg.model.backbone, norm)
     table["checkpoint"], table["dataset"] = str(checkpoint), probe.cfg.dataset
-    return table
-
-
-def plot(table: pd.DataFrame, out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    written = []
-    sweep = table[table["diagnostic"] == "residual-scaling"]
-    if len(sweep):
-        fig, ax = plt.subplots(figsize=(5, 3.2))
-        for quantity, group in sweep.groupby("quantity"):
-            ax.plot(group["alpha"], group["value"], marker="o", label=quantity)
-        ax.set_xlabel("alpha (attention skip scale)")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = out / "residual_scaling.png"
-        tmp = path.with_name(".residual_scaling.tmp.png")
-        fig.savefig(tmp, dpi=120)
-        plt.close(fig)
-        tmp.replace(path)
-        written.append(path)
-    return written
-
+    for frame in (maps, spectra):
+        if len(frame):
+            frame["model"] = label
+    return Analysis(label, table, maps, spectra, notes)

@@ -144,13 +144,24 @@ def build_parser() -> argparse.ArgumentParser:
     analyze = sub.add_parser("analyze", help="attention sparsity/rank and last-item-reliance diagnostics",
                              epilog=EPILOG_ANALYZE, formatter_class=argparse.RawDescriptionHelpFormatter)
     target = analyze.add_mutually_exclusive_group(required=True)
-    target.add_argument("--checkpoint", help="a best.pt written by modsar train or search")
-    target.add_argument("--experiment", help="the selected AE and AR trials of this search, side by side")
+    target.add_argument("--checkpoint", action="append",
+                        help="a best.pt written by modsar train or search (repeat to compare models side by side)")
+    target.add_argument("--experiment", action="append",
+                        help="the selected AE and AR trials of this search (repeatable: e.g. vanilla-video and "
+                             "local_attn-video give Vanilla-AE, Local-AE, Vanilla-AR, ...)")
     analyze.add_argument("--results", default="results", help="results root (with --experiment)")
     analyze.add_argument("--diagnostic", default="sparsity,rank,hrli,shuffle,mixing,residual-scaling",
                          help="comma-separated: sparsity, rank, hrli, shuffle, mixing, residual-scaling, "
-                              "nonfinal, recovery")
-    analyze.add_argument("--out", help="write diagnostics.parquet and PNG plots here")
+                              "nonfinal, recovery (default: %(default)s)")
+    analyze.add_argument("--users", type=int, default=2000,
+                         help="test users whose attention maps are measured (seeded sample; default %(default)s)")
+    analyze.add_argument("--window", type=int, default=20, help="W: the last W positions per attention map "
+                         "(ModSAR: 20)")
+    analyze.add_argument("--sigma", type=float, default=0.0, help="noise std added before the rank threshold "
+                         "(ModSAR Eq. 8; 0 = deterministic; > 0 also reports Gavish-Donoho known-sigma)")
+    analyze.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    analyze.add_argument("--out", help="write diagnostics.parquet, attention_maps.parquet, spectra.parquet and "
+                                       "PNG plots here")
     _add_data_dir(analyze)
 
     sub_submit = sub.add_parser("submit", help="run a modsar command on a Ray cluster (Ray Job Submission)",
@@ -194,49 +205,53 @@ when present); missing cells show "–"; Best Improv. = (best AR - best AE) / be
 EPILOG_ANALYZE = """examples:
   modsar analyze --checkpoint results/train-video/checkpoints/ar-1234abcd.pt --out results/analysis
   modsar analyze --experiment vanilla-video --diagnostic sparsity,rank,hrli,shuffle
+  modsar analyze --experiment vanilla-video --experiment local_attn-video --diagnostic sparsity,rank \\
+      --out results/tables-2-3          # Vanilla-AE vs Local-AE vs Vanilla-AR: heatmaps, spectra, S and k
+  modsar analyze --checkpoint sasrec.pt --diagnostic hrli,shuffle,mixing,residual-scaling,nonfinal,recovery
+
+Prints ModSAR Tables 2-3 (S, k per layer and on average) and the residual-dominance summary side by side;
+--out adds Parquet tables of every figure and PNG heatmaps, singular-value spectra and alpha sweeps.
+HF backbones get the diagnostics read from attention maps and scores; mixing and residual scaling need
+the modular block (skipped there with a note).
 
 Conventions (window, head averaging, padding, where alpha acts) are in modsar/analyze.py and in every row."""
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    from modsar import analyze
+    from modsar import analyze, analyze_output
     from modsar.results import read_rows
 
     diagnostics = [d.strip() for d in args.diagnostic.split(",") if d.strip()]
-    if args.checkpoint:
-        targets = {"checkpoint": args.checkpoint}
-    else:
-        rows = read_rows(args.results, args.experiment)
+    if args.users < 1 or args.window < 2 or args.sigma < 0:
+        raise ModsarError("--users must be >= 1, --window >= 2 and --sigma >= 0")
+    targets = [(path, Path(path).stem) for path in args.checkpoint or []]
+    for experiment in args.experiment or []:
+        rows = read_rows(args.results, experiment)
         chosen = rows[rows["selected"].astype(bool)] if len(rows) else rows
         if not len(chosen):
-            raise ModsarError(f"experiment '{args.experiment}' has no selected trials under {args.results}")
-        targets = {}
-        for _, row in chosen.sort_values("task").iterrows():
+            raise ModsarError(f"experiment '{experiment}' has no selected trials under {args.results}; run "
+                              f"`modsar search` to the end (it selects and tests the best AE and AR)")
+        for _, row in chosen.sort_values("task").drop_duplicates("task").iterrows():
             path = Path(str(row["checkpoint"]))
-            targets[row["task"].upper()] = str(path / "best.pt" if path.is_dir() else path)
-    tables = []
-    for name, path in targets.items():
+            targets.append((str(path / "best.pt" if path.is_dir() else path), experiment))
+    for path, _ in targets:
         if not Path(path).is_file():
             raise ModsarError(f"checkpoint '{path}' does not exist")
-        table = analyze.run(path, diagnostics, args.data_dir)
-        table["model"] = name
-        tables.append(table)
-    import pandas as pd
-
-    table = pd.concat(tables, ignore_index=True)
-    wide = table.pivot_table(index=["diagnostic", "quantity", "layer", "alpha"], columns="model", values="value")
-    print(wide.to_string(float_format=lambda v: f"{v:.4f}"))
+    analyses = [analyze.run(path, diagnostics, args.data_dir, args.users, window=args.window, sigma=args.sigma,
+                            device=args.device) for path, _ in targets]
+    labels = [a.label for a in analyses]
+    for a, (_, source) in zip(analyses, targets, strict=True):
+        if labels.count(a.label) > 1:  # two models of one kind: say which is which
+            a.label = f"{a.label} ({source})"
+        for frame in (a.table, a.maps, a.spectra):
+            if len(frame):
+                frame["model"] = a.label
+    if args.experiment:  # the paper's order: Vanilla-AE, Local-AE, Vanilla-AR, Local-AR
+        analyses.sort(key=lambda a: (a.table["task"].iloc[0], "Vanilla" not in a.label))
+    print(analyze_output.summary(analyses))
     if args.out:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        tmp = out / ".diagnostics.parquet.tmp"
-        pq.write_table(pa.Table.from_pandas(table.astype({"layer": str}), preserve_index=False), tmp)
-        tmp.replace(out / "diagnostics.parquet")
-        plots = analyze.plot(table, out)
-        print(f"wrote {out / 'diagnostics.parquet'} and {len(plots)} plot(s)")
+        written = analyze_output.write(analyses, Path(args.out))
+        print(f"\nwrote {len(written)} file(s) to {args.out}: {', '.join(p.name for p in written)}")
     return 0
 
 

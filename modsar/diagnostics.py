@@ -48,6 +48,9 @@ def hard_threshold_rank(matrix: np.ndarray, sigma: float = 0.0, rule: str = "mod
     modsar_eq8        tau = sqrt(2 log(2n)) * sqrt(sigma^2 + ||Y||_F^2 / n^2)   (ModSAR Eq. 8, square restored)
     gd_known_sigma    tau = (4 / sqrt 3) sqrt(n) sigma                          (Gavish-Donoho 2014, square)
     gd_unknown_sigma  tau = omega(beta) * median(s)
+
+    Singular values below numpy's matrix_rank tolerance never count (a zero-padded window has exact zeros
+    that SVD returns as ~1e-17, which tau = 0 would otherwise count).
     """
     if rule not in RANK_RULES:
         raise ValueError(f"rule must be one of {RANK_RULES}, got {rule!r}")
@@ -64,7 +67,8 @@ def hard_threshold_rank(matrix: np.ndarray, sigma: float = 0.0, rule: str = "mod
         tau = 4 / math.sqrt(3) * math.sqrt(n) * sigma
     else:
         tau = _omega(min(m, n) / max(m, n)) * float(np.median(s))
-    return int((s > tau).sum()), tau, s
+    numerically_zero = s[0] * max(m, n) * np.finfo(np.float64).eps if len(s) else 0.0  # as matrix_rank
+    return int((s > max(tau, numerically_zero)).sum()), tau, s
 
 
 def effective_rank(singular_values: np.ndarray) -> float:

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from modsar.errors import ModsarError
+from modsar.outputs import pyplot, save_figure
 
 METRICS = ["recall@5", "recall@10", "recall@20", "ndcg@5", "ndcg@10", "ndcg@20"]
 SHORT = {"recall": "R", "ndcg": "N", "mrr": "MRR"}
@@ -268,11 +269,7 @@ def verdicts(rows: pd.DataFrame, cells: dict, datasets: list[str], spaces: list[
 
 def plot_all(rows: pd.DataFrame, cells: dict, datasets: list[str], spaces: list[str], metric: str,
              out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     written = []
     for dataset in datasets:  # AE vs AR bars per design choice
         fig, ax = plt.subplots(figsize=(max(4, 1.4 * len(spaces)), 3.2))
@@ -286,7 +283,7 @@ def plot_all(rows: pd.DataFrame, cells: dict, datasets: list[str], spaces: list[
         ax.set_title(f"{dataset}: AE vs AR")
         ax.legend()
         fig.tight_layout()
-        written.append(_save(fig, out / f"bars_{dataset}_{metric.replace('@', '')}.png"))
+        written.append(save_figure(fig, out / f"bars_{dataset}_{metric.replace('@', '')}.png"))
     for experiment, group in rows[rows["role"] == "search"].groupby("experiment"):  # learning curves
         if "curve" not in group:
             continue
@@ -301,7 +298,7 @@ def plot_all(rows: pd.DataFrame, cells: dict, datasets: list[str], spaces: list[
         ax.set_ylabel("validation metric")
         ax.set_title(f"{experiment} (blue AE, orange AR; dotted: stopped by ASHA)", fontsize=8)
         fig.tight_layout()
-        written.append(_save(fig, out / f"curves_{experiment}.png"))
+        written.append(save_figure(fig, out / f"curves_{experiment}.png"))
     fig, ax = plt.subplots(figsize=(max(4, 1.4 * len(spaces)), 3.2))  # AR-over-AE improvement per choice
     width = 0.8 / max(1, len(datasets))
     for i, dataset in enumerate(datasets):
@@ -314,19 +311,8 @@ def plot_all(rows: pd.DataFrame, cells: dict, datasets: list[str], spaces: list[
     ax.set_ylabel(f"AR over AE, test {short(metric)} (%)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    written.append(_save(fig, out / f"improvement_{metric.replace('@', '')}.png"))
+    written.append(save_figure(fig, out / f"improvement_{metric.replace('@', '')}.png"))
     return written
-
-
-def _save(fig, path: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -1,30 +1,38 @@
 """modsar analyze on trained synthetic checkpoints: exact at alpha = 1, mixing rises as alpha falls,
-the +LN decomposition sums to the real layer output, and the command writes its table and plots."""
+the +LN decomposition sums to the real layer output, attention windows obey each model's mask, HF backbones
+get what they define, and the command writes its tables and plots."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
 
-from modsar.analyze import Probe, contributions, mixing_ratios, residual_scale, run
+from modsar.analyze import Probe, attention_stats, contributions, hrli, mixing_ratios, residual_scale, run
 from modsar.cli import main
 from modsar.config import load_config
+from modsar.evaluate import history_index
 from modsar.train import run_trial
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    """A briefly trained AR model per norm placement (the data root is shared across this module)."""
+    """Briefly trained models: AR per norm placement, vanilla and local AE, and an HF LLaMA (the data root is
+    shared across this module)."""
     root = tmp_path_factory.mktemp("analyze")
+    common = ["train.max_epochs=6", "train.patience=0", "model.hidden_size=32", "seed=3"]
+    models = {"pre": ["model.norm=pre", "model.num_heads=2"], "post": ["model.norm=post", "model.num_heads=2"],
+              "ae": ["task=ae", "model.num_heads=2"],
+              "local_ae": ["task=ae", "model.num_heads=1", "model.local_heads=1", "model.local_window=2"],
+              "llama": ["model.backbone=llama", "model.dropout=0", "model.num_heads=2"]}
     paths = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MODSAR_DATA", str(root / "data"))
-        for norm in ("pre", "post"):
-            cfg = load_config(None, ["train.max_epochs=6", "train.patience=0", "model.hidden_size=32",
-                                     f"model.norm={norm}", "model.num_heads=2", "seed=3"])
-            paths[norm] = root / f"{norm}.pt"
-            run_trial(cfg, checkpoint_path=paths[norm], progress=False, evaluate_test=False)
+        for name, overrides in models.items():
+            paths[name] = root / f"{name}.pt"
+            run_trial(load_config(None, common + overrides), checkpoint_path=paths[name], progress=False,
+                      evaluate_test=False)
     return root / "data", paths
 
 
@@ -70,7 +78,7 @@ def test_ln_decomposition_sums_to_the_layer_output(checkpoints):
 
 def test_shuffle_and_hrli_signature_on_an_ar_model(checkpoints):
     data, paths = checkpoints
-    table = run(paths["pre"], ["shuffle", "hrli"], str(data))
+    table = run(paths["pre"], ["shuffle", "hrli"], str(data)).table
     value = dict(zip(table["quantity"], table["value"], strict=True))
     assert value["ndcg@10 full"] < 0.5 * value["ndcg@10 original"]  # order matters to this model
     assert value["ndcg@10 partial"] > value["ndcg@10 full"]  # keeping the last item keeps most of it
@@ -79,7 +87,7 @@ def test_shuffle_and_hrli_signature_on_an_ar_model(checkpoints):
 
 def test_nonfinal_and_recovery_follow_their_definitions(checkpoints):
     data, paths = checkpoints
-    table = run(paths["pre"], ["nonfinal", "recovery"], str(data), alphas=(0.0, 0.5, 1.0))
+    table = run(paths["pre"], ["nonfinal", "recovery"], str(data), alphas=(0.0, 0.5, 1.0)).table
     value = {(q, a): v for q, a, v in zip(table["quantity"], table["alpha"], table["value"], strict=True)}
     assert value[("recovery rate (test)", 1.0)] == 0.0  # Rec(1) = 0 by definition
     probe = Probe(paths["pre"], str(data))
@@ -98,6 +106,82 @@ def test_select_alpha_rule():
     assert select_alpha({0.0: 0.2, 0.5: 0.2, 1.0: 0.0}, {0.0: 1.0, 0.5: 1.0, 1.0: 1.0}) == 0.0  # ties: smallest
 
 
+def test_filtered_hrli_matches_a_hand_ranking(checkpoints):
+    """With scores = item id, the probed item is top-1 after filtering iff every larger item was seen."""
+    data, paths = checkpoints
+    probe = Probe(paths["pre"], str(data))
+    n = probe.split.num_items
+    probe.final_scores = lambda inputs, sl: torch.arange(1, n + 1, dtype=torch.float32).expand(
+        len(probe.user_ids[sl]), n).clone()
+    result = hrli(probe, ks=(1, 10))
+    rows, items = history_index(probe.split, probe.users, probe.end)
+    seen = np.zeros((len(probe.users), n + 1), bool)
+    seen[rows, items] = True
+    last = probe.history[:, -1].numpy()
+    larger_unseen = np.array([(~seen[u, last[u] + 1:]).sum() for u in range(len(probe.users))])
+    assert result["hrli@1 filtered"] == pytest.approx(np.mean(larger_unseen == 0))
+    assert result["hrli@10 filtered"] == pytest.approx(np.mean(larger_unseen < 10))
+    assert result["hrli@1"] == pytest.approx(np.mean(last == n))  # unfiltered: only item N is ever top-1
+    assert result["hrli@1 filtered"] >= result["hrli@1"]
+
+
+def test_attention_windows_obey_each_models_mask(checkpoints):
+    """AR windows are lower-triangular, local-AE (w = 2) windows banded, vanilla AE uses the future too."""
+    data, paths = checkpoints
+    bands = {}
+    for name in ("pre", "local_ae", "ae"):
+        analysis = run(paths[name], ["sparsity", "rank"], str(data), attention_users=200)
+        maps = analysis.maps
+        assert set(maps["layer"]) == {0, 1} and len(maps) == 2 * 20 * 20 and maps["value"].max() <= 1
+        offset = maps["key"] - maps["query"]
+        bands[name] = (maps.loc[offset > 0, "value"].max(), maps.loc[offset.abs() > 2, "value"].max())
+        spectra = analysis.spectra  # the displayed user's sorted spectrum, and the user mean beside it
+        assert (np.diff(spectra.groupby("layer")["singular value"].apply(list)[0]) <= 1e-12).all()
+        assert spectra["mean singular value"].notna().all()
+    assert bands["pre"][0] == 0 and bands["local_ae"][1] == 0
+    assert bands["ae"][0] > 0.01 and bands["local_ae"][0] > 0.01
+
+
+def test_tables_2_3_are_the_means_of_the_per_user_figures(checkpoints):
+    data, paths = checkpoints
+    probe = Probe(paths["ae"], str(data), attention_users=150)
+    stats, _ = attention_stats(probe)
+    table = run(paths["ae"], ["sparsity", "rank"], str(data), attention_users=150).table
+    value = {(q.split(" (")[0], layer): v for q, layer, v in zip(table["quantity"], table["layer"], table["value"],
+                                                                 strict=True)}
+    assert value[("S", "all")] == pytest.approx(stats["sparsity"].mean())
+    assert value[("S", "1")] == pytest.approx(stats.loc[stats["layer"] == 1, "sparsity"].mean())
+    assert value[("k modsar_eq8", "all")] == pytest.approx(stats["rank modsar_eq8"].mean())
+    assert value[("k gd_unknown_sigma", "0")] == pytest.approx(
+        stats.loc[stats["layer"] == 0, "rank gd_unknown_sigma"].mean())
+    assert 1 <= value[("k modsar_eq8", "all")] <= 20 and 1 / 400 <= value[("S", "all")] <= 1 / 20
+
+
+def test_mixing_per_layer_and_position(checkpoints):
+    data, paths = checkpoints
+    probe = Probe(paths["post"], str(data))
+    ratios = mixing_ratios(probe, detail=True)
+    for kind in ("attn", "res", "ln"):
+        # AR's first position attends only to itself (r = 0), so leaving it out raises the mean
+        assert ratios[f"mixing_{kind} without position 1"] > ratios[f"mixing_{kind}"]
+        for layer in (0, 1):
+            for position in ("L", "L-1", "L-2"):
+                assert 0 < ratios[f"mixing_{kind} layer {layer} at {position}"] < 1
+    assert ratios["mixing_res"] < ratios["mixing_attn"]  # the skip adds to c_ii
+
+
+def test_hf_backbone_gets_every_diagnostic_it_defines(checkpoints):
+    data, paths = checkpoints
+    analysis = run(paths["llama"], ["sparsity", "rank", "hrli", "shuffle", "mixing", "nonfinal"], str(data),
+                   attention_users=100)
+    assert set(analysis.table["diagnostic"]) == {"sparsity", "rank", "hrli", "shuffle", "nonfinal"}
+    assert analysis.label == "llama Vanilla-AR" and "skipped mixing" in analysis.notes[0]
+    maps = analysis.maps
+    assert maps.loc[maps["key"] > maps["query"], "value"].max() == 0  # causal LLaMA
+    value = dict(zip(analysis.table["quantity"], analysis.table["value"], strict=False))
+    assert value["ndcg@10 original"] == pytest.approx(Probe(paths["llama"], str(data)).metrics()["ndcg@10"])
+
+
 def test_cli_writes_table_and_plot(checkpoints, tmp_path, capsys):
     data, paths = checkpoints
     out = tmp_path / "analysis"
@@ -109,3 +193,40 @@ def test_cli_writes_table_and_plot(checkpoints, tmp_path, capsys):
     assert main(["analyze", "--checkpoint", str(paths["post"]), "--diagnostic", "nosuch",
                  "--data-dir", str(data)]) == 2
     assert "unknown diagnostic 'nosuch'" in capsys.readouterr().err
+
+
+def test_cli_compares_ae_local_ae_and_ar_side_by_side(checkpoints, tmp_path, capsys):
+    data, paths = checkpoints
+    out = tmp_path / "tables"
+    assert main(["analyze", "--checkpoint", str(paths["ae"]), "--checkpoint", str(paths["local_ae"]),
+                 "--checkpoint", str(paths["pre"]), "--diagnostic", "sparsity,rank,hrli", "--users", "100",
+                 "--data-dir", str(data), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "ModSAR Tables 2-3" in printed
+    lines = [line.split()[0] for line in printed.splitlines() if line.split()[:1] in (["Vanilla-AE"],
+                                                                                       ["Local-AE"], ["Vanilla-AR"])]
+    assert lines[:3] == ["Vanilla-AE", "Local-AE", "Vanilla-AR"]
+    for name in ("attention_heatmaps.png", "singular_values.png"):
+        assert (out / name).stat().st_size > 5000
+    maps = pq.read_table(out / "attention_maps.parquet").to_pandas()
+    assert set(maps["model"]) == {"Vanilla-AE", "Local-AE", "Vanilla-AR"} and maps["user"].nunique() == 1
+    table = pq.read_table(out / "diagnostics.parquet").to_pandas()
+    assert set(table["model"]) == {"Vanilla-AE", "Local-AE", "Vanilla-AR"}
+
+
+def test_cli_reads_the_selected_checkpoints_of_an_experiment(checkpoints, tmp_path, capsys):
+    from modsar.results import result_row, write_row
+
+    data, paths = checkpoints
+    results = tmp_path / "results"
+    for task, name in (("ar", "pre"), ("ae", "ae")):
+        cfg = load_config(None, [f"task={task}"])
+        row = result_row(cfg, experiment="exp", trial_id=task, status="finished", space="vanilla",
+                         facts={"checkpoint": str(paths[name])})
+        write_row(str(results), row | {"selected": True})
+    assert main(["analyze", "--experiment", "exp", "--results", str(results), "--diagnostic", "sparsity,hrli",
+                 "--users", "50", "--data-dir", str(data)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.index("Vanilla-AE") < printed.index("Vanilla-AR") and "HRLI@1" in printed
+    assert main(["analyze", "--experiment", "nothing", "--results", str(results), "--data-dir", str(data)]) == 2
+    assert "no selected trials" in capsys.readouterr().err

@@ -1,0 +1,204 @@
+"""What `modsar analyze` prints and writes: ModSAR Tables 2-3 side by side, the residual-dominance summary,
+Parquet tables and the figures (heatmaps, spectra, residual-scaling and recovery curves)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from modsar.analyze import Analysis
+from modsar.outputs import pyplot, save_figure, write_parquet
+
+PAPER_TABLES_2_3 = ("ModSAR paper, mean of 5 datasets: Vanilla-AE S .022 k 5.4 | Local-AE S .018 k 10.6 | "
+                    "Vanilla-AR S .016 k 8.6 (lower S = sparser)")
+
+
+def _value(table: pd.DataFrame, diagnostic: str, quantity: str, layer: str = "all", alpha: float = 1.0):
+    hit = table[(table["diagnostic"] == diagnostic) & (table["quantity"] == quantity) & (table["layer"] == layer)
+                & (table["alpha"] == alpha)]
+    return float(hit["value"].iloc[0]) if len(hit) else np.nan
+
+
+def _first(table: pd.DataFrame, diagnostic: str, prefix: str) -> str | None:
+    names = table.loc[table["diagnostic"] == diagnostic, "quantity"]
+    return next((q for q in names if q.startswith(prefix)), None)
+
+
+def tables_2_3(analyses: list[Analysis]) -> pd.DataFrame:
+    """One row per model: S and k per layer and on average (ModSAR Tables 2-3), plus GD rank and eff. rank."""
+    rows = {}
+    for a in analyses:
+        t, row = a.table, {}
+        s_name, k_name = _first(t, "sparsity", "S "), _first(t, "rank", "k modsar_eq8")
+        gd_name, eff_name = _first(t, "rank", "k gd_unknown_sigma"), _first(t, "rank", "effective rank")
+        layers = sorted({x for x in t["layer"] if x != "all"}, key=int)
+        for label, name, diagnostic in (("S", s_name, "sparsity"), ("k", k_name, "rank")):
+            if name:
+                row |= {f"{label} layer {x}": _value(t, diagnostic, name, x) for x in layers}
+                row[f"{label} avg."] = _value(t, diagnostic, name)
+        if gd_name:
+            row["k GD avg."] = _value(t, "rank", gd_name)
+        if eff_name:
+            row["eff. rank avg."] = _value(t, "rank", eff_name)
+        if row:
+            rows[a.label] = row
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def reliance(analyses: list[Analysis]) -> pd.DataFrame:
+    """One row per model: HRLI vs HRL2I, shuffle NDCG@10 and pooled mixing ratios."""
+    columns = {"HRLI@1": ("hrli", "hrli@1"), "HRL2I@1": ("hrli", "hrl2i@1"),  # then their gap
+               "HRLI@1 filt.": ("hrli", "hrli@1 filtered"), "HRL2I@1 filt.": ("hrli", "hrl2i@1 filtered"),
+               "NDCG@10": ("shuffle", "ndcg@10 original"), "partial": ("shuffle", "ndcg@10 partial"),
+               "full": ("shuffle", "ndcg@10 full"), "mix Attn": ("mixing", "mixing_attn"),
+               "mix +Res": ("mixing", "mixing_res"), "mix +LN": ("mixing", "mixing_ln")}
+    rows = {}
+    for a in analyses:
+        row = {name: _value(a.table, *key) for name, key in columns.items()}
+        rows[a.label] = {**dict(list(row.items())[:2]), "gap": row["HRLI@1"] - row["HRL2I@1"],
+                         **dict(list(row.items())[2:])}
+    frame = pd.DataFrame.from_dict(rows, orient="index")
+    return frame.dropna(axis=1, how="all")
+
+
+def summary(analyses: list[Analysis]) -> str:
+    """The printed comparison: Tables 2-3, reliance, the alpha sweep, then every remaining figure."""
+    fmt = {"float_format": lambda v: f"{v:.4f}", "na_rep": "–"}
+    parts = []
+    datasets = sorted({a.table["dataset"].iloc[0] for a in analyses if len(a.table)})
+    t23 = tables_2_3(analyses)
+    counts = {"formatters": {c: "{:.2f}".format for c in t23 if c.startswith(("k ", "eff."))}}
+    if len(t23):
+        first = next(a for a in analyses if a.label in t23.index)
+        where = _first(first.table, "sparsity", "S ") or _first(first.table, "rank", "k modsar_eq8")
+        parts.append(f"ModSAR Tables 2-3 on {', '.join(datasets)}: attention sparsity S and hard-threshold rank k\n"
+                     f"({where[where.index('(') + 1:-1]}; k = ModSAR Eq. 8, GD = Gavish-Donoho unknown sigma)\n"
+                     + t23.to_string(**fmt, **counts) + f"\n{PAPER_TABLES_2_3}")
+    rel = reliance(analyses)
+    if rel.shape[1]:
+        parts.append("Last-item reliance (HRLI@1 vs HRL2I@1; filt. = seen items removed except the probe; "
+                     "gap = HRLI@1 - HRL2I@1),\nshuffle NDCG@10 (original / partial / full) and pooled mixing "
+                     "ratios (Attn / +Res / +LN):\n"
+                     + rel.to_string(**fmt) + "\nResidual paper, SASRec on Toys: mixing .772 / .123 / .123")
+    sweep = pd.concat([a.table[a.table["diagnostic"] == "residual-scaling"].assign(model=a.label)
+                       for a in analyses])
+    if len(sweep):
+        wide = sweep.pivot_table(index="alpha", columns=["model", "quantity"], values="value", sort=False)
+        parts.append("Residual scaling (alpha on the attention skip, at inference):\n" + wide.to_string(**fmt))
+    shown = {("hrli", q) for q in ("hrli@1", "hrl2i@1", "hrli@1 filtered", "hrl2i@1 filtered")}
+    shown |= {("shuffle", q) for q in ("ndcg@10 original", "ndcg@10 partial", "ndcg@10 full")}
+    shown |= {("mixing", q) for q in ("mixing_attn", "mixing_res", "mixing_ln")}
+    rest = pd.concat([a.table.assign(model=a.label) for a in analyses])
+    keep = [(d, q) not in shown and d not in ("sparsity", "rank", "residual-scaling")
+            for d, q in zip(rest["diagnostic"], rest["quantity"], strict=True)]
+    rest = rest[keep]
+    if len(rest):
+        wide = rest.pivot_table(index=["diagnostic", "quantity", "layer", "alpha"], columns="model",
+                                values="value", sort=False)
+        parts.append("Other figures:\n" + wide.to_string(**fmt))
+    notes = [n for a in analyses for n in a.notes]
+    return "\n\n".join(parts + (["Notes:\n" + "\n".join(f"- {n}" for n in notes)] if notes else []))
+
+
+def write(analyses: list[Analysis], out: Path) -> list[Path]:
+    """diagnostics.parquet (every figure), attention_maps.parquet and spectra.parquet, and the PNG plots."""
+    written = [write_parquet(pd.concat([a.table for a in analyses], ignore_index=True), out / "diagnostics.parquet")]
+    for name, frames in (("attention_maps", [a.maps for a in analyses]), ("spectra", [a.spectra for a in analyses])):
+        frames = [f for f in frames if len(f)]
+        if frames:
+            written.append(write_parquet(pd.concat(frames, ignore_index=True), out / f"{name}.parquet"))
+    return written + plot(analyses, out)
+
+
+def plot(analyses: list[Analysis], out: Path) -> list[Path]:
+    plt = pyplot()
+    written = []
+    with_maps = [a for a in analyses if len(a.maps)]
+    if with_maps:  # heatmaps: one column per model, one row per layer, one shared colour scale
+        layers = max(a.maps["layer"].max() for a in with_maps) + 1
+        top = max(a.maps["value"].max() for a in with_maps)
+        fig, axes = plt.subplots(layers, len(with_maps), figsize=(2.9 * len(with_maps) + 1, 3 * layers),
+                                 squeeze=False, constrained_layout=True)
+        image = None
+        for col, a in enumerate(with_maps):
+            for layer in range(layers):
+                ax = axes[layer][col]
+                cells = a.maps[a.maps["layer"] == layer]
+                if not len(cells):
+                    ax.axis("off")
+                    continue
+                size = int(cells["query"].max()) + 1
+                grid = np.zeros((size, size))
+                grid[cells["query"], cells["key"]] = cells["value"]
+                image = ax.imshow(grid, vmin=0, vmax=top, cmap="viridis")
+                facts = a.spectra[a.spectra["layer"] == layer].iloc[0]
+                ax.set_title(f"{a.label}, layer {layer}\nuser {int(facts['user'])}: S={facts['sparsity']:.4f}, "
+                             f"k={int(facts['rank'])}", fontsize=8)
+                ticks = range(0, size, 5)
+                ax.set_xticks(ticks)
+                ax.set_yticks(ticks)
+                ax.tick_params(labelsize=6)
+                if layer == layers - 1:
+                    ax.set_xlabel("key (To)", fontsize=7)
+                if col == 0:
+                    ax.set_ylabel("query (From)", fontsize=7)
+        fig.colorbar(image, ax=axes, shrink=0.8)
+        written.append(save_figure(fig, out / "attention_heatmaps.png"))
+
+        fig, axes = plt.subplots(2, layers, figsize=(4 * layers, 6), squeeze=False)
+        for i, a in enumerate(with_maps):
+            colour = f"C{i}"
+            for layer, group in a.spectra.groupby("layer"):
+                top_ax, mean_ax = axes[0][layer], axes[1][layer]
+                top_ax.plot(group["index"], group["singular value"], marker="o", ms=3, color=colour,
+                            label=a.label)
+                top_ax.axhline(group["tau"].iloc[0], color=colour, ls="--", lw=0.8)
+                mean_ax.plot(group["index"], group["mean singular value"], marker=".", color=colour, label=a.label)
+                top_ax.set_title(f"layer {layer}: user {int(group['user'].iloc[0])} (dashed: tau, Eq. 8)",
+                                 fontsize=8)
+                mean_ax.set_title(f"layer {layer}: mean sorted spectrum over test users", fontsize=8)
+        for ax in axes.ravel():
+            ax.set_xlabel("index", fontsize=7)
+            ax.set_ylabel("singular value", fontsize=7)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        written.append(save_figure(fig, out / "singular_values.png"))
+
+    sweeps = [(a, a.table[a.table["diagnostic"] == "residual-scaling"]) for a in analyses]
+    sweeps = [(a, s) for a, s in sweeps if len(s)]
+    if sweeps:
+        fig, axes = plt.subplots(len(sweeps), 2, figsize=(10, 3.4 * len(sweeps)), squeeze=False)
+        for (a, sweep), (ax, trade) in zip(sweeps, axes, strict=True):
+            for quantity, group in sweep.groupby("quantity"):
+                ax.plot(group["alpha"], group["value"], marker="o", ms=3, label=quantity)
+            wide = sweep.pivot_table(index="alpha", columns="quantity", values="value")
+            for metric in ("hr@10", "ndcg@10"):
+                trade.plot(wide["hrli@1"], wide[metric], marker="o", ms=3, label=metric)
+            ax.set_title(f"{a.label}: against alpha", fontsize=9)
+            trade.set_title(f"{a.label}: accuracy against HRLI@1 (one point per alpha)", fontsize=9)
+            ax.set_xlabel("alpha (attention skip scale)", fontsize=8)
+            trade.set_xlabel("HRLI@1", fontsize=8)
+            ax.legend(fontsize=7)
+            trade.legend(fontsize=7)
+        fig.tight_layout()
+        written.append(save_figure(fig, out / "residual_scaling.png"))
+
+    curves = [(a, a.table[a.table["diagnostic"] == "recovery"]) for a in analyses]
+    curves = [(a, c) for a, c in curves if len(c)]
+    if curves:
+        fig, ax = plt.subplots(figsize=(5, 3.4))
+        for i, (a, c) in enumerate(curves):
+            for quantity, style in (("recovery rate (test)", "-"), ("hr@10 (test)", ":")):
+                g = c[c["quantity"] == quantity]
+                ax.plot(g["alpha"], g["value"], ls=style, marker="o", ms=3, color=f"C{i}",
+                        label=f"{a.label}: {quantity}")
+            chosen = c.loc[c["quantity"] == "alpha* (validation, epsilon=0.01)", "value"]
+            if len(chosen):
+                ax.axvline(float(chosen.iloc[0]), color=f"C{i}", lw=0.8, ls="--")
+        ax.set_xlabel("alpha (dashed: alpha* chosen on validation)")
+        ax.legend(fontsize=6)
+        fig.tight_layout()
+        written.append(save_figure(fig, out / "recovery.png"))
+    return written
