@@ -132,6 +132,7 @@ def _hf_config(spec: Backbone, m, vocab: int, positions: int, task: str):
     if spec.model_type == "gpt2":  # GPT-2 spells its sizes differently
         common = {"vocab_size": vocab, "n_embd": d, "n_layer": m.num_layers, "n_head": m.num_heads,
                   "n_inner": ffn, "n_positions": positions, "pad_token_id": 0,
+                  "bos_token_id": None, "eos_token_id": None,  # item ids have no text markers (50256 > vocab)
                   spec.activation_field: m.activation}
     if spec.model_type == "albert":
         common["embedding_size"] = d  # tie the output head to the item embedding without a projection
@@ -145,6 +146,27 @@ def _hf_config(spec: Backbone, m, vocab: int, positions: int, task: str):
     config = AutoConfig.for_model(spec.model_type, **common)
     config._attn_implementation = "sdpa"
     return config
+
+
+def attention_skips(model: nn.Module) -> list[tuple[nn.Module, nn.Module]] | None:
+    """Per layer: (the module whose first input x is the attention sub-layer's skip, the attention output
+    projection inside it), for the architectures whose layers ModSAR knows; None for any other.
+
+    Every such layer computes [LN](x + drop(proj(...))) [then LN], so adding -(1 - alpha) x to proj's output
+    gives alpha x + Attn(x) exactly, in eval mode, whatever the norm placement."""
+    kind = model.config.model_type
+    if kind == "llama":
+        return [(layer, layer.self_attn.o_proj) for layer in model.layers]
+    if kind == "gpt2":
+        return [(block, block.attn.c_proj) for block in model.h]
+    if kind in ("bert", "roberta"):
+        return [(layer.attention, layer.attention.output.dense) for layer in model.encoder.layer]
+    if kind == "albert":  # shared layers: one site, called once per layer
+        return [(layer.attention, layer.attention.dense) for group in model.encoder.albert_layer_groups
+                for layer in group.albert_layers]
+    if kind == "modsar_transfo_xl":
+        return [(layer.dec_attn, layer.dec_attn.o_net) for layer in model.layers]
+    return None
 
 
 class HFBackbone(nn.Module):
@@ -169,6 +191,31 @@ class HFBackbone(nn.Module):
             yield
         finally:
             config._attn_implementation = previous
+
+    @contextlib.contextmanager
+    def residual_scale(self, alpha: float):
+        """Inference-time z = alpha * x + Attn(x) on the attention skip of every layer (ValueError where the
+        architecture's layers are unknown)."""
+        sites = attention_skips(self.model)
+        if sites is None:
+            raise ValueError(f"residual scaling is not defined for model type '{self.model.config.model_type}'")
+        skips: dict[int, torch.Tensor] = {}
+
+        def keep_skip(module, args, kwargs):
+            skips[id(module)] = args[0] if args else kwargs["hidden_states"]
+
+        def scale_skip(container):
+            return lambda module, args, out: out - (1.0 - alpha) * skips[id(container)]
+
+        hooks = []
+        for container, projection in sites:
+            hooks.append(container.register_forward_pre_hook(keep_skip, with_kwargs=True))
+            hooks.append(projection.register_forward_hook(scale_skip(container)))
+        try:
+            yield
+        finally:
+            for hook in hooks:
+                hook.remove()
 
     def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
         B, T = inputs.shape

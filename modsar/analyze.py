@@ -12,8 +12,10 @@ Conventions (each output row names the ones it depends on; definitions in shared
   Sequences with one history item are left out of HRL2I (n reported).
 - Shuffle: inference-time permutation of the history (partial: all but the last item; full: all), AE keeps
   its trailing mask; NDCG@10 under the checkpoint's own evaluation settings.
-- Residual scaling (modular backbone): z = alpha * x + Attn(...) on the attention sub-layer's skip in every
-  layer, at inference. Pre-norm: x <- alpha * x + Attn(LN(x)); post-norm: x <- LN(alpha * x + Attn(x)).
+- Residual scaling: z = alpha * x + Attn(...) on the attention sub-layer's skip in every layer, at inference.
+  Pre-norm: x <- alpha * x + Attn(LN(x)); post-norm: x <- LN(alpha * x + Attn(x)). HF llama, gpt2, bert,
+  roberta, albert and transfo_xl get the same through hooks on the attention output projection
+  (hf_plugins.adapter.attention_skips).
 - Mixing ratio (Kobayashi; modular backbone): c_ij = sum_h a^h_ij f^h(x_j), f^h(x) = (x W_V^h + b_V^h) W_O^h
   (b_O excluded); +Res adds alpha * x_i to c_ii; +LN (post-norm only, where a LayerNorm follows the sum)
   centres and scales by the real pre-LN vector's std. Pooled over real positions of all users and layers
@@ -21,8 +23,8 @@ Conventions (each output row names the ones it depends on; definitions in shared
   position the prediction is read from (AR: the last item; AE: the [MASK]); a sequence counts at L-o only
   if it has more than o real positions.
 - HF backbones: everything read from attention maps and final scores (sparsity, rank, hrli, shuffle,
-  nonfinal); the mixing decomposition and residual scaling need the modular block's own weights and skip,
-  so they are skipped there with a note.
+  nonfinal), and residual scaling and recovery where the layers are known (above); the mixing decomposition
+  reads the modular block's own value/output weights, so it is skipped there with a note.
 """
 
 from __future__ import annotations
@@ -54,12 +56,40 @@ from modsar.train import load_checkpoint, resolve_device
 
 DIAGNOSTICS = ("sparsity", "rank", "hrli", "shuffle", "mixing", "residual-scaling", "nonfinal", "recovery")
 DEFAULT_DIAGNOSTICS = ("sparsity", "rank", "hrli", "shuffle", "mixing", "residual-scaling")
-MODULAR_ONLY = ("mixing", "residual-scaling", "recovery")
 ALPHAS = tuple(round(a / 10, 1) for a in range(11))
+EPSILONS = (0.0, 0.005, 0.01, 0.02, 0.05)
+CONVENTIONS = {  # stored beside every figure, so a table read without this module still says what it is
+    "sparsity": "S=(L1/N)/L2 of the head-averaged last-W window, padding zero, N=W^2; mean over users (per layer, all)",
+    "rank": "k=#{s_i > tau} of the head-averaged last-W window; tau by the named rule; mean over users",
+    "hrli": "probe (last / second-to-last history item) in the top k of final-position scores; mean over test users "
+            "(HRL2I: users with 2+ items); filtered = seen items removed except the probe",
+    "shuffle": "NDCG@10 on test with the history permuted at inference (partial keeps the last item); "
+               "drop = (original - shuffled) / original",
+    "mixing": "Kobayashi r_i = |sum_{j!=i} c_ij| / (|sum_{j!=i} c_ij| + |c_ii|); mean over real positions of all "
+              "test users (pooled: and layers); at L-o: sequences with more than o positions",
+    "residual-scaling": "alpha scales the attention sub-layer skip in every layer at inference; test metrics",
+    "nonfinal": "joint proportion over test users: miss@10 at L and hit@10 from the state o positions earlier",
+    "recovery": "Rec(alpha) over R = {miss@10 at L, hit@10 at L-1..3, alpha=1}; alpha* = best Rec with "
+                "HR@10 >= (1-epsilon) HR@10(1), smallest on ties",
+}
+
+
+def scalable(model) -> bool:
+    """Whether inference-time residual scaling is defined for this backbone."""
+    if isinstance(model, ModularSAR):
+        return True
+    from hf_plugins.adapter import attention_skips
+
+    return hasattr(model, "residual_scale") and attention_skips(model.model) is not None
 
 
 @contextlib.contextmanager
-def residual_scale(model: ModularSAR, alpha: float):
+def residual_scale(model, alpha: float):
+    """alpha on the attention sub-layer's skip of every layer, for as long as the context lasts."""
+    if not isinstance(model, ModularSAR):
+        with model.residual_scale(alpha):
+            yield
+        return
     previous = [b.residual_alpha for b in model.blocks]
     for block in model.blocks:
         block.residual_alpha = alpha
@@ -308,8 +338,7 @@ def hits_at(probe: Probe, which: str, alpha: float = 1.0, offset: int = 0, k: in
     one (same target, same seen-item policy as HR); users with too short a history count as misses."""
     users, end, _ = probe.split.targets(which)
     window = np.minimum(end - probe.split.starts[users], probe.max_len)
-    scaling = residual_scale(probe.model, alpha) if probe.modular else contextlib.nullcontext()
-    with scaling:
+    with residual_scale(probe.model, alpha) if alpha != 1.0 else contextlib.nullcontext():
         ranks = target_ranks(model_scorer(probe.model, offset), probe.split, which, probe.cfg.eval, probe.cfg.task,
                              probe.max_len, 256, probe.device).numpy()
     return (ranks < k) & (window > offset)
@@ -341,6 +370,8 @@ class Analysis:
     """Everything `modsar analyze` found for one checkpoint."""
 
     label: str
+    dataset: str
+    task: str
     table: pd.DataFrame  # (diagnostic, quantity, layer, alpha, value, n) + model facts
     maps: pd.DataFrame = field(default_factory=pd.DataFrame)  # displayed user's windows: layer, query, key, value
     spectra: pd.DataFrame = field(default_factory=pd.DataFrame)  # displayed user's + mean singular values
@@ -355,12 +386,15 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
         raise ModsarError(f"unknown diagnostic '{unknown[0]}'; choose from {', '.join(DIAGNOSTICS)}")
     probe = Probe(checkpoint, data_dir, attention_users, device)
     label, notes, rows = model_label(probe.cfg), [], []
-    if not probe.modular and set(diagnostics) & set(MODULAR_ONLY):
-        skipped = [d for d in diagnostics if d in MODULAR_ONLY]
-        notes.append(f"{label}: skipped {', '.join(skipped)}: the mixing decomposition and residual scaling need "
-                     f"the modular block's weights and skip; {probe.cfg.model.backbone} computes its layers inside "
-                     "transformers")
-        diagnostics = [d for d in diagnostics if d not in MODULAR_ONLY]
+    undefined = [] if probe.modular else ["mixing"]  # the decomposition reads the modular block's weights
+    if not scalable(probe.model):
+        undefined += ["residual-scaling", "recovery"]
+    skipped = [d for d in diagnostics if d in undefined]
+    if skipped:
+        notes.append(f"{label}: skipped {', '.join(skipped)}: defined here for the modular backbone"
+                     + ("" if "residual-scaling" in undefined else " (residual scaling also for llama, gpt2, bert, "
+                        "roberta, albert and transfo_xl)") + f", not for {probe.cfg.model.backbone}")
+        diagnostics = [d for d in diagnostics if d not in skipped]
 
     def add(diagnostic: str, quantity: str, value: float, layer: str = "all", alpha: float = 1.0,
             n: int | None = None) -> None:
@@ -390,7 +424,9 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
         base = probe.metrics()["ndcg@10"]
         add("shuffle", "ndcg@10 original", base)
         for name, partial in (("partial", True), ("full", False)):
-            add("shuffle", f"ndcg@10 {name}", probe.metrics(shuffled(probe, partial))["ndcg@10"])
+            value = probe.metrics(shuffled(probe, partial))["ndcg@10"]
+            add("shuffle", f"ndcg@10 {name}", value)
+            add("shuffle", f"ndcg@10 drop {name}", (base - value) / base if base else math.nan)
     if "mixing" in diagnostics:
         for key, value in mixing_ratios(probe, detail=True).items():
             layer = key.split(" layer ")[1].split(" ")[0] if " layer " in key else "all"
@@ -402,7 +438,7 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
                 add("residual-scaling", "hr@10", m["recall@10"], alpha=alpha)
                 add("residual-scaling", "ndcg@10", m["ndcg@10"], alpha=alpha)
                 add("residual-scaling", "hrli@1", hrli(probe, ks=(1,), filtered=False)["hrli@1"], alpha=alpha)
-            for key, value in mixing_ratios(probe, alpha).items():
+            for key, value in (mixing_ratios(probe, alpha) if probe.modular else {}).items():
                 add("residual-scaling", key, value, alpha=alpha)
     if "nonfinal" in diagnostics:
         final = hits_at(probe, "test")
@@ -417,11 +453,16 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
             add("recovery", "hr@10 (test)", hr_test[alpha], alpha=alpha)
         chosen = select_alpha(rec_val, hr_val) if 1.0 in hr_val else 1.0
         oracle = select_alpha(rec_test, hr_test) if 1.0 in hr_test else 1.0
-        add("recovery", "alpha* (validation, epsilon=0.01)", chosen, alpha=chosen)
-        add("recovery", "delta hr@10 at alpha* (test)", hr_test[chosen] - hr_test.get(1.0, math.nan), alpha=chosen)
-        add("recovery", "recovery at alpha* (test)", rec_test[chosen], alpha=chosen)
-        add("recovery", "alpha* oracle (test)", oracle, alpha=oracle)
+        # the selection's summary rows sit at alpha = 1 (the baseline); alpha* itself is their value
+        add("recovery", "alpha* (validation, epsilon=0.01)", chosen)
+        add("recovery", "delta hr@10 at alpha* (test)", hr_test[chosen] - hr_test.get(1.0, math.nan))
+        add("recovery", "recovery at alpha* (test)", rec_test[chosen])
+        add("recovery", "alpha* oracle (test)", oracle)
+        for epsilon in EPSILONS if 1.0 in alphas else ():  # validation choice vs test oracle as tolerance grows
+            add("recovery", f"epsilon={epsilon:g}: alpha* validation", select_alpha(rec_val, hr_val, epsilon))
+            add("recovery", f"epsilon={epsilon:g}: alpha* oracle", select_alpha(rec_test, hr_test, epsilon))
     table = pd.DataFrame(rows, columns=["diagnostic", "quantity", "layer", "alpha", "value", "n"])
+    table["convention"] = table["diagnostic"].map(CONVENTIONS)
     norm = ("pre" if probe.model.blocks[0].pre_norm else "post") if probe.modular else probe.cfg.model.norm
     table["model"], table["task"], table["backbone"], table["norm"] = (label, probe.cfg.task,
                                                                         probe.cfg.model.backbone, norm)
@@ -429,4 +470,4 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
     for frame in (maps, spectra):
         if len(frame):
             frame["model"] = label
-    return Analysis(label, table, maps, spectra, notes)
+    return Analysis(label, probe.cfg.dataset, probe.cfg.task, table, maps, spectra, notes)

@@ -67,7 +67,7 @@ def summary(analyses: list[Analysis]) -> str:
     """The printed comparison: Tables 2-3, reliance, the alpha sweep, then every remaining figure."""
     fmt = {"float_format": lambda v: f"{v:.4f}", "na_rep": "–"}
     parts = []
-    datasets = sorted({a.table["dataset"].iloc[0] for a in analyses if len(a.table)})
+    datasets = sorted({a.dataset for a in analyses})
     t23 = tables_2_3(analyses)
     counts = {"formatters": {c: "{:.2f}".format for c in t23 if c.startswith(("k ", "eff."))}}
     if len(t23):
@@ -81,7 +81,8 @@ def summary(analyses: list[Analysis]) -> str:
         parts.append("Last-item reliance (HRLI@1 vs HRL2I@1; filt. = seen items removed except the probe; "
                      "gap = HRLI@1 - HRL2I@1),\nshuffle NDCG@10 (original / partial / full) and pooled mixing "
                      "ratios (Attn / +Res / +LN):\n"
-                     + rel.to_string(**fmt) + "\nResidual paper, SASRec on Toys: mixing .772 / .123 / .123")
+                     + rel.to_string(**fmt)
+                     + ("\nResidual paper, SASRec on Toys: mixing .772 / .123 / .123" if "mix Attn" in rel else ""))
     sweep = pd.concat([a.table[a.table["diagnostic"] == "residual-scaling"].assign(model=a.label)
                        for a in analyses])
     if len(sweep):
@@ -97,6 +98,10 @@ def summary(analyses: list[Analysis]) -> str:
     if len(rest):
         wide = rest.pivot_table(index=["diagnostic", "quantity", "layer", "alpha"], columns="model",
                                 values="value", sort=False)
+        first_seen = {name: {v: i for i, v in enumerate(dict.fromkeys(rest[name]))} for name in ("diagnostic",
+                                                                                                "quantity")}
+        wide = wide.sort_index(key=lambda level: level.map(first_seen[level.name]) if level.name in first_seen
+                               else level)  # as computed, with alpha ascending within a quantity
         parts.append("Other figures:\n" + wide.to_string(**fmt))
     notes = [n for a in analyses for n in a.notes]
     return "\n\n".join(parts + (["Notes:\n" + "\n".join(f"- {n}" for n in notes)] if notes else []))

@@ -147,8 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--checkpoint", action="append",
                         help="a best.pt written by modsar train or search (repeat to compare models side by side)")
     target.add_argument("--experiment", action="append",
-                        help="the selected AE and AR trials of this search (repeatable: e.g. vanilla-video and "
-                             "local_attn-video give Vanilla-AE, Local-AE, Vanilla-AR, ...)")
+                        help="the selected AE and AR trials of this search, or the best checkpoint per task of a "
+                             "`modsar train` experiment (repeatable: e.g. vanilla-video and local_attn-video give "
+                             "Vanilla-AE, Local-AE, Vanilla-AR, ...)")
     analyze.add_argument("--results", default="results", help="results root (with --experiment)")
     analyze.add_argument("--diagnostic", default="sparsity,rank,hrli,shuffle,mixing,residual-scaling",
                          help="comma-separated: sparsity, rank, hrli, shuffle, mixing, residual-scaling, "
@@ -217,6 +218,25 @@ the modular block (skipped there with a note).
 Conventions (window, head averaging, padding, where alpha acts) are in modsar/analyze.py and in every row."""
 
 
+def _best_checkpoints(rows) -> list[str]:
+    """A search's selected AE and AR checkpoints; for `modsar train` experiments, the best-validation
+    checkpoint per task."""
+    if not len(rows):
+        return []
+    chosen = rows[rows["selected"].astype(bool)]
+    if not len(chosen):
+        trained = rows[(rows["role"] == "train") & (rows["status"] == "finished") & rows["checkpoint"].notna()]
+        monitor = trained["train.monitor"].str.replace("hr@", "recall@")
+        trained = trained.assign(score=[row[f"valid.{m}"] for (_, row), m in zip(trained.iterrows(), monitor,
+                                                                                  strict=True)])
+        chosen = trained.sort_values("score", ascending=False)
+    paths = []
+    for _, row in chosen.drop_duplicates("task").sort_values("task").iterrows():
+        path = Path(str(row["checkpoint"]))
+        paths.append(str(path / "best.pt" if path.is_dir() else path))
+    return paths
+
+
 def _analyze(args: argparse.Namespace) -> int:
     from modsar import analyze, analyze_output
     from modsar.results import read_rows
@@ -226,28 +246,27 @@ def _analyze(args: argparse.Namespace) -> int:
         raise ModsarError("--users must be >= 1, --window >= 2 and --sigma >= 0")
     targets = [(path, Path(path).stem) for path in args.checkpoint or []]
     for experiment in args.experiment or []:
-        rows = read_rows(args.results, experiment)
-        chosen = rows[rows["selected"].astype(bool)] if len(rows) else rows
-        if not len(chosen):
-            raise ModsarError(f"experiment '{experiment}' has no selected trials under {args.results}; run "
-                              f"`modsar search` to the end (it selects and tests the best AE and AR)")
-        for _, row in chosen.sort_values("task").drop_duplicates("task").iterrows():
-            path = Path(str(row["checkpoint"]))
-            targets.append((str(path / "best.pt" if path.is_dir() else path), experiment))
+        targets += [(path, experiment) for path in _best_checkpoints(read_rows(args.results, experiment))]
+        if not targets or targets[-1][1] != experiment:
+            raise ModsarError(f"experiment '{experiment}' has no selected trials or trained checkpoints under "
+                              f"{args.results}; run `modsar search` to the end (it selects the best AE and AR) "
+                              "or `modsar train`")
     for path, _ in targets:
         if not Path(path).is_file():
             raise ModsarError(f"checkpoint '{path}' does not exist")
     analyses = [analyze.run(path, diagnostics, args.data_dir, args.users, window=args.window, sigma=args.sigma,
                             device=args.device) for path, _ in targets]
     labels = [a.label for a in analyses]
-    for a, (_, source) in zip(analyses, targets, strict=True):
+    datasets = [a.dataset for a in analyses]
+    for a, dataset, (_, source) in zip(analyses, datasets, targets, strict=True):
         if labels.count(a.label) > 1:  # two models of one kind: say which is which
-            a.label = f"{a.label} ({source})"
+            same_data = [d for d, label in zip(datasets, labels, strict=True) if label == a.label].count(dataset)
+            a.label = f"{a.label} ({dataset if same_data == 1 else source})"
         for frame in (a.table, a.maps, a.spectra):
             if len(frame):
                 frame["model"] = a.label
     if args.experiment:  # the paper's order: Vanilla-AE, Local-AE, Vanilla-AR, Local-AR
-        analyses.sort(key=lambda a: (a.table["task"].iloc[0], "Vanilla" not in a.label))
+        analyses.sort(key=lambda a: (a.task, "Vanilla" not in a.label))
     print(analyze_output.summary(analyses))
     if args.out:
         written = analyze_output.write(analyses, Path(args.out))
@@ -480,7 +499,7 @@ def _train(args: argparse.Namespace) -> int:
     experiment = args.experiment or f"train-{cfg.dataset}"
     trial_id = f"{cfg.task}-{uuid.uuid4().hex[:8]}"
     checkpoint = None if args.no_checkpoint or "://" in args.results else (
-        Path(args.results) / experiment / "checkpoints" / f"{trial_id}.pt")
+        Path(args.results).resolve() / experiment / "checkpoints" / f"{trial_id}.pt")
     try:
         result = run_trial(cfg, dataset, checkpoint_path=checkpoint, progress=not args.quiet)
     except TrainingDiverged as exc:

@@ -91,7 +91,17 @@ def save_checkpoint(path: Path, model: torch.nn.Module, cfg: Config, meta: dict)
 
 
 def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[torch.nn.Module, Config, dict]:
-    payload = torch.load(path, map_location=device, weights_only=True)
+    try:
+        payload = torch.load(path, map_location=device, weights_only=True)
+    except FileNotFoundError:
+        raise ModsarError(f"checkpoint '{path}' does not exist") from None
+    except Exception as error:  # pickle/zip errors of a file that is not a torch checkpoint at all
+        raise ModsarError(f"{path}: not a ModSAR checkpoint ({type(error).__name__}); pass a .pt written by "
+                          "modsar train or modsar search") from None
+    missing = {"config", "state_dict", "num_items", "num_users", "max_len"} - set(payload)
+    if missing:
+        raise ModsarError(f"{path}: not a ModSAR checkpoint (no {', '.join(sorted(missing))}); pass a .pt "
+                          "written by modsar train or modsar search")
     cfg = Config.from_dict(payload["config"], where=str(path))
     model = build_model(cfg, payload["num_items"], payload["num_users"], payload["max_len"])
     model.load_state_dict(payload["state_dict"])

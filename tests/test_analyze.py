@@ -82,6 +82,9 @@ def test_shuffle_and_hrli_signature_on_an_ar_model(checkpoints):
     value = dict(zip(table["quantity"], table["value"], strict=True))
     assert value["ndcg@10 full"] < 0.5 * value["ndcg@10 original"]  # order matters to this model
     assert value["ndcg@10 partial"] > value["ndcg@10 full"]  # keeping the last item keeps most of it
+    original = value["ndcg@10 original"]
+    assert value["ndcg@10 drop full"] == pytest.approx((original - value["ndcg@10 full"]) / original)
+    assert table["convention"].str.len().min() > 40  # every figure says how it was aggregated
     assert 0 <= value["hrli@1"] <= 1 and (table["n"] > 0).all()
 
 
@@ -93,8 +96,8 @@ def test_nonfinal_and_recovery_follow_their_definitions(checkpoints):
     probe = Probe(paths["pre"], str(data))
     assert value[("hr@10 at L", 1.0)] == pytest.approx(probe.metrics()["recall@10"])
     assert value[("hr@10 (test)", 1.0)] == pytest.approx(probe.metrics()["recall@10"])
-    chosen = next(a for (q, a) in value if q == "alpha* (validation, epsilon=0.01)")
-    assert chosen in (0.0, 0.5, 1.0)
+    chosen = value[("alpha* (validation, epsilon=0.01)", 1.0)]
+    assert chosen in (0.0, 0.5, 1.0) and value[("epsilon=0.01: alpha* validation", 1.0)] == chosen
 
 
 def test_select_alpha_rule():
@@ -172,14 +175,18 @@ def test_mixing_per_layer_and_position(checkpoints):
 
 def test_hf_backbone_gets_every_diagnostic_it_defines(checkpoints):
     data, paths = checkpoints
-    analysis = run(paths["llama"], ["sparsity", "rank", "hrli", "shuffle", "mixing", "nonfinal"], str(data),
-                   attention_users=100)
-    assert set(analysis.table["diagnostic"]) == {"sparsity", "rank", "hrli", "shuffle", "nonfinal"}
+    analysis = run(paths["llama"], ["sparsity", "rank", "hrli", "shuffle", "mixing", "nonfinal",
+                                    "residual-scaling"], str(data), attention_users=100, alphas=(0.2, 1.0))
+    assert set(analysis.table["diagnostic"]) == {"sparsity", "rank", "hrli", "shuffle", "nonfinal",
+                                                 "residual-scaling"}
     assert analysis.label == "llama Vanilla-AR" and "skipped mixing" in analysis.notes[0]
     maps = analysis.maps
     assert maps.loc[maps["key"] > maps["query"], "value"].max() == 0  # causal LLaMA
-    value = dict(zip(analysis.table["quantity"], analysis.table["value"], strict=False))
-    assert value["ndcg@10 original"] == pytest.approx(Probe(paths["llama"], str(data)).metrics()["ndcg@10"])
+    value = {(q, a): v for q, a, v in zip(analysis.table["quantity"], analysis.table["alpha"],
+                                          analysis.table["value"], strict=True)}
+    standard = Probe(paths["llama"], str(data)).metrics()
+    assert value[("ndcg@10 original", 1.0)] == pytest.approx(standard["ndcg@10"])
+    assert value[("ndcg@10", 1.0)] == standard["ndcg@10"] != value[("ndcg@10", 0.2)]  # alpha acts through hooks
 
 
 def test_cli_writes_table_and_plot(checkpoints, tmp_path, capsys):
@@ -193,6 +200,10 @@ def test_cli_writes_table_and_plot(checkpoints, tmp_path, capsys):
     assert main(["analyze", "--checkpoint", str(paths["post"]), "--diagnostic", "nosuch",
                  "--data-dir", str(data)]) == 2
     assert "unknown diagnostic 'nosuch'" in capsys.readouterr().err
+    garbage = tmp_path / "notes.pt"
+    garbage.write_text("not a checkpoint")
+    assert main(["analyze", "--checkpoint", str(garbage), "--data-dir", str(data)]) == 2
+    assert "not a ModSAR checkpoint" in capsys.readouterr().err
 
 
 def test_cli_compares_ae_local_ae_and_ar_side_by_side(checkpoints, tmp_path, capsys):
@@ -230,3 +241,19 @@ def test_cli_reads_the_selected_checkpoints_of_an_experiment(checkpoints, tmp_pa
     assert printed.index("Vanilla-AE") < printed.index("Vanilla-AR") and "HRLI@1" in printed
     assert main(["analyze", "--experiment", "nothing", "--results", str(results), "--data-dir", str(data)]) == 2
     assert "no selected trials" in capsys.readouterr().err
+
+
+def test_cli_takes_the_best_validation_checkpoint_of_a_train_experiment(checkpoints, tmp_path):
+    from modsar.results import result_row, write_row
+
+    data, paths = checkpoints
+    results = tmp_path / "results"
+    for trial, name, score in (("a", "pre", 0.30), ("b", "post", 0.35), ("c", "ae", 0.10)):
+        cfg = load_config(None, [f"task={'ae' if name == 'ae' else 'ar'}"])
+        write_row(str(results), result_row(cfg, experiment="trained", trial_id=trial, status="finished",
+                                           valid={"ndcg@10": score}, facts={"checkpoint": str(paths[name])}))
+    out = tmp_path / "out"
+    assert main(["analyze", "--experiment", "trained", "--results", str(results), "--diagnostic", "hrli",
+                 "--data-dir", str(data), "--out", str(out)]) == 0
+    table = pq.read_table(out / "diagnostics.parquet").to_pandas()
+    assert set(table["checkpoint"]) == {str(paths["post"]), str(paths["ae"])}  # the better AR, the only AE

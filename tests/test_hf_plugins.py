@@ -114,3 +114,46 @@ def test_generic_backbone_maps_the_fields_it_finds():
 def test_unknown_backbone():
     with pytest.raises(ModsarError, match=r"'model.backbone' 'hf:nosuch' is unknown"):
         load_config(None, ["model.backbone=hf:nosuch"])
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_residual_scaling_is_identity_at_one_and_acts_below(backbone):
+    model, x = make(backbone, "ar"), batch()
+    with torch.no_grad():
+        plain = model(x)
+        with model.residual_scale(1.0):
+            assert torch.equal(model(x), plain)
+        with model.residual_scale(0.3):
+            assert (model(x) - plain).abs().max() > 1e-3
+        assert torch.equal(model(x), plain)  # the hooks are gone afterwards
+
+
+def test_residual_scaling_matches_the_sublayer_written_out():
+    """Post-norm BERT: LN(alpha x + W_O ctx); pre-norm LLaMA: z = alpha x + Attn(RMSNorm x), then z + MLP(...)."""
+    alpha, h = 0.3, torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(1))
+    bert = make("hf:bert", "ae")
+    attention = bert.model.encoder.layer[0].attention
+    with torch.no_grad():
+        with bert.residual_scale(alpha):
+            out = attention(h)
+        context = attention.self(h)
+        written = attention.output.LayerNorm(alpha * h + attention.output.dense(
+            context[0] if isinstance(context, tuple) else context))
+    torch.testing.assert_close(out[0] if isinstance(out, tuple) else out, written, rtol=0, atol=1e-5)
+
+    llama = make("llama", "ar")
+    layer = llama.model.layers[0]
+    rotary = llama.model.rotary_emb(h, torch.arange(7)[None].expand(2, 7))
+    with torch.no_grad():
+        with llama.residual_scale(alpha):
+            out = layer(h, attention_mask=None, position_embeddings=rotary)
+        z = alpha * h + layer.self_attn(hidden_states=layer.input_layernorm(h), position_embeddings=rotary,
+                                        attention_mask=None)[0]
+        written = z + layer.mlp(layer.post_attention_layernorm(z))
+    torch.testing.assert_close(out[0] if isinstance(out, tuple) else out, written, rtol=0, atol=1e-5)
+
+
+def test_residual_scaling_refused_where_the_layers_are_unknown():
+    model = make("hf:electra", "ar")
+    with pytest.raises(ValueError, match="not defined for model type 'electra'"), model.residual_scale(0.5):
+        pass
