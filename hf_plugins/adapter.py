@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from modsar.model.modular import attention_mask
+from modsar.model.skips import SkipSite
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,8 @@ def _hf_config(spec: Backbone, m, vocab: int, positions: int, task: str):
             common[spec.activation_field] = m.activation
         common.update({f: m.dropout for f in spec.dropout} | {f: m.attn_dropout for f in spec.attn_dropout})
         config = AutoConfig.for_model(spec.model_type, **common)
+        if hasattr(config, "embedding_size"):  # ELECTRA-style factorised embeddings: the score head needs d
+            config.embedding_size = d
         config._attn_implementation = "sdpa"
         return config
     if spec.model_type == "gpt2":  # GPT-2 spells its sizes differently
@@ -148,25 +151,53 @@ def _hf_config(spec: Backbone, m, vocab: int, positions: int, task: str):
     return config
 
 
-def attention_skips(model: nn.Module) -> list[tuple[nn.Module, nn.Module]] | None:
-    """Per layer: (the module whose first input x is the attention sub-layer's skip, the attention output
-    projection inside it), for the architectures whose layers ModSAR knows; None for any other.
+def _linear(layer: nn.Module) -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor | None]]:
+    """(W as x @ W, bias) of an nn.Linear or GPT-2's Conv1D (which stores W as (in, out) already)."""
+    if isinstance(layer, nn.Linear):
+        return (lambda: layer.weight.T), (lambda: layer.bias)
+    return (lambda: layer.weight), (lambda: layer.bias)
 
-    Every such layer computes [LN](x + drop(proj(...))) [then LN], so adding -(1 - alpha) x to proj's output
-    gives alpha x + Attn(x) exactly, in eval mode, whatever the norm placement."""
-    kind = model.config.model_type
+
+def attention_skips(model: nn.Module) -> list[SkipSite] | None:
+    """The attention sub-layers (modsar.model.skips.SkipSite) of the architectures whose layers ModSAR knows,
+    None for any other. Every such layer computes [LN](x + drop(proj(...))) [then LN], so adding
+    -(1 - alpha) x to proj's output gives alpha x + Attn(x) exactly in eval mode, whatever the norm placement."""
+    kind, sites = model.config.model_type, []
     if kind == "llama":
-        return [(layer, layer.self_attn.o_proj) for layer in model.layers]
-    if kind == "gpt2":
-        return [(block, block.attn.c_proj) for block in model.h]
-    if kind in ("bert", "roberta"):
-        return [(layer.attention, layer.attention.output.dense) for layer in model.encoder.layer]
-    if kind == "albert":  # shared layers: one site, called once per layer
-        return [(layer.attention, layer.attention.dense) for group in model.encoder.albert_layer_groups
-                for layer in group.albert_layers]
-    if kind == "modsar_transfo_xl":
-        return [(layer.dec_attn, layer.dec_attn.o_net) for layer in model.layers]
-    return None
+        if model.config.num_key_value_heads != model.config.num_attention_heads:
+            return None  # grouped-query values would need repeating per head
+        for layer in model.layers:
+            attn = layer.self_attn
+            sites.append(SkipSite(layer, attn.o_proj, lambda x, layer=layer: layer.self_attn.v_proj(
+                layer.input_layernorm(x)), *_linear(attn.o_proj), None))
+    elif kind == "gpt2":
+        for block in model.h:
+            d = block.attn.c_proj.weight.shape[0]
+            sites.append(SkipSite(block, block.attn.c_proj, lambda x, block=block, d=d: block.attn.c_attn(
+                block.ln_1(x))[..., 2 * d:], *_linear(block.attn.c_proj), None))
+    elif kind in ("bert", "roberta"):
+        for layer in model.encoder.layer:
+            out = layer.attention.output
+            sites.append(SkipSite(layer.attention, out.dense, layer.attention.self.value, *_linear(out.dense),
+                                  out.LayerNorm))
+    elif kind == "albert":  # shared layers: one site, called once per layer
+        for group in model.encoder.albert_layer_groups:
+            for layer in group.albert_layers:
+                attn = layer.attention
+                sites.append(SkipSite(attn, attn.dense, attn.value, *_linear(attn.dense), attn.LayerNorm))
+    elif kind == "modsar_transfo_xl":
+        for layer in model.layers:
+            attn = layer.dec_attn
+            d = attn.o_net.in_features
+
+            def values(x, attn=attn, d=d):
+                return attn.qkv_net(attn.layer_norm(x) if attn.pre_lnorm else x)[..., 2 * d:]
+
+            sites.append(SkipSite(attn, attn.o_net, values, *_linear(attn.o_net),
+                                  None if attn.pre_lnorm else attn.layer_norm, seq_first=True))
+    else:
+        return None
+    return sites
 
 
 class HFBackbone(nn.Module):
@@ -208,9 +239,9 @@ class HFBackbone(nn.Module):
             return lambda module, args, out: out - (1.0 - alpha) * skips[id(container)]
 
         hooks = []
-        for container, projection in sites:
-            hooks.append(container.register_forward_pre_hook(keep_skip, with_kwargs=True))
-            hooks.append(projection.register_forward_hook(scale_skip(container)))
+        for site in sites:
+            hooks.append(site.container.register_forward_pre_hook(keep_skip, with_kwargs=True))
+            hooks.append(site.projection.register_forward_hook(scale_skip(site.container)))
         try:
             yield
         finally:

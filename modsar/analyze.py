@@ -14,17 +14,17 @@ Conventions (each output row names the ones it depends on; definitions in shared
   its trailing mask; NDCG@10 under the checkpoint's own evaluation settings.
 - Residual scaling: z = alpha * x + Attn(...) on the attention sub-layer's skip in every layer, at inference.
   Pre-norm: x <- alpha * x + Attn(LN(x)); post-norm: x <- LN(alpha * x + Attn(x)). HF llama, gpt2, bert,
-  roberta, albert and transfo_xl get the same through hooks on the attention output projection
-  (hf_plugins.adapter.attention_skips).
-- Mixing ratio (Kobayashi; modular backbone): c_ij = sum_h a^h_ij f^h(x_j), f^h(x) = (x W_V^h + b_V^h) W_O^h
-  (b_O excluded); +Res adds alpha * x_i to c_ii; +LN (post-norm only, where a LayerNorm follows the sum)
+  roberta, albert and transfo_xl get the same through hooks on the attention output projection, and the
+  mixing decomposition through the same layer description (modsar/model/skips.py).
+- Mixing ratio (Kobayashi): c_ij = sum_h a^h_ij f^h(x_j), f^h(x) = (x' W_V^h + b_V^h) W_O^h with x' the
+  attention's input (pre-norm: the normed x), b_O excluded; +Res adds alpha * x_i to c_ii; +LN (post-norm
+  only, where a LayerNorm follows the sum)
   centres and scales by the real pre-LN vector's std. Pooled over real positions of all users and layers
   (also without each sequence's first position), and per layer at positions L, L-1, L-2, where L is the
   position the prediction is read from (AR: the last item; AE: the [MASK]); a sequence counts at L-o only
   if it has more than o real positions.
-- HF backbones: everything read from attention maps and final scores (sparsity, rank, hrli, shuffle,
-  nonfinal), and residual scaling and recovery where the layers are known (above); the mixing decomposition
-  reads the modular block's own value/output weights, so it is skipped there with a note.
+- HF backbones: everything; mixing, residual scaling and recovery need the layers' skip and value/output
+  weights, known for the six architectures above (any other hf:<type> skips them with a note).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from modsar.diagnostics import (
 from modsar.errors import ModsarError
 from modsar.evaluate import evaluate, history_index, model_scorer, target_ranks, trim_left_padding
 from modsar.model.modular import ModularSAR
+from modsar.model.skips import SkipSite, modular_sites
 from modsar.train import load_checkpoint, resolve_device
 
 DIAGNOSTICS = ("sparsity", "rank", "hrli", "shuffle", "mixing", "residual-scaling", "nonfinal", "recovery")
@@ -74,13 +75,13 @@ CONVENTIONS = {  # stored beside every figure, so a table read without this modu
 }
 
 
-def scalable(model) -> bool:
-    """Whether inference-time residual scaling is defined for this backbone."""
+def skip_sites(model) -> list[SkipSite] | None:
+    """The attention sub-layers of a modular or known HF backbone (modsar.model.skips), None if unknown."""
     if isinstance(model, ModularSAR):
-        return True
+        return modular_sites(model)
     from hf_plugins.adapter import attention_skips
 
-    return hasattr(model, "residual_scale") and attention_skips(model.model) is not None
+    return attention_skips(model.model) if hasattr(model, "residual_scale") else None
 
 
 @contextlib.contextmanager
@@ -266,25 +267,29 @@ POSITIONS = {"L": 0, "L-1": 1, "L-2": 2}
 def mixing_ratios(probe: Probe, alpha: float = 1.0, detail: bool = False) -> dict[str, float]:
     """Mean Attn / +Res / +LN mixing ratio over real positions of all users and layers; with `detail`, also
     without each sequence's first position, and per layer at positions L, L-1, L-2 (module docstring)."""
-    model = probe.model
-    kinds = ["attn", "res"] + ([] if model.blocks[0].pre_norm else ["ln"])
+    model, sites = probe.model, skip_sites(probe.model)
+    kinds = ["attn", "res"] + (["ln"] if all(site.post_norm is not None for site in sites) else [])
     pooled: dict[str, list] = {k: [] for k in kinds}
     no_first: dict[str, list] = {k: [] for k in kinds}
     at: dict[tuple, list] = {}
-    captured: list = []
-    hooks = [b.register_forward_hook(lambda mod, args, out: captured.append((args[0], out[1])))
-             for b in model.blocks]
+    captured: list = []  # (site, skip input x) in call order: one per layer
+
+    def keep(site):
+        return lambda module, args, kwargs: captured.append((site, args[0] if args else kwargs["hidden_states"]))
+
+    hooks = [site.container.register_forward_pre_hook(keep(site), with_kwargs=True) for site in sites]
     try:
         with torch.no_grad(), residual_scale(model, alpha):
             for sl in probe.batches(64):
                 captured.clear()
                 inputs, users = probe.batch(probe.inputs, sl)
-                model(inputs, users, need_weights=True)
+                _, maps = model(inputs, users, need_weights=True)
                 real = inputs > 0
                 first = real & ~torch.cat([real[:, :1] & False, real[:, :-1]], dim=1)  # each row's first item
                 count = real.sum(1)
-                for layer, (block, (x, probs)) in enumerate(zip(model.blocks, captured, strict=True)):
-                    for kind, c in contributions(block, x, probs, alpha).items():
+                for layer, ((site, x), probs) in enumerate(zip(captured, maps, strict=True)):
+                    x = x.transpose(0, 1) if site.seq_first else x
+                    for kind, c in contributions(site, x, probs, alpha).items():
                         r = ratio_per_position(c)
                         pooled[kind].append(r[real])
                         no_first[kind].append(r[real & ~first])
@@ -301,25 +306,24 @@ def mixing_ratios(probe: Probe, alpha: float = 1.0, detail: bool = False) -> dic
     return out
 
 
-def contributions(block, x: torch.Tensor, probs: torch.Tensor, alpha: float) -> dict[str, torch.Tensor]:
-    """c_ij (B, T, T, d) for Attn, +Res and (post-norm) +LN."""
+def contributions(site: SkipSite, x: torch.Tensor, probs: torch.Tensor, alpha: float) -> dict[str, torch.Tensor]:
+    """c_ij (B, T, T, d) for Attn, +Res and (post-norm) +LN, from the skip input x (B, T, d) and the layer's
+    attention probabilities (B, H, T, T)."""
     B, T, d = x.shape
-    H = block.attn.heads
-    inp = block.norm1(x) if block.pre_norm else x
-    w_qkv, b_qkv = block.attn.qkv.weight, block.attn.qkv.bias
-    v = inp @ w_qkv[2 * d:].T + b_qkv[2 * d:]  # (B, T, d), heads laid out as in SelfAttention
-    v = v.view(B, T, H, d // H)
-    w_o = block.attn.proj.weight.T.view(H, d // H, d)  # head h: rows of W_O for its slice
+    H = probs.shape[1]
+    v = site.values(x).view(B, T, H, d // H)  # heads laid out as every supported layer splits them
+    w_o = site.w_o().reshape(H, d // H, d)  # head h: its rows of W_O
     f = torch.einsum("bjhk,hkd->bhjd", v, w_o)  # f^h(x_j), without b_O
-    attn = torch.einsum("bhij,bhjd->bijd", probs, f)
+    attn = torch.einsum("bhij,bhjd->bijd", probs.to(f.dtype), f)
     res = attn.clone()
     idx = torch.arange(T, device=x.device)
     res[:, idx, idx] += alpha * x
     out = {"attn": attn, "res": res}
-    if not block.pre_norm:  # +LN: z_i = alpha x_i + Attn(x)_i (with b_O), then LN
-        z = res.sum(2) + block.attn.proj.bias
-        s = torch.sqrt(z.var(-1, unbiased=False) + block.norm1.eps)
-        out["ln"] = block.norm1.weight * (res - res.mean(-1, keepdim=True)) / s[:, :, None, None]
+    if site.post_norm is not None:  # +LN: z_i = alpha x_i + Attn(x)_i (with b_O), then LN
+        b_o = site.b_o()
+        z = res.sum(2) + (b_o if b_o is not None else 0.0)
+        s = torch.sqrt(z.var(-1, unbiased=False) + site.post_norm.eps)
+        out["ln"] = site.post_norm.weight * (res - res.mean(-1, keepdim=True)) / s[:, :, None, None]
     return out
 
 
@@ -386,14 +390,11 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
         raise ModsarError(f"unknown diagnostic '{unknown[0]}'; choose from {', '.join(DIAGNOSTICS)}")
     probe = Probe(checkpoint, data_dir, attention_users, device)
     label, notes, rows = model_label(probe.cfg), [], []
-    undefined = [] if probe.modular else ["mixing"]  # the decomposition reads the modular block's weights
-    if not scalable(probe.model):
-        undefined += ["residual-scaling", "recovery"]
-    skipped = [d for d in diagnostics if d in undefined]
-    if skipped:
-        notes.append(f"{label}: skipped {', '.join(skipped)}: defined here for the modular backbone"
-                     + ("" if "residual-scaling" in undefined else " (residual scaling also for llama, gpt2, bert, "
-                        "roberta, albert and transfo_xl)") + f", not for {probe.cfg.model.backbone}")
+    skipped = [d for d in diagnostics if d in ("mixing", "residual-scaling", "recovery")]
+    if skipped and skip_sites(probe.model) is None:
+        notes.append(f"{label}: skipped {', '.join(skipped)}: they need the layers' attention skip, known for the "
+                     f"modular backbone and HF llama, gpt2, bert, roberta, albert, transfo_xl; not for "
+                     f"{probe.cfg.model.backbone}")
         diagnostics = [d for d in diagnostics if d not in skipped]
 
     def add(diagnostic: str, quantity: str, value: float, layer: str = "all", alpha: float = 1.0,
@@ -438,7 +439,7 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
                 add("residual-scaling", "hr@10", m["recall@10"], alpha=alpha)
                 add("residual-scaling", "ndcg@10", m["ndcg@10"], alpha=alpha)
                 add("residual-scaling", "hrli@1", hrli(probe, ks=(1,), filtered=False)["hrli@1"], alpha=alpha)
-            for key, value in (mixing_ratios(probe, alpha) if probe.modular else {}).items():
+            for key, value in mixing_ratios(probe, alpha).items():
                 add("residual-scaling", key, value, alpha=alpha)
     if "nonfinal" in diagnostics:
         final = hits_at(probe, "test")
@@ -463,7 +464,8 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
             add("recovery", f"epsilon={epsilon:g}: alpha* oracle", select_alpha(rec_test, hr_test, epsilon))
     table = pd.DataFrame(rows, columns=["diagnostic", "quantity", "layer", "alpha", "value", "n"])
     table["convention"] = table["diagnostic"].map(CONVENTIONS)
-    norm = ("pre" if probe.model.blocks[0].pre_norm else "post") if probe.modular else probe.cfg.model.norm
+    sites = skip_sites(probe.model)
+    norm = ("post" if sites[0].post_norm is not None else "pre") if sites else probe.cfg.model.norm
     table["model"], table["task"], table["backbone"], table["norm"] = (label, probe.cfg.task,
                                                                         probe.cfg.model.backbone, norm)
     table["checkpoint"], table["dataset"] = str(checkpoint), probe.cfg.dataset

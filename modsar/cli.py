@@ -212,8 +212,8 @@ EPILOG_ANALYZE = """examples:
 
 Prints ModSAR Tables 2-3 (S, k per layer and on average) and the residual-dominance summary side by side;
 --out adds Parquet tables of every figure and PNG heatmaps, singular-value spectra and alpha sweeps.
-HF backbones get the diagnostics read from attention maps and scores; mixing and residual scaling need
-the modular block (skipped there with a note).
+HF backbones get every diagnostic where ModSAR knows their layers (llama, gpt2, bert, roberta, albert,
+transfo_xl); for any other hf:<type>, mixing and alpha are skipped with a note.
 
 Conventions (window, head averaging, padding, where alpha acts) are in modsar/analyze.py and in every row."""
 

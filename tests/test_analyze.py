@@ -9,10 +9,21 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from modsar.analyze import Probe, attention_stats, contributions, hrli, mixing_ratios, residual_scale, run
+from modsar.analyze import (
+    DIAGNOSTICS,
+    Probe,
+    attention_stats,
+    contributions,
+    hrli,
+    mixing_ratios,
+    residual_scale,
+    run,
+    skip_sites,
+)
 from modsar.cli import main
 from modsar.config import load_config
 from modsar.evaluate import history_index
+from modsar.model.skips import modular_sites
 from modsar.train import run_trial
 
 
@@ -25,7 +36,8 @@ def checkpoints(tmp_path_factory):
     models = {"pre": ["model.norm=pre", "model.num_heads=2"], "post": ["model.norm=post", "model.num_heads=2"],
               "ae": ["task=ae", "model.num_heads=2"],
               "local_ae": ["task=ae", "model.num_heads=1", "model.local_heads=1", "model.local_window=2"],
-              "llama": ["model.backbone=llama", "model.dropout=0", "model.num_heads=2"]}
+              "llama": ["model.backbone=llama", "model.dropout=0", "model.num_heads=2"],
+              "electra": ["model.backbone=hf:electra", "model.num_heads=2"]}
     paths = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MODSAR_DATA", str(root / "data"))
@@ -57,7 +69,7 @@ def test_mixing_ratio_rises_as_alpha_falls(checkpoints, norm):
 def test_ln_decomposition_sums_to_the_layer_output(checkpoints):
     data, paths = checkpoints
     probe = Probe(paths["post"], str(data))
-    block = probe.model.blocks[0]
+    block, site = probe.model.blocks[0], modular_sites(probe.model)[0]
     inputs, users = probe.inputs[:16], probe.user_ids[:16]
     captured = []
     hook = block.register_forward_hook(lambda mod, args, out: captured.append((args[0], args[1])))
@@ -68,7 +80,7 @@ def test_ln_decomposition_sums_to_the_layer_output(checkpoints):
         for alpha in (1.0, 0.4):
             attn_out, probs = block.attn(x, mask, True)
             real = block.norm1(alpha * x + attn_out)  # the post-norm sub-layer output
-            ln = contributions(block, x, probs, alpha)["ln"]
+            ln = contributions(site, x, probs, alpha)["ln"]
             z = alpha * x + attn_out
             s = torch.sqrt(z.var(-1, unbiased=False) + block.norm1.eps)[..., None]
             b_o = block.attn.proj.bias
@@ -173,13 +185,11 @@ def test_mixing_per_layer_and_position(checkpoints):
     assert ratios["mixing_res"] < ratios["mixing_attn"]  # the skip adds to c_ii
 
 
-def test_hf_backbone_gets_every_diagnostic_it_defines(checkpoints):
+def test_hf_backbone_gets_every_diagnostic(checkpoints):
     data, paths = checkpoints
-    analysis = run(paths["llama"], ["sparsity", "rank", "hrli", "shuffle", "mixing", "nonfinal",
-                                    "residual-scaling"], str(data), attention_users=100, alphas=(0.2, 1.0))
-    assert set(analysis.table["diagnostic"]) == {"sparsity", "rank", "hrli", "shuffle", "nonfinal",
-                                                 "residual-scaling"}
-    assert analysis.label == "llama Vanilla-AR" and "skipped mixing" in analysis.notes[0]
+    analysis = run(paths["llama"], list(DIAGNOSTICS), str(data), attention_users=100, alphas=(0.2, 1.0))
+    assert set(analysis.table["diagnostic"]) == set(DIAGNOSTICS) and not analysis.notes
+    assert analysis.label == "llama Vanilla-AR" and (analysis.table["norm"] == "pre").all()
     maps = analysis.maps
     assert maps.loc[maps["key"] > maps["query"], "value"].max() == 0  # causal LLaMA
     value = {(q, a): v for q, a, v in zip(analysis.table["quantity"], analysis.table["alpha"],
@@ -187,6 +197,54 @@ def test_hf_backbone_gets_every_diagnostic_it_defines(checkpoints):
     standard = Probe(paths["llama"], str(data)).metrics()
     assert value[("ndcg@10 original", 1.0)] == pytest.approx(standard["ndcg@10"])
     assert value[("ndcg@10", 1.0)] == standard["ndcg@10"] != value[("ndcg@10", 0.2)]  # alpha acts through hooks
+    assert value[("mixing_res", 0.2)] > value[("mixing_res", 1.0)]
+
+
+def test_unknown_hf_layers_skip_what_needs_them_with_a_note(checkpoints):
+    data, paths = checkpoints
+    analysis = run(paths["electra"], ["hrli", "mixing", "residual-scaling"], str(data))
+    assert set(analysis.table["diagnostic"]) == {"hrli"}
+    assert "skipped mixing, residual-scaling" in analysis.notes[0] and "hf:electra" in analysis.notes[0]
+
+
+@pytest.mark.parametrize("backbone", ["llama", "hf:gpt2", "hf:bert", "albert", "transfo_xl", "transfo_xl-pre"])
+def test_hf_contributions_rebuild_the_real_sublayer(backbone):
+    """sum_j c_ij + b_O is the attention output projection's real output; post-norm: sum_j c^LN_ij + the bias
+    terms is the real LayerNorm output (hooks read both off a forward pass)."""
+    from hf_plugins import HFBackbone
+    from modsar.config import Config
+
+    name, norm = backbone.split("-")[0], "pre" if backbone.endswith("-pre") else "auto"
+    torch.manual_seed(0)
+    cfg = Config.from_dict({"task": "ar", "model": {"backbone": name, "hidden_size": 16, "num_heads": 2,
+                                                     "dropout": 0.0, "attn_dropout": 0.0, "norm": norm,
+                                                     "activation": "relu" if name == "transfo_xl" else "gelu"}})
+    model = HFBackbone(cfg.model, 30, 4, 12, "ar").eval()
+    sites = skip_sites(model)
+    seen = {"x": [], "proj": [], "ln": []}
+    hooks = [s.container.register_forward_pre_hook(
+        lambda m, a, k: seen["x"].append(a[0] if a else k["hidden_states"]), with_kwargs=True) for s in sites]
+    hooks += [s.projection.register_forward_hook(lambda m, a, out: seen["proj"].append(out)) for s in sites]
+    hooks += [s.post_norm.register_forward_hook(lambda m, a, out: seen["ln"].append(out))
+              for s in sites if s.post_norm is not None]
+    with torch.no_grad():
+        _, maps = model(torch.randint(1, 31, (3, 9), generator=torch.Generator().manual_seed(2)), need_weights=True)
+    for hook in hooks:
+        hook.remove()
+    for layer, probs in enumerate(maps):
+        site = sites[layer % len(sites)]
+        x, proj = seen["x"][layer], seen["proj"][layer]
+        x, proj = (x.transpose(0, 1), proj.transpose(0, 1)) if site.seq_first else (x, proj)
+        c = contributions(site, x, probs, 1.0)
+        b_o = site.b_o() if site.b_o() is not None else torch.zeros(16)
+        torch.testing.assert_close(c["attn"].sum(2) + b_o, proj, rtol=0, atol=1e-5)
+        assert ("ln" in c) == (site.post_norm is not None)
+        if "ln" in c:
+            ln, real = site.post_norm, seen["ln"][layer]
+            real = real.transpose(0, 1) if site.seq_first else real
+            s = torch.sqrt((c["res"].sum(2) + b_o).var(-1, unbiased=False) + ln.eps)[..., None]
+            torch.testing.assert_close(c["ln"].sum(2) + ln.weight * (b_o - b_o.mean()) / s + ln.bias, real,
+                                       rtol=0, atol=1e-5)
 
 
 def test_cli_writes_table_and_plot(checkpoints, tmp_path, capsys):

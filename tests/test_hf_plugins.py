@@ -111,6 +111,14 @@ def test_generic_backbone_maps_the_fields_it_finds():
         load_config(None, ["model.backbone=hf:mamba", "model.dropout=0.1", "model.attn_dropout=0"])
 
 
+def test_generic_backbone_with_factorised_embeddings_scores_items():
+    """ELECTRA's embedding_size defaults to 128: the generic adapter sets it to the hidden size so the tied
+    item head fits."""
+    model = make("hf:electra", "ar")
+    scores = model.score(model(batch())[:, -1])
+    assert model.model.config.embedding_size == 16 and scores.shape == (3, N_ITEMS)
+
+
 def test_unknown_backbone():
     with pytest.raises(ModsarError, match=r"'model.backbone' 'hf:nosuch' is unknown"):
         load_config(None, ["model.backbone=hf:nosuch"])

@@ -1,0 +1,41 @@
+"""Attention sub-layers as the residual-dominance analyses see them, for any backbone.
+
+Every layer the analyses support computes  y = [LN]( x + drop(W_O . Attn(values(x))) + b_O )  with the skip x
+entering unscaled. A SkipSite names where x comes in (the module whose first input it is), the output
+projection, how to get the value vectors from x, and the LayerNorm that follows the sum in post-norm layers.
+That is all the Kobayashi decomposition (c_ij) and inference-time residual scaling (alpha x) need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass
+class SkipSite:
+    container: nn.Module  # its first input is the skip x (the layer input, or the normed input's source)
+    projection: nn.Module  # W_O (and b_O): its output is the attention sub-layer's contribution before the sum
+    values: Callable[[torch.Tensor], torch.Tensor]  # x (B, T, d) -> value vectors (B, T, d), b_V included
+    w_o: Callable[[], torch.Tensor]  # (d_in, d) so that out = ctx @ w_o + b_o; rows grouped by head
+    b_o: Callable[[], torch.Tensor | None]
+    post_norm: nn.Module | None  # the LayerNorm after alpha x + Attn(x) (post-norm layers), else None
+    seq_first: bool = False  # x arrives as (T, B, d) (Transformer-XL)
+
+
+def modular_sites(model) -> list[SkipSite]:
+    """The ModularSAR blocks: qkv rows [2d:3d] are W_V; pre-norm layers read LN(x), post-norm ones LN the sum."""
+    sites = []
+    for block in model.blocks:
+        d = block.attn.proj.in_features
+
+        def values(x, block=block, d=d):
+            inp = block.norm1(x) if block.pre_norm else x
+            return inp @ block.attn.qkv.weight[2 * d:].T + block.attn.qkv.bias[2 * d:]
+
+        sites.append(SkipSite(block, block.attn.proj, values, lambda block=block: block.attn.proj.weight.T,
+                              lambda block=block: block.attn.proj.bias, None if block.pre_norm else block.norm1))
+    return sites
