@@ -18,8 +18,8 @@ Conventions (each output row names the ones it depends on; definitions in shared
   mixing decomposition through the same layer description (modsar/model/skips.py).
 - Mixing ratio (Kobayashi): c_ij = sum_h a^h_ij f^h(x_j), f^h(x) = (x' W_V^h + b_V^h) W_O^h with x' the
   attention's input (pre-norm: the normed x), b_O excluded; +Res adds alpha * x_i to c_ii; +LN (post-norm
-  only, where a LayerNorm follows the sum)
-  centres and scales by the real pre-LN vector's std. Pooled over real positions of all users and layers
+  only, where a LayerNorm follows the sum) centres and scales by the real pre-LN vector's std (its bias and
+  b_O stay out of c_ij, so +LN sums to LN(z) minus those terms). Pooled over real positions of all users and layers
   (also without each sequence's first position), and per layer at positions L, L-1, L-2, where L is the
   position the prediction is read from (AR: the last item; AE: the [MASK]); a sequence counts at L-o only
   if it has more than o real positions.
@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from tqdm import tqdm
 
 from modsar.data.batches import eval_inputs
 from modsar.data.split import LeaveOneOut
@@ -115,7 +116,6 @@ class Probe:
                  device: str = "cpu") -> None:
         self.device = resolve_device(device)
         self.model, self.cfg, payload = load_checkpoint(checkpoint, str(self.device))
-        self.modular = isinstance(self.model, ModularSAR)
         self.max_len = payload["max_len"]
         data = load_dataset(self.cfg.dataset, data_dir)
         self.split = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
@@ -383,7 +383,7 @@ class Analysis:
 
 
 def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = None, attention_users: int = 2000,
-        alphas=ALPHAS, window: int = 20, sigma: float = 0.0, device: str = "cpu") -> Analysis:
+        alphas=ALPHAS, window: int = 20, sigma: float = 0.0, device: str = "cpu", progress: bool = False) -> Analysis:
     """Run the chosen diagnostics on one checkpoint; quantities a backbone does not define are noted."""
     unknown = sorted(set(diagnostics) - set(DIAGNOSTICS))
     if unknown:
@@ -402,8 +402,19 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
         rows.append({"diagnostic": diagnostic, "quantity": quantity, "layer": layer, "alpha": alpha,
                      "value": float(value), "n": len(probe.users) if n is None else int(n)})
 
+    bar = tqdm(total=len(set(diagnostics)), desc=f"analyze {label}", unit="diagnostic", disable=not progress,
+               dynamic_ncols=True)
+    running: list[str] = []
+
+    def begin(*names: str) -> bool:
+        """Whether any of `names` was asked for; the progress bar moves on to them."""
+        bar.update(len(running))
+        running[:] = [n for n in names if n in diagnostics]
+        bar.set_postfix_str(", ".join(running))
+        return bool(running)
+
     maps = spectra = pd.DataFrame()
-    if {"sparsity", "rank"} & set(diagnostics):
+    if begin("sparsity", "rank"):
         stats, mean_spectra = attention_stats(probe, window, sigma)
         where = f"W={window}, zero-padded, head mean, {stats['row'].nunique()} test users"
         columns = {"sparsity": {"sparsity": f"S ({where})"},
@@ -416,23 +427,23 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
                 add(diagnostic, quantity, stats[column].mean(), "all", n=stats[column].notna().sum())
         maps, spectra = heatmap(probe, window, sigma)
         spectra = spectra.merge(mean_spectra, on=["layer", "index"], how="left")
-    if "hrli" in diagnostics:
+    if begin("hrli"):
         result = hrli(probe)
         for key, value in result.items():
             if key != "hrl2i_n":
                 add("hrli", key, value, n=result["hrl2i_n"] if key.startswith("hrl2i") else len(probe.users))
-    if "shuffle" in diagnostics:
+    if begin("shuffle"):
         base = probe.metrics()["ndcg@10"]
         add("shuffle", "ndcg@10 original", base)
         for name, partial in (("partial", True), ("full", False)):
             value = probe.metrics(shuffled(probe, partial))["ndcg@10"]
             add("shuffle", f"ndcg@10 {name}", value)
             add("shuffle", f"ndcg@10 drop {name}", (base - value) / base if base else math.nan)
-    if "mixing" in diagnostics:
+    if begin("mixing"):
         for key, value in mixing_ratios(probe, detail=True).items():
             layer = key.split(" layer ")[1].split(" ")[0] if " layer " in key else "all"
             add("mixing", key.replace(f" layer {layer}", "") if layer != "all" else key, value, layer)
-    if "residual-scaling" in diagnostics:
+    if begin("residual-scaling"):
         for alpha in alphas:
             with residual_scale(probe.model, alpha):
                 m = probe.metrics()
@@ -441,12 +452,12 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
                 add("residual-scaling", "hrli@1", hrli(probe, ks=(1,), filtered=False)["hrli@1"], alpha=alpha)
             for key, value in mixing_ratios(probe, alpha).items():
                 add("residual-scaling", key, value, alpha=alpha)
-    if "nonfinal" in diagnostics:
+    if begin("nonfinal"):
         final = hits_at(probe, "test")
         add("nonfinal", "hr@10 at L", float(final.mean()))
         for offset in (1, 2, 3):  # a joint proportion over all test users, not a conditional
             add("nonfinal", f"miss at L, hit at L-{offset}", float((~final & hits_at(probe, "test", 1.0, offset)).mean()))
-    if "recovery" in diagnostics:
+    if begin("recovery"):
         rec_val, hr_val = recovery_curve(probe, "valid", alphas)
         rec_test, hr_test = recovery_curve(probe, "test", alphas)
         for alpha in alphas:
@@ -462,6 +473,8 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
         for epsilon in EPSILONS if 1.0 in alphas else ():  # validation choice vs test oracle as tolerance grows
             add("recovery", f"epsilon={epsilon:g}: alpha* validation", select_alpha(rec_val, hr_val, epsilon))
             add("recovery", f"epsilon={epsilon:g}: alpha* oracle", select_alpha(rec_test, hr_test, epsilon))
+    begin()
+    bar.close()
     table = pd.DataFrame(rows, columns=["diagnostic", "quantity", "layer", "alpha", "value", "n"])
     table["convention"] = table["diagnostic"].map(CONVENTIONS)
     sites = skip_sites(probe.model)

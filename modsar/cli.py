@@ -161,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--sigma", type=float, default=0.0, help="noise std added before the rank threshold "
                          "(ModSAR Eq. 8; 0 = deterministic; > 0 also reports Gavish-Donoho known-sigma)")
     analyze.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    analyze.add_argument("--quiet", action="store_true", help="no progress bar")
     analyze.add_argument("--out", help="write diagnostics.parquet, attention_maps.parquet, spectra.parquet and "
                                        "PNG plots here")
     _add_data_dir(analyze)
@@ -255,7 +256,7 @@ def _analyze(args: argparse.Namespace) -> int:
         if not Path(path).is_file():
             raise ModsarError(f"checkpoint '{path}' does not exist")
     analyses = [analyze.run(path, diagnostics, args.data_dir, args.users, window=args.window, sigma=args.sigma,
-                            device=args.device) for path, _ in targets]
+                            device=args.device, progress=not args.quiet) for path, _ in targets]
     labels = [a.label for a in analyses]
     datasets = [a.dataset for a in analyses]
     for a, dataset, (_, source) in zip(analyses, datasets, targets, strict=True):
