@@ -117,6 +117,12 @@ def write(analyses: list[Analysis], out: Path) -> list[Path]:
     return written + plot(analyses, out)
 
 
+def _rows_of(analyses: list[Analysis], diagnostic: str) -> list[tuple[Analysis, pd.DataFrame]]:
+    """(analysis, its rows of `diagnostic`) for the analyses that have any."""
+    pairs = [(a, a.table[a.table["diagnostic"] == diagnostic]) for a in analyses]
+    return [(a, rows) for a, rows in pairs if len(rows)]
+
+
 def plot(analyses: list[Analysis], out: Path) -> list[Path]:
     plt = pyplot()
     written = []
@@ -171,8 +177,7 @@ def plot(analyses: list[Analysis], out: Path) -> list[Path]:
         fig.tight_layout()
         written.append(save_figure(fig, out / "singular_values.png"))
 
-    sweeps = [(a, a.table[a.table["diagnostic"] == "residual-scaling"]) for a in analyses]
-    sweeps = [(a, s) for a, s in sweeps if len(s)]
+    sweeps = _rows_of(analyses, "residual-scaling")
     if sweeps:
         fig, axes = plt.subplots(len(sweeps), 2, figsize=(10, 3.4 * len(sweeps)), squeeze=False)
         for (a, sweep), (ax, trade) in zip(sweeps, axes, strict=True):
@@ -190,8 +195,7 @@ def plot(analyses: list[Analysis], out: Path) -> list[Path]:
         fig.tight_layout()
         written.append(save_figure(fig, out / "residual_scaling.png"))
 
-    curves = [(a, a.table[a.table["diagnostic"] == "recovery"]) for a in analyses]
-    curves = [(a, c) for a, c in curves if len(c)]
+    curves = _rows_of(analyses, "recovery")
     if curves:
         fig, ax = plt.subplots(figsize=(5, 3.4))
         for i, (a, c) in enumerate(curves):
