@@ -2,6 +2,11 @@
 # The checks that need a CUDA machine, as one script: environment, the fractional-GPU placement test (skipped
 # on CPU-only machines), the training / HF / analyze tests with train.device=auto resolving to CUDA, and
 # benchmarks/device_speed.py. Usage, from the repository root: bash benchmarks/gpu_check.sh [OUT_DIR]
+# On a machine whose Python lacks ModSAR's dependencies (the lent H200 image has torch and transformers but no
+# ray/optuna), install wheels first; the ray wheel fits a 64 MiB transfer once ray/jars, the dashboard
+# client build, rllib, serve and llm are dropped from it (its RECORD rows too). Used here with jsonschema,
+# referencing, rpds-py, pydantic(+core), optuna, alembic, sqlalchemy, colorlog, mako, tensorboardX:
+#   pip install --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 set -uo pipefail
 out=${1:-gpu-check}
 mkdir -p "$out"
