@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from modsar.model.modular import attention_mask
-from modsar.model.skips import SkipSite
+from modsar.model.skips import SkipSite, scaled_skips
 
 
 @dataclass(frozen=True)
@@ -230,23 +230,8 @@ class HFBackbone(nn.Module):
         sites = attention_skips(self.model)
         if sites is None:
             raise ValueError(f"residual scaling is not defined for model type '{self.model.config.model_type}'")
-        skips: dict[int, torch.Tensor] = {}
-
-        def keep_skip(module, args, kwargs):
-            skips[id(module)] = args[0] if args else kwargs["hidden_states"]
-
-        def scale_skip(container):
-            return lambda module, args, out: out - (1.0 - alpha) * skips[id(container)]
-
-        hooks = []
-        for site in sites:
-            hooks.append(site.container.register_forward_pre_hook(keep_skip, with_kwargs=True))
-            hooks.append(site.projection.register_forward_hook(scale_skip(site.container)))
-        try:
+        with scaled_skips(sites, alpha):
             yield
-        finally:
-            for hook in hooks:
-                hook.remove()
 
     def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
         B, T = inputs.shape

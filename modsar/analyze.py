@@ -13,9 +13,9 @@ Conventions (each output row names the ones it depends on; definitions in shared
 - Shuffle: inference-time permutation of the history (partial: all but the last item; full: all), AE keeps
   its trailing mask; NDCG@10 under the checkpoint's own evaluation settings.
 - Residual scaling: z = alpha * x + Attn(...) on the attention sub-layer's skip in every layer, at inference.
-  Pre-norm: x <- alpha * x + Attn(LN(x)); post-norm: x <- LN(alpha * x + Attn(x)). HF llama, gpt2, bert,
-  roberta, albert and transfo_xl get the same through hooks on the attention output projection, and the
-  mixing decomposition through the same layer description (modsar/model/skips.py).
+  Pre-norm: x <- alpha * x + Attn(LN(x)); post-norm: x <- LN(alpha * x + Attn(x)). One mechanism for the
+  modular blocks and HF llama, gpt2, bert, roberta, albert and transfo_xl: hooks on the attention output
+  projection, from the same layer description the mixing decomposition uses (modsar/model/skips.py).
 - Mixing ratio (Kobayashi): c_ij = sum_h a^h_ij f^h(x_j), f^h(x) = (x' W_V^h + b_V^h) W_O^h with x' the
   attention's input (pre-norm: the normed x), b_O excluded; +Res adds alpha * x_i to c_ii; +LN (post-norm
   only, where a LayerNorm follows the sum) centres and scales by the real pre-LN vector's std (its bias and
@@ -53,11 +53,10 @@ from modsar.diagnostics import (
 from modsar.errors import ModsarError
 from modsar.evaluate import evaluate, history_index, model_scorer, target_ranks, trim_left_padding
 from modsar.model.modular import ModularSAR
-from modsar.model.skips import SkipSite, modular_sites
+from modsar.model.skips import SkipSite, modular_sites, scaled_skips, skip_input
 from modsar.train import load_checkpoint, resolve_device
 
 DIAGNOSTICS = ("sparsity", "rank", "hrli", "shuffle", "mixing", "residual-scaling", "nonfinal", "recovery")
-DEFAULT_DIAGNOSTICS = ("sparsity", "rank", "hrli", "shuffle", "mixing", "residual-scaling")
 ALPHAS = tuple(round(a / 10, 1) for a in range(11))
 EPSILONS = (0.0, 0.005, 0.01, 0.02, 0.05)
 CONVENTIONS = {  # stored beside every figure, so a table read without this module still says what it is
@@ -88,18 +87,11 @@ def skip_sites(model) -> list[SkipSite] | None:
 @contextlib.contextmanager
 def residual_scale(model, alpha: float):
     """alpha on the attention sub-layer's skip of every layer, for as long as the context lasts."""
-    if not isinstance(model, ModularSAR):
-        with model.residual_scale(alpha):
-            yield
-        return
-    previous = [b.residual_alpha for b in model.blocks]
-    for block in model.blocks:
-        block.residual_alpha = alpha
-    try:
+    sites = skip_sites(model)
+    if sites is None:
+        raise ModsarError(f"residual scaling is not defined for {model.model.config.model_type} layers")
+    with scaled_skips(sites, alpha):
         yield
-    finally:
-        for block, value in zip(model.blocks, previous, strict=True):
-            block.residual_alpha = value
 
 
 def model_label(cfg) -> str:
@@ -275,7 +267,7 @@ def mixing_ratios(probe: Probe, alpha: float = 1.0, detail: bool = False) -> dic
     captured: list = []  # (site, skip input x) in call order: one per layer
 
     def keep(site):
-        return lambda module, args, kwargs: captured.append((site, args[0] if args else kwargs["hidden_states"]))
+        return lambda module, args, kwargs: captured.append((site, skip_input(args, kwargs)))
 
     hooks = [site.container.register_forward_pre_hook(keep(site), with_kwargs=True) for site in sites]
     try:

@@ -71,17 +71,15 @@ class Block(nn.Module):
         self.ffn = nn.Sequential(nn.Linear(d, cfg.ffn_size or 4 * d), act, nn.Dropout(cfg.dropout),
                                  nn.Linear(cfg.ffn_size or 4 * d, d))
         self.drop = nn.Dropout(cfg.dropout)
-        self.residual_alpha = 1.0  # inference-time scaling of the attention sub-layer's skip (analysis only)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False):
-        alpha = self.residual_alpha
         if self.pre_norm:
             a, probs = self.attn(self.norm1(x), mask, need_weights)
-            x = alpha * x + self.drop(a)
+            x = x + self.drop(a)
             x = x + self.drop(self.ffn(self.norm2(x)))
         else:
             a, probs = self.attn(x, mask, need_weights)
-            x = self.norm1(alpha * x + self.drop(a))
+            x = self.norm1(x + self.drop(a))
             x = self.norm2(x + self.drop(self.ffn(x)))
         return x, probs
 

@@ -8,6 +8,7 @@ That is all the Kobayashi decomposition (c_ij) and inference-time residual scali
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -39,3 +40,31 @@ def modular_sites(model) -> list[SkipSite]:
         sites.append(SkipSite(block, block.attn.proj, values, lambda block=block: block.attn.proj.weight.T,
                               lambda block=block: block.attn.proj.bias, None if block.pre_norm else block.norm1))
     return sites
+
+
+def skip_input(args: tuple, kwargs: dict) -> torch.Tensor:
+    """The skip x from a container's call (positional, or the HF keyword `hidden_states`)."""
+    return args[0] if args else kwargs["hidden_states"]
+
+
+@contextlib.contextmanager
+def scaled_skips(sites: list[SkipSite], alpha: float):
+    """Inference-time z = alpha x + Attn(x) in every site: each projection's output gets -(1 - alpha) x of its
+    container's input, which the layer then adds to x (exact in eval mode, where dropout is the identity)."""
+    skips: dict[int, torch.Tensor] = {}
+
+    def keep(module, args, kwargs):
+        skips[id(module)] = skip_input(args, kwargs)
+
+    def scale(container):
+        return lambda module, args, out: out - (1.0 - alpha) * skips[id(container)]
+
+    hooks = []
+    for site in sites:
+        hooks.append(site.container.register_forward_pre_hook(keep, with_kwargs=True))
+        hooks.append(site.projection.register_forward_hook(scale(site.container)))
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
