@@ -97,5 +97,6 @@ def read_rows(root: str, experiment: str | None = None):
              if f.path.endswith(".parquet") and not f.base_name.startswith(".")]
     if not files:
         return pa.table({}).to_pandas()
-    schema = pa.unify_schemas([pq.read_schema(f, filesystem=fs) for f in files])  # error rows lack metrics
+    # error rows lack metrics; rows written by older versions may hold an int column as double
+    schema = pa.unify_schemas([pq.read_schema(f, filesystem=fs) for f in files], promote_options="permissive")
     return pads.dataset(files, schema=schema, filesystem=fs, format="parquet").to_table().to_pandas()

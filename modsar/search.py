@@ -187,6 +187,21 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
 # Rows: written by the driver as trials end, and reconciled from the ResultGrid after the run.
 
 
+def _missing(value: Any) -> bool:
+    """None, or the NaN a metrics DataFrame puts where a report lacked the key."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars (from a metrics DataFrame) as Python values."""
+    return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
+
+
+def _count(value: Any) -> int | None:
+    """An integral fact as int: a DataFrame column with gaps holds 7 as 7.0, and Parquet types must agree."""
+    return None if value is None else int(value)
+
+
 def row_from_results(plan: Plan, trial_id: str, config: dict, results: list[dict], error: str | None,
                      checkpoint: str | None, role: str = "search", tag: str = "") -> dict[str, Any]:
     sampled = plan.space.expand(_sampled(config))
@@ -196,16 +211,16 @@ def row_from_results(plan: Plan, trial_id: str, config: dict, results: list[dict
         cfg = Config.from_dict(plan.base)
     last: dict[str, Any] = {}
     for reported in results:  # later reports win; a final test-only report keeps the earlier facts
-        last.update({k: v for k, v in reported.items() if v is not None})
+        last.update({k: _plain(v) for k, v in reported.items() if not _missing(v)})
     status = "error" if error else ("finished" if last.get("trial_done") else "stopped")
     valid = {k[5:]: v for k, v in last.items() if k.startswith("best.")}
     test = {k[5:]: v for k, v in last.items() if k.startswith("test.")}
     curve = [[r["epoch"], r[f"valid.{plan.monitor}"]] for r in results if f"valid.{plan.monitor}" in r]
-    facts = {"best_epoch": last.get("best_epoch"), "epochs_run": last.get("epoch"),
+    facts = {"best_epoch": _count(last.get("best_epoch")), "epochs_run": _count(last.get("epoch")),
              "wall_time_s": last.get("wall_time_s"), "epoch_time_s": last.get("epoch_time_s"),
              "eval_time_s": last.get("eval_time_s"), "device": last.get("device"),
-             "num_parameters": last.get("num_parameters"), "node_id": last.get("node_id"),
-             "torch_threads": last.get("torch_threads"),
+             "num_parameters": _count(last.get("num_parameters")), "node_id": last.get("node_id"),
+             "torch_threads": _count(last.get("torch_threads")),
              "checkpoint": checkpoint, "curve": json.dumps(curve), "reports": len(results),
              "search_algorithm": plan.search,
              "trial_index": int(tag.split("_")[0]) if tag.split("_")[0].isdigit() else None}  # creation order

@@ -212,3 +212,29 @@ def test_fractional_gpus_share_one_device(data_dir, tmp_path):
     start = end - rows["wall_time_s"]
     overlapping = max(((start <= t) & (end >= t)).sum() for t in start)  # trials running at one moment
     assert overlapping >= 2  # several 0.25-GPU trials shared the single GPU
+
+
+def test_rows_from_a_metrics_dataframe_keep_integer_types(data_dir, tmp_path):
+    """A resumed search rebuilds rows from Tune's metrics DataFrame, where a column with gaps turns 2 into 2.0
+    and a missing key into NaN; the row must still say best_epoch=2 (int), and rows written with a double
+    best_epoch by older versions must still read back together with int ones."""
+    import pandas as pd
+
+    from modsar.results import write_row
+    from modsar.search import SearchRequest, make_plan, row_from_results
+
+    plan = make_plan(SearchRequest(space=str(SPACES / "asha.yaml"), dataset="synthetic", results=str(tmp_path),
+                                   experiment="df"))
+    frame = pd.DataFrame([{"epoch": 1, "valid.ndcg@10": 0.1, "best.ndcg@10": 0.1, "best_epoch": 1},
+                          {"epoch": 2, "valid.ndcg@10": 0.3, "best.ndcg@10": 0.3, "best_epoch": 2,
+                           "num_parameters": 1234, "trial_done": True},
+                          {"epoch": 3, "valid.ndcg@10": 0.2, "trial_done": True}])
+    assert frame["best_epoch"].dtype == float  # the gap in the last report made the column double
+    row = row_from_results(plan, "abc", {}, frame.to_dict("records"), None, None, tag="3_x=1")
+    assert row["best_epoch"] == 2 and type(row["best_epoch"]) is int
+    assert row["epochs_run"] == 3 and row["num_parameters"] == 1234 and row["trial_index"] == 3
+    assert row["valid.ndcg@10"] == 0.3 and row["status"] == "finished"
+    write_row(str(tmp_path), row)
+    write_row(str(tmp_path), {**row, "trial_id": "old", "best_epoch": 5.0})  # an older file's double column
+    rows = read_rows(str(tmp_path), "df").set_index("trial_id")
+    assert rows.loc["abc", "best_epoch"] == 2 and rows.loc["old", "best_epoch"] == 5
