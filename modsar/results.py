@@ -88,6 +88,18 @@ def write_row(root: str, row: dict[str, Any]) -> str:
     return final
 
 
+def remove_partial_rows(root: str, experiment: str) -> int:
+    """Delete the temporary files of row writes a killed driver never finished; returns how many.
+
+    Only safe while no other writer is active: `modsar search --resume` calls it before its Tuners start."""
+    fs, base = _filesystem(root)
+    selector = pafs.FileSelector(f"{base}/{experiment}/trials", allow_not_found=True)
+    partial = [f.path for f in fs.get_file_info(selector) if f.base_name.startswith(".tmp-")]
+    for path in partial:
+        fs.delete_file(path)
+    return len(partial)
+
+
 def read_rows(root: str, experiment: str | None = None):
     """All trial rows (a pandas DataFrame) of one experiment, or of every experiment under `root`."""
     fs, base = _filesystem(root)

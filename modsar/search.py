@@ -35,7 +35,7 @@ from ray.tune.search import ConcurrencyLimiter
 from modsar.config import Config, apply_overrides, parse_override
 from modsar.data.store import data_root, load_dataset
 from modsar.errors import ModsarError
-from modsar.results import read_rows, result_row, write_row
+from modsar.results import read_rows, remove_partial_rows, result_row, write_row
 from modsar.spaces import SearchSpace, load_space
 
 RAY_DIR = "ray"
@@ -463,7 +463,9 @@ def run_search(req: SearchRequest) -> dict[str, Any]:
     if req.overwrite and not req.resume and _fs_exists(storage):
         fs, path = pafs.FileSystem.from_uri(storage) if "://" in storage else (pafs.LocalFileSystem(), storage)
         fs.delete_dir(path)
-    if not req.resume:
+    if req.resume:
+        remove_partial_rows(_rows_dir(plan), req.experiment_name)  # a row the killed driver was writing
+    else:
         _write_json(search_json, {"request": asdict(req), "space_file": plan.space.path,
                                   "search": plan.search, "num_samples": plan.num_samples,
                                   "asha": {"max_t": plan.max_t, "grace_period": plan.grace_period,
