@@ -145,7 +145,7 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
     import ray
     import torch
 
-    from modsar.train import resolve_device, run_trial
+    from modsar.train import load_resume_state, resolve_device, run_trial
 
     cfg = trial_config(base, space, _sampled(config))
     assigned = ray.get_runtime_context().get_assigned_resources()
@@ -157,12 +157,21 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
     started = time.perf_counter()
     best: dict[str, Any] = {}
     folder = Path(tempfile.mkdtemp(prefix="modsar-trial-"))
+    resume, restored = None, {}
+    if (checkpoint := tune.get_checkpoint()) is not None:  # a resumed search or a retried trial
+        with checkpoint.as_directory() as directory:
+            resume = load_resume_state(directory)
+    if resume is not None:  # run_trial continues after the checkpointed epoch; the reports continue with it
+        best.update({f"best.{k}": v for k, v in resume["valid"].items()}, best_epoch=resume["epoch"])
+        started -= resume["wall_time_s"]
+        # this driver may not have seen the earlier reports (a killed one did), but the row's curve needs them
+        restored = {"restored_curve": json.dumps([[h["epoch"], h[f"valid.{monitor}"]] for h in resume["history"]])}
 
     def on_eval(epoch: int, metrics: dict, improved: bool, checkpoint: Path | None, facts: dict) -> None:
         if improved:
             best.clear()
             best.update({f"best.{k}": v for k, v in metrics.items()}, best_epoch=epoch)
-        report = {"epoch": epoch, **{f"valid.{k}": v for k, v in metrics.items()}, **best,
+        report = {"epoch": epoch, **{f"valid.{k}": v for k, v in metrics.items()}, **best, **restored,
                   "trial_done": facts["last"], "epoch_time_s": facts["epoch_time_s"],
                   "eval_time_s": facts["eval_time_s"], "loss": facts["loss"],
                   "num_parameters": facts["num_parameters"], "torch_threads": torch.get_num_threads(),
@@ -171,11 +180,12 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
             tune.report(report, checkpoint=tune.Checkpoint.from_directory(str(checkpoint.parent)))
         else:
             tune.report(report)
+        restored.clear()  # the first report after a resume carries the earlier curve; once is enough
 
     device = resolve_device(cfg.train.device)
     try:  # Tune copies each reported checkpoint into storage, so the local folder is scratch
         result = run_trial(cfg, on_eval=on_eval, checkpoint_path=folder / "best.pt", progress=False,
-                           data_root=data_dir, evaluate_test=test)
+                           data_root=data_dir, evaluate_test=test, resumable=True, resume=resume)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     if test:  # seed re-runs of selected configs (no scheduler): one more report carries the test metrics
@@ -215,7 +225,13 @@ def row_from_results(plan: Plan, trial_id: str, config: dict, results: list[dict
     status = "error" if error else ("finished" if last.get("trial_done") else "stopped")
     valid = {k[5:]: v for k, v in last.items() if k.startswith("best.")}
     test = {k[5:]: v for k, v in last.items() if k.startswith("test.")}
-    curve = [[r["epoch"], r[f"valid.{plan.monitor}"]] for r in results if f"valid.{plan.monitor}" in r]
+    points: dict[int, float] = {}  # epoch -> validation value; a resumed trial's redone epochs report again
+    for reported in results:
+        if isinstance(reported.get("restored_curve"), str):
+            points.update({int(e): v for e, v in json.loads(reported["restored_curve"])})
+        if not _missing(reported.get(f"valid.{plan.monitor}")):
+            points[int(reported["epoch"])] = _plain(reported[f"valid.{plan.monitor}"])
+    curve = [[epoch, points[epoch]] for epoch in sorted(points)]
     facts = {"best_epoch": _count(last.get("best_epoch")), "epochs_run": _count(last.get("epoch")),
              "wall_time_s": last.get("wall_time_s"), "epoch_time_s": last.get("epoch_time_s"),
              "eval_time_s": last.get("eval_time_s"), "device": last.get("device"),
@@ -313,6 +329,23 @@ class LiveTable(tune.Callback):
 
     def on_experiment_end(self, trials, **info):
         self._show(trials, force=True)
+
+
+class SchedulerState(tune.Callback):
+    """Saves ASHA's rung records with Tune's experiment state and restores them on --resume.
+
+    Tune checkpoints the searcher but not the scheduler (ray-project/ray#30838): a resumed search would judge
+    its remaining trials against empty rungs and stop fewer of them than the uninterrupted search. Tune
+    pickles this callback and the scheduler together in tuner.pkl, so the reference survives a restore."""
+
+    def __init__(self, scheduler: ASHAScheduler) -> None:
+        self.scheduler = scheduler
+
+    def get_state(self) -> dict:
+        return {"scheduler": dict(self.scheduler.__dict__)}  # what ASHAScheduler.save pickles
+
+    def set_state(self, state: dict) -> None:
+        self.scheduler.__dict__.update(state["scheduler"])
 
 
 def make_callbacks(plan: Plan, role: str = "search") -> list[tune.Callback]:
@@ -443,7 +476,7 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
                                   max_concurrent_trials=concurrent if search_alg is None else None,
                                   reuse_actors=True)
     run_config = tune.RunConfig(
-        name=f"{RAY_DIR}-{task}", storage_path=storage, verbose=0, callbacks=make_callbacks(plan),
+        name=f"{RAY_DIR}-{task}", storage_path=storage, verbose=0, callbacks=[*make_callbacks(plan), SchedulerState(scheduler)],
         failure_config=tune.FailureConfig(max_failures=req.max_failures),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1))
     return tune.Tuner(fn, param_space=param_space, tune_config=tune_config, run_config=run_config)

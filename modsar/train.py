@@ -90,6 +90,25 @@ def save_checkpoint(path: Path, model: torch.nn.Module, cfg: Config, meta: dict)
     os.replace(tmp, path)
 
 
+RESUME_FILE = "resume.pt"  # beside a resumable run's best.pt: what a retried trial needs besides the weights
+
+
+def _save_resume_state(path: Path, state: dict) -> None:
+    tmp = path.with_name(f"{path.stem}-{uuid.uuid4().hex[:8]}.tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_resume_state(folder: str | Path) -> dict | None:
+    """The training state a resumable `run_trial` left with its best checkpoint in `folder`, or None."""
+    folder = Path(folder)
+    if not (folder / RESUME_FILE).exists():
+        return None
+    state = torch.load(folder / RESUME_FILE, map_location="cpu", weights_only=True)
+    state["state_dict"] = torch.load(folder / "best.pt", map_location="cpu", weights_only=True)["state_dict"]
+    return state
+
+
 def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[torch.nn.Module, Config, dict]:
     try:
         payload = torch.load(path, map_location=device, weights_only=True)
@@ -137,11 +156,14 @@ def make_optimizer(model: torch.nn.Module, cfg: Config) -> torch.optim.Optimizer
 
 def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCallback | None = None,
               checkpoint_path: str | Path | None = None, progress: bool = True,
-              data_root: str | Path | None = None, evaluate_test: bool = True) -> TrialResult:
+              data_root: str | Path | None = None, evaluate_test: bool = True, resumable: bool = False,
+              resume: dict | None = None) -> TrialResult:
     """Train `cfg`, select the best epoch on validation, and (unless told not to) test that epoch.
 
     `on_eval(epoch, valid_metrics, improved, checkpoint)` runs after every validation pass; a search
     reports from it. Searches pass evaluate_test=False: only the selected trials are ever tested.
+    `resumable` also writes RESUME_FILE (optimizer, RNG states, history) beside each best checkpoint;
+    `resume` (from load_resume_state) continues from there exactly as the interrupted run would have.
     """
     started = time.perf_counter()
     if cfg.train.threads > 0:
@@ -173,10 +195,24 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     history, epoch_times, eval_times, stale = [], [], [], 0
     checkpoint_path = Path(checkpoint_path) if checkpoint_path else None
     meta = {"num_items": dataset.num_items, "num_users": dataset.num_users, "max_len": max_len}
-    epochs = tqdm(range(1, cfg.train.max_epochs + 1), desc=f"{cfg.task.upper()} {cfg.dataset}", unit="epoch",
-                  disable=not progress, dynamic_ncols=True)
+    first_epoch = 1
+    if resume is not None:  # a retried or resumed search trial: continue bit for bit after its best epoch
+        model.load_state_dict(resume["state_dict"])
+        optimizer.load_state_dict(resume["optimizer"])
+        torch.set_rng_state(resume["torch_rng"])
+        if device.type == "cuda" and resume.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state(resume["cuda_rng"], device)
+        batches.rng.bit_generator.state = resume["batches_rng"]
+        best_value, best_epoch, best_valid = resume["best_value"], resume["epoch"], resume["valid"]
+        best_state = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
+        history, epoch_times, eval_times = resume["history"], resume["epoch_times"], resume["eval_times"]
+        started -= resume["wall_time_s"]
+        first_epoch = best_epoch + 1
+    epochs = tqdm(range(first_epoch, cfg.train.max_epochs + 1), desc=f"{cfg.task.upper()} {cfg.dataset}",
+                  unit="epoch", disable=not progress, dynamic_ncols=True, initial=first_epoch - 1,
+                  total=cfg.train.max_epochs)
     model.train()
-    epoch = 0
+    epoch = first_epoch - 1
     for epoch in epochs:
         tick = time.perf_counter()
         mean_loss = train_epoch(model, optimizer, batches, cfg, device, epoch)
@@ -191,11 +227,18 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
         if improved:
             best_value, best_epoch, best_valid, stale = metrics[monitor], epoch, metrics, 0
             best_state = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
-            if checkpoint_path:
-                save_checkpoint(checkpoint_path, model, cfg, {**meta, "epoch": epoch, "valid": metrics})
         else:
             stale += 1
         history.append({"epoch": epoch, "loss": mean_loss, **{f"valid.{k}": v for k, v in metrics.items()}})
+        if improved and checkpoint_path:
+            save_checkpoint(checkpoint_path, model, cfg, {**meta, "epoch": epoch, "valid": metrics})
+            if resumable:
+                _save_resume_state(checkpoint_path.with_name(RESUME_FILE), {
+                    "epoch": epoch, "best_value": best_value, "valid": metrics, "optimizer": optimizer.state_dict(),
+                    "torch_rng": torch.get_rng_state(), "batches_rng": batches.rng.bit_generator.state,
+                    "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+                    "history": history, "epoch_times": epoch_times, "eval_times": eval_times,
+                    "wall_time_s": time.perf_counter() - started})
         epochs.set_postfix(loss=f"{mean_loss:.4f}", **{cfg.train.monitor: f"{metrics[monitor]:.4f}",
                                                        "best": f"{best_value:.4f}@{best_epoch}"})
         last = bool(cfg.train.patience and stale >= cfg.train.patience) or epoch == cfg.train.max_epochs
@@ -206,6 +249,11 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
         if last:
             break
     epochs.close()
+    if first_epoch > cfg.train.max_epochs and on_eval is not None:  # resumed after its final epoch: say it ended
+        on_eval(best_epoch, best_valid, False, None, {"last": True, "epoch_time_s": float(np.mean(epoch_times)),
+                                                      "eval_time_s": float(np.mean(eval_times)),
+                                                      "num_parameters": num_parameters,
+                                                      "loss": history[-1]["loss"]})
     if best_state is None:
         raise TrainingDiverged(f"validation {cfg.train.monitor} was never a number; the model produced NaN scores")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -151,34 +152,54 @@ def _descendants(pid: int) -> list:
         return []
 
 
+def _running_with_checkpoint(experiment: Path, marker: str) -> bool:
+    """A trial whose folder name holds `marker` has an early checkpoint and no row yet: it is mid-run."""
+    rows = {f.stem for f in (experiment / "trials").glob("[!.]*.parquet")}
+    for folder in experiment.glob("ray-*/trainable_*"):
+        if marker in folder.name and not any(r in folder.name for r in rows):
+            return any((folder / f"checkpoint_00000{i}").exists() for i in range(3))
+    return False
+
+
 def test_sigkill_driver_then_resume(data_dir, tmp_path):
-    """Kill the driver (and its local Ray) mid-search; --resume completes with one row per trial."""
+    """Kill the driver (and its local Ray) while a trial is mid-run; --resume continues that trial from its
+    checkpoint and ASHA from its rungs, and every row equals the row of a search that was never killed."""
     out = tmp_path / "results"
-    cmd = [sys.executable, "-m", "modsar.cli", "search", "--space", str(SPACES / "asha.yaml"), "--dataset",
+    cmd = [sys.executable, "-m", "modsar.cli", "search", "--space", str(SPACES / "resume.yaml"), "--dataset",
            "synthetic", "--results", str(out), "--experiment", "k", "--quiet", "--max-concurrent", "1"]
     env = {**os.environ, "MODSAR_DATA": str(data_dir)}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     trials = out / "k" / "trials"
-    deadline = time.time() + 240
-    while time.time() < deadline and len(list(trials.glob("*.parquet"))) < 2:
-        time.sleep(0.5)
+    deadline = time.time() + 240  # the third trial (best lr) outlives every rung: catch it mid-run
+    while time.time() < deadline and not _running_with_checkpoint(out / "k", "dropout_0_0_train_lr_0_003"):
+        time.sleep(0.05)
     family = _descendants(proc.pid)
     proc.send_signal(signal.SIGKILL)
     for child in family:
         child.kill()
     proc.wait()
     before = len(list(trials.glob("[!.]*.parquet")))  # a row being written at the kill stays a .tmp- file
-    assert 2 <= before < 12, "the driver was killed mid-search"
+    assert before == 2, "the driver was killed while the third trial ran"
     (trials / ".tmp-killed-mid-write.parquet").write_bytes(b"PAR1 half a row")  # as a kill mid-write leaves
 
     done = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     files = sorted(trials.glob("*.parquet"))
-    assert len(files) == 12 and not list(trials.glob(".tmp*"))
+    assert len(files) == 6 and not list(trials.glob(".tmp*"))
     ids = [pq.read_table(f).column("trial_id")[0].as_py() for f in files]  # every file reads back
-    assert len(set(ids)) == 12
-    rows = read_rows(str(out), "k")
-    assert set(rows["status"]) <= {"finished", "stopped"} and rows["selected"].sum() == 2
+    assert len(set(ids)) == 6
+    rows = read_rows(str(out), "k").set_index(["model.dropout", "train.lr"])
+    assert set(rows["status"]) <= {"finished", "stopped"} and rows["selected"].sum() == 1
+    continued = rows.loc[(0.0, 0.003)]  # its curve holds epochs reported before the kill, by the killed driver
+    assert continued["reports"] < len(json.loads(continued["curve"])) == continued["epochs_run"]
+
+    whole = subprocess.run([*cmd[:-4], "whole", *cmd[-3:]], env=env, capture_output=True, text=True, timeout=600)
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    facts = ["status", "epochs_run", "best_epoch", "valid.ndcg@10", "valid.recall@10", "curve", "selected",
+             "test.ndcg@10"]
+    resumed, uninterrupted = (read_rows(str(out), name).set_index(["model.dropout", "train.lr"]).sort_index()[facts]
+                              for name in ("k", "whole"))
+    assert resumed.equals(uninterrupted), resumed.compare(uninterrupted)
 
 
 @pytest.mark.parametrize("space", ["hf_albert", "hf_llama", "hf_transfo_xl"])

@@ -85,6 +85,41 @@ def test_same_seed_same_metrics_and_checkpoint_reproduces_test(tmp_path):
     assert test == pytest.approx(first.test)
 
 
+def test_resumed_trial_continues_exactly_as_the_uninterrupted_one(tmp_path):
+    """A search trial killed mid-run restarts from its last best checkpoint (Tune restores it on --resume or a
+    retry): optimizer, RNG and mask draws restored, it must reproduce the uninterrupted run bit for bit."""
+    from modsar.train import load_resume_state
+
+    class Killed(Exception):
+        pass
+
+    cfg = quick("seed=3", "task=ae", "train.max_epochs=5", "model.dropout=0.3")
+    whole = run_trial(cfg, checkpoint_path=tmp_path / "whole" / "best.pt", resumable=True, progress=False)
+
+    def kill_at_4(epoch, metrics, improved, checkpoint, facts):
+        if epoch == 4:
+            raise Killed
+
+    with pytest.raises(Killed):
+        run_trial(cfg, on_eval=kill_at_4, checkpoint_path=tmp_path / "cut" / "best.pt", resumable=True,
+                  progress=False)
+    state = load_resume_state(tmp_path / "cut")
+    assert 1 <= state["epoch"] <= 4 and [h["epoch"] for h in state["history"]] == list(range(1, state["epoch"] + 1))
+    calls = []
+    resumed = run_trial(cfg, resume=state, on_eval=lambda e, m, imp, c, f: calls.append(e), progress=False)
+    assert calls == list(range(state["epoch"] + 1, 6))
+    assert resumed.history == whole.history  # losses and every validation metric, exactly
+    assert (resumed.best_epoch, resumed.valid, resumed.test) == (whole.best_epoch, whole.valid, whole.test)
+    assert load_resume_state(tmp_path / "nothing") is None
+
+    # resumed after its final epoch (killed before Tune heard it ended): one closing report, nothing retrained
+    done = quick("seed=3", "task=ae", f"train.max_epochs={state['epoch']}", "model.dropout=0.3")
+    closing = []
+    again = run_trial(done, resume=load_resume_state(tmp_path / "cut"), progress=False,
+                      on_eval=lambda e, m, imp, c, f: closing.append((e, imp, f["last"])))
+    assert closing == [(state["epoch"], False, True)] and again.valid == state["valid"]
+
+
 def test_best_epoch_is_the_validation_max_not_the_last(monkeypatch):
     import modsar.train as train_module
 
