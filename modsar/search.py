@@ -478,7 +478,9 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
     run_config = tune.RunConfig(
         name=f"{RAY_DIR}-{task}", storage_path=storage, verbose=0, callbacks=[*make_callbacks(plan), SchedulerState(scheduler)],
         failure_config=tune.FailureConfig(max_failures=req.max_failures),
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=1))
+        # two, not one: Tune deletes the older checkpoint before saving the experiment state that names the
+        # newer, so with one a driver killed in between would resume a trial from a deleted checkpoint
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=2))
     return tune.Tuner(fn, param_space=param_space, tune_config=tune_config, run_config=run_config)
 
 

@@ -152,12 +152,18 @@ def _descendants(pid: int) -> list:
         return []
 
 
-def _running_with_checkpoint(experiment: Path, marker: str) -> bool:
-    """A trial whose folder name holds `marker` has an early checkpoint and no row yet: it is mid-run."""
-    rows = {f.stem for f in (experiment / "trials").glob("[!.]*.parquet")}
-    for folder in experiment.glob("ray-*/trainable_*"):
-        if marker in folder.name and not any(r in folder.name for r in rows):
-            return any((folder / f"checkpoint_00000{i}").exists() for i in range(3))
+def _mid_run(experiment: Path, tag: str) -> bool:
+    """Tune's saved experiment state has the trial tagged `tag` running with 3+ epochs left: a kill now lands
+    after its first checkpoint is on record and well before it ends."""
+    for state_file in experiment.glob("ray-*/experiment_state-*.json"):
+        try:
+            trials = json.loads(state_file.read_text())["trial_data"]
+        except (OSError, ValueError, KeyError):  # being rewritten
+            continue
+        for trial, runtime in trials:
+            last = json.loads(runtime).get("last_result") or {}
+            if json.loads(trial).get("experiment_tag", "").endswith(tag) and last.get("epoch") in (2, 3):
+                return True
     return False
 
 
@@ -171,7 +177,7 @@ def test_sigkill_driver_then_resume(data_dir, tmp_path):
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     trials = out / "k" / "trials"
     deadline = time.time() + 240  # the third trial (best lr) outlives every rung: catch it mid-run
-    while time.time() < deadline and not _running_with_checkpoint(out / "k", "dropout_0_0_train_lr_0_003"):
+    while time.time() < deadline and not _mid_run(out / "k", "model_dropout_0_0_train_lr_0_003"):
         time.sleep(0.05)
     family = _descendants(proc.pid)
     proc.send_signal(signal.SIGKILL)
