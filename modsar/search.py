@@ -428,6 +428,21 @@ def _storage(plan: Plan) -> str:
     return root if "://" in root else os.path.abspath(os.path.expanduser(root))
 
 
+def drop_resume_state(grid) -> None:
+    """Trials that ended need only their weights: delete their resume state (Adam moments are 2x the weights).
+
+    Not before the Tuner returns: a trial that ended after Tune's last experiment-state save is resumed
+    again after a kill and needs it. Errored trials keep it; --resume retries them from their checkpoint."""
+    from modsar.train import RESUME_FILE
+
+    for result in grid:
+        if result.error is None and result.path:
+            fs = result.filesystem
+            for info in fs.get_file_info(pafs.FileSelector(result.path, recursive=True, allow_not_found=True)):
+                if info.base_name == RESUME_FILE:
+                    fs.delete_file(info.path)
+
+
 def _fs_exists(path: str) -> bool:
     fs, p = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
     return fs.get_file_info(p).type != pafs.FileType.NotFound
@@ -515,6 +530,7 @@ def run_search(req: SearchRequest) -> dict[str, Any]:
             tuner = build_tuner(plan, total, task, fn)
         grid = tuner.fit()
         reconcile_rows(plan, grid)
+        drop_resume_state(grid)
         trials, errors = trials + len(grid), errors + grid.num_errors
     selected = select_and_test(plan)
     if req.seeds:
@@ -593,4 +609,4 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
                        run_config=tune.RunConfig(name=f"{RAY_DIR}-seeds", storage_path=storage, verbose=0,
                                                  callbacks=make_callbacks(plan, role="seed"),
                                                  failure_config=tune.FailureConfig(max_failures=plan.request.max_failures)))
-    tuner.fit()
+    drop_resume_state(tuner.fit())

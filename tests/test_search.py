@@ -198,6 +198,8 @@ def test_sigkill_driver_then_resume(data_dir, tmp_path):
     assert set(rows["status"]) <= {"finished", "stopped"} and rows["selected"].sum() == 1
     continued = rows.loc[(0.0, 0.003)]  # its curve holds epochs reported before the kill, by the killed driver
     assert continued["reports"] < len(json.loads(continued["curve"])) == continued["epochs_run"]
+    assert all(Path(c).exists() for c in rows["checkpoint"]) and len(list((out / "k").rglob("best.pt"))) >= 6
+    assert not list((out / "k").rglob("resume.pt"))  # the search ended: only the weights stay
 
     whole = subprocess.run([*cmd[:-4], "whole", *cmd[-3:]], env=env, capture_output=True, text=True, timeout=600)
     assert whole.returncode == 0, whole.stderr[-2000:]
