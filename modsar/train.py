@@ -81,22 +81,26 @@ def build_model(cfg: Config, num_items: int, num_users: int, max_len: int) -> to
     return HFBackbone(cfg.model, num_items, num_users, max_len, cfg.task)
 
 
-def save_checkpoint(path: Path, model: torch.nn.Module, cfg: Config, meta: dict) -> None:
-    """State dict + config, written to a temporary name then renamed (never a half file)."""
+def _atomic_save(path: Path, payload: dict) -> None:
+    """torch.save to a temporary name, then rename: never a half file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.stem}-{uuid.uuid4().hex[:8]}.tmp")
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    torch.save({"state_dict": state, "config": cfg.to_dict(), **meta}, tmp)
+    torch.save(payload, tmp)
     os.replace(tmp, path)
+
+
+def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of the state dict (the best epoch's weights, kept while training goes on)."""
+    return copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
+
+
+def save_checkpoint(path: Path, model: torch.nn.Module, cfg: Config, meta: dict) -> None:
+    """State dict + config, written atomically."""
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    _atomic_save(path, {"state_dict": state, "config": cfg.to_dict(), **meta})
 
 
 RESUME_FILE = "resume.pt"  # beside a resumable run's best.pt: what a retried trial needs besides the weights
-
-
-def _save_resume_state(path: Path, state: dict) -> None:
-    tmp = path.with_name(f"{path.stem}-{uuid.uuid4().hex[:8]}.tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
 
 
 def load_resume_state(folder: str | Path) -> dict | None:
@@ -195,6 +199,10 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     history, epoch_times, eval_times, stale = [], [], [], 0
     checkpoint_path = Path(checkpoint_path) if checkpoint_path else None
     meta = {"num_items": dataset.num_items, "num_users": dataset.num_users, "max_len": max_len}
+    def facts(last: bool, loss: float) -> dict:
+        return {"last": last, "epoch_time_s": float(np.mean(epoch_times)), "num_parameters": num_parameters,
+                "eval_time_s": float(np.mean(eval_times)), "loss": loss}
+
     first_epoch = 1
     if resume is not None:  # a retried or resumed search trial: continue bit for bit after its best epoch
         model.load_state_dict(resume["state_dict"])
@@ -204,7 +212,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
             torch.cuda.set_rng_state(resume["cuda_rng"], device)
         batches.rng.bit_generator.state = resume["batches_rng"]
         best_value, best_epoch, best_valid = resume["best_value"], resume["epoch"], resume["valid"]
-        best_state = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
+        best_state = _weights(model)
         history, epoch_times, eval_times = resume["history"], resume["epoch_times"], resume["eval_times"]
         started -= resume["wall_time_s"]
         first_epoch = best_epoch + 1
@@ -226,14 +234,14 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
         improved = metrics[monitor] > best_value
         if improved:
             best_value, best_epoch, best_valid, stale = metrics[monitor], epoch, metrics, 0
-            best_state = copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
+            best_state = _weights(model)
         else:
             stale += 1
         history.append({"epoch": epoch, "loss": mean_loss, **{f"valid.{k}": v for k, v in metrics.items()}})
         if improved and checkpoint_path:
             save_checkpoint(checkpoint_path, model, cfg, {**meta, "epoch": epoch, "valid": metrics})
             if resumable:
-                _save_resume_state(checkpoint_path.with_name(RESUME_FILE), {
+                _atomic_save(checkpoint_path.with_name(RESUME_FILE), {
                     "epoch": epoch, "best_value": best_value, "valid": metrics, "optimizer": optimizer.state_dict(),
                     "torch_rng": torch.get_rng_state(), "batches_rng": batches.rng.bit_generator.state,
                     "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
@@ -243,17 +251,12 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
                                                        "best": f"{best_value:.4f}@{best_epoch}"})
         last = bool(cfg.train.patience and stale >= cfg.train.patience) or epoch == cfg.train.max_epochs
         if on_eval is not None:
-            facts = {"last": last, "epoch_time_s": float(np.mean(epoch_times)), "num_parameters": num_parameters,
-                     "eval_time_s": float(np.mean(eval_times)), "loss": mean_loss}
-            on_eval(epoch, metrics, improved, checkpoint_path if improved else None, facts)
+            on_eval(epoch, metrics, improved, checkpoint_path if improved else None, facts(last, mean_loss))
         if last:
             break
     epochs.close()
     if first_epoch > cfg.train.max_epochs and on_eval is not None:  # resumed after its final epoch: say it ended
-        on_eval(best_epoch, best_valid, False, None, {"last": True, "epoch_time_s": float(np.mean(epoch_times)),
-                                                      "eval_time_s": float(np.mean(eval_times)),
-                                                      "num_parameters": num_parameters,
-                                                      "loss": history[-1]["loss"]})
+        on_eval(best_epoch, best_valid, False, None, facts(True, history[-1]["loss"]))
     if best_state is None:
         raise TrainingDiverged(f"validation {cfg.train.monitor} was never a number; the model produced NaN scores")
 
