@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from modsar.model.modular import attention_mask
+from modsar.model.modular import attention_mask, item_scores
 from modsar.model.skips import SkipSite, scaled_skips
 
 
@@ -256,6 +256,5 @@ class HFBackbone(nn.Module):
 
     def score(self, hidden: torch.Tensor, users: torch.Tensor | None = None,
               items: torch.Tensor | None = None) -> torch.Tensor:
-        if items is None:
-            return hidden @ self.item_emb.weight[1 : self.num_items + 1].T
-        return (hidden.unsqueeze(-2) * self.item_emb(items)).sum(-1)
+        """Tied item-embedding scores: all items, shared candidates (K,) or per-row ones; see `item_scores`."""
+        return item_scores(hidden, self.item_emb, self.num_items, items)

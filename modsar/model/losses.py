@@ -1,7 +1,9 @@
 """Training losses over the positions that carry a label.
 
   ce          softmax over all items 1..N
-  sampled_ce  softmax over the target + `num_negatives` uniform items shared by the batch (hits masked)
+  sampled_ce  softmax over the target + `num_negatives` uniform items shared by the batch (hits masked);
+              the shared negatives are scored as one matrix product, so memory grows with positions x K,
+              not positions x K x d
   bce         sigmoid: target vs `num_negatives` uniform items per position
   bpr         -log sigmoid(target - negative), `num_negatives` per position
 With `padding_free` the output layer runs only at labelled positions; otherwise it runs at every slot of
@@ -34,7 +36,7 @@ def training_loss(model, hidden: torch.Tensor, labels: torch.Tensor, users: torc
     elif cfg.name == "sampled_ce":
         negatives = torch.randint(1, n + 1, (cfg.num_negatives,), device=h.device, generator=generator)
         pos = model.score(h, u, target[:, None])
-        neg = model.score(h, u, negatives[None, :].expand(len(h), -1))
+        neg = model.score(h, u, negatives)  # 1-D: one (P x d) @ (d x K) product, no (P, K, d) tensor
         neg = neg.masked_fill(negatives[None, :] == target[:, None], float("-inf"))
         logits = torch.cat([pos, neg], dim=1)
         per_position = F.cross_entropy(logits, torch.zeros(len(h), dtype=torch.long, device=h.device),

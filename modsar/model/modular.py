@@ -93,6 +93,22 @@ def sinusoidal_table(positions: int, d: int) -> torch.Tensor:
     return table
 
 
+def item_scores(hidden: torch.Tensor, table: nn.Embedding, num_items: int,
+                items: torch.Tensor | None = None) -> torch.Tensor:
+    """Dot products of hidden states (..., d) with rows of the tied item table.
+
+    items None: all items 1..N -> (..., N). items (K,): the same K candidates for every row -> (..., K), one
+    matrix product against the K gathered rows (sampled softmax with shared negatives). items (..., K) with
+    the leading shape of `hidden`: per-row candidates -> (..., K); this gathers a (..., K, d) tensor, so it is
+    meant for small K (the target, BCE/BPR negatives).
+    """
+    if items is None:
+        return hidden @ table.weight[1 : num_items + 1].T
+    if items.dim() == 1:
+        return hidden @ table(items).T
+    return (hidden.unsqueeze(-2) * table(items)).sum(-1)
+
+
 class ModularSAR(nn.Module):
     def __init__(self, cfg: ModelConfig, num_items: int, num_users: int, max_len: int, task: str) -> None:
         super().__init__()
@@ -146,16 +162,13 @@ class ModularSAR(nn.Module):
 
     def score(self, hidden: torch.Tensor, users: torch.Tensor | None = None,
               items: torch.Tensor | None = None) -> torch.Tensor:
-        """Scores of items 1..N (or of `items`, same leading shape as `hidden`) for hidden states (..., d).
+        """Scores of items 1..N, of shared candidates `items` (K,), or of per-row `items` (..., K) for hidden
+        states (..., d); see `item_scores`.
 
-        With SSE-PT the user half of the state meets the user's own vector: a per-user offset that never
-        changes a ranking but matters for BCE, as in SSE-PT.
+        With SSE-PT the user half of the state meets the user's own vector: a per-user offset, the same for
+        every item, that never changes a ranking but matters for BCE, as in SSE-PT.
         """
-        h_item = hidden[..., : self.item_dim]
-        if items is None:
-            scores = h_item @ self.item_emb.weight[1 : self.num_items + 1].T
-        else:
-            scores = (h_item.unsqueeze(-2) * self.item_emb(items)).sum(-1)
+        scores = item_scores(hidden[..., : self.item_dim], self.item_emb, self.num_items, items)
         if self.user_emb is not None and users is not None:
             offset = (hidden[..., self.item_dim:] * self.user_emb(users)).sum(-1, keepdim=True)
             scores = scores + offset
