@@ -1,7 +1,9 @@
 """Exact, batched evaluation: Recall (= HR), NDCG and MRR at k over a full ranking of items 1..N.
 
 Ties count against the target: its 0-based rank is the number of other candidates scoring >= it, so a
-constant model ranks every target last. `filter_seen="history"` removes the user's earlier items (the full
+constant model ranks every target last. Non-finite scores can never rank a target well: a target whose
+score is NaN or +-inf gets the worst rank (every other candidate ahead of it), and a NaN candidate ranks
+below every finite score, so a diverged model scores 0, never 1. `filter_seen="history"` removes the user's earlier items (the full
 history, not just the model's window) from the candidates, except the target itself. Sampled evaluation
 ranks the target against `sampled_negatives` items drawn once with a fixed seed (never from the user's
 history), so every pass and every model sees the same candidates.
@@ -21,10 +23,22 @@ from modsar.data.split import LeaveOneOut
 Scorer = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (inputs (B,T), users (B,)) -> scores (B,N)
 
 
-def ranks_from_scores(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """0-based pessimistic rank of each target (1-based item id) among the columns of `scores` (items 1..N)."""
+def ranks_from_scores(scores: torch.Tensor, targets: torch.Tensor,
+                      excluded: torch.Tensor | None = None) -> torch.Tensor:
+    """0-based pessimistic rank of each target (1-based item id) among the columns of `scores` (items 1..N).
+
+    `excluded` (B, N) marks columns that are not candidates (seen items under filter_seen=history). A
+    non-finite target score gets the worst rank, the number of other candidates; NaN candidates never count
+    against a finite target.
+    """
     target_scores = scores.gather(1, (targets - 1)[:, None])
-    return (scores > target_scores).sum(1) + (scores == target_scores).sum(1) - 1
+    ahead = scores >= target_scores  # NaN compares False: a NaN candidate ranks below every finite score
+    candidates = torch.full_like(targets, scores.size(1))
+    if excluded is not None:
+        ahead &= ~excluded
+        candidates = candidates - excluded.sum(1)
+    rank = ahead.sum(1) - 1  # the target itself is >= itself
+    return torch.where(torch.isfinite(target_scores[:, 0]), rank, candidates - 1)
 
 
 def metric_sums(ranks: torch.Tensor, ks: list[int]) -> dict[str, float]:
@@ -81,17 +95,17 @@ def target_ranks(scorer: Scorer, split: LeaveOneOut, which: str, cfg: EvalConfig
         user_ids = torch.from_numpy(users[sl] + 1).to(device)
         target = torch.from_numpy(targets[sl]).to(device)
         scores = scorer(inputs, user_ids).float()
-        if negatives is not None:
+        if negatives is not None:  # column 0 is the target, then its negatives
             candidates = torch.cat([target[:, None], torch.from_numpy(negatives[sl]).to(device)], dim=1)
-            cand_scores = scores.gather(1, candidates - 1)
-            out.append((cand_scores[:, 1:] >= cand_scores[:, :1]).sum(1).cpu())
+            out.append(ranks_from_scores(scores.gather(1, candidates - 1), torch.ones_like(target)).cpu())
             continue
+        excluded = None
         if cfg.filter_seen == "history":
             rows, items = history_index(split, users[sl], history_end[sl])
-            target_scores = scores.gather(1, (target - 1)[:, None])
-            scores[torch.from_numpy(rows).to(device), torch.from_numpy(items - 1).to(device)] = float("-inf")
-            scores.scatter_(1, (target - 1)[:, None], target_scores)
-        out.append(ranks_from_scores(scores, target).cpu())
+            excluded = torch.zeros_like(scores, dtype=torch.bool)
+            excluded[torch.from_numpy(rows).to(device), torch.from_numpy(items - 1).to(device)] = True
+            excluded.scatter_(1, (target - 1)[:, None], False)
+        out.append(ranks_from_scores(scores, target, excluded).cpu())
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.long)
 
 

@@ -96,3 +96,37 @@ def test_popularity_uses_training_items_only():
     split = _split([[1, 1, 2, 9], [1, 3, 4, 9], [1, 5, 6, 9]], 9)
     scores = popularity_scorer(split, torch.device("cpu"))(None, torch.tensor([1]))
     assert scores[0, 8] == 0 and scores[0, 0] == 4
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+def test_non_finite_target_gets_the_worst_rank_and_nan_candidates_rank_last():
+    scores = torch.tensor([[NAN, NAN, NAN, NAN],   # NaN target -> worst rank (3), never 0 or -1
+                           [0.1, NAN, 0.5, 0.2],   # NaN candidate is below the finite target: rank 1
+                           [INF, 1.0, 2.0, 3.0],   # +inf candidate ahead of target 2 (1.0): rank 3
+                           [1.0, INF, 0.0, 0.0],   # +inf target -> worst rank, not best
+                           [-INF, 0.0, 1.0, 2.0]])  # -inf target -> worst
+    ranks = ranks_from_scores(scores, torch.tensor([1, 4, 2, 2, 1]))
+    assert ranks.tolist() == [3, 1, 3, 3, 3]
+
+
+@pytest.mark.parametrize("filter_seen", ["none", "history"])
+@pytest.mark.parametrize("sampled", [0, 5])
+def test_nan_model_scores_zero_not_perfect(filter_seen, sampled):
+    split = _split([[1, 2, 3, 4], [5, 6, 7, 8], [2, 4, 6, 8]], 20)
+    cfg = EvalConfig(ks=[1, 10], filter_seen=filter_seen, sampled_negatives=sampled)
+    m = evaluate(FixedScorer([NAN] * 20), split, "test", cfg, "ar", 5, 2, torch.device("cpu"))
+    assert all(math.isfinite(v) for v in m.values())
+    assert m["recall@1"] == 0.0 and m["ndcg@1"] == 0.0 and m["recall@10"] == (1.0 if sampled else 0.0)
+    if sampled:  # 5 negatives: a NaN target is ranked behind all of them (rank 5 -> 1 / log2(7))
+        assert m["ndcg@10"] == pytest.approx(1 / math.log2(7))
+
+
+def test_worst_rank_under_history_filter_counts_only_candidates():
+    from modsar.evaluate import target_ranks
+
+    split = _split([[1, 2, 3, 4]], 6)  # test target 4; items 1-3 filtered -> candidates 4, 5, 6
+    ranks = target_ranks(FixedScorer([0.0, 0.0, 0.0, NAN, 1.0, 2.0]), split, "test",
+                         EvalConfig(filter_seen="history"), "ar", 5, 8, torch.device("cpu"))
+    assert ranks.tolist() == [2]
