@@ -117,8 +117,17 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--json", action="store_true", help="print the summary as JSON")
     _add_data_dir(search)
 
-    spaces = sub.add_parser("spaces", help="list the bundled design spaces, or describe one")
+    spaces = sub.add_parser("spaces", help="list the bundled design spaces, describe one, or check one",
+                            epilog=EPILOG_SPACES, formatter_class=argparse.RawDescriptionHelpFormatter)
     spaces.add_argument("name", nargs="?", help="a space name or YAML path to describe")
+    spaces.add_argument("--check", action="store_true",
+                        help="validate every configuration the search would run (exit 2 if any is invalid)")
+    spaces.add_argument("--dataset", help="with --check: check against this prepared dataset's sizes")
+    spaces.add_argument("--search", choices=["grid", "random", "optuna"],
+                        help="with --check: the search algorithm (default: the space's budget.search)")
+    spaces.add_argument("--num-samples", type=int, help="with --check: as `modsar search --num-samples`")
+    spaces.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="with --check: overrides on the base")
+    _add_data_dir(spaces)
 
     results = sub.add_parser("results", help="list and filter trial rows (Parquet)",
                              epilog=EPILOG_RESULTS, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -188,6 +197,14 @@ EPILOG_SEARCH = """examples:
   modsar search --space local_attn --dataset beauty --resume     # after the driver was killed
 
 Rows land in <results>/<experiment>/trials/*.parquet (one per trial); see `modsar results`."""
+
+EPILOG_SPACES = """examples:
+  modsar spaces                                   # every bundled space with its trials per direction
+  modsar spaces local_attn                        # what a space searches
+  modsar spaces my_space.yaml --check             # is every configuration valid? (before any compute)
+  modsar spaces hf_llama --check --dataset video  # ... with the dataset's sizes, as `modsar search` checks
+
+`modsar search` runs the same check before Ray starts and refuses an invalid space with every problem."""
 
 EPILOG_RESULTS = """examples:
   modsar results --experiment loss_ce-synthetic
@@ -319,7 +336,7 @@ def parse_env(text: str) -> tuple[str, str]:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from modsar.report import build_report, plot_all, render
+    from modsar.report import build_reports, plot_all, render
     from modsar.results import read_rows
 
     rows = read_rows(args.results)
@@ -331,8 +348,8 @@ def _report(args: argparse.Namespace) -> int:
             rows = rows[rows[column].isin(wanted)]
     if len(rows) and "space" in rows:
         rows = rows[rows["space"].notna()]  # `modsar train` rows belong to no design space
-    tables, verdicts, cells, datasets, spaces = build_report(rows, headline=args.metric)
-    text = render(tables, args.format, verdicts)
+    reports = build_reports(rows, headline=args.metric)
+    text = render(reports, args.format, args.metric)
     if not args.out:
         print(text, end="")
         return 0
@@ -342,8 +359,10 @@ def _report(args: argparse.Namespace) -> int:
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.write_text(text)
     tmp.replace(target)
-    plots = plot_all(rows, cells, datasets, spaces, args.metric, out)
-    print(text if args.format == "md" else "\n".join(verdicts))
+    plots = [path for r in reports  # one plot folder per experiment when the report is split by experiment
+             for path in plot_all(r.rows, r.cells, r.datasets, r.spaces, args.metric,
+                                  out / r.experiment if r.experiment else out)]
+    print(text if args.format == "md" else "\n".join(v for r in reports for v in r.verdicts))
     print(f"wrote {target} and {len(plots)} plots in {out}")
     return 0
 
@@ -374,12 +393,31 @@ def _search(args: argparse.Namespace) -> int:
 def _spaces(args: argparse.Namespace) -> int:
     from modsar.spaces import bundled_spaces, describe, grid_size_by_task, load_space
 
+    if args.check:
+        return _check_space(args)
+    if args.dataset or args.overrides or args.search or args.num_samples:
+        raise ModsarError("--dataset, --search, --num-samples and KEY=VALUE go with --check")
     if args.name:
         print(describe(load_space(args.name)))
         return 0
     for space in bundled_spaces():
         sizes = ", ".join(f"{t.upper()} {n}" for t, n in sorted(grid_size_by_task(space).items()))
         print(f"{space.name:<14} {sizes:<18} {space.description}")
+    return 0
+
+
+def _check_space(args: argparse.Namespace) -> int:
+    """`modsar spaces NAME --check`: the validation `modsar search` runs before Ray starts."""
+    from modsar.search import SearchRequest, make_plan
+
+    if not args.name:
+        raise ModsarError("--check needs a space: modsar spaces NAME --check [--dataset D]")
+    result = make_plan(SearchRequest(space=args.name, dataset=args.dataset or "", search=args.search,
+                                     num_samples=args.num_samples, overrides=list(args.overrides),
+                                     data_dir=args.data_dir), check=False).check()
+    if not result.ok:
+        raise ModsarError(result.summary())
+    print(result.summary())
     return 0
 
 
@@ -503,11 +541,13 @@ def _train(args: argparse.Namespace) -> int:
         Path(args.results).resolve() / experiment / "checkpoints" / f"{trial_id}.pt")
     try:
         result = run_trial(cfg, dataset, checkpoint_path=checkpoint, progress=not args.quiet)
-    except TrainingDiverged as exc:
-        row = result_row(cfg, experiment=experiment, trial_id=trial_id, status="error", error=str(exc),
-                         dataset_manifest=dataset.manifest)
-        write_row(args.results, row)
-        raise ModsarError(f"training failed: {exc}") from None
+    except TrainingDiverged as exc:  # the row keeps the best validation epoch so far; nothing is tested
+        partial = exc.partial
+        row = result_row(cfg, experiment=experiment, trial_id=trial_id, status="diverged", error=str(exc),
+                         valid=partial.valid if partial else None,
+                         facts=trial_facts(partial) if partial else None, dataset_manifest=dataset.manifest)
+        path = write_row(args.results, row)
+        raise ModsarError(f"training diverged: {exc} (row: {path})") from None
     row = result_row(cfg, experiment=experiment, trial_id=trial_id, status="finished", valid=result.valid,
                      test=result.test, facts=trial_facts(result), dataset_manifest=dataset.manifest)
     path = write_row(args.results, row)

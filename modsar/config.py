@@ -8,6 +8,7 @@ allowed choices is a one-line `ModsarError` that names the key and what is allow
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -260,8 +261,19 @@ def validate(cfg: Config, where: str = "config") -> None:
         bad(f"'data.max_len' must be >= 1, or 0 for the dataset default; got {cfg.data.max_len}")
     if not cfg.eval.ks or min(cfg.eval.ks) < 1:
         bad(f"'eval.ks' must be a non-empty list of positive integers; got {cfg.eval.ks}")
+    for key, value in cfg.flat().items():  # YAML reads .nan and .inf as floats
+        if isinstance(value, float) and not math.isfinite(value):
+            bad(f"'{key}' must be a finite number; got {value}")
     if cfg.train.lr <= 0:
         bad(f"'train.lr' must be > 0; got {cfg.train.lr}")
+    for key, value, what in [("train.patience", cfg.train.patience, "0 = never stop early"),
+                             ("train.weight_decay", cfg.train.weight_decay, "0 = none"),
+                             ("train.grad_clip", cfg.train.grad_clip, "0 = off"),
+                             ("train.threads", cfg.train.threads, "0 = torch's default"),
+                             ("model.ffn_size", m.ffn_size, "0 = 4 * hidden_size"),
+                             ("model.user_size", m.user_size, "0 = hidden_size // 2")]:
+        if value < 0:
+            bad(f"'{key}' must be >= 0 ({what}); got {value}")
     metric_names = {f"{name}@{k}" for name in ("recall", "ndcg", "mrr", "hr") for k in cfg.eval.ks}
     if cfg.train.monitor not in metric_names:
         bad(f"'train.monitor' must be a metric at one of eval.ks, e.g. ndcg@10; got {cfg.train.monitor!r}")

@@ -2,7 +2,10 @@
 
 A cell is the test metric of the configuration selected by validation for (dataset, space, task): the
 mean ± std over its seed re-runs (`--seeds K` in search) when there are any, else the selected trial's
-own value. Missing cells stay missing ("–"), never 0. In Table 5/6 layouts the better of each AE/AR pair
+own value. Rows are combined into one cell only when they are replicas: the same experiment and the same
+config except the seed (checked; a mismatch is refused, never averaged). When two experiments cover the same
+(dataset, space), each experiment gets its own section: experiments are never blended. Every report ends
+with its sources (experiment, trial ids and seeds of every cell). Missing cells stay missing ("–"), never 0. In Table 5/6 layouts the better of each AE/AR pair
 is underlined, the best AE and the best AR of a row are bold, and Best Improv. = (best AR − best AE) /
 best AE. With seeds on both sides, a paired t-test over the common seeds gives p and n.
 """
@@ -35,6 +38,9 @@ def short(metric: str) -> str:
 @dataclass
 class Cell:
     values: dict[int, float] = field(default_factory=dict)  # seed -> test value
+    experiment: str = ""
+    trials: list[str] = field(default_factory=list)  # trial ids behind the values, in seed order
+    kind: str = ""  # "selected" or "seed re-runs"
 
     @property
     def n(self) -> int:
@@ -54,6 +60,38 @@ class Cell:
         return f"{self.mean:.{digits}f}" + (f" ± {self.std:.{digits}f}" if self.std is not None else "")
 
 
+def config_columns(rows: pd.DataFrame) -> list[str]:
+    """The config keys (dotted names) present in `rows`, except the seed: what replicas must share."""
+    from modsar.config import all_keys
+
+    return [k for k in all_keys() if k in rows and k != "seed"]
+
+
+def _replica_cell(group: pd.DataFrame, column: str, kind: str, key: tuple[str, str, str]) -> Cell:
+    """One cell from rows that must be replicas: one experiment, one config except the seed, distinct seeds."""
+    dataset, space, task = key
+    where = f"{dataset} / {space} / {task.upper()}"
+    experiments = sorted(group["experiment"].unique())
+    if len(experiments) > 1:
+        raise ModsarError(f"{where}: rows of experiments {', '.join(experiments)} would share one cell; report them "
+                          "with --experiment one at a time")
+    if kind == "selected" and len(group) > 1:
+        raise ModsarError(f"{where}: experiment {experiments[0]} has {len(group)} selected rows "
+                          f"({', '.join(sorted(group['trial_id']))}); run its `modsar search ... --resume` to "
+                          "select again")
+    differ = [k for k in config_columns(group) if group[k].astype(str).nunique() > 1]
+    if differ:
+        raise ModsarError(f"{where}: the {kind} of experiment {experiments[0]} are not replicas (they differ in "
+                          f"{', '.join(differ[:5])}); they cannot form one cell")
+    seeds = group["seed"].astype(int)
+    if seeds.duplicated().any():
+        raise ModsarError(f"{where}: experiment {experiments[0]} has two {kind} rows for seed "
+                          f"{int(seeds[seeds.duplicated()].iloc[0])}; remove one")
+    ordered = group.assign(seed=seeds).sort_values("seed")
+    return Cell({int(s): float(v) for s, v in zip(ordered["seed"], ordered[column], strict=True)}, experiments[0],
+                list(ordered["trial_id"]), kind)
+
+
 def collect(rows: pd.DataFrame, metric: str) -> dict[tuple[str, str, str], Cell]:
     """(dataset, space, task) -> Cell of test `metric`: seed re-runs if present, else the selected trial."""
     column = f"test.{metric}"
@@ -63,10 +101,9 @@ def collect(rows: pd.DataFrame, metric: str) -> dict[tuple[str, str, str], Cell]
     done = rows[rows["status"].isin(["finished", "stopped"]) & rows[column].notna()]
     seeds = done[done["role"] == "seed"]
     selected = done[(done["role"] == "search") & done["selected"].astype(bool)]
-    for source in (selected, seeds):  # seed re-runs replace the single selected value
-        for (dataset, space, task), group in source.groupby(["dataset", "space", "task"]):
-            cells[(dataset, space, task)] = Cell({int(s): float(v) for s, v in zip(group["seed"], group[column],
-                                                                                      strict=True)})
+    for source, kind in ((selected, "selected"), (seeds, "seed re-runs")):  # seed re-runs replace the selected
+        for key, group in source.groupby(["dataset", "space", "task"]):
+            cells[key] = _replica_cell(group, column, kind, key)
     return cells
 
 
@@ -156,20 +193,25 @@ def significance_table(cells: dict, datasets: list[str], spaces: list[str], metr
 # Rendering
 
 
-def render(tables: list[Table], fmt: str, verdicts: list[str]) -> str:
+def render(reports: list[Report], fmt: str, headline: str = "ndcg@10") -> str:
+    """Every report's tables, then the verdicts, then the sources of every cell."""
+    tables = [t for r in reports for t in r.tables]
+    verdicts = [v for r in reports for v in r.verdicts]
+    sources = sources_table(reports, headline)
     if fmt == "md":
         parts = [_md(t) for t in tables] + (["## Verdict\n\n" + "\n".join(f"- {v}" for v in verdicts)]
-                                            if verdicts else [])
+                                            if verdicts else []) + [_md(sources)]
         return "\n\n".join(parts) + "\n"
     if fmt == "latex":
-        return "\n\n".join(_latex(t) for t in tables) + "\n" + "".join(f"% {v}\n" for v in verdicts)
+        return ("\n\n".join(_latex(t) for t in tables) + "\n" + "".join(f"% {v}\n" for v in verdicts) + "\n"
+                + _latex(sources) + "\n")
     if fmt == "html":
         body = "\n".join(_html(t) for t in tables)
         items = "".join(f"<li>{html.escape(v)}</li>" for v in verdicts)
         return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>ModSAR report</title></head><body>\n"
-                f"{body}\n<h2>Verdict</h2><ul>{items}</ul>\n</body></html>\n")
+                f"{body}\n<h2>Verdict</h2><ul>{items}</ul>\n{_html(sources)}\n</body></html>\n")
     if fmt == "csv":
-        return "\n".join(_csv(t) for t in tables)
+        return "\n".join(_csv(t) for t in [*tables, sources])
     raise ModsarError(f"unknown --format '{fmt}'; choose md, latex, csv or html")
 
 
@@ -318,10 +360,30 @@ def plot_all(rows: pd.DataFrame, cells: dict, datasets: list[str], spaces: list[
 # ----------------------------------------------------------------------------------------------------------
 
 
-def build_report(rows: pd.DataFrame, metrics: list[str] | None = None, headline: str = "ndcg@10"):
-    """(tables, verdict lines, cells, datasets, spaces) for the rows given."""
+@dataclass
+class Report:
+    """The tables of one set of experiments that do not overlap (no two cover the same dataset and space)."""
+
+    experiment: str | None  # set when the report is split per experiment
+    rows: pd.DataFrame
+    tables: list[Table]
+    verdicts: list[str]
+    cells: dict
+    datasets: list[str]
+    spaces: list[str]
+
+
+def build_reports(rows: pd.DataFrame, metrics: list[str] | None = None, headline: str = "ndcg@10") -> list[Report]:
+    """One Report for all rows, or one per experiment when two experiments cover the same (dataset, space)."""
     if not len(rows):
         raise ModsarError("no trial rows to report on; run `modsar search` first or check --results/--experiment")
+    overlap = rows.groupby(["dataset", "space"])["experiment"].nunique()
+    if (overlap > 1).any():
+        return [_build(group, metrics, headline, experiment) for experiment, group in rows.groupby("experiment")]
+    return [_build(rows, metrics, headline, None)]
+
+
+def _build(rows: pd.DataFrame, metrics: list[str] | None, headline: str, experiment: str | None) -> Report:
     metrics = metrics or METRICS
     cells = {m: collect(rows, m) for m in {*metrics, headline}}
     datasets = sorted(rows["dataset"].dropna().unique())
@@ -329,15 +391,31 @@ def build_report(rows: pd.DataFrame, metrics: list[str] | None = None, headline:
     hf = [s for s in present if s.startswith("hf_")]
     modular = [s for s in TABLE5 if s in present] + [s for s in present if s not in TABLE5 and s != "vanilla"
                                                      and not s.startswith("hf_")]
+    prefix = f"{experiment}: " if experiment else ""
     tables = []
     if "vanilla" in present:
-        tables.append(design_table("Table 4: vanilla AE vs AR", cells, datasets, ["vanilla"], metrics, False))
+        tables.append(design_table(f"{prefix}Table 4: vanilla AE vs AR", cells, datasets, ["vanilla"], metrics,
+                                   False))
     if modular:
-        tables.append(design_table("Table 5: design choices", cells, datasets, modular, metrics, True))
+        tables.append(design_table(f"{prefix}Table 5: design choices", cells, datasets, modular, metrics, True))
     if hf:
-        tables.append(design_table("Table 6: HuggingFace backbones", cells, datasets, hf, metrics, True))
+        tables.append(design_table(f"{prefix}Table 6: HuggingFace backbones", cells, datasets, hf, metrics, True))
     all_spaces = (["vanilla"] if "vanilla" in present else []) + modular + hf
     sig = significance_table(cells, datasets, all_spaces, metrics)
     if sig:
+        sig.title = prefix + sig.title
         tables.append(sig)
-    return tables, verdicts(rows, cells, datasets, all_spaces, headline), cells, datasets, all_spaces
+    lines = [prefix + v for v in verdicts(rows, cells, datasets, all_spaces, headline)]
+    return Report(experiment, rows, tables, lines, cells, datasets, all_spaces)
+
+
+def sources_table(reports: list[Report], headline: str) -> Table:
+    """Where every cell comes from: experiment, trial ids and seeds (the headline metric's cells)."""
+    body = []
+    for report in reports:
+        for (dataset, space, task), cell in sorted(report.cells.get(headline, {}).items()):
+            body.append([Styled(cell.experiment), Styled(dataset), Styled(space), Styled(task.upper()),
+                         Styled(cell.kind), Styled(" ".join(cell.trials)),
+                         Styled(" ".join(str(s) for s in cell.values))])
+    header = [["Experiment", "Dataset", "Space", "Task", "Rows", "Trial ids", "Seeds"]]
+    return Table("Sources", header, body)

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from modsar.config import Config
 
-STATUSES = ("finished", "stopped", "error")
+STATUSES = ("finished", "stopped", "diverged", "error")  # diverged: NaN/inf loss, weights or metrics
 
 
 def package_versions() -> dict[str, str]:

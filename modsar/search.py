@@ -36,6 +36,7 @@ from modsar.config import Config, apply_overrides, parse_override
 from modsar.data.store import data_root, load_dataset
 from modsar.errors import ModsarError
 from modsar.results import read_rows, remove_partial_rows, result_row, write_row
+from modsar.space_check import SpaceCheck, check_space, dataset_sizes
 from modsar.spaces import SearchSpace, load_space
 
 RAY_DIR = "ray"
@@ -44,7 +45,7 @@ RAY_DIR = "ray"
 @dataclass
 class SearchRequest:
     space: str
-    dataset: str
+    dataset: str  # "" only to plan without data (`modsar spaces --check`)
     experiment: str | None = None
     results: str = "results"
     search: str | None = None  # grid | random | optuna (default: the space's budget.search)
@@ -92,11 +93,20 @@ class Plan:
     data_root: str
     manifest: dict  # the prepared dataset's manifest (recorded in every row)
 
+    def check(self) -> SpaceCheck:
+        """Every configuration this search can run, validated (with the dataset's sizes when there is one)."""
+        sizes = dataset_sizes(self.manifest) if self.manifest else None
+        return check_space(self.space, self.base, self.search, self.num_samples, sizes, self.request.dataset or None)
 
-def make_plan(req: SearchRequest) -> Plan:
+
+def make_plan(req: SearchRequest, check: bool = True) -> Plan:
+    """Everything the search will do, derived and checked before Ray starts: with `check`, every configuration
+    of the space is validated against the dataset (modsar.space_check) and all problems are raised at once.
+    An empty `req.dataset` plans without data (`modsar spaces NAME --check` without --dataset)."""
     space = load_space(req.space)
     overrides = dict(parse_override(o) for o in req.overrides)
-    overrides["dataset"] = req.dataset
+    if req.dataset:
+        overrides["dataset"] = req.dataset
     budget = space.budget
     if req.max_epochs is not None:
         overrides["train.max_epochs"] = req.max_epochs
@@ -107,8 +117,6 @@ def make_plan(req: SearchRequest) -> Plan:
     search = req.search or budget.get("search", "grid")
     if search not in ("grid", "random", "optuna"):
         raise ModsarError(f"--search must be grid, random or optuna; got {search!r}")
-    if search == "grid":
-        space.grid_points()  # refuses continuous params with a clear message
     default_samples = budget.get("num_samples") if search == budget.get("search", "grid") else None
     num_samples = req.num_samples or default_samples or (1 if search == "grid" else 16)
     evals = max(1, math.ceil(cfg.train.max_epochs / cfg.train.eval_every))
@@ -121,10 +129,13 @@ def make_plan(req: SearchRequest) -> Plan:
         raise ModsarError(f"--cpus-per-trial must be > 0; got {req.cpus_per_trial}")
     if req.gpus_per_trial < 0 or (req.gpus_per_trial > 1 and req.gpus_per_trial != int(req.gpus_per_trial)):
         raise ModsarError(f"--gpus-per-trial must be a fraction in (0, 1] or a whole number; got {req.gpus_per_trial}")
-    manifest = load_dataset(req.dataset, req.data_dir).manifest  # unknown or unprepared dataset: refused here
-    root = req.results.rstrip("/") + "/" + req.experiment_name
-    return Plan(req, space, cfg.to_dict(), search, num_samples, max_t, grace, factor,
-                cfg.train.monitor_key, root, str(data_root(req.data_dir).resolve()), manifest)
+    # unknown or unprepared dataset: refused here
+    manifest = load_dataset(req.dataset, req.data_dir).manifest if req.dataset else {}
+    plan = Plan(req, space, cfg.to_dict(), search, num_samples, max_t, grace, factor, cfg.train.monitor_key,
+                req.results.rstrip("/") + "/" + req.experiment_name, str(data_root(req.data_dir).resolve()), manifest)
+    if check:
+        plan.check().raise_if_invalid()
+    return plan
 
 
 def trial_config(base: dict[str, Any], space: SearchSpace, sampled: dict[str, Any]) -> Config:
@@ -145,7 +156,7 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
     import ray
     import torch
 
-    from modsar.train import load_resume_state, resolve_device, run_trial
+    from modsar.train import TrainingDiverged, load_resume_state, resolve_device, run_trial
 
     cfg = trial_config(base, space, _sampled(config))
     assigned = ray.get_runtime_context().get_assigned_resources()
@@ -186,6 +197,14 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
     try:  # Tune copies each reported checkpoint into storage, so the local folder is scratch
         result = run_trial(cfg, on_eval=on_eval, checkpoint_path=folder / "best.pt", progress=False,
                            data_root=data_dir, evaluate_test=test, resumable=True, resume=resume)
+    except TrainingDiverged as exc:
+        # A diverged trial ends normally (Tune would retry an error) with one last report naming the reason.
+        # Tune needs the metric in it: the best value so far, or, if no validation ran, 0.0, which is what
+        # the evaluator gives a model whose scores are all NaN. The row records no valid.* in that case.
+        floor = {} if best else {f"best.{monitor}": 0.0}
+        tune.report({"epoch": exc.partial.epochs_run if exc.partial else 0, **best, **floor, "diverged": str(exc),
+                     "trial_done": True, "monitor": monitor, **node})
+        return
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     if test:  # seed re-runs of selected configs (no scheduler): one more report carries the test metrics
@@ -222,8 +241,12 @@ def row_from_results(plan: Plan, trial_id: str, config: dict, results: list[dict
     last: dict[str, Any] = {}
     for reported in results:  # later reports win; a final test-only report keeps the earlier facts
         last.update({k: _plain(v) for k, v in reported.items() if not _missing(v)})
-    status = "error" if error else ("finished" if last.get("trial_done") else "stopped")
-    valid = {k[5:]: v for k, v in last.items() if k.startswith("best.")}
+    if last.get("diverged"):
+        status, error = "diverged", error or last["diverged"]
+    else:
+        status = "error" if error else ("finished" if last.get("trial_done") else "stopped")
+    # best.* without a best epoch is the 0.0 floor a trial that diverged before validating reports to Tune
+    valid = {k[5:]: v for k, v in last.items() if k.startswith("best.")} if "best_epoch" in last else {}
     test = {k[5:]: v for k, v in last.items() if k.startswith("test.")}
     points: dict[int, float] = {}  # epoch -> validation value; a resumed trial's redone epochs report again
     for reported in results:
@@ -539,8 +562,17 @@ def run_search(req: SearchRequest) -> dict[str, Any]:
             "wall_time_s": time.perf_counter() - started, "results": storage}
 
 
+def _rewrite(plan: Plan, row: dict[str, Any]) -> None:
+    """Write back a row read from Parquet (NaN where the row had no value becomes missing again)."""
+    write_row(_rows_dir(plan), {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
+
+
 def select_and_test(plan: Plan) -> dict[str, dict]:
-    """Best trial per task by its best validation epoch; test it from its best checkpoint; mark it selected."""
+    """Best trial per task by its best validation epoch; test it from its best checkpoint; mark it selected.
+
+    Exactly one row per task is selected afterwards: a resumed or retried search may pick another trial than
+    an earlier run did, so earlier selections are unmarked (and their test metrics dropped) first. A
+    diverged or errored trial is never a candidate."""
     import torch
 
     from modsar.data.split import LeaveOneOut
@@ -553,18 +585,23 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
         return {}
     rows = rows[rows["role"] == "search"]
     candidates = rows[rows["status"].isin(["finished", "stopped"]) & rows[column].notna()]
+    winners = {task: group.sort_values([column, "trial_id"], ascending=[False, True]).iloc[0].to_dict()
+               for task, group in candidates.groupby("task")}
+    for earlier in rows[rows["selected"].astype(bool)].to_dict("records"):  # unmark before marking: a crash
+        earlier.update({k: None for k in earlier if k.startswith("test.")}, selected=False)  # leaves none
+        _rewrite(plan, earlier)
+    if not winners:
+        return {}
     data = load_dataset(plan.request.dataset, plan.request.data_dir)
     split = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
     selected = {}
-    for task, group in candidates.groupby("task"):
-        best = group.sort_values([column, "trial_id"], ascending=[False, True]).iloc[0].to_dict()
+    for task, best in winners.items():
         with _local_copy(best["checkpoint"]) as path:
             model, cfg, payload = load_checkpoint(path)
         test = evaluate(model_scorer(model), split, "test", cfg.eval, cfg.task, payload["max_len"],
                         cfg.data.eval_batch_size, torch.device("cpu"))
         best.update({f"test.{k}": v for k, v in test.items()}, selected=True)
-        best = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in best.items()}
-        write_row(_rows_dir(plan), best)
+        _rewrite(plan, best)
         selected[task] = {"trial_id": best["trial_id"], column: best[column],
                           **{f"test.{k}": test[k] for k in (plan.monitor, "recall@10", "ndcg@10") if k in test}}
     return selected

@@ -36,7 +36,20 @@ EvalCallback = Callable[[int, dict, bool, "Path | None", dict], None]
 
 
 class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the trial cannot continue."""
+    """The loss, the weights or the validation metrics became NaN or infinite; the trial cannot continue.
+
+    `partial` holds what the trial had achieved before (best validation epoch so far, no test metrics), so
+    its row can still be written; a diverged trial is never selected or tested.
+    """
+
+    def __init__(self, reason: str, partial: TrialResult | None = None) -> None:
+        super().__init__(reason)
+        self.partial = partial
+
+
+def weights_finite(model: torch.nn.Module) -> bool:
+    """True when every parameter is finite (one device sync for the whole model)."""
+    return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
 
 
 @dataclass
@@ -219,46 +232,66 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     epochs = tqdm(range(first_epoch, cfg.train.max_epochs + 1), desc=f"{cfg.task.upper()} {cfg.dataset}",
                   unit="epoch", disable=not progress, dynamic_ncols=True, initial=first_epoch - 1,
                   total=cfg.train.max_epochs)
+    def outcome(test: dict[str, float]) -> TrialResult:
+        return TrialResult(valid=best_valid, test=test, best_epoch=best_epoch, epochs_run=epoch,
+                           wall_time_s=time.perf_counter() - started,
+                           epoch_time_s=float(np.mean(epoch_times)) if epoch_times else math.nan,
+                           eval_time_s=float(np.mean(eval_times)) if eval_times else math.nan, device=str(device),
+                           num_parameters=num_parameters, history=history,
+                           checkpoint=str(checkpoint_path) if checkpoint_path else None, monitor=monitor)
+
     model.train()
     epoch = first_epoch - 1
-    for epoch in epochs:
-        tick = time.perf_counter()
-        mean_loss = train_epoch(model, optimizer, batches, cfg, device, epoch)
-        epoch_times.append(time.perf_counter() - tick)
-        if epoch % cfg.train.eval_every and epoch != cfg.train.max_epochs:
-            epochs.set_postfix(loss=f"{mean_loss:.4f}")
-            continue
-        tick = time.perf_counter()
-        metrics = validate()
-        eval_times.append(time.perf_counter() - tick)
-        improved = metrics[monitor] > best_value
-        if improved:
-            best_value, best_epoch, best_valid, stale = metrics[monitor], epoch, metrics, 0
-            best_state = _weights(model)
-        else:
-            stale += 1
-        history.append({"epoch": epoch, "loss": mean_loss, **{f"valid.{k}": v for k, v in metrics.items()}})
-        if improved and checkpoint_path:
-            save_checkpoint(checkpoint_path, model, cfg, {**meta, "epoch": epoch, "valid": metrics})
-            if resumable:
-                _atomic_save(checkpoint_path.with_name(RESUME_FILE), {
-                    "epoch": epoch, "best_value": best_value, "valid": metrics, "optimizer": optimizer.state_dict(),
-                    "torch_rng": torch.get_rng_state(), "batches_rng": batches.rng.bit_generator.state,
-                    "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-                    "history": history, "epoch_times": epoch_times, "eval_times": eval_times,
-                    "wall_time_s": time.perf_counter() - started})
-        epochs.set_postfix(loss=f"{mean_loss:.4f}", **{cfg.train.monitor: f"{metrics[monitor]:.4f}",
-                                                       "best": f"{best_value:.4f}@{best_epoch}"})
-        last = bool(cfg.train.patience and stale >= cfg.train.patience) or epoch == cfg.train.max_epochs
-        if on_eval is not None:
-            on_eval(epoch, metrics, improved, checkpoint_path if improved else None, facts(last, mean_loss))
-        if last:
-            break
-    epochs.close()
+    try:
+        for epoch in epochs:
+            tick = time.perf_counter()
+            mean_loss = train_epoch(model, optimizer, batches, cfg, device, epoch)
+            epoch_times.append(time.perf_counter() - tick)
+            if epoch % cfg.train.eval_every and epoch != cfg.train.max_epochs:
+                epochs.set_postfix(loss=f"{mean_loss:.4f}")
+                continue
+            if not weights_finite(model):  # the last optimizer step can turn weights NaN after a finite loss
+                raise TrainingDiverged(f"weights became NaN or infinite in epoch {epoch}; lower train.lr or set "
+                                       "train.grad_clip")
+            tick = time.perf_counter()
+            metrics = validate()
+            eval_times.append(time.perf_counter() - tick)
+            broken = sorted(k for k, v in metrics.items() if not math.isfinite(v))
+            if broken:
+                raise TrainingDiverged(f"validation {', '.join(broken)} not finite at epoch {epoch}")
+            improved = metrics[monitor] > best_value
+            if improved:
+                best_value, best_epoch, best_valid, stale = metrics[monitor], epoch, metrics, 0
+                best_state = _weights(model)
+            else:
+                stale += 1
+            history.append({"epoch": epoch, "loss": mean_loss, **{f"valid.{k}": v for k, v in metrics.items()}})
+            if improved and checkpoint_path:
+                save_checkpoint(checkpoint_path, model, cfg, {**meta, "epoch": epoch, "valid": metrics})
+                if resumable:
+                    _atomic_save(checkpoint_path.with_name(RESUME_FILE), {
+                        "epoch": epoch, "best_value": best_value, "valid": metrics,
+                        "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+                        "batches_rng": batches.rng.bit_generator.state,
+                        "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+                        "history": history, "epoch_times": epoch_times, "eval_times": eval_times,
+                        "wall_time_s": time.perf_counter() - started})
+            epochs.set_postfix(loss=f"{mean_loss:.4f}", **{cfg.train.monitor: f"{metrics[monitor]:.4f}",
+                                                           "best": f"{best_value:.4f}@{best_epoch}"})
+            last = bool(cfg.train.patience and stale >= cfg.train.patience) or epoch == cfg.train.max_epochs
+            if on_eval is not None:
+                on_eval(epoch, metrics, improved, checkpoint_path if improved else None, facts(last, mean_loss))
+            if last:
+                break
+    except TrainingDiverged as exc:
+        exc.partial = outcome({})
+        raise
+    finally:
+        epochs.close()
     if first_epoch > cfg.train.max_epochs and on_eval is not None:  # resumed after its final epoch: say it ended
         on_eval(best_epoch, best_valid, False, None, facts(True, history[-1]["loss"]))
     if best_state is None:
-        raise TrainingDiverged(f"validation {cfg.train.monitor} was never a number; the model produced NaN scores")
+        raise TrainingDiverged("no validation pass ran", outcome({}))
 
     test = {}
     if evaluate_test:
@@ -266,8 +299,4 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
         model.eval()
         test = evaluate(model_scorer(model), split, "test", cfg.eval, cfg.task, max_len,
                         cfg.data.eval_batch_size, device)
-    return TrialResult(valid=best_valid, test=test, best_epoch=best_epoch, epochs_run=epoch,
-                       wall_time_s=time.perf_counter() - started, epoch_time_s=float(np.mean(epoch_times)),
-                       eval_time_s=float(np.mean(eval_times)), device=str(device),
-                       num_parameters=num_parameters, history=history,
-                       checkpoint=str(checkpoint_path) if checkpoint_path else None, monitor=monitor)
+    return outcome(test)

@@ -13,12 +13,14 @@ from modsar.cli import main
 from modsar.results import write_row
 
 
-def row(trial, dataset, space, task, ndcg10, *, seed=0, role="search", selected=True, status="finished"):
+def row(trial, dataset, space, task, ndcg10, *, seed=0, role="search", selected=True, status="finished",
+        experiment=None, **config):
     metrics = {f"test.{m}": (ndcg10 if m == "ndcg@10" else ndcg10 / 2)
                for m in ("recall@5", "recall@10", "recall@20", "ndcg@5", "ndcg@10", "ndcg@20")}
-    return {"experiment": f"{space}-{dataset}", "trial_id": trial, "dataset": dataset, "space": space, "task": task,
+    return {"experiment": experiment or f"{space}-{dataset}", "trial_id": trial, "dataset": dataset, "space": space, "task": task,
             "seed": seed, "role": role, "selected": selected, "status": status,
-            "valid.ndcg@10": ndcg10, "curve": json.dumps([[1, ndcg10 / 2], [2, ndcg10]]), **metrics}
+            "valid.ndcg@10": ndcg10, "curve": json.dumps([[1, ndcg10 / 2], [2, ndcg10]]), "model.num_heads": 1, **metrics,
+            **config}
 
 
 @pytest.fixture
@@ -75,7 +77,7 @@ def test_latex_is_a_balanced_tabular_and_html_parses(results, tmp_path, capsys):
     out = tmp_path / "rep"
     assert main(["report", "--results", root, "--format", "latex", "--out", str(out)]) == 0
     tex = (out / "report.tex").read_text()
-    assert tex.count(r"\begin{tabular}") == tex.count(r"\end{tabular}") == 3  # Tables 4, 5 and the t-tests
+    assert tex.count(r"\begin{tabular}") == tex.count(r"\end{tabular}") == 4  # Tables 4, 5, t-tests, sources
     for block in re.findall(r"\\begin\{tabular\}\{(\w+)\}(.*?)\\end\{tabular\}", tex, re.S):
         cols, body = block
         for line in body.strip().splitlines():
@@ -102,7 +104,7 @@ def test_latex_is_a_balanced_tabular_and_html_parses(results, tmp_path, capsys):
 
     checker = Checker()
     checker.feed((out / "report.html").read_text())
-    assert checker.tables == 3 and checker.stack == []
+    assert checker.tables == 4 and checker.stack == []
 
 
 def test_csv_and_filters(results, capsys):
@@ -112,3 +114,65 @@ def test_csv_and_filters(results, capsys):
     assert "beauty" in text and "video" not in text and "Table 4" not in text
     assert main(["report", "--results", root, "--dataset", "nosuch"]) == 2
     assert "no rows for 'nosuch'" in capsys.readouterr().err
+
+
+def test_sources_end_the_report(results, capsys):
+    root, *_ = results
+    assert main(["report", "--results", root]) == 0
+    text = capsys.readouterr().out
+    assert text.rstrip().splitlines()[0].startswith("## Table")
+    sources = md_table(text, "Sources")
+    assert text.index("## Sources") > text.index("## Verdict")
+    by_cell = {(r[1], r[2], r[3]): r for r in sources}
+    assert by_cell[("video", "vanilla", "AR")][4:] == ["seed re-runs", "sar0 sar1 sar2", "0 1 2"]
+    assert by_cell[("video", "loss_ce", "AR")][0] == "loss_ce-video"
+    assert by_cell[("video", "loss_ce", "AR")][4:] == ["selected", "a4", "0"]  # a5 is not selected
+
+
+@pytest.fixture
+def two_experiments(tmp_path):
+    """The same space on the same data searched twice (experiments A, seed 0 and B, seed 1)."""
+    root = str(tmp_path / "results")
+    for r in (row("ae-a", "synthetic", "quickstart", "ae", 0.30, experiment="A"),
+              row("ar-a", "synthetic", "quickstart", "ar", 0.6443, experiment="A"),
+              row("ae-b", "synthetic", "quickstart", "ae", 0.32, seed=1, experiment="B"),
+              row("ar-b", "synthetic", "quickstart", "ar", 0.6467, seed=1, experiment="B")):
+        write_row(root, r)
+    return root
+
+
+def test_experiments_are_reported_alone_or_side_by_side_never_blended(two_experiments, capsys):
+    root = two_experiments
+    assert main(["report", "--results", root, "--experiment", "A"]) == 0
+    alone = capsys.readouterr().out
+    n10 = next(r for r in md_table(alone, "Table 5: design choices") if r[1] == "N@10")
+    assert n10[3] == "<u>0.6443</u>"
+    assert main(["report", "--results", root]) == 0
+    both = capsys.readouterr().out
+    assert "0.6455" not in both  # the mean of the two experiments: a blend
+    a = next(r for r in md_table(both, "A: Table 5: design choices") if r[1] == "N@10")
+    b = next(r for r in md_table(both, "B: Table 5: design choices") if r[1] == "N@10")
+    assert a[3] == "<u>0.6443</u>" and b[3] == "<u>0.6467</u>"
+    assert "A: synthetic: AR wins" in both and "B: synthetic: AR wins" in both
+    sources = md_table(both, "Sources")
+    assert sorted((r[0], r[3], r[5], r[6]) for r in sources) == [
+        ("A", "AE", "ae-a", "0"), ("A", "AR", "ar-a", "0"), ("B", "AE", "ae-b", "1"), ("B", "AR", "ar-b", "1")]
+
+
+def test_rows_that_are_not_replicas_are_refused(tmp_path, capsys):
+    root = str(tmp_path / "results")
+    write_row(root, row("s0", "video", "vanilla", "ar", 0.04, role="seed", selected=False))
+    write_row(root, row("s1", "video", "vanilla", "ar", 0.05, seed=1, role="seed", selected=False,
+                        **{"model.num_heads": 2}))
+    assert main(["report", "--results", root]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not replicas" in err[0] and "model.num_heads" in err[0]
+
+
+def test_two_selected_rows_of_one_task_are_refused(tmp_path, capsys):
+    root = str(tmp_path / "results")
+    write_row(root, row("t1", "video", "vanilla", "ar", 0.04))
+    write_row(root, row("t2", "video", "vanilla", "ar", 0.05))
+    assert main(["report", "--results", root]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "2 selected rows (t1, t2)" in err[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -69,6 +70,18 @@ def test_grid_asha_one_row_per_trial_and_selection(local_ray, data_dir, tmp_path
         assert best["selected"]
     assert "best AR" in capsys.readouterr().out
 
+    # A selection left by an earlier run (a resume that retried trials) is undone: one selected row per task.
+    from modsar.results import write_row
+    from modsar.search import SearchRequest, make_plan, select_and_test
+
+    stale = rows[~rows["selected"]].iloc[0].to_dict()
+    write_row(str(out), {**stale, "selected": True, "test.ndcg@10": 0.99})
+    select_and_test(make_plan(SearchRequest(space=str(SPACES / "asha.yaml"), dataset="synthetic",
+                                            results=str(out), experiment="g")))
+    again = read_rows(str(out), "g")
+    assert sorted(again[again["selected"]]["trial_id"]) == sorted(selected["trial_id"])
+    assert again.set_index("trial_id").loc[stale["trial_id"], "test.ndcg@10"] != 0.99
+
 
 def test_seed_reruns_on_a_uri_store(local_ray, data_dir, tmp_path):
     uri = f"file://{tmp_path}/store"
@@ -88,10 +101,41 @@ def test_trial_error_is_recorded_and_search_completes(local_ray, data_dir, tmp_p
     out = tmp_path / "results"
     assert search("--space", str(SPACES / "errors.yaml"), "--dataset", "synthetic", "--results", str(out),
                   "--experiment", "e") == 0
-    rows = read_rows(str(out), "e").set_index("model.num_heads")
-    assert rows.loc[1, "status"] == "finished" and rows.loc[1, "selected"]
-    assert rows.loc[3, "status"] == "error"
-    assert "divisible by 'model.num_heads' (3)" in rows.loc[3, "error"]
+    rows = read_rows(str(out), "e").set_index("train.device")
+    assert rows.loc["cpu", "status"] == "finished" and rows.loc["cpu", "selected"]
+    assert rows.loc["cuda:9", "status"] == "error" and not rows.loc["cuda:9", "selected"]
+    assert "cuda" in rows.loc["cuda:9", "error"].lower()
+
+
+def test_diverged_trial_is_recorded_never_selected(local_ray, data_dir, tmp_path):
+    out = tmp_path / "results"
+    assert search("--space", str(SPACES / "diverge.yaml"), "--dataset", "synthetic", "--results", str(out),
+                  "--experiment", "d", "--max-failures", "2") == 0
+    rows = read_rows(str(out), "d").set_index("train.lr")
+    diverged = rows.loc[1e30]
+    assert diverged["status"] == "diverged" and "loss became nan at epoch 1" in diverged["error"]
+    assert not diverged["selected"] and diverged["reports"] == 1  # ended once, not retried as an error
+    assert math.isnan(diverged["valid.ndcg@10"])  # never validated: the 0.0 given to Tune is not a result
+    assert rows.loc[0.003, "status"] == "finished" and rows.loc[0.003, "selected"]
+
+
+def test_invalid_space_is_refused_before_ray_with_every_problem(tmp_path, capsys):
+    out = tmp_path / "results"
+    assert main(["search", "--space", str(SPACES / "mixed.yaml"), "--dataset", "synthetic", "--results",
+                 str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "10 of 16 configurations are invalid" in err[0] and len(err) == 11
+    assert ("  task=ar, model.backbone=llama, model.num_heads=1, model.local_heads=1, model.dropout=0.0: "
+            "'model.local_heads' (local window heads) exists only in the modular backbone, not in llama") in err
+    assert sum("must be divisible by 'model.num_heads' (3)" in line for line in err) == 6
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("space", sorted(p.stem for p in (Path(__file__).parent.parent / "search_spaces").glob("*.yaml")))
+def test_every_bundled_space_passes_its_check(space, capsys):
+    assert main(["spaces", space, "--check", "--dataset", "synthetic"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith(f"space '{space}' (grid search: AE ") and "configurations are valid on dataset synthetic" in out
 
 
 def test_optuna_seed_reproduces_first_configurations(local_ray, data_dir, tmp_path):

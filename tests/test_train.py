@@ -161,3 +161,51 @@ def test_cli_train_writes_result_row(tmp_path, capsys):
     assert 0 <= row["test.ndcg@10"] <= 1 and row["best_epoch"] in (1, 2)
     assert "torch" in json.loads(row["versions"])
     assert (out / "e1" / "checkpoints").is_dir()
+
+
+def _nan_weights_in_epoch(monkeypatch, bad_epoch: int) -> None:
+    """Epoch `bad_epoch` ends with NaN weights after a finite loss (the last optimizer step blew up)."""
+    import modsar.train as train_module
+
+    real = train_module.train_epoch
+
+    def epoch_then_nan(model, optimizer, batches, cfg, device, epoch=0):
+        loss = real(model, optimizer, batches, cfg, device, epoch)
+        if epoch == bad_epoch:
+            with torch.no_grad():
+                next(model.parameters()).fill_(float("nan"))
+        return loss
+
+    monkeypatch.setattr(train_module, "train_epoch", epoch_then_nan)
+
+
+def test_nan_weights_before_validation_end_the_trial_with_the_best_so_far(monkeypatch, tmp_path):
+    _nan_weights_in_epoch(monkeypatch, bad_epoch=2)
+    with pytest.raises(TrainingDiverged, match="weights became NaN or infinite in epoch 2") as caught:
+        run_trial(quick(), progress=False, checkpoint_path=tmp_path / "best.pt")
+    partial = caught.value.partial
+    assert partial.best_epoch == 1 and partial.epochs_run == 2 and partial.test == {}
+    assert [h["epoch"] for h in partial.history] == [1]  # the NaN epoch was never validated
+    assert all(torch.isfinite(v).all() for v in torch.load(tmp_path / "best.pt")["state_dict"].values())
+
+
+def test_non_finite_validation_metric_is_never_the_best_epoch(monkeypatch):
+    import modsar.train as train_module
+
+    values = iter([0.1, float("inf")])
+    monkeypatch.setattr(train_module, "evaluate", lambda *a, **k: {"ndcg@10": next(values), "recall@10": 0.0})
+    with pytest.raises(TrainingDiverged, match="validation ndcg@10 not finite at epoch 2") as caught:
+        run_trial(quick("eval.ks=[10]"), progress=False)
+    assert caught.value.partial.best_epoch == 1 and caught.value.partial.valid["ndcg@10"] == 0.1
+
+
+def test_cli_train_writes_a_diverged_row(monkeypatch, tmp_path, capsys):
+    _nan_weights_in_epoch(monkeypatch, bad_epoch=2)
+    out = tmp_path / "results"
+    code = main(["train", "--dataset", "synthetic", "--quiet", "--results", str(out), "--experiment", "d",
+                 "train.max_epochs=3", "model.hidden_size=16"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "training diverged: weights became NaN" in err[0]
+    row = pq.read_table(next((out / "d" / "trials").glob("*.parquet"))).to_pylist()[0]
+    assert row["status"] == "diverged" and "epoch 2" in row["error"]
+    assert row["best_epoch"] == 1 and 0 < row["valid.ndcg@10"] <= 1 and "test.ndcg@10" not in row

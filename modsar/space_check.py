@@ -1,0 +1,136 @@
+"""Every configuration a search could run, validated before Ray starts (`modsar spaces NAME --check`).
+
+A space can be well-formed YAML whose grid still mixes values that cannot go together (LLaMA with local
+heads, a hidden size not divisible by the heads). Run one trial at a time, that shows up as error rows
+after hours of compute; here every grid point, and for random/Optuna every categorical combination with
+each continuous parameter at its bounds, goes through the same validation as `modsar train`, and the
+model is built on PyTorch's meta device (no memory, no compute) to catch what only its constructor knows.
+All problems are reported at once, each with the keys and values that cause it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from modsar.config import Config, apply_overrides
+from modsar.errors import ModsarError
+from modsar.spaces import SearchSpace
+
+MAX_LISTED = 25  # problems listed one per line; the rest are counted
+PLACEHOLDER_SIZES = {"num_items": 100, "num_users": 100}  # model sizes when no dataset is named
+# Probabilities that shape no module (their ranges are checked by config.validate): one model build serves
+# every value, so a 1,600-point space builds a few dozen models, not 1,600.
+RATES = ("dropout", "attn_dropout", "item_sse_prob", "user_sse_prob")
+
+
+@dataclass
+class SpaceCheck:
+    space: SearchSpace
+    search: str
+    trials: dict[str, int]  # trials per direction (task) the search would run
+    checked: int  # configurations validated
+    problems: list[str] = field(default_factory=list)  # one line each: "key=value, ...: what is wrong"
+    dataset: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        trials = ", ".join(f"{task.upper()} {n}" for task, n in sorted(self.trials.items()))
+        on = f" on dataset {self.dataset}" if self.dataset else ""
+        head = f"space '{self.space.name}' ({self.search} search: {trials} trials)"
+        if self.ok:
+            return f"{head}: all {self.checked} configurations are valid{on}"
+        listed = self.problems[:MAX_LISTED]
+        more = len(self.problems) - len(listed)
+        return "\n".join([f"{head}: {len(self.problems)} of {self.checked} configurations are invalid{on}; "
+                          "nothing was run:", *(f"  {p}" for p in listed),
+                          *([f"  ... and {more} more"] if more else [])])
+
+    def raise_if_invalid(self) -> None:
+        if not self.ok:
+            raise ModsarError(self.summary())
+
+
+def dataset_sizes(manifest: dict) -> dict[str, int]:
+    """num_items, num_users and max_len of a prepared dataset, from its manifest."""
+    stats = manifest["statistics"]
+    return {"num_items": stats["items"], "num_users": stats["users"], "max_len": manifest["max_len"]}
+
+
+def check_points(space: SearchSpace) -> list[dict[str, Any]]:
+    """The conditional product of the categorical values and the bounds of the continuous parameters
+    (randint: low and high - 1). For a grid space this is exactly its grid."""
+    points: list[dict[str, Any]] = [{}]
+    for p in space.params:
+        if p.categorical:
+            values = p.values
+        elif p.kind == "randint":
+            values = [p.values[0], p.values[1] - 1]
+        else:
+            values = [float(p.values[0]), float(p.values[1])]
+        points = [new for point in points
+                  for new in ([{**point, p.key: v} for v in values] if p.active(point) else [point])]
+    return points
+
+
+def _label(point: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in point.items())
+
+
+def check_space(space: SearchSpace, base: dict[str, Any], search: str, num_samples: int,
+                sizes: dict[str, int] | None = None, dataset: str | None = None) -> SpaceCheck:
+    """Validate every configuration of `space` on top of the full `base` config (nested, as Plan.base).
+
+    `sizes` (num_items, num_users, max_len of the dataset) makes the model checks exact; without it the
+    model is built at placeholder sizes."""
+    if search == "grid":
+        grid = space.grid_points()  # refuses continuous params with a clear message
+        points = grid
+        trials: dict[str, int] = {}
+        for point in grid:
+            task = point.get("task", base.get("task", "ar"))
+            trials[task] = trials.get(task, 0) + num_samples
+    else:
+        points = check_points(space)
+        trials = {task: num_samples for task in space.tasks()}
+    problems: list[str] = []
+    built: dict[str, str | None] = {}  # model config -> why it cannot be built (None: it can)
+    for point in points:
+        label = _label(point)
+        try:
+            cfg = apply_overrides(Config.from_dict(base), space.expand(point), label)
+        except ModsarError as exc:
+            problems.append(str(exc))
+            continue
+        num_items = (sizes or PLACEHOLDER_SIZES)["num_items"]
+        if cfg.eval.sampled_negatives >= num_items:
+            problems.append(f"{label}: 'eval.sampled_negatives' ({cfg.eval.sampled_negatives}) must be below the "
+                            f"number of items ({num_items})")
+            continue
+        shape = {k: v for k, v in cfg.model.__dict__.items() if k not in RATES}
+        model_key = json.dumps([cfg.task, cfg.data.max_len, shape], sort_keys=True)
+        if model_key not in built:
+            built[model_key] = _build_problem(cfg, sizes)
+        if built[model_key]:
+            problems.append(f"{label}: {built[model_key]}")
+    return SpaceCheck(space, search, trials, len(points), problems, dataset)
+
+
+def _build_problem(cfg: Config, sizes: dict[str, int] | None) -> str | None:
+    """Why the model of `cfg` cannot be constructed (on the meta device: no memory, no compute), or None."""
+    from modsar.train import build_model
+
+    sizes = sizes or PLACEHOLDER_SIZES
+    try:
+        with torch.device("meta"):
+            build_model(cfg, sizes["num_items"], sizes["num_users"], cfg.data.max_len or sizes.get("max_len", 50))
+    except Exception as exc:  # whatever the constructor refuses would fail the trial at run time
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return f"the model cannot be built: {type(exc).__name__}: {first}"
+    return None
