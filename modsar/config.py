@@ -152,6 +152,8 @@ def _coerce(value: Any, annotation: str, key: str, where: str) -> Any:
 
 def set_value(cfg: Config, key: str, value: Any, where: str = "config") -> None:
     """Set one dotted key, validating the name, the type and the allowed choices."""
+    if not isinstance(key, str):  # YAML reads `1:` or `null:` as a non-string key
+        raise ModsarError(f"{where}: key {key!r} is not a config name; use dotted names like model.hidden_size")
     parts = key.split(".")
     node: Any = cfg
     for depth, part in enumerate(parts):
@@ -203,6 +205,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise ModsarError(f"config file '{path}' does not exist")
         try:
             data = yaml.safe_load(path.read_text()) or {}
+        except UnicodeDecodeError:
+            raise ModsarError(f"config file '{path}' is not a text (UTF-8) file") from None
         except yaml.YAMLError as exc:
             line = getattr(getattr(exc, "problem_mark", None), "line", None)
             at = f" at line {line + 1}" if line is not None else ""

@@ -224,6 +224,8 @@ def load_space(name_or_path: str) -> SearchSpace:
         raise ModsarError(f"space file '{path}' does not exist")
     try:
         data = yaml.safe_load(path.read_text())
+    except UnicodeDecodeError:
+        raise ModsarError(f"space file '{path}' is not a text (UTF-8) file") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""

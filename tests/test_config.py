@@ -36,6 +36,12 @@ def test_yaml_nested_and_dotted(tmp_path):
     ("train.monitor=auc", "'train.monitor' must be a metric"),
     ("mask_prob=1.5", "'mask_prob' must be in (0, 1)"),
     ("nokey", "not of the form key=value"),
+    ("train.patience=-1", "'train.patience' must be >= 0 (0 = never stop early); got -1"),
+    ("train.weight_decay=-0.01", "'train.weight_decay' must be >= 0"),
+    ("train.grad_clip=-1", "'train.grad_clip' must be >= 0"),
+    ("train.lr=.inf", "'train.lr' must be a finite number"),
+    ("model.attn_dropout=.nan", "'model.attn_dropout' must be a finite number"),
+    ("model.item_sse_prob=1.0", "'model.item_sse_prob' must be in [0, 1)"),
 ])
 def test_bad_values_name_the_key(override, message):
     with pytest.raises(ModsarError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -47,3 +53,9 @@ def test_bad_yaml_file(tmp_path):
         load_config(write(tmp_path / "c.yaml", "a: 1\n b: [\n"))
     with pytest.raises(ModsarError, match="does not exist"):
         load_config(tmp_path / "missing.yaml")
+    binary = tmp_path / "b.yaml"
+    binary.write_bytes(b"\x00\xff\xfe")
+    with pytest.raises(ModsarError, match="is not a text"):
+        load_config(binary)
+    with pytest.raises(ModsarError, match="key 1 is not a config name"):
+        load_config(write(tmp_path / "k.yaml", "1: 2\n"))

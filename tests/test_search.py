@@ -177,10 +177,13 @@ def test_bad_requests_fail_cleanly(local_ray, data_dir, tmp_path, capsys, args, 
     ("params:\n  mask_prob: {grid: [0.2], when: {task: ae}}\n", "'when' refers to 'task'"),
     ("params:\n  task: {grid: [ae]}\nschedule: {}\n", "unknown top-level key 'schedule'"),
     ("params:\n  model.dropout: {grid: [0.1]}\n  x: !!python/object:os.system {}\n", "not valid YAML"),
+    ("params:\n  1: {grid: [1]}\n", "key 1 is not a config name"),
+    ("base: {train.lr: .nan}\nparams:\n  task: {grid: [ar]}\n", "'train.lr' must be a finite number"),
+    ("\udcff\udcfe", "is not a text (UTF-8) file"),
 ])
 def test_bad_space_files(tmp_path, capsys, body, message):
     path = tmp_path / "bad.yaml"
-    path.write_text(body)
+    path.write_bytes(body.encode("utf-8", "surrogateescape"))
     assert main(["search", "--space", str(path), "--dataset", "synthetic", "--results", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
