@@ -228,6 +228,9 @@ def validate(cfg: Config, where: str = "config") -> None:
     def bad(msg: str) -> None:
         raise ModsarError(f"{where}: {msg}")
 
+    for key, value in cfg.flat().items():  # YAML reads .nan and .inf as floats
+        if isinstance(value, float) and not math.isfinite(value):
+            bad(f"'{key}' must be a finite number; got {value}")
     if m.backbone == "modular":
         if m.positional in ("rope", "relative"):
             bad(f"'model.positional={m.positional}' exists only in HF backbones (llama, transfo_xl); the modular "
@@ -265,9 +268,6 @@ def validate(cfg: Config, where: str = "config") -> None:
         bad(f"'data.max_len' must be >= 1, or 0 for the dataset default; got {cfg.data.max_len}")
     if not cfg.eval.ks or min(cfg.eval.ks) < 1:
         bad(f"'eval.ks' must be a non-empty list of positive integers; got {cfg.eval.ks}")
-    for key, value in cfg.flat().items():  # YAML reads .nan and .inf as floats
-        if isinstance(value, float) and not math.isfinite(value):
-            bad(f"'{key}' must be a finite number; got {value}")
     if cfg.train.lr <= 0:
         bad(f"'train.lr' must be > 0; got {cfg.train.lr}")
     for key, value, what in [("train.patience", cfg.train.patience, "0 = never stop early"),

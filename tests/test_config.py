@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from conftest import write
 
@@ -44,7 +46,7 @@ def test_yaml_nested_and_dotted(tmp_path):
     ("model.item_sse_prob=1.0", "'model.item_sse_prob' must be in [0, 1)"),
 ])
 def test_bad_values_name_the_key(override, message):
-    with pytest.raises(ModsarError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ModsarError, match=re.escape(message)):
         load_config(None, [override])
 
 
@@ -57,5 +59,5 @@ def test_bad_yaml_file(tmp_path):
     binary.write_bytes(b"\x00\xff\xfe")
     with pytest.raises(ModsarError, match="is not a text"):
         load_config(binary)
-    with pytest.raises(ModsarError, match="key 1 is not a config name"):
+    with pytest.raises(ModsarError, match="unknown key '1'"):
         load_config(write(tmp_path / "k.yaml", "1: 2\n"))
