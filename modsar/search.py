@@ -339,7 +339,8 @@ class LiveTable(tune.Callback):
             value = r.get(f"best.{plan.monitor}")
             task = _sampled(t.config).get("task", plan.base["task"])
             shown = f"{value:.4f}" if isinstance(value, float) else "-"
-            lines.append(f"  {t.trial_id:<14}{task:<6}{t.status.lower():<11}{r.get('epoch', '-')!s:>6}{shown:>14}")
+            status = "diverged" if r.get("diverged") else t.status.lower()  # Tune calls it terminated
+            lines.append(f"  {t.trial_id:<14}{task:<6}{status:<11}{r.get('epoch', '-')!s:>6}{shown:>14}")
         if len(trials) > 12:
             lines.append(f"  ... {len(trials) - 12} more (modsar results --experiment {plan.request.experiment_name})")
         print("\n".join(lines), flush=True)
