@@ -454,7 +454,7 @@ def _results(args: argparse.Namespace) -> int:
 def _prepare(args: argparse.Namespace) -> int:
     from modsar.data.prepare import PrepareOptions
     from modsar.data.registry import get_spec
-    from modsar.data.store import prepare_dataset
+    from modsar.data.store import evaluation_warning, prepare_dataset
 
     spec = get_spec(args.name)
     base = spec.options() if spec else PrepareOptions().to_dict()
@@ -463,6 +463,9 @@ def _prepare(args: argparse.Namespace) -> int:
     options = PrepareOptions(**{k: (v if v is not None else base[k]) for k, v in given.items()})
     manifest, reused = prepare_dataset(args.name, args.source, args.format, options, args.data_dir, args.max_len,
                                        download_missing=args.download, url=args.url, force=args.force)
+    warning = evaluation_warning(manifest["statistics"])
+    if warning:
+        print(f"modsar: warning: {args.name}: {warning}", file=sys.stderr)
     if args.json:
         print(json.dumps(manifest, indent=2))
     else:
@@ -474,18 +477,24 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
+    from modsar.data.prepare import statistics
     from modsar.data.store import data_root, load_dataset, read_manifest
 
     manifest = read_manifest(args.name, data_root(args.data_dir))
     if manifest is None:
         manifest = load_dataset(args.name, args.data_dir).manifest  # prepares synthetic, or explains
     s = manifest["statistics"]
+    if "evaluable_users" not in s:  # prepared by an older version: count from the stored log
+        data = load_dataset(args.name, args.data_dir)
+        s = statistics(data.user, data.num_users, data.num_items)
     if args.json:
         print(json.dumps({"name": args.name, **s, "max_len": manifest["max_len"],
                           "options": manifest["options"]}, indent=2))
         return 0
     rows = [("users", f"{s['users']:,}"), ("items", f"{s['items']:,}"), ("interactions", f"{s['interactions']:,}"),
             ("avg. length", f"{s['avg_length']:.2f}"), ("length range", f"{s['min_length']}-{s['max_length']}"),
+            ("evaluable", f"{s['evaluable_users']:,} of {s['users']:,} users "
+                          f"({s['evaluable_users'] / max(s['users'], 1):.1%}) have 3+ interactions"),
             ("density", f"{100 * s['density']:.4f}%"), ("max_len", str(manifest["max_len"])),
             ("preprocessing", json.dumps(manifest["options"]))]
     print(f"dataset {args.name}")

@@ -1,4 +1,5 @@
-"""Prepared datasets on disk, the registry download path (local HTTP server) and CLI error handling."""
+"""Prepared datasets on disk, the registry download path (local HTTP server), CLI error handling, data nobody
+can evaluate."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def test_prepare_stores_parquet_and_manifest_and_reuses(tmp_path, isolated_data_
     manifest, reused = prepare_dataset("toy", [src])
     assert not reused
     assert manifest["statistics"] == {"users": 6, "items": 10, "interactions": 30, "avg_length": 5.0,
-                                      "min_length": 5, "max_length": 5, "density": 0.5}
+                                      "min_length": 5, "max_length": 5, "density": 0.5, "evaluable_users": 6}
     assert manifest["sources"][0]["sha256"] == hashlib.sha256(PAIRS.encode()).hexdigest()
     assert (isolated_data_root / "toy" / "interactions.parquet").is_file()
     again, reused = prepare_dataset("toy", [src])
@@ -125,3 +126,64 @@ def test_synthetic_is_deterministic(tmp_path):
     first = load_dataset("synthetic", tmp_path / "a")
     second = load_dataset("synthetic", tmp_path / "b")
     assert (first.item == second.item).all() and Path(tmp_path / "a" / "synthetic" / "manifest.json").is_file()
+
+
+def written(root: Path) -> list[str]:
+    """Everything under the data root, hidden staging folders included."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
+
+
+@pytest.mark.parametrize("text,args", [
+    ("1 1\n1 2\n", []),  # one user, two interactions: no validation and test target
+    ("1 1\n1 2\n1 3\n2 1\n2 2\n", ["--min-item-count", "2"]),  # filtering leaves users with 2 items
+])
+def test_cli_refuses_data_nobody_can_evaluate(tmp_path, isolated_data_root, capsys, text, args):
+    src = write(tmp_path / "short.txt", text)
+    code = main(["data", "prepare", "short", "--source", str(src), *args])
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert code == 2 and not captured.out
+    assert len(err) == 1 and err[0].startswith("modsar: error:") and "Traceback" not in captured.err
+    assert str(src) in err[0] and "no user has 3+ interactions" in err[0]  # what and where
+    assert "needs users with 3+ interactions" in err[0] and "--min-user-count" in err[0]  # how to fix
+    assert written(isolated_data_root) == []  # no dataset folder, manifest or staging leftovers
+
+
+def test_cli_warns_when_most_users_cannot_be_evaluated(tmp_path, isolated_data_root, capsys):
+    src = write(tmp_path / "mostly_short.txt", "1 1\n1 2\n1 3\n2 1\n2 2\n3 4\n3 5\n")
+    assert main(["data", "prepare", "mostly", "--source", str(src)]) == 0
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("modsar: warning: mostly:")
+    assert "2 of 3 users (66.7%)" in err[0] and "cannot be evaluated" in err[0]
+    assert captured.out.startswith("mostly: prepared: 3 users")
+    assert main(["data", "stats", "mostly", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["evaluable_users"] == 1
+    assert main(["data", "stats", "mostly"]) == 0
+    assert "1 of 3 users (33.3%) have 3+ interactions" in capsys.readouterr().out
+
+
+def test_cli_half_evaluable_and_normal_data_prepare_quietly(tmp_path, capsys):
+    half = write(tmp_path / "half.txt", "1 1\n1 2\n1 3\n2 1\n2 2\n")  # 50% is not "most"
+    assert main(["data", "prepare", "half", "--source", str(half)]) == 0
+    assert capsys.readouterr().err == ""
+    src = write(tmp_path / "log.txt", PAIRS)
+    assert main(["data", "prepare", "toy", "--source", str(src)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert captured.out == ("toy: prepared: 6 users, 10 items, 30 interactions, avg length 5.00, "
+                            "density 0.500000\n")
+    assert main(["data", "stats", "toy"]) == 0
+    out = capsys.readouterr().out
+    assert "6 of 6 users (100.0%) have 3+ interactions" in out
+
+
+def test_old_manifest_without_evaluable_users_still_shows_them(tmp_path, isolated_data_root, capsys):
+    src = write(tmp_path / "log.txt", PAIRS)
+    prepare_dataset("toy", [src])
+    path = isolated_data_root / "toy" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    del manifest["statistics"]["evaluable_users"]  # as written by an earlier version
+    path.write_text(json.dumps(manifest))
+    assert main(["data", "stats", "toy", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["evaluable_users"] == 6

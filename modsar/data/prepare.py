@@ -93,12 +93,17 @@ def prepare_log(log: Interactions, options: PrepareOptions, source: str = "the s
                        raw_users, raw_items)
 
 
+EVALUABLE_LENGTH = 3  # leave-one-out needs a training item, a validation and a test target (split.py)
+
+
 def statistics(user: np.ndarray, num_users: int, num_items: int) -> dict:
-    """The paper's Table 1 figures (plus length range) for a prepared log."""
+    """The paper's Table 1 figures (plus length range) for a prepared log, and how many users can be
+    evaluated: only users with 3+ interactions get a validation and a test target."""
     lengths = np.bincount(user, minlength=num_users + 1)[1:]
     n = int(lengths.sum())
     return {"users": int(num_users), "items": int(num_items), "interactions": n,
             "avg_length": round(n / max(num_users, 1), 4),
             "min_length": int(lengths.min()) if len(lengths) else 0,
             "max_length": int(lengths.max()) if len(lengths) else 0,
-            "density": round(n / max(num_users * num_items, 1), 8)}
+            "density": round(n / max(num_users * num_items, 1), 8),
+            "evaluable_users": int((lengths >= EVALUABLE_LENGTH).sum())}

@@ -193,8 +193,15 @@ def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str
                 users.append(part.user + offset)
                 offset += int(part.user.max())
             raw.user = np.concatenate(users)
-    log = prepare_log(raw, options, source=", ".join(str(s.get("path", name)) for s in source_facts))
+    where = ", ".join(str(s.get("path", f"the '{name}' generator")) for s in source_facts)
+    log = prepare_log(raw, options, source=where)
     stats = statistics(log.user, log.num_users, log.num_items)
+    if not stats["evaluable_users"]:
+        users = f"{stats['users']:,} user{'s' * (stats['users'] != 1)}"
+        raise ModsarError(f"{where}: no user has 3+ interactions after preparation ({users}, longest "
+                          f"history {stats['max_length']}), so leave-one-out has nothing to validate or "
+                          "test; the data needs users with 3+ interactions (lower --min-user-count / "
+                          "--min-item-count / --min-rating if filtering removed them)")
     for fact, used in zip(source_facts, formats, strict=True):
         fact["format"] = used
     manifest = {"name": name, "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -203,6 +210,16 @@ def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str
                 "has_timestamp": log.timestamp is not None}
     _write(root, name, log, manifest)
     return manifest, False
+
+
+def evaluation_warning(statistics: dict) -> str | None:
+    """A warning when most users (> 50%) cannot be evaluated: their metrics would rest on a minority."""
+    evaluable, users = statistics.get("evaluable_users"), statistics["users"]
+    if evaluable is None or not users or (users - evaluable) / users <= 0.5:
+        return None
+    lost = users - evaluable
+    return (f"{lost:,} of {users:,} users ({lost / users:.1%}) have fewer than 3 interactions and cannot be "
+            f"evaluated (leave-one-out); validation and test rest on the other {evaluable:,}")
 
 
 def _write(root: Path, name: str, log: PreparedLog, manifest: dict) -> None:
