@@ -256,5 +256,5 @@ class HFBackbone(nn.Module):
 
     def score(self, hidden: torch.Tensor, users: torch.Tensor | None = None,
               items: torch.Tensor | None = None) -> torch.Tensor:
-        """Tied item-embedding scores: all items, shared candidates (K,) or per-row ones; see `item_scores`."""
+        """Tied item-embedding scores of all items, shared candidates (K,) or per-row ones (`item_scores`)."""
         return item_scores(hidden, self.item_emb, self.num_items, items)

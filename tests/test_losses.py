@@ -16,7 +16,8 @@ N_ITEMS, N_USERS, MAX_LEN, K = 40, 6, 12, 30
 
 def modular(user_embedding: bool) -> ModularSAR:
     torch.manual_seed(0)
-    cfg = ModelConfig(hidden_size=16, num_layers=2, dropout=0.0, attn_dropout=0.0, user_embedding=user_embedding)
+    cfg = ModelConfig(hidden_size=16, num_layers=2, dropout=0.0, attn_dropout=0.0,
+                      user_embedding=user_embedding)
     model = ModularSAR(cfg, N_ITEMS, N_USERS, MAX_LEN, "ar").eval()
     with torch.no_grad():  # O(1) scores and user offsets, so a dropped term cannot hide under the tolerance
         model.item_emb.weight.normal_()
@@ -97,8 +98,8 @@ def test_sampled_ce_equals_the_softmax_written_out(user_embedding, padding_free)
     model = modular(user_embedding)
     inputs, labels, users = batch()
     hidden = model(inputs, users)
-    loss = training_loss(model, hidden, labels, users, LossConfig("sampled_ce", num_negatives=K), padding_free,
-                         generator=torch.Generator().manual_seed(5))
+    cfg, draw = LossConfig("sampled_ce", num_negatives=K), torch.Generator().manual_seed(5)
+    loss = training_loss(model, hidden, labels, users, cfg, padding_free, generator=draw)
     negatives = torch.randint(1, N_ITEMS + 1, (K,), generator=torch.Generator().manual_seed(5))
     assert torch.isin(labels[labels > 0], negatives).any()  # the case has hits, so masking is exercised
     expected = hand_sampled_ce(model, hidden, labels, users, negatives)
