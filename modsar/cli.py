@@ -478,18 +478,21 @@ def _prepare(args: argparse.Namespace) -> int:
 
 def _stats(args: argparse.Namespace) -> int:
     from modsar.data.prepare import statistics
+    from modsar.data.registry import is_generated
     from modsar.data.store import data_root, load_dataset, read_manifest
 
     manifest = read_manifest(args.name, data_root(args.data_dir))
-    if manifest is None:
-        manifest = load_dataset(args.name, args.data_dir).manifest  # prepares synthetic, or explains
+    if manifest is None or is_generated(args.name):  # generates (or refreshes) built-in data, or explains
+        manifest = load_dataset(args.name, args.data_dir).manifest
     s = manifest["statistics"]
     if "evaluable_users" not in s:  # prepared by an older version: count from the stored log
         data = load_dataset(args.name, args.data_dir)
         s = statistics(data.user, data.num_users, data.num_items)
+    optimum = manifest.get("optimum")
     if args.json:
+        extra = {"optimum": optimum} if optimum else {}
         print(json.dumps({"name": args.name, **s, "max_len": manifest["max_len"],
-                          "options": manifest["options"]}, indent=2))
+                          "options": manifest["options"], **extra}, indent=2))
         return 0
     rows = [("users", f"{s['users']:,}"), ("items", f"{s['items']:,}"), ("interactions", f"{s['interactions']:,}"),
             ("avg. length", f"{s['avg_length']:.2f}"), ("length range", f"{s['min_length']}-{s['max_length']}"),
@@ -497,6 +500,11 @@ def _stats(args: argparse.Namespace) -> int:
                           f"({s['evaluable_users'] / max(s['users'], 1):.1%}) have 3+ interactions"),
             ("density", f"{100 * s['density']:.4f}%"), ("max_len", str(manifest["max_len"])),
             ("preprocessing", json.dumps(manifest["options"]))]
+    if optimum:  # built-in generators: the best any model can expect, to read results against
+        v, t = optimum["valid"], optimum["test"]
+        rows.append(("Bayes-optimal", f"test NDCG@10 {t['ndcg@10']:.4f}, Recall@10 {t['recall@10']:.4f}; "
+                                      f"valid NDCG@10 {v['ndcg@10']:.4f}, Recall@10 {v['recall@10']:.4f} "
+                                      f"(expected, filter_seen={optimum['filter_seen']})"))
     print(f"dataset {args.name}")
     for key, value in rows:
         print(f"  {key:<14} {value}")

@@ -1,5 +1,5 @@
 """Prepared datasets on disk, the registry download path (local HTTP server), CLI error handling, data nobody
-can evaluate."""
+can evaluate, and the built-in generated datasets' manifests."""
 
 from __future__ import annotations
 
@@ -175,7 +175,7 @@ def test_cli_half_evaluable_and_normal_data_prepare_quietly(tmp_path, capsys):
                             "density 0.500000\n")
     assert main(["data", "stats", "toy"]) == 0
     out = capsys.readouterr().out
-    assert "6 of 6 users (100.0%) have 3+ interactions" in out
+    assert "6 of 6 users (100.0%) have 3+ interactions" in out and "Bayes-optimal" not in out
 
 
 def test_old_manifest_without_evaluable_users_still_shows_them(tmp_path, isolated_data_root, capsys):
@@ -187,3 +187,40 @@ def test_old_manifest_without_evaluable_users_still_shows_them(tmp_path, isolate
     path.write_text(json.dumps(manifest))
     assert main(["data", "stats", "toy", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["evaluable_users"] == 6
+
+
+@pytest.mark.parametrize("name", ["synthetic", "synthetic-clusters"])
+def test_generated_datasets_record_generator_and_optimum(isolated_data_root, capsys, name):
+    data = load_dataset(name)
+    manifest = data.manifest
+    source = manifest["sources"][0]
+    assert source["generator"].startswith("modsar.data.synthetic.") and source["seed"] == 0
+    assert manifest["optimum"]["ks"] == [1, 5, 10, 20, 50] and manifest["optimum"]["filter_seen"] == "none"
+    for which in ("valid", "test"):
+        opt = manifest["optimum"][which]
+        assert 0 < opt["ndcg@1"] < opt["ndcg@10"] < opt["recall@10"] < opt["recall@50"] <= 1
+    assert main(["data", "stats", name]) == 0
+    shown = f"Bayes-optimal  test NDCG@10 {manifest['optimum']['test']['ndcg@10']:.4f}"
+    assert shown in capsys.readouterr().out
+    assert main(["data", "list", "--json"]) == 0
+    listing = {e["name"]: e for e in json.loads(capsys.readouterr().out)}
+    assert listing[name]["prepared"] and "generator" in listing[name]["description"]
+
+
+def test_stale_generated_dataset_is_regenerated_with_its_options(isolated_data_root):
+    """A cached copy made by another generator version is refreshed on use; the user's options are kept."""
+    manifest, _ = prepare_dataset("synthetic", max_len=20)
+    path = isolated_data_root / "synthetic" / "manifest.json"
+    old = json.loads(path.read_text())
+    old["sources"][0]["version"] = 1
+    del old["optimum"]
+    path.write_text(json.dumps(old))
+    (isolated_data_root / "synthetic" / "interactions.parquet").unlink()  # the old data is not read
+    data = load_dataset("synthetic")
+    assert data.manifest["sources"] == manifest["sources"] and data.manifest["max_len"] == 20
+    assert data.manifest["optimum"] == manifest["optimum"]
+    assert len(data.item) == manifest["statistics"]["interactions"]
+    user_file = isolated_data_root.parent / "mine.txt"
+    user_file.write_text(PAIRS)
+    prepare_dataset("synthetic", [user_file], force=True)  # a user's own file under that name is left alone
+    assert load_dataset("synthetic").num_users == 6

@@ -79,6 +79,21 @@ REGISTRY: dict[str, DatasetSpec] = {spec.name: spec for spec in [
 ]}
 
 SYNTHETIC = "synthetic"
+SYNTHETIC_CLUSTERS = "synthetic-clusters"
+
+# Built-in generated datasets (modsar.data.synthetic): prepared on first use, no source file, and their
+# manifest records the generator's options and the Bayes-optimal metrics of the planted structure.
+SYNTHETIC_SPECS: dict[str, DatasetSpec] = {spec.name: spec for spec in [
+    DatasetSpec(SYNTHETIC, "built-in generator: first-order Markov chain over items (order matters); "
+                "known optimum", "synthetic", 30),
+    DatasetSpec(SYNTHETIC_CLUSTERS, "built-in generator: latent user clusters, order-free; known optimum",
+                "synthetic", 30),
+]}
+REGISTRY.update(SYNTHETIC_SPECS)
+
+
+def is_generated(name: str) -> bool:
+    return name in SYNTHETIC_SPECS
 
 
 def get_spec(name: str) -> DatasetSpec | None:
@@ -88,5 +103,5 @@ def get_spec(name: str) -> DatasetSpec | None:
 def require_spec(name: str) -> DatasetSpec:
     spec = REGISTRY.get(name)
     if spec is None:
-        raise ModsarError(f"unknown benchmark '{name}'; known: {', '.join(sorted(REGISTRY))}, {SYNTHETIC}")
+        raise ModsarError(f"unknown benchmark '{name}'; known: {', '.join(sorted(REGISTRY))}")
     return spec

@@ -27,11 +27,8 @@ from modsar import __version__
 from modsar.data import synthetic
 from modsar.data.importers import Interactions, read_interactions
 from modsar.data.prepare import PreparedLog, PrepareOptions, prepare_log, statistics
-from modsar.data.registry import SYNTHETIC, DatasetSpec, get_spec
+from modsar.data.registry import DatasetSpec, get_spec, is_generated
 from modsar.errors import ModsarError
-
-SYNTHETIC_OPTIONS = {"num_users": 1000, "num_items": 300, "min_len": 6, "max_len": 30, "seed": 0}
-SYNTHETIC_MAX_LEN = 30
 
 
 def data_root(override: str | Path | None = None) -> Path:
@@ -144,15 +141,17 @@ def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str
     _check_name(name)
     root = data_root(root)
     spec = spec or get_spec(name)
+    generated = is_generated(name) and not sources
+    if is_generated(name) and sources:  # a generator's name, but the user's own file: no generator defaults
+        spec = None
     if spec is not None:
         options = options or PrepareOptions(**spec.options())
         max_len = max_len or spec.max_len
         fmt = spec.format if fmt == "auto" else fmt
     options = options or PrepareOptions()
 
-    if name == SYNTHETIC and not sources:
-        source_facts = [{"generator": "modsar.data.synthetic", **SYNTHETIC_OPTIONS}]
-        max_len = max_len or SYNTHETIC_MAX_LEN
+    if generated:
+        source_facts = [synthetic.GENERATORS[name].facts()]
     else:
         if not sources:
             if spec is None:
@@ -171,14 +170,14 @@ def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str
     existing = read_manifest(name, root)
     request = {"sources": [{k: v for k, v in s.items() if k != "path"} for s in source_facts],
                "options": options.to_dict(), "max_len": max_len, "format": fmt}
-    if existing is not None and not force:
+    if existing is not None and not force and not _stale_generated(name, existing):
         if existing.get("request") == request:
             return existing, True
         raise ModsarError(f"dataset '{name}' already exists in {root} with other sources or options; "
                           "pass --force to replace it, or choose another name")
 
-    if name == SYNTHETIC and not sources:
-        raw = synthetic.generate(**SYNTHETIC_OPTIONS)
+    if generated:
+        raw = synthetic.GENERATORS[name].generate(**synthetic.GENERATORS[name].options)
         formats = ["synthetic"]
     else:
         parts, formats = [], []
@@ -208,6 +207,9 @@ def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str
                 "modsar_version": __version__, "sources": source_facts, "options": options.to_dict(),
                 "max_len": max_len, "statistics": stats, "raw_interactions": len(raw), "request": request,
                 "has_timestamp": log.timestamp is not None}
+    if generated and options == PrepareOptions():  # filtering would break the planted structure's optimum
+        generator = synthetic.GENERATORS[name]
+        manifest["optimum"] = synthetic.optimum(generator.model(**generator.options), log)
     _write(root, name, log, manifest)
     return manifest, False
 
@@ -247,13 +249,25 @@ def _write(root: Path, name: str, log: PreparedLog, manifest: dict) -> None:
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def _stale_generated(name: str, manifest: dict | None) -> bool:
+    """A generated dataset whose stored copy came from other generator options or code: regenerate it."""
+    if manifest is None or not is_generated(name):
+        return False
+    sources = manifest.get("sources", [])
+    return bool(sources) and "generator" in sources[0] and sources[0] != {
+        **synthetic.GENERATORS[name].facts(), "format": "synthetic"}
+
+
 def load_dataset(name: str, root: str | Path | None = None) -> StoredDataset:
-    """Load a prepared dataset; `synthetic` is generated on first use."""
+    """Load a prepared dataset; built-in generated ones are generated on first use (and when stale)."""
     root = data_root(root)
     manifest = read_manifest(name, root)
+    if _stale_generated(name, manifest):  # keep the user's preparation options, refresh the data
+        manifest, _ = prepare_dataset(name, options=PrepareOptions(**manifest["options"]), root=root,
+                                      max_len=manifest["max_len"], force=True)
     if manifest is None:
-        if name == SYNTHETIC:
-            manifest, _ = prepare_dataset(SYNTHETIC, root=root)
+        if is_generated(name):
+            manifest, _ = prepare_dataset(name, root=root)
         else:
             hint = f"modsar data prepare {name} --source PATH"
             if get_spec(name) is not None:
