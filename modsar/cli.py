@@ -530,10 +530,11 @@ def _list(args: argparse.Namespace) -> int:
         print(json.dumps(entries, indent=2))
         return 0
     print(f"datasets in {data_root(args.data_dir)}")
+    width = max(len(e["name"]) for e in entries)
     for e in entries:
         status = (f"{e['statistics']['users']:,} users / {e['statistics']['items']:,} items"
                   if e["prepared"] else "not prepared")
-        print(f"  {e['name']:<12} {status:<32} {e['description']}")
+        print(f"  {e['name']:<{width}} {status:<32} {e['description']}")
     return 0
 
 

@@ -303,10 +303,25 @@ def verdicts(rows: pd.DataFrame, cells: dict, datasets: list[str], spaces: list[
         trials = int(((rows["dataset"] == dataset) & (rows["role"] == "search") & rows["space"].isin(spaces)).sum())
         seeds = max((max(ae.n, ar.n) for _, ae, ar in pairs), default=0)
         gain_text = "" if gain is None else f" ({100 * gain:+.1f}% AR over AE)"
+        best = optimum(rows[rows["dataset"] == dataset], metric)
+        best_text = ("" if best is None else f"; of the Bayes-optimal {best:.4f}, best AR reaches "
+                     f"{100 * best_ar / best:.0f}% and best AE {100 * best_ae / best:.0f}%")
         lines.append(f"{dataset}: {winner} wins on test {short(metric)}: best AR {best_ar:.4f} vs best AE "
                      f"{best_ae:.4f}{gain_text}; AR ahead in {ar_wins} of {len(pairs)} design choices; "
-                     f"{trials} search trials, {seeds} seed(s) per cell")
+                     f"{trials} search trials, {seeds} seed(s) per cell{best_text}")
     return lines
+
+
+def optimum(rows: pd.DataFrame, metric: str) -> float | None:
+    """The best achievable test `metric` of a generated dataset with a planted model (rows carry it), when
+    every row was evaluated the way it was computed: full ranking, no seen-item filter."""
+    needed = ("dataset_optimum", "eval.filter_seen", "eval.sampled_negatives")
+    if not len(rows) or any(c not in rows for c in needed) or rows["dataset_optimum"].isna().any():
+        return None
+    if (rows["eval.filter_seen"] != "none").any() or (rows["eval.sampled_negatives"] != 0).any():
+        return None
+    values = {json.loads(text).get(metric) for text in rows["dataset_optimum"]}
+    return values.pop() if len(values) == 1 and None not in values else None
 
 
 def plot_all(rows: pd.DataFrame, cells: dict, datasets: list[str], spaces: list[str], metric: str,

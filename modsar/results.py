@@ -48,6 +48,8 @@ def result_row(cfg: Config, *, experiment: str, trial_id: str, status: str, vali
         "selected": False, "role": "search" if space else "train",
         "dataset_preprocessing": json.dumps(manifest.get("options")) if manifest else None,
         "dataset_sha256": ",".join(s.get("sha256", "generated") for s in manifest.get("sources", [])) or None,
+        # generated datasets: the expected test metrics of the Bayes-optimal ranking (full, unfiltered)
+        "dataset_optimum": json.dumps(manifest["optimum"]["test"]) if manifest.get("optimum") else None,
         "backbone": cfg.model.backbone,
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "host": socket.gethostname(), "versions": json.dumps(package_versions()),

@@ -176,3 +176,16 @@ def test_two_selected_rows_of_one_task_are_refused(tmp_path, capsys):
     assert main(["report", "--results", root]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "2 selected rows (t1, t2)" in err[0]
+
+
+def test_verdict_states_the_fraction_of_a_planted_optimum(tmp_path, capsys):
+    root = str(tmp_path / "results")
+    known = {"dataset_optimum": json.dumps({"ndcg@10": 0.8}), "eval.filter_seen": "none",
+             "eval.sampled_negatives": 0}
+    write_row(root, row("ae", "synthetic", "quickstart", "ae", 0.40, **known))
+    write_row(root, row("ar", "synthetic", "quickstart", "ar", 0.60, **known))
+    assert main(["report", "--results", root]) == 0
+    assert "of the Bayes-optimal 0.8000, best AR reaches 75% and best AE 50%" in capsys.readouterr().out
+    write_row(root, row("ar", "synthetic", "quickstart", "ar", 0.60, **{**known, "eval.filter_seen": "history"}))
+    assert main(["report", "--results", root]) == 0  # the optimum holds for unfiltered ranking only
+    assert "Bayes-optimal" not in capsys.readouterr().out
