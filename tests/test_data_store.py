@@ -224,3 +224,12 @@ def test_stale_generated_dataset_is_regenerated_with_its_options(isolated_data_r
     user_file.write_text(PAIRS)
     prepare_dataset("synthetic", [user_file], force=True)  # a user's own file under that name is left alone
     assert load_dataset("synthetic").num_users == 6
+
+
+def test_cli_refuses_data_nothing_can_be_trained_on(tmp_path, isolated_data_root, capsys):
+    # Every user has exactly 3 interactions: after holding out validation and test, one training item each.
+    src = write(tmp_path / "three.txt", "1 1\n1 2\n1 3\n2 4\n2 5\n2 6\n")
+    assert main(["data", "prepare", "three", "--source", str(src)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(src) in err[0] and "nothing to train on" in err[0] and "4+ interactions" in err[0]
+    assert written(isolated_data_root) == []

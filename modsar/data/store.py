@@ -201,6 +201,11 @@ def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str
                           f"history {stats['max_length']}), so leave-one-out has nothing to validate or "
                           "test; the data needs users with 3+ interactions (lower --min-user-count / "
                           "--min-item-count / --min-rating if filtering removed them)")
+    lengths = np.bincount(log.user)[1:]
+    if not (np.where(lengths >= 3, lengths - 2, lengths) >= 2).any():  # the rule of split.py + batches.py
+        raise ModsarError(f"{where}: no user has 2 training items (an input and its label) once the last two "
+                          "items of each user are held out for validation and test, so there is nothing to "
+                          "train on; the data needs some users with 4+ interactions")
     for fact, used in zip(source_facts, formats, strict=True):
         fact["format"] = used
     manifest = {"name": name, "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
