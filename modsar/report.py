@@ -303,13 +303,30 @@ def verdicts(rows: pd.DataFrame, cells: dict, datasets: list[str], spaces: list[
         trials = int(((rows["dataset"] == dataset) & (rows["role"] == "search") & rows["space"].isin(spaces)).sum())
         seeds = max((max(ae.n, ar.n) for _, ae, ar in pairs), default=0)
         gain_text = "" if gain is None else f" ({100 * gain:+.1f}% AR over AE)"
+        leaders = {"AE": max((ae for _, ae, _ in pairs), key=lambda c: c.mean),
+                   "AR": max((ar for _, _, ar in pairs), key=lambda c: c.mean)}
+        unfinished = [f"{name} ({epochs})" for name, cell in leaders.items()
+                      if (epochs := improving_at_end(rows, cell))]
+        unfinished_text = (f"; still improving at the last epoch of its budget: {', '.join(unfinished)}, so more "
+                           "epochs may change this verdict" if unfinished else "")
         best = optimum(rows[rows["dataset"] == dataset], metric)
         best_text = ("" if best is None else f"; of the Bayes-optimal {best:.4f}, best AR reaches "
                      f"{100 * best_ar / best:.0f}% and best AE {100 * best_ae / best:.0f}%")
         lines.append(f"{dataset}: {winner} wins on test {short(metric)}: best AR {best_ar:.4f} vs best AE "
                      f"{best_ae:.4f}{gain_text}; AR ahead in {ar_wins} of {len(pairs)} design choices; "
-                     f"{trials} search trials, {seeds} seed(s) per cell{best_text}")
+                     f"{trials} search trials, {seeds} seed(s) per cell{best_text}{unfinished_text}")
     return lines
+
+
+def improving_at_end(rows: pd.DataFrame, cell: Cell) -> str | None:
+    """"60 of 60" when a row behind `cell` had its best validation epoch at the last epoch of its budget:
+    it had not converged, and a verdict resting on it says so."""
+    if not {"best_epoch", "train.max_epochs"} <= set(rows):
+        return None
+    behind = rows[rows["trial_id"].isin(cell.trials) & (rows["best_epoch"] >= rows["train.max_epochs"])]
+    if not len(behind):
+        return None
+    return f"{int(behind['best_epoch'].iloc[0])} of {int(behind['train.max_epochs'].iloc[0])} epochs"
 
 
 def optimum(rows: pd.DataFrame, metric: str) -> float | None:
