@@ -382,7 +382,8 @@ def _search(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
         return 0
-    print(f"search {summary['experiment']}: {summary['trials']} trials ({summary['errors']} errors) in "
+    print(f"search {summary['experiment']}: {summary['trials']} trials ({summary['errors']} errors, "
+          f"{summary['diverged']} diverged) in "
           f"{summary['wall_time_s']:.0f} s; rows in {summary['results']}/trials")
     for task, info in sorted(summary["selected"].items()):
         metrics = "  ".join(f"{k}={v:.4f}" for k, v in info.items() if k != "trial_id")

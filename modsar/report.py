@@ -23,6 +23,7 @@ import pandas as pd
 
 from modsar.errors import ModsarError
 from modsar.outputs import pyplot, save_figure
+from modsar.results import differing_keys
 
 METRICS = ["recall@5", "recall@10", "recall@20", "ndcg@5", "ndcg@10", "ndcg@20"]
 SHORT = {"recall": "R", "ndcg": "N", "mrr": "MRR"}
@@ -35,12 +36,17 @@ def short(metric: str) -> str:
     return f"{SHORT.get(name, name)}@{k}"
 
 
+DONE = ("finished", "stopped")
+KEY = ["dataset", "space", "task"]
+
+
 @dataclass
 class Cell:
     values: dict[int, float] = field(default_factory=dict)  # seed -> test value
     experiment: str = ""
     trials: list[str] = field(default_factory=list)  # trial ids behind the values, in seed order
     kind: str = ""  # "selected" or "seed re-runs"
+    failed: list[str] = field(default_factory=list)  # seed re-runs that diverged or errored: no value
 
     @property
     def n(self) -> int:
@@ -55,22 +61,15 @@ class Cell:
         return float(np.std(list(self.values.values()), ddof=1)) if self.n > 1 else None
 
     def text(self, digits: int = 4) -> str:
+        mark = " †" if self.failed else ""  # explained in the verdict and the sources
         if self.mean is None:
-            return "–"
-        return f"{self.mean:.{digits}f}" + (f" ± {self.std:.{digits}f}" if self.std is not None else "")
-
-
-def config_columns(rows: pd.DataFrame) -> list[str]:
-    """The config keys (dotted names) present in `rows`, except the seed: what replicas must share."""
-    from modsar.config import all_keys
-
-    return [k for k in all_keys() if k in rows and k != "seed"]
+            return "–" + mark
+        return f"{self.mean:.{digits}f}" + (f" ± {self.std:.{digits}f}" if self.std is not None else "") + mark
 
 
 def _replica_cell(group: pd.DataFrame, column: str, kind: str, key: tuple[str, str, str]) -> Cell:
     """One cell from rows that must be replicas: one experiment, one config except the seed, distinct seeds."""
-    dataset, space, task = key
-    where = f"{dataset} / {space} / {task.upper()}"
+    where = f"{key[0]} / {key[1]} / {key[2].upper()}"
     experiments = sorted(group["experiment"].unique())
     if len(experiments) > 1:
         raise ModsarError(f"{where}: rows of experiments {', '.join(experiments)} would share one cell; report them "
@@ -79,31 +78,38 @@ def _replica_cell(group: pd.DataFrame, column: str, kind: str, key: tuple[str, s
         raise ModsarError(f"{where}: experiment {experiments[0]} has {len(group)} selected rows "
                           f"({', '.join(sorted(group['trial_id']))}); run its `modsar search ... --resume` to "
                           "select again")
-    differ = [k for k in config_columns(group) if group[k].astype(str).nunique() > 1]
-    if differ:
+    if differ := differing_keys(group):
         raise ModsarError(f"{where}: the {kind} of experiment {experiments[0]} are not replicas (they differ in "
                           f"{', '.join(differ[:5])}); they cannot form one cell")
     seeds = group["seed"].astype(int)
     if seeds.duplicated().any():
         raise ModsarError(f"{where}: experiment {experiments[0]} has two {kind} rows for seed "
                           f"{int(seeds[seeds.duplicated()].iloc[0])}; remove one")
-    ordered = group.assign(seed=seeds).sort_values("seed")
-    return Cell({int(s): float(v) for s, v in zip(ordered["seed"], ordered[column], strict=True)}, experiments[0],
-                list(ordered["trial_id"]), kind)
+    done = group[group["status"].isin(DONE) & group[column].notna()].assign(seed=seeds).sort_values("seed")
+    return Cell({int(s): float(v) for s, v in zip(done["seed"], done[column], strict=True)}, experiments[0],
+                list(done["trial_id"]), kind, sorted(set(group["trial_id"]) - set(done["trial_id"])))
 
 
 def collect(rows: pd.DataFrame, metric: str) -> dict[tuple[str, str, str], Cell]:
-    """(dataset, space, task) -> Cell of test `metric`: seed re-runs if present, else the selected trial."""
+    """(dataset, space, task) -> Cell of test `metric`: seed re-runs if present, else the selected trial.
+
+    Seed re-runs must be replicas of the selected trial; those that diverged or failed are counted in the
+    cell (`failed`), never silently dropped."""
     column = f"test.{metric}"
     cells: dict[tuple[str, str, str], Cell] = {}
     if column not in rows:
         return cells
-    done = rows[rows["status"].isin(["finished", "stopped"]) & rows[column].notna()]
-    seeds = done[done["role"] == "seed"]
-    selected = done[(done["role"] == "search") & done["selected"].astype(bool)]
-    for source, kind in ((selected, "selected"), (seeds, "seed re-runs")):  # seed re-runs replace the selected
-        for key, group in source.groupby(["dataset", "space", "task"]):
-            cells[key] = _replica_cell(group, column, kind, key)
+    selected = rows[(rows["role"] == "search") & rows["selected"].astype(bool) & rows["status"].isin(DONE)
+                    & rows[column].notna()]
+    for key, group in selected.groupby(KEY):
+        cells[key] = _replica_cell(group, column, "selected", key)
+    for key, group in rows[rows["role"] == "seed"].groupby(KEY):
+        chosen = selected[(selected[KEY] == pd.Series(key, index=KEY)).all(axis=1)]
+        if len(chosen) and (differ := differing_keys(pd.concat([chosen, group]))):
+            raise ModsarError(f"{' / '.join(key[:2])} / {key[2].upper()}: the seed re-runs of experiment "
+                              f"{group['experiment'].iloc[0]} are not of its selected configuration (they differ "
+                              f"in {', '.join(differ[:5])}); run its `modsar search ... --resume --seeds K` again")
+        cells[key] = _replica_cell(group, column, "seed re-runs", key)
     return cells
 
 
@@ -293,8 +299,13 @@ def verdicts(rows: pd.DataFrame, cells: dict, datasets: list[str], spaces: list[
         pairs = [(s, cells.get(metric, {}).get((dataset, s, "ae")), cells.get(metric, {}).get((dataset, s, "ar")))
                  for s in spaces]
         pairs = [(s, ae, ar) for s, ae, ar in pairs if ae and ar and ae.mean is not None and ar.mean is not None]
+        failed = [f"{s} {t.upper()} {len(c.failed)} of {c.n + len(c.failed)}"
+                  for (d, s, t), c in sorted(cells.get(metric, {}).items()) if d == dataset and c.failed]
+        failed_text = ("; † seed re-runs that diverged or failed have no value in their cell: " + ", ".join(failed)
+                       if failed else "")
         if not pairs:
-            lines.append(f"{dataset}: no design choice has both an AE and an AR result on test {short(metric)}")
+            lines.append(f"{dataset}: no design choice has both an AE and an AR result on test {short(metric)}"
+                         + failed_text)
             continue
         ar_wins = sum(ar.mean > ae.mean for _, ae, ar in pairs)
         best_ae, best_ar = max(ae.mean for _, ae, _ in pairs), max(ar.mean for _, _, ar in pairs)
@@ -314,7 +325,7 @@ def verdicts(rows: pd.DataFrame, cells: dict, datasets: list[str], spaces: list[
                      f"{100 * best_ar / best:.0f}% and best AE {100 * best_ae / best:.0f}%")
         lines.append(f"{dataset}: {winner} wins on test {short(metric)}: best AR {best_ar:.4f} vs best AE "
                      f"{best_ae:.4f}{gain_text}; AR ahead in {ar_wins} of {len(pairs)} design choices; "
-                     f"{trials} search trials, {seeds} seed(s) per cell{best_text}{unfinished_text}")
+                     f"{trials} search trials, {seeds} seed(s) per cell{best_text}{unfinished_text}{failed_text}")
     return lines
 
 
@@ -405,14 +416,38 @@ class Report:
     spaces: list[str]
 
 
+# Columns that must agree between experiments whose numbers share a table: how targets were ranked, and
+# which data (file hashes and preprocessing) they were ranked on.
+PROTOCOL = ("eval.filter_seen", "eval.sampled_negatives", "eval.sample_seed", "dataset_sha256",
+            "dataset_preprocessing")
+
+
 def build_reports(rows: pd.DataFrame, metrics: list[str] | None = None, headline: str = "ndcg@10") -> list[Report]:
-    """One Report for all rows, or one per experiment when two experiments cover the same (dataset, space)."""
+    """One Report for all rows, or one per experiment when experiments cannot share tables: two cover the same
+    (dataset, space), or two on one dataset were ranked differently or on different data (PROTOCOL)."""
     if not len(rows):
         raise ModsarError("no trial rows to report on; run `modsar search` first or check --results/--experiment")
-    overlap = rows.groupby(["dataset", "space"])["experiment"].nunique()
-    if (overlap > 1).any():
-        return [_build(group, metrics, headline, experiment) for experiment, group in rows.groupby("experiment")]
-    return [_build(rows, metrics, headline, None)]
+    reason = _why_separate(rows)
+    if reason is None:
+        return [_build(rows, metrics, headline, None)]
+    reports = [_build(group, metrics, headline, experiment) for experiment, group in rows.groupby("experiment")]
+    reports[0].verdicts.insert(0, f"each experiment is reported on its own: {reason}")
+    return reports
+
+
+def _why_separate(rows: pd.DataFrame) -> str | None:
+    """Why these rows' experiments must not share tables (None: they may, as the paper's tables do)."""
+    for (dataset, space), group in rows.groupby(["dataset", "space"]):
+        if group["experiment"].nunique() > 1:
+            names = ", ".join(sorted(group["experiment"].unique()))
+            return f"{names} all cover {dataset} / {space}"
+    for dataset, group in rows.groupby("dataset"):
+        for column in (c for c in PROTOCOL if c in group):
+            values = group.groupby("experiment")[column].agg(lambda v: tuple(sorted(v.astype(str).unique())))
+            if values.nunique() > 1:
+                shown = "; ".join(f"{e}: {', '.join(v)}" for e, v in values.items())
+                return f"on {dataset} they differ in {column} ({shown})"
+    return None
 
 
 def _build(rows: pd.DataFrame, metrics: list[str] | None, headline: str, experiment: str | None) -> Report:
@@ -446,8 +481,9 @@ def sources_table(reports: list[Report], headline: str) -> Table:
     body = []
     for report in reports:
         for (dataset, space, task), cell in sorted(report.cells.get(headline, {}).items()):
+            failed = f"; no value (diverged or failed): {' '.join(cell.failed)}" if cell.failed else ""
             body.append([Styled(cell.experiment), Styled(dataset), Styled(space), Styled(task.upper()),
-                         Styled(cell.kind), Styled(" ".join(cell.trials)),
+                         Styled(cell.kind + failed), Styled(" ".join(cell.trials)),
                          Styled(" ".join(str(s) for s in cell.values))])
     header = [["Experiment", "Dataset", "Space", "Task", "Rows", "Trial ids", "Seeds"]]
     return Table("Sources", header, body)

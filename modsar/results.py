@@ -70,6 +70,13 @@ def trial_facts(result) -> dict[str, Any]:
             "curve": json.dumps([[h["epoch"], h[f"valid.{result.monitor}"]] for h in result.history])}
 
 
+def differing_keys(rows) -> list[str]:
+    """Config keys (dotted names) on which the rows of a DataFrame disagree, the seed aside: rows are
+    replicas of one configuration when this is empty."""
+    keys = [k for k in Config().flat() if k in rows and k != "seed"]
+    return [k for k in keys if rows[k].astype(str).nunique() > 1]
+
+
 def _filesystem(root: str) -> tuple[pafs.FileSystem, str]:
     if "://" in root:
         return pafs.FileSystem.from_uri(root)

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pyarrow.fs as pafs
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler
@@ -35,7 +36,7 @@ from ray.tune.search import ConcurrencyLimiter
 from modsar.config import Config, apply_overrides, parse_override
 from modsar.data.store import data_root, load_dataset
 from modsar.errors import ModsarError
-from modsar.results import read_rows, remove_partial_rows, result_row, write_row
+from modsar.results import differing_keys, read_rows, remove_partial_rows, result_row, write_row
 from modsar.space_check import SpaceCheck, check_space, dataset_sizes
 from modsar.spaces import SearchSpace, load_space
 
@@ -559,8 +560,10 @@ def run_search(req: SearchRequest) -> dict[str, Any]:
     selected = select_and_test(plan)
     if req.seeds:
         rerun_seeds(plan, selected)
-    return {"experiment": req.experiment_name, "trials": trials, "errors": errors, "selected": selected,
-            "wall_time_s": time.perf_counter() - started, "results": storage}
+    rows = read_rows(_rows_dir(plan), req.experiment_name)
+    diverged = int((rows["status"] == "diverged").sum()) if len(rows) else 0
+    return {"experiment": req.experiment_name, "trials": trials, "errors": errors, "diverged": diverged,
+            "selected": selected, "wall_time_s": time.perf_counter() - started, "results": storage}
 
 
 def _rewrite(plan: Plan, row: dict[str, Any]) -> None:
@@ -580,17 +583,22 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
     from modsar.evaluate import evaluate, model_scorer
     from modsar.train import load_checkpoint
 
-    rows = read_rows(_rows_dir(plan), plan.request.experiment_name)
+    every = read_rows(_rows_dir(plan), plan.request.experiment_name)
     column = f"valid.{plan.monitor}"
-    if not len(rows) or column not in rows:
+    if not len(every) or column not in every:
         return {}
-    rows = rows[rows["role"] == "search"]
+    rows = every[every["role"] == "search"]
     candidates = rows[rows["status"].isin(["finished", "stopped"]) & rows[column].notna()]
     winners = {task: group.sort_values([column, "trial_id"], ascending=[False, True]).iloc[0].to_dict()
                for task, group in candidates.groupby("task")}
     for earlier in rows[rows["selected"].astype(bool)].to_dict("records"):  # unmark before marking: a crash
         earlier.update({k: None for k in earlier if k.startswith("test.")}, selected=False)  # leaves none
         _rewrite(plan, earlier)
+    for task, seeds in every[every["role"] == "seed"].groupby("task"):  # re-runs of an earlier winner
+        winner = rows[rows["trial_id"] == winners[task]["trial_id"]] if task in winners else rows.iloc[:0]
+        for seed_row in seeds.to_dict("records"):
+            if not len(winner) or differing_keys(pd.concat([winner, pd.DataFrame([seed_row])])):
+                _rewrite(plan, {**seed_row, "role": "superseded"})  # kept, but no report cell uses it
     if not winners:
         return {}
     data = load_dataset(plan.request.dataset, plan.request.data_dir)
@@ -640,7 +648,11 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
         for p in plan.space.params:  # the selected trial's own sampled values, conditions included
             if p.active(sampled):
                 sampled[p.key] = row[p.key].item() if hasattr(row[p.key], "item") else row[p.key]
-        points += [{**sampled, "seed": s} for s in range(plan.request.seeds)]
+        task = sampled.get("task", plan.base["task"])
+        done = set(rows[(rows["role"] == "seed") & (rows["task"] == task)]["seed"]) if "role" in rows else set()
+        points += [{**sampled, "seed": s} for s in range(plan.request.seeds) if s not in done]  # resumed: the rest
+    if not points:
+        return
     storage = _storage(plan)
     tuner = tune.Tuner(make_trainable(plan, test=True), param_space={"point": tune.grid_search(points)},
                        tune_config=tune.TuneConfig(metric=f"best.{plan.monitor}", mode="max"),

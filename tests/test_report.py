@@ -15,11 +15,11 @@ from modsar.results import write_row
 
 def row(trial, dataset, space, task, ndcg10, *, seed=0, role="search", selected=True, status="finished",
         experiment=None, **config):
-    metrics = {f"test.{m}": (ndcg10 if m == "ndcg@10" else ndcg10 / 2)
+    metrics = {f"test.{m}": (ndcg10 if m == "ndcg@10" or ndcg10 is None else ndcg10 / 2)
                for m in ("recall@5", "recall@10", "recall@20", "ndcg@5", "ndcg@10", "ndcg@20")}
     return {"experiment": experiment or f"{space}-{dataset}", "trial_id": trial, "dataset": dataset, "space": space, "task": task,
             "seed": seed, "role": role, "selected": selected, "status": status,
-            "valid.ndcg@10": ndcg10, "curve": json.dumps([[1, ndcg10 / 2], [2, ndcg10]]), "model.num_heads": 1, **metrics,
+            "valid.ndcg@10": ndcg10, "curve": json.dumps([[1, ndcg10], [2, ndcg10]]), "model.num_heads": 1, **metrics,
             **config}
 
 
@@ -194,3 +194,46 @@ def test_verdict_states_the_fraction_of_a_planted_optimum(tmp_path, capsys):
     write_row(root, row("ar", "synthetic", "quickstart", "ar", 0.60, **{**known, "eval.filter_seen": "history"}))
     assert main(["report", "--results", root]) == 0  # the optimum holds for unfiltered ranking only
     assert "Bayes-optimal" not in capsys.readouterr().out
+
+
+def test_experiments_ranked_differently_do_not_share_a_table(tmp_path, capsys):
+    root = str(tmp_path / "results")
+    for trial, space, task, value, policy in (("a1", "loss_ce", "ae", 0.30, "none"), ("a2", "loss_ce", "ar", 0.40, "none"),
+                                              ("c1", "local_attn", "ae", 0.20, "history"),
+                                              ("c2", "local_attn", "ar", 0.90, "history")):
+        write_row(root, row(trial, "video", space, task, value, **{"eval.filter_seen": policy}))
+    assert main(["report", "--results", root]) == 0
+    text = capsys.readouterr().out
+    assert "local_attn-video: Table 5" in text and "loss_ce-video: Table 5" in text
+    assert ("each experiment is reported on its own: on video they differ in eval.filter_seen "
+            "(local_attn-video: history; loss_ce-video: none)") in text
+    assert "+125.00%" not in text  # best AR of one protocol over best AE of the other: never computed
+
+
+def test_failed_seed_reruns_are_marked_not_hidden(tmp_path, capsys):
+    root = str(tmp_path / "results")
+    write_row(root, row("ae", "video", "vanilla", "ae", 0.30))
+    write_row(root, row("ar", "video", "vanilla", "ar", 0.40))
+    for s, status in enumerate(("finished", "diverged", "finished")):
+        write_row(root, row(f"sae{s}", "video", "vanilla", "ae", 0.30, seed=s, role="seed", selected=False))
+        write_row(root, row(f"sar{s}", "video", "vanilla", "ar", 0.50 if status == "finished" else None, seed=s,
+                            role="seed", selected=False, status=status))
+    assert main(["report", "--results", root]) == 0
+    text = capsys.readouterr().out
+    n10 = next(r for r in md_table(text, "Table 4: vanilla AE vs AR") if r[1] == "N@10")
+    assert n10[3] == "<u>0.5000 ± 0.0000 †</u>"
+    assert "2 seed(s) per cell" not in text and "seed re-runs that diverged or failed have no value in their " \
+        "cell: vanilla AR 1 of 3" in text
+    sources = {r[3]: r for r in md_table(text, "Sources")}
+    assert sources["AR"][4] == "seed re-runs; no value (diverged or failed): sar1" and sources["AR"][6] == "0 2"
+
+
+def test_seed_reruns_of_another_config_than_the_selected_are_refused(tmp_path, capsys):
+    root = str(tmp_path / "results")
+    write_row(root, row("ar", "video", "vanilla", "ar", 0.40, **{"train.lr": 0.01}))  # selected after a resume
+    for s in range(2):  # re-runs of the earlier winner (lr 0.003)
+        write_row(root, row(f"sar{s}", "video", "vanilla", "ar", 0.5, seed=s, role="seed", selected=False,
+                            **{"train.lr": 0.003}))
+    assert main(["report", "--results", root]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not of its selected configuration (they differ in train.lr)" in err[0]

@@ -96,6 +96,26 @@ def test_seed_reruns_on_a_uri_store(local_ray, data_dir, tmp_path):
     ar = seed_rows[seed_rows["task"] == "ar"].sort_values("seed")
     assert ar["test.ndcg@10"].iloc[0] != ar["test.ndcg@10"].iloc[1]  # different seeds, different runs
 
+    # --resume with more seeds trains only the missing ones; the report reads one cell of 3 seeds per task
+    assert search("--space", str(SPACES / "seeds.yaml"), "--dataset", "synthetic", "--results", uri,
+                  "--experiment", "s", "--seeds", "3", "--cpus-per-trial", "2", "--resume") == 0
+    again = read_rows(uri, "s")
+    seed_rows = again[again["role"] == "seed"]
+    assert sorted(zip(seed_rows["task"], seed_rows["seed"], strict=True)) == [
+        ("ae", 0), ("ae", 1), ("ae", 2), ("ar", 0), ("ar", 1), ("ar", 2)]
+    assert set(ar["trial_id"]) <= set(seed_rows["trial_id"])  # seeds 0 and 1 were not trained again
+
+    # A seed re-run of another configuration (an earlier winner) is superseded when the selection is redone
+    from modsar.results import write_row
+    from modsar.search import SearchRequest, make_plan, select_and_test
+
+    stale = {**ar.iloc[0].to_dict(), "trial_id": "old-winner-seed0", "train.lr": 0.5}
+    write_row(uri, stale)
+    select_and_test(make_plan(SearchRequest(space=str(SPACES / "seeds.yaml"), dataset="synthetic", results=uri,
+                                            experiment="s")))
+    roles = read_rows(uri, "s").set_index("trial_id")["role"]
+    assert roles["old-winner-seed0"] == "superseded" and (roles[list(seed_rows["trial_id"])] == "seed").all()
+
 
 def test_trial_error_is_recorded_and_search_completes(local_ray, data_dir, tmp_path):
     out = tmp_path / "results"
@@ -107,10 +127,11 @@ def test_trial_error_is_recorded_and_search_completes(local_ray, data_dir, tmp_p
     assert "cuda" in rows.loc["cuda:9", "error"].lower()
 
 
-def test_diverged_trial_is_recorded_never_selected(local_ray, data_dir, tmp_path):
+def test_diverged_trial_is_recorded_never_selected(local_ray, data_dir, tmp_path, capsys):
     out = tmp_path / "results"
     assert search("--space", str(SPACES / "diverge.yaml"), "--dataset", "synthetic", "--results", str(out),
                   "--experiment", "d", "--max-failures", "2") == 0
+    assert "2 trials (0 errors, 1 diverged)" in capsys.readouterr().out
     rows = read_rows(str(out), "d").set_index("train.lr")
     diverged = rows.loc[1e30]
     assert diverged["status"] == "diverged" and "loss became nan at epoch 1" in diverged["error"]
