@@ -17,6 +17,8 @@ import yaml
 
 from modsar.errors import ModsarError
 
+FLOAT32_MAX = 3.4028234663852886e38
+
 
 def choice(default: Any, *allowed: Any) -> Any:
     """A field whose value must be one of `allowed` (checked in `validate`)."""
@@ -228,17 +230,12 @@ def validate(cfg: Config, where: str = "config") -> None:
     def bad(msg: str) -> None:
         raise ModsarError(f"{where}: {msg}")
 
-    for key, value in cfg.flat().items():  # YAML reads .nan and .inf as floats
-        if isinstance(value, float) and not math.isfinite(value):
-            bad(f"'{key}' must be a finite number; got {value}")
-    if m.backbone == "modular":
-        if m.positional in ("rope", "relative"):
-            bad(f"'model.positional={m.positional}' exists only in HF backbones (llama, transfo_xl); the modular "
-                "backbone has learned, sinusoidal or none")
-    else:
-        from hf_plugins import check_config
-
-        check_config(cfg, bad)
+    for key, value in cfg.flat().items():  # YAML reads .nan and .inf as floats; torch keeps them in float32
+        if isinstance(value, float) and not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
+            bad(f"'{key}' must be a finite number of float32 range; got {value}")
+    for key, value in (("seed", cfg.seed), ("eval.sample_seed", cfg.eval.sample_seed)):
+        if not 0 <= value < 2**32:  # numpy and torch seeds are unsigned 32-bit
+            bad(f"'{key}' must be between 0 and 2**32 - 1; got {value}")
     for key, value in [("model.hidden_size", m.hidden_size), ("model.num_layers", m.num_layers),
                        ("model.num_heads", m.num_heads), ("data.batch_size", cfg.data.batch_size),
                        ("data.eval_batch_size", cfg.data.eval_batch_size), ("train.max_epochs", cfg.train.max_epochs),
@@ -247,6 +244,14 @@ def validate(cfg: Config, where: str = "config") -> None:
             bad(f"'{key}' must be >= 1; got {value}")
     if m.hidden_size % m.num_heads:
         bad(f"'model.hidden_size' ({m.hidden_size}) must be divisible by 'model.num_heads' ({m.num_heads})")
+    if m.backbone == "modular":
+        if m.positional in ("rope", "relative"):
+            bad(f"'model.positional={m.positional}' exists only in HF backbones (llama, transfo_xl); the modular "
+                "backbone has learned, sinusoidal or none")
+    else:
+        from hf_plugins import check_config
+
+        check_config(cfg, bad)
     if not 0 <= m.local_heads <= m.num_heads:
         bad(f"'model.local_heads' must be between 0 and model.num_heads ({m.num_heads}); got {m.local_heads}")
     if m.local_window < 0:
@@ -283,3 +288,10 @@ def validate(cfg: Config, where: str = "config") -> None:
         bad(f"'train.monitor' must be a metric at one of eval.ks, e.g. ndcg@10; got {cfg.train.monitor!r}")
     if cfg.eval.sampled_negatives < 0:
         bad(f"'eval.sampled_negatives' must be >= 0; got {cfg.eval.sampled_negatives}")
+
+
+def validate_for_dataset(cfg: Config, num_items: int, where: str = "config") -> None:
+    """Checks that need the dataset's size: the same rule for `modsar train` and a search's space check."""
+    if cfg.eval.sampled_negatives >= num_items:
+        raise ModsarError(f"{where}: 'eval.sampled_negatives' ({cfg.eval.sampled_negatives}) must be below the "
+                          f"number of items ({num_items}); use 0 for full ranking")

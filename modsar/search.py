@@ -119,6 +119,8 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
     if search not in ("grid", "random", "optuna"):
         raise ModsarError(f"--search must be grid, random or optuna; got {search!r}")
     default_samples = budget.get("num_samples") if search == budget.get("search", "grid") else None
+    if req.num_samples is not None and req.num_samples < 1:
+        raise ModsarError(f"--num-samples must be >= 1; got {req.num_samples}")
     num_samples = req.num_samples or default_samples or (1 if search == "grid" else 16)
     evals = max(1, math.ceil(cfg.train.max_epochs / cfg.train.eval_every))
     max_t = req.max_t or min(space.scheduler.get("max_t", evals), evals)

@@ -16,11 +16,10 @@ from typing import Any
 
 import torch
 
-from modsar.config import Config, apply_overrides
+from modsar.config import Config, apply_overrides, validate_for_dataset
 from modsar.errors import ModsarError
-from modsar.spaces import SearchSpace
+from modsar.spaces import SearchSpace, grid_size_by_task
 
-MAX_LISTED = 25  # problems listed one per line; the rest are counted
 PLACEHOLDER_SIZES = {"num_items": 100, "num_users": 100}  # model sizes when no dataset is named
 # Probabilities that shape no module (their ranges are checked by config.validate): one model build serves
 # every value, so a 1,600-point space builds a few dozen models, not 1,600.
@@ -33,7 +32,7 @@ class SpaceCheck:
     search: str
     trials: dict[str, int]  # trials per direction (task) the search would run
     checked: int  # configurations validated
-    problems: list[str] = field(default_factory=list)  # one line each: "key=value, ...: what is wrong"
+    problems: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # what is wrong -> its points
     dataset: str | None = None
 
     @property
@@ -41,16 +40,20 @@ class SpaceCheck:
         return not self.problems
 
     def summary(self) -> str:
+        """One line when valid; else a head line and one line per distinct problem, with its points."""
         trials = ", ".join(f"{task.upper()} {n}" for task, n in sorted(self.trials.items()))
         on = f" on dataset {self.dataset}" if self.dataset else ""
         head = f"space '{self.space.name}' ({self.search} search: {trials} trials)"
         if self.ok:
             return f"{head}: all {self.checked} configurations are valid{on}"
-        listed = self.problems[:MAX_LISTED]
-        more = len(self.problems) - len(listed)
-        return "\n".join([f"{head}: {len(self.problems)} of {self.checked} configurations are invalid{on}; "
-                          "nothing was run:", *(f"  {p}" for p in listed),
-                          *([f"  ... and {more} more"] if more else [])])
+        invalid = sum(len(points) for points in self.problems.values())
+        lines = [f"{head}: {invalid} of {self.checked} configurations are invalid{on}; nothing was run:"]
+        for problem, points in self.problems.items():
+            shared = {k: v for k, v in points[0].items() if all(k in p and p[k] == v for p in points)}
+            which = (f"{len(points)} configurations with {_label(shared)}" if len(points) > 1 and shared else
+                     f"{len(points)} configurations, e.g. {_label(points[0])}" if len(points) > 1 else _label(points[0]))
+            lines.append(f"  {which}: {problem}")
+        return "\n".join(lines)
 
     def raise_if_invalid(self) -> None:
         if not self.ok:
@@ -63,20 +66,21 @@ def dataset_sizes(manifest: dict) -> dict[str, int]:
     return {"num_items": stats["items"], "num_users": stats["users"], "max_len": manifest["max_len"]}
 
 
+SMALL_RANGE = 32  # a randint range this small is checked value by value, a larger one at its bounds
+
+
 def check_points(space: SearchSpace) -> list[dict[str, Any]]:
-    """The conditional product of the categorical values and the bounds of the continuous parameters
-    (randint: low and high - 1). For a grid space this is exactly its grid."""
-    points: list[dict[str, Any]] = [{}]
-    for p in space.params:
+    """What random/Optuna can sample, as far as it can be enumerated: every categorical combination, each
+    continuous parameter at its bounds, a small randint range at every value. For a grid space: its grid."""
+    def values(p) -> list:
         if p.categorical:
-            values = p.values
-        elif p.kind == "randint":
-            values = [p.values[0], p.values[1] - 1]
-        else:
-            values = [float(p.values[0]), float(p.values[1])]
-        points = [new for point in points
-                  for new in ([{**point, p.key: v} for v in values] if p.active(point) else [point])]
-    return points
+            return p.values
+        if p.kind == "randint":
+            low, high = p.values
+            return list(range(low, high)) if high - low <= SMALL_RANGE else [low, high - 1]
+        return [float(p.values[0]), float(p.values[1])]
+
+    return space.points(values)
 
 
 def _label(point: dict[str, Any]) -> str:
@@ -90,35 +94,27 @@ def check_space(space: SearchSpace, base: dict[str, Any], search: str, num_sampl
     `sizes` (num_items, num_users, max_len of the dataset) makes the model checks exact; without it the
     model is built at placeholder sizes."""
     if search == "grid":
-        grid = space.grid_points()  # refuses continuous params with a clear message
-        points = grid
-        trials: dict[str, int] = {}
-        for point in grid:
-            task = point.get("task", base.get("task", "ar"))
-            trials[task] = trials.get(task, 0) + num_samples
+        points = space.grid_points()  # refuses continuous params with a clear message
+        trials = {task: n * num_samples for task, n in grid_size_by_task(space).items()}
     else:
         points = check_points(space)
         trials = {task: num_samples for task in space.tasks()}
-    problems: list[str] = []
+    problems: dict[str, list[str]] = {}
     built: dict[str, str | None] = {}  # model config -> why it cannot be built (None: it can)
     for point in points:
         label = _label(point)
         try:
             cfg = apply_overrides(Config.from_dict(base), space.expand(point), label)
+            validate_for_dataset(cfg, (sizes or PLACEHOLDER_SIZES)["num_items"], label)
         except ModsarError as exc:
-            problems.append(str(exc))
-            continue
-        num_items = (sizes or PLACEHOLDER_SIZES)["num_items"]
-        if cfg.eval.sampled_negatives >= num_items:
-            problems.append(f"{label}: 'eval.sampled_negatives' ({cfg.eval.sampled_negatives}) must be below the "
-                            f"number of items ({num_items})")
+            problems.setdefault(str(exc).removeprefix(f"{label}: "), []).append(point)
             continue
         shape = {k: v for k, v in cfg.model.__dict__.items() if k not in RATES}
         model_key = json.dumps([cfg.task, cfg.data.max_len, shape], sort_keys=True)
         if model_key not in built:
             built[model_key] = _build_problem(cfg, sizes)
         if built[model_key]:
-            problems.append(f"{label}: {built[model_key]}")
+            problems.setdefault(built[model_key], []).append(point)
     return SpaceCheck(space, search, trials, len(points), problems, dataset)
 
 

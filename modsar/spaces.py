@@ -22,6 +22,7 @@ keeps the base/default value. Grid search enumerates the conditional product exa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,18 +93,25 @@ class SearchSpace:
         return SearchSpace(self.name, self.path, self.description, self.paper, self.base, params, self.scheduler,
                            self.budget)
 
-    def grid_points(self) -> list[dict[str, Any]]:
-        """Every point of the conditional grid, in a stable order."""
+    def points(self, values_of: Callable[[Param], list]) -> list[dict[str, Any]]:
+        """The conditional product of `values_of(param)` over the params, in a stable order: a param whose
+        `when` does not hold at a point is left out of it (no point is produced twice)."""
         points: list[dict[str, Any]] = [{}]
         for p in self.params:
+            values = values_of(p)
+            points = [new for point in points
+                      for new in ([{**point, p.key: v} for v in values] if p.active(point) else [point])]
+        return points
+
+    def grid_points(self) -> list[dict[str, Any]]:
+        """Every point of the conditional grid, in a stable order."""
+        def values(p: Param) -> list:
             if not p.categorical:
                 raise ModsarError(f"space '{self.name}': grid search needs grid/choice params, but '{p.key}' is "
                                   f"{p.kind}; use --search random or --search optuna")
-            nxt = []
-            for point in points:
-                nxt += [{**point, p.key: v} for v in p.values] if p.active(point) else [point]
-            points = nxt
-        return points
+            return p.values
+
+        return self.points(values)
 
     def suggest(self, trial) -> dict[str, Any]:
         """Optuna define-by-run: sample the params in file order, honouring conditions."""
@@ -189,6 +197,9 @@ def parse_space(data: Any, name: str, path: str) -> SearchSpace:
         _fail(where, "'params' is empty: a search space needs at least one searched key")
     params = [_parse_param(where, key, spec) for key, spec in params_raw.items()]
     keys = [p.key for p in params]
+    if any(p.key == "task" and p.when for p in params):
+        _fail(f"{where}: params.task", "the AE/AR switch cannot have a 'when' condition (each direction is searched "
+              "on its own); list the tasks in its grid")
     for p in params:
         for cond_key, allowed in p.when.items():
             if cond_key not in keys or keys.index(cond_key) >= keys.index(p.key):

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from modsar.config import Config
+from modsar.config import Config, validate_for_dataset
 from modsar.data.batches import TrainBatches
 from modsar.data.split import LeaveOneOut
 from modsar.data.store import StoredDataset, load_dataset
@@ -159,7 +159,13 @@ def train_epoch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batche
         loss.backward()
         if cfg.train.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
-        optimizer.step()
+        try:
+            optimizer.step()
+        except RuntimeError as exc:  # e.g. lr 3e38 / bias correction: the update itself overflows float32
+            if "overflow" not in str(exc):
+                raise
+            raise TrainingDiverged(f"the optimizer step overflowed at epoch {epoch} ({exc}); lower train.lr or "
+                                   "train.weight_decay") from None
         total, count = total + loss.item(), count + 1
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -189,6 +195,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     seed_everything(cfg.seed)
     dataset = dataset or load_dataset(cfg.dataset, data_root)
     split = LeaveOneOut.from_log(dataset.user, dataset.item, dataset.num_users, dataset.num_items)
+    validate_for_dataset(cfg, dataset.num_items, "config")
     if not len(split.eval_users):
         raise ModsarError(f"dataset '{cfg.dataset}' has no user with 3+ interactions: nothing to validate or test")
     max_len = cfg.data.max_len or dataset.default_max_len

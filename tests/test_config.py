@@ -44,6 +44,9 @@ def test_yaml_nested_and_dotted(tmp_path):
     ("train.lr=.inf", "'train.lr' must be a finite number"),
     ("model.attn_dropout=.nan", "'model.attn_dropout' must be a finite number"),
     ("model.item_sse_prob=1.0", "'model.item_sse_prob' must be in [0, 1)"),
+    ("seed=-1", "'seed' must be between 0 and 2**32 - 1; got -1"),
+    ("eval.sample_seed=4294967296", "'eval.sample_seed' must be between 0 and 2**32 - 1"),
+    ("train.weight_decay=1e39", "'train.weight_decay' must be a finite number of float32 range"),
 ])
 def test_bad_values_name_the_key(override, message):
     with pytest.raises(ModsarError, match=re.escape(message)):
@@ -61,3 +64,8 @@ def test_bad_yaml_file(tmp_path):
         load_config(binary)
     with pytest.raises(ModsarError, match="unknown key '1'"):
         load_config(write(tmp_path / "k.yaml", "1: 2\n"))
+
+
+def test_rope_backbones_need_an_even_head_size():
+    with pytest.raises(ModsarError, match=r"head size hidden_size / num_heads = 3 must be even"):
+        load_config(None, ["model.backbone=llama", "model.dropout=0", "model.hidden_size=12", "model.num_heads=4"])

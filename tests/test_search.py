@@ -145,11 +145,38 @@ def test_invalid_space_is_refused_before_ray_with_every_problem(tmp_path, capsys
     assert main(["search", "--space", str(SPACES / "mixed.yaml"), "--dataset", "synthetic", "--results",
                  str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert "10 of 16 configurations are invalid" in err[0] and len(err) == 11
-    assert ("  task=ar, model.backbone=llama, model.num_heads=1, model.local_heads=1, model.dropout=0.0: "
-            "'model.local_heads' (local window heads) exists only in the modular backbone, not in llama") in err
-    assert sum("must be divisible by 'model.num_heads' (3)" in line for line in err) == 6
+    assert err == [
+        "modsar: error: space 'mixed' (grid search: AE 8, AR 8 trials): 10 of 16 configurations are invalid on "
+        "dataset synthetic; nothing was run:",
+        "  8 configurations with model.num_heads=3, model.dropout=0.0: 'model.hidden_size' (16) must be divisible "
+        "by 'model.num_heads' (3)",
+        "  2 configurations with model.backbone=llama, model.num_heads=1, model.local_heads=1, model.dropout=0.0: "
+        "'model.local_heads' (local window heads) exists only in the modular backbone, not in llama"]
     assert not out.exists()
+
+
+@pytest.mark.parametrize("body,search,message", [
+    ("  model.num_heads: {randint: [1, 5]}\n", "random",  # 3 lies between the bounds: checked too
+     "  model.dropout=0.0, model.num_heads=3: 'model.hidden_size' (16) must be divisible by 'model.num_heads' (3)"),
+    ("  train.lr: {loguniform: [1.0e-4, 1.0e+39]}\n", "optuna",
+     "model.dropout=0.0, train.lr=1e+39: 'train.lr' must be a finite number of float32 range"),
+    ("  mask_prob: {uniform: [0.0, 0.5]}\n", "random", "mask_prob=0.0: 'mask_prob' must be in (0, 1)"),
+])
+def test_random_and_optuna_spaces_are_checked_at_bounds_and_small_ranges(tmp_path, capsys, body, search, message):
+    path = tmp_path / "s.yaml"
+    path.write_text("base: {model.hidden_size: 16}\nparams:\n  model.dropout: {grid: [0.0]}\n" + body)
+    assert main(["spaces", str(path), "--check", "--search", search]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "nothing was run" in err and "Traceback" not in err
+
+
+def test_task_with_a_condition_and_negative_samples_are_refused(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text("params:\n  model.dropout: {grid: [0.0, 0.1]}\n  task: {grid: [ae, ar], when: {model.dropout: 0.1}}\n")
+    assert main(["spaces", str(path), "--check"]) == 2
+    assert "the AE/AR switch cannot have a 'when' condition" in capsys.readouterr().err
+    assert main(["spaces", "quickstart", "--check", "--search", "random", "--num-samples", "-3"]) == 2
+    assert "--num-samples must be >= 1; got -3" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("space", sorted(p.stem for p in (Path(__file__).parent.parent / "search_spaces").glob("*.yaml")))

@@ -209,3 +209,15 @@ def test_cli_train_writes_a_diverged_row(monkeypatch, tmp_path, capsys):
     row = pq.read_table(next((out / "d" / "trials").glob("*.parquet"))).to_pylist()[0]
     assert row["status"] == "diverged" and "epoch 2" in row["error"]
     assert row["best_epoch"] == 1 and 0 < row["valid.ndcg@10"] <= 1 and "test.ndcg@10" not in row
+
+
+def test_an_overflowing_optimizer_step_is_divergence_not_a_crash():
+    with pytest.raises(TrainingDiverged, match="the optimizer step overflowed at epoch 1"):
+        run_trial(quick("train.lr=3e38"), progress=False)
+
+
+def test_more_sampled_negatives_than_items_is_refused():
+    from modsar.errors import ModsarError
+
+    with pytest.raises(ModsarError, match=r"'eval.sampled_negatives' \(300\) must be below the number of items"):
+        run_trial(quick("eval.sampled_negatives=300"), progress=False)
