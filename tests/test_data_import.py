@@ -36,6 +36,13 @@ def test_each_format_reads_and_is_detected(tmp_path, fmt):
         assert log.timestamp is not None and log.rating is not None
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_id(tmp_path):
+    path = tmp_path / "bom.txt"
+    path.write_bytes(b"\xef\xbb\xbf7 2\n7 3\n")
+    log, _ = read_interactions(path, "auto")
+    assert log.user.tolist() == [7, 7] and log.item.tolist() == [2, 3]
+
+
 def test_gz_is_read_transparently(tmp_path):
     path = tmp_path / "Video.txt.gz"
     path.write_bytes(gzip.compress(SAMPLES["pairs"][1].encode()))
@@ -91,6 +98,9 @@ def test_min_rating(tmp_path):
     ("ratings.csv", "userId,rating\n1,3\n", "auto", "missing column 'movieId'"),
     ("x.txt", "1 2\n", "parquet", "unknown format 'parquet'"),
     ("ts.dat", "1::2::3::yesterday\n", "ml-dat", "timestamp 'yesterday' is not a number"),
+    ("nan.dat", "1::2::3::5\n1::3::4::nan\n", "ml-dat", "nan.dat:2: timestamp 'nan' is not a finite number"),
+    ("inf.csv", "userId,movieId,rating\n1,2,inf\n", "auto", "inf.csv:2: rating 'inf' is not a finite number"),
+    ("huge.txt", "1 2\n1 99999999999999999999999\n", "pairs", "huge.txt:2: id '99999999999999999999999' does not fit"),
 ])
 def test_bad_files_raise_clear_errors(tmp_path, name, text, fmt, message):
     path = write(tmp_path / name, text)

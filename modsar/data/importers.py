@@ -58,7 +58,7 @@ def read_text(path: Path) -> str:
         raise ModsarError(f"source file '{path}' does not exist")
     try:
         raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-        return raw.decode("utf-8")
+        return raw.decode("utf-8-sig")  # a byte-order mark (spreadsheet exports) is not part of the first id
     except (OSError, EOFError) as exc:
         raise ModsarError(f"cannot read '{path}': {exc}") from None
     except UnicodeDecodeError as exc:
@@ -78,12 +78,15 @@ def _ints(path: Path, numbered: list[tuple[int, str]], id_tokens: list[list[str]
     """Convert `arrays` of id strings to int64; on failure name the first line whose `id_tokens` is bad."""
     try:
         return [np.asarray(a, dtype=np.int64) for a in arrays]
-    except ValueError:
+    except (ValueError, OverflowError):
         for (n, line), toks in zip(numbered, id_tokens, strict=True):
             for tok in toks:
                 if not tok.lstrip("-").isdigit():
                     raise ModsarError(f"{path}:{n}: id '{tok}' is not an integer id (line: {line.strip()[:60]!r}); "
                                       "use --format inter for string tokens") from None
+                if not -(2**63) <= int(tok) < 2**63:
+                    raise ModsarError(f"{path}:{n}: id '{tok[:30]}' does not fit in 64 bits (line: "
+                                      f"{line.strip()[:60]!r}); use --format inter to read ids as string tokens") from None
         raise
 
 
@@ -139,6 +142,9 @@ def _read_delimited(path: Path, numbered: list[tuple[int, str]], sep: str, colum
                 bad = next(i for i, v in enumerate(cols[name]) if not _is_float(v))
                 n = numbered[bad][0]
                 raise ModsarError(f"{path}:{n}: {name} '{cols[name][bad]}' is not a number") from None
+            if not np.isfinite(floats[name]).all():  # 'nan' and 'inf' parse, but order or filter nothing
+                bad = int(np.flatnonzero(~np.isfinite(floats[name]))[0])
+                raise ModsarError(f"{path}:{numbered[bad][0]}: {name} '{cols[name][bad]}' is not a finite number")
     return Interactions(user, item, floats.get("timestamp"), floats.get("rating"))
 
 
