@@ -130,7 +130,8 @@ class Probe:
 
     @torch.no_grad()
     def final_scores(self, inputs: torch.Tensor, sl: slice) -> torch.Tensor:
-        return model_scorer(self.model)(*self.batch(inputs, sl)).float()
+        """Scores for top-k reads; NaN becomes -inf, as in the evaluator (topk would put NaN first)."""
+        return model_scorer(self.model)(*self.batch(inputs, sl)).float().nan_to_num(nan=float("-inf"))
 
     def evaluate(self, scorer, which: str = "test") -> dict[str, float]:
         return evaluate(scorer, self.split, which, self.cfg.eval, self.cfg.task, self.max_len, 256, self.device)

@@ -111,3 +111,26 @@ def test_sampled_ce_equals_the_softmax_written_out(user_embedding, padding_free)
         assert (g is None) == (w is None)
         if g is not None:
             torch.testing.assert_close(g, w)
+
+
+def test_sampled_ce_never_builds_a_positions_by_negatives_by_d_tensor(monkeypatch):
+    """Every tensor sampled_ce creates is at most positions x K (or an embedding table): the (P, K, d) gather
+    of the old per-row path would show up as a 3-D float tensor with P * K * d elements."""
+    model = modular(user_embedding=True)
+    inputs, labels, users = batch()
+    hidden = model(inputs, users)
+    positions = int((labels > 0).sum())
+    largest = []
+
+    class Sizes(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor):
+                largest.append(out.numel())
+            return out
+
+    with Sizes():
+        training_loss(model, hidden, labels, users, LossConfig("sampled_ce", num_negatives=K), True,
+                      generator=torch.Generator().manual_seed(5))
+    assert largest and max(largest) <= max(positions * (K + 1), model.item_emb.weight.numel())
+    assert positions * K * 16 > 2 * max(largest)  # the old path's tensor would have been far larger
