@@ -297,9 +297,6 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
         epochs.close()
     if first_epoch > cfg.train.max_epochs and on_eval is not None:  # resumed after its final epoch: say it ended
         on_eval(best_epoch, best_valid, False, None, facts(True, history[-1]["loss"]))
-    if best_state is None:
-        raise TrainingDiverged("no validation pass ran", outcome({}))
-
     test = {}
     if evaluate_test:
         model.load_state_dict(best_state)

@@ -28,6 +28,7 @@ from modsar.data import synthetic
 from modsar.data.importers import Interactions, read_interactions
 from modsar.data.prepare import PreparedLog, PrepareOptions, prepare_log, statistics
 from modsar.data.registry import DatasetSpec, get_spec, is_generated
+from modsar.data.split import LeaveOneOut
 from modsar.errors import ModsarError
 
 
@@ -201,8 +202,8 @@ def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str
                           f"history {stats['max_length']}), so leave-one-out has nothing to validate or "
                           "test; the data needs users with 3+ interactions (lower --min-user-count / "
                           "--min-item-count / --min-rating if filtering removed them)")
-    lengths = np.bincount(log.user)[1:]
-    if not (np.where(lengths >= 3, lengths - 2, lengths) >= 2).any():  # the rule of split.py + batches.py
+    split = LeaveOneOut.from_log(log.user, log.item, log.num_users, log.num_items)
+    if not (split.train_ends - split.starts >= 2).any():  # a training row needs an input and a label
         raise ModsarError(f"{where}: no user has 2 training items (an input and its label) once the last two "
                           "items of each user are held out for validation and test, so there is nothing to "
                           "train on; the data needs some users with 4+ interactions")
