@@ -3,7 +3,7 @@
 A space can be well-formed YAML whose grid still mixes values that cannot go together (LLaMA with local
 heads, a hidden size not divisible by the heads). Run one trial at a time, that shows up as error rows
 after hours of compute; here every grid point, and for random/Optuna every categorical combination with
-each continuous parameter at its bounds, goes through the same validation as `modsar train`, and the
+each continuous parameter at its bounds (a small randint range at every value), goes through the same validation as `modsar train`, and the
 model is built on PyTorch's meta device (no memory, no compute) to catch what only its constructor knows.
 All problems are reported at once, each with the keys and values that cause it.
 """
@@ -48,11 +48,7 @@ class SpaceCheck:
             return f"{head}: all {self.checked} configurations are valid{on}"
         invalid = sum(len(points) for points in self.problems.values())
         lines = [f"{head}: {invalid} of {self.checked} configurations are invalid{on}; nothing was run:"]
-        for problem, points in self.problems.items():
-            shared = {k: v for k, v in points[0].items() if all(k in p and p[k] == v for p in points)}
-            which = (f"{len(points)} configurations with {_label(shared)}" if len(points) > 1 and shared else
-                     f"{len(points)} configurations, e.g. {_label(points[0])}" if len(points) > 1 else _label(points[0]))
-            lines.append(f"  {which}: {problem}")
+        lines += [f"  {_which(points)}: {problem}" for problem, points in self.problems.items()]
         return "\n".join(lines)
 
     def raise_if_invalid(self) -> None:
@@ -85,6 +81,14 @@ def check_points(space: SearchSpace) -> list[dict[str, Any]]:
 
 def _label(point: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in point.items())
+
+
+def _which(points: list[dict[str, Any]]) -> str:
+    """The configurations one problem hits: its point, or how many and the values they all share."""
+    if len(points) == 1:
+        return _label(points[0])
+    shared = {k: v for k, v in points[0].items() if all(k in p and p[k] == v for p in points)}
+    return f"{len(points)} configurations" + (f" with {_label(shared)}" if shared else f", e.g. {_label(points[0])}")
 
 
 def check_space(space: SearchSpace, base: dict[str, Any], search: str, num_samples: int,
