@@ -368,3 +368,22 @@ def test_same_seed_same_trial_and_another_seed_differs(task):
     assert other["history"][0]["loss"] != first["history"][0]["loss"]
     assert [h["loss"] for h in other["history"]] != [h["loss"] for h in first["history"]]
     assert other["valid"] != first["valid"] or other["test"] != first["test"]
+
+
+def test_same_seed_same_cpu_identical_result_rows(tmp_path, capsys):
+    """The Parquet rows of two `modsar train` runs with one seed agree on every column but the run's own
+    identity and clock (trial id, checkpoint path, times, timestamp)."""
+    import pyarrow.parquet as pq
+
+    from modsar.cli import main
+
+    out = tmp_path / "results"
+    args = ["train", "--dataset", "synthetic", "--quiet", "--results", str(out), "--experiment", "same",
+            "train.max_epochs=2", "train.patience=0", "model.hidden_size=16", "model.num_layers=1", "train.device=cpu"]
+    assert main(args) == 0 and main(args) == 0
+    capsys.readouterr()
+    rows = [pq.read_table(f).to_pylist()[0] for f in sorted((out / "same" / "trials").glob("*.parquet"))]
+    own = {"trial_id", "checkpoint", "finished_at", "wall_time_s", "epoch_time_s", "eval_time_s"}
+    assert len(rows) == 2 and set(rows[0]) == set(rows[1])
+    assert {k: v for k, v in rows[0].items() if k not in own} == {k: v for k, v in rows[1].items() if k not in own}
+    assert rows[0]["test.ndcg@10"] > 0 and rows[0]["trial_id"] != rows[1]["trial_id"]
