@@ -18,6 +18,9 @@ import yaml
 from modsar.errors import ModsarError
 
 FLOAT32_MAX = 3.4028234663852886e38
+SIZE_LIMITS = {"model.hidden_size": 2**16, "model.ffn_size": 2**18, "model.user_size": 2**16,
+               "model.num_layers": 2**10, "model.num_heads": 2**10, "data.max_len": 2**20,
+               "data.batch_size": 2**24, "data.eval_batch_size": 2**24}
 
 
 def choice(default: Any, *allowed: Any) -> Any:
@@ -233,6 +236,13 @@ def validate(cfg: Config, where: str = "config") -> None:
     for key, value in cfg.flat().items():  # YAML reads .nan and .inf as floats; torch keeps them in float32
         if isinstance(value, float) and not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
             bad(f"'{key}' must be a finite number of float32 range; got {value}")
+    for key, value in cfg.flat().items():  # Parquet columns are int64; sizes beyond these never fit in memory
+        for number in value if isinstance(value, list) else [value]:
+            if isinstance(number, int) and not -(2**63) <= number < 2**63:
+                bad(f"'{key}' must fit in 64 bits; got {number}")
+        limit = SIZE_LIMITS.get(key)
+        if limit is not None and value > limit:
+            bad(f"'{key}' must be <= {limit:,} (no model of that size fits in memory); got {value:,}")
     for key, value in (("seed", cfg.seed), ("eval.sample_seed", cfg.eval.sample_seed)):
         if not 0 <= value < 2**32:  # numpy and torch seeds are unsigned 32-bit
             bad(f"'{key}' must be between 0 and 2**32 - 1; got {value}")

@@ -422,6 +422,14 @@ PROTOCOL = ("eval.filter_seen", "eval.sampled_negatives", "eval.sample_seed", "d
             "dataset_preprocessing")
 
 
+def _protocol(rows: pd.DataFrame, column: str) -> pd.Series:
+    """A PROTOCOL column as comparable text; the sampling seed only where negatives were sampled."""
+    values = rows[column].astype(str)
+    if column == "eval.sample_seed" and "eval.sampled_negatives" in rows:
+        values = values.where(rows["eval.sampled_negatives"].fillna(0) > 0, "unused")
+    return values
+
+
 def build_reports(rows: pd.DataFrame, metrics: list[str] | None = None, headline: str = "ndcg@10") -> list[Report]:
     """One Report for all rows, or one per experiment when experiments cannot share tables: two cover the same
     (dataset, space), or two on one dataset were ranked differently or on different data (PROTOCOL)."""
@@ -443,7 +451,7 @@ def _why_separate(rows: pd.DataFrame) -> str | None:
             return f"{names} all cover {dataset} / {space}"
     for dataset, group in rows.groupby("dataset"):
         for column in (c for c in PROTOCOL if c in group):
-            values = group.groupby("experiment")[column].agg(lambda v: tuple(sorted(v.astype(str).unique())))
+            values = _protocol(group, column).groupby(group["experiment"]).agg(lambda v: tuple(sorted(v.unique())))
             if values.nunique() > 1:
                 shown = "; ".join(f"{e}: {', '.join(v)}" for e, v in values.items())
                 return f"on {dataset} they differ in {column} ({shown})"

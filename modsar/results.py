@@ -8,6 +8,7 @@ Columns: run facts, every config value under its dotted name, ``valid.<metric>``
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import platform
@@ -47,7 +48,7 @@ def result_row(cfg: Config, *, experiment: str, trial_id: str, status: str, vali
         "experiment": experiment, "trial_id": trial_id, "space": space, "status": status, "error": error,
         "selected": False, "role": "search" if space else "train",
         "dataset_preprocessing": json.dumps(manifest.get("options")) if manifest else None,
-        "dataset_sha256": ",".join(s.get("sha256", "generated") for s in manifest.get("sources", [])) or None,
+        "dataset_sha256": ",".join(map(_source_hash, manifest.get("sources", []))) or None,
         # generated datasets: the expected test metrics of the Bayes-optimal ranking (full, unfiltered)
         "dataset_optimum": json.dumps(manifest["optimum"]["test"]) if manifest.get("optimum") else None,
         "backbone": cfg.model.backbone,
@@ -60,6 +61,15 @@ def result_row(cfg: Config, *, experiment: str, trial_id: str, status: str, vali
     row.update({f"valid.{k}": v for k, v in (valid or {}).items()})
     row.update({f"test.{k}": v for k, v in (test or {}).items()})
     return row
+
+
+def _source_hash(source: dict) -> str:
+    """A source file's SHA-256; for generated data, a hash of the generator's facts (name, options, version),
+    so rows of two generator versions never pass for the same data."""
+    if "sha256" in source:
+        return source["sha256"]
+    facts = json.dumps({k: v for k, v in source.items() if k != "path"}, sort_keys=True)
+    return "generated:" + hashlib.sha256(facts.encode()).hexdigest()[:16]
 
 
 def trial_facts(result) -> dict[str, Any]:

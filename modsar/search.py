@@ -475,6 +475,25 @@ def _fs_exists(path: str) -> bool:
     return fs.get_file_info(p).type != pafs.FileType.NotFound
 
 
+def _check_same_search(plan: Plan, stored: dict, settings: dict) -> None:
+    """A resumed search must be the search that was started: Tune restores its trials and their configs,
+    and seed re-runs would be trained on a different base than the trials they replicate."""
+    from modsar.config import flatten
+
+    was, now = flatten({k: stored[k] for k in settings if k in stored}), flatten(settings)
+    changed = [f"{k} {was[k]!r} -> {now.get(k)!r}" for k in sorted(was) if was[k] != now.get(k)]
+    if changed:
+        raise ModsarError(f"--resume must repeat the search that was started as '{plan.request.experiment_name}', "
+                          f"but {', '.join(changed[:4])} changed; drop the changed options (only --seeds may "
+                          "differ) or start a new --experiment")
+
+
+def _read_json(path: str) -> dict:
+    fs, p = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
+    with fs.open_input_stream(p) as stream:
+        return json.loads(stream.read().decode())
+
+
 def _write_json(path: str, data: dict) -> None:
     fs, p = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
     fs.create_dir(p.rsplit("/", 1)[0], recursive=True)
@@ -540,13 +559,15 @@ def run_search(req: SearchRequest) -> dict[str, Any]:
     if req.overwrite and not req.resume and _fs_exists(storage):
         fs, path = pafs.FileSystem.from_uri(storage) if "://" in storage else (pafs.LocalFileSystem(), storage)
         fs.delete_dir(path)
+    settings = {"base": plan.base, "search": plan.search, "num_samples": plan.num_samples,
+                "asha": {"max_t": plan.max_t, "grace_period": plan.grace_period,
+                         "reduction_factor": plan.reduction_factor}}
     if req.resume:
+        _check_same_search(plan, _read_json(search_json), settings)
         remove_partial_rows(_rows_dir(plan), req.experiment_name)  # a row the killed driver was writing
     else:
-        _write_json(search_json, {"request": asdict(req), "space_file": plan.space.path,
-                                  "search": plan.search, "num_samples": plan.num_samples,
-                                  "asha": {"max_t": plan.max_t, "grace_period": plan.grace_period,
-                                           "reduction_factor": plan.reduction_factor}, "argv": sys.argv})
+        _write_json(search_json, {"request": asdict(req), "space_file": plan.space.path, **settings,
+                                  "argv": sys.argv})
     started, trials, errors = time.perf_counter(), 0, 0
     for task in plan.space.tasks():  # one Tuner (and ASHA bracket) per direction, as the original experiments
         fn = make_trainable(plan)
@@ -651,7 +672,10 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
             if p.active(sampled):
                 sampled[p.key] = row[p.key].item() if hasattr(row[p.key], "item") else row[p.key]
         task = sampled.get("task", plan.base["task"])
-        done = set(rows[(rows["role"] == "seed") & (rows["task"] == task)]["seed"]) if "role" in rows else set()
+        mine = rows[(rows["role"] == "seed") & (rows["task"] == task)] if "role" in rows else rows.iloc[:0]
+        for failed in mine[mine["status"] == "error"].to_dict("records"):  # retried below, as search trials are
+            _rewrite(plan, {**failed, "role": "superseded"})
+        done = set(mine[mine["status"] != "error"]["seed"])
         points += [{**sampled, "seed": s} for s in range(plan.request.seeds) if s not in done]  # resumed: the rest
     if not points:
         return

@@ -11,6 +11,7 @@ All problems are reported at once, each with the keys and values that cause it.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,20 +64,31 @@ def dataset_sizes(manifest: dict) -> dict[str, int]:
 
 
 SMALL_RANGE = 32  # a randint range this small is checked value by value, a larger one at its bounds
+MAX_POINTS = 1024  # ... unless every small range at every value would make more points than this
 
 
 def check_points(space: SearchSpace) -> list[dict[str, Any]]:
     """What random/Optuna can sample, as far as it can be enumerated: every categorical combination, each
-    continuous parameter at its bounds, a small randint range at every value. For a grid space: its grid."""
-    def values(p) -> list:
+    continuous parameter at its bounds and at the values other params' `when` conditions name, and small
+    randint ranges at every value (when that stays under MAX_POINTS points). For a grid space: its grid."""
+    named: dict[str, set] = {}  # values a `when` condition names: those points must exist to check its param
+    for p in space.params:
+        for key, allowed in p.when.items():
+            named.setdefault(key, set()).update(allowed)
+
+    def values(p, full_ranges: bool) -> list:
         if p.categorical:
             return p.values
+        low, high = p.values
         if p.kind == "randint":
-            low, high = p.values
-            return list(range(low, high)) if high - low <= SMALL_RANGE else [low, high - 1]
-        return [float(p.values[0]), float(p.values[1])]
+            every = full_ranges and high - low <= SMALL_RANGE
+            ends = list(range(low, high)) if every else [low, high - 1]
+            return sorted({*ends, *(v for v in named.get(p.key, ()) if isinstance(v, int) and low <= v < high)})
+        return sorted({float(low), float(high), *(float(v) for v in named.get(p.key, ())
+                                                  if isinstance(v, (int, float)) and low <= v <= high)})
 
-    return space.points(values)
+    full = math.prod(len(values(p, True)) for p in space.params)  # an upper bound: conditions only remove
+    return space.points(lambda p: values(p, full <= MAX_POINTS))
 
 
 def _label(point: dict[str, Any]) -> str:
@@ -109,7 +121,8 @@ def check_space(space: SearchSpace, base: dict[str, Any], search: str, num_sampl
         label = _label(point)
         try:
             cfg = apply_overrides(Config.from_dict(base), space.expand(point), label)
-            validate_for_dataset(cfg, (sizes or PLACEHOLDER_SIZES)["num_items"], label)
+            if sizes:  # without a dataset its size is unknown: only `modsar search` (with one) can check this
+                validate_for_dataset(cfg, sizes["num_items"], label)
         except ModsarError as exc:
             problems.setdefault(str(exc).removeprefix(f"{label}: "), []).append(point)
             continue

@@ -47,6 +47,9 @@ def test_yaml_nested_and_dotted(tmp_path):
     ("seed=-1", "'seed' must be between 0 and 2**32 - 1; got -1"),
     ("eval.sample_seed=4294967296", "'eval.sample_seed' must be between 0 and 2**32 - 1"),
     ("train.weight_decay=1e39", "'train.weight_decay' must be a finite number of float32 range"),
+    ("train.patience=1000000000000000000000000", "'train.patience' must fit in 64 bits"),
+    ("eval.ks=[1,100000000000000000000]", "'eval.ks' must fit in 64 bits"),
+    ("data.max_len=1099511627776", "'data.max_len' must be <= 1,048,576"),
 ])
 def test_bad_values_name_the_key(override, message):
     with pytest.raises(ModsarError, match=re.escape(message)):

@@ -237,3 +237,25 @@ def test_seed_reruns_of_another_config_than_the_selected_are_refused(tmp_path, c
     assert main(["report", "--results", root]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not of its selected configuration (they differ in train.lr)" in err[0]
+
+
+def test_the_sampling_seed_matters_only_where_negatives_were_sampled(tmp_path, capsys):
+    root = str(tmp_path / "results")
+    for trial, space, task, seed in (("a1", "loss_ce", "ae", 1), ("a2", "loss_ce", "ar", 1),
+                                     ("c1", "local_attn", "ae", 2), ("c2", "local_attn", "ar", 2)):
+        write_row(root, row(trial, "video", space, task, 0.3, **{"eval.sampled_negatives": 0,
+                                                                 "eval.sample_seed": seed}))
+    assert main(["report", "--results", root]) == 0
+    assert "reported on its own" not in capsys.readouterr().out  # full ranking: one Table 5
+
+
+def test_generated_data_of_two_generator_versions_has_two_hashes():
+    from modsar.config import Config
+    from modsar.results import result_row
+
+    def sha(version: int) -> str:
+        manifest = {"sources": [{"generator": "modsar.data.synthetic", "version": version, "format": "synthetic"}]}
+        return result_row(Config(), experiment="e", trial_id="t", status="finished",
+                          dataset_manifest=manifest)["dataset_sha256"]
+
+    assert sha(1).startswith("generated:") and sha(1) != sha(2) and sha(2) == sha(2)

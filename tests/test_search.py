@@ -83,7 +83,7 @@ def test_grid_asha_one_row_per_trial_and_selection(local_ray, data_dir, tmp_path
     assert again.set_index("trial_id").loc[stale["trial_id"], "test.ndcg@10"] != 0.99
 
 
-def test_seed_reruns_on_a_uri_store(local_ray, data_dir, tmp_path):
+def test_seed_reruns_on_a_uri_store(local_ray, data_dir, tmp_path, capsys):
     uri = f"file://{tmp_path}/store"
     assert search("--space", str(SPACES / "seeds.yaml"), "--dataset", "synthetic", "--results", uri,
                   "--experiment", "s", "--seeds", "2", "--cpus-per-trial", "2") == 0
@@ -96,17 +96,27 @@ def test_seed_reruns_on_a_uri_store(local_ray, data_dir, tmp_path):
     ar = seed_rows[seed_rows["task"] == "ar"].sort_values("seed")
     assert ar["test.ndcg@10"].iloc[0] != ar["test.ndcg@10"].iloc[1]  # different seeds, different runs
 
-    # --resume with more seeds trains only the missing ones; the report reads one cell of 3 seeds per task
+    # --resume must repeat the search: a changed base is refused before anything runs
+    assert search("--space", str(SPACES / "seeds.yaml"), "--dataset", "synthetic", "--results", uri,
+                  "--experiment", "s", "--seeds", "3", "--resume", "--max-epochs", "3") == 2
+    assert "train.max_epochs 2 -> 3 changed" in capsys.readouterr().err
+
+    # --resume with more seeds trains the missing ones and retries an errored one (an AE seed-1 node died)
+    from modsar.results import write_row
+
+    lost = seed_rows[(seed_rows["task"] == "ae") & (seed_rows["seed"] == 1)].iloc[0].to_dict()
+    write_row(uri, {**lost, "status": "error", "error": "RayActorError: the node died", "test.ndcg@10": None})
     assert search("--space", str(SPACES / "seeds.yaml"), "--dataset", "synthetic", "--results", uri,
                   "--experiment", "s", "--seeds", "3", "--cpus-per-trial", "2", "--resume") == 0
     again = read_rows(uri, "s")
     seed_rows = again[again["role"] == "seed"]
     assert sorted(zip(seed_rows["task"], seed_rows["seed"], strict=True)) == [
         ("ae", 0), ("ae", 1), ("ae", 2), ("ar", 0), ("ar", 1), ("ar", 2)]
-    assert set(ar["trial_id"]) <= set(seed_rows["trial_id"])  # seeds 0 and 1 were not trained again
+    assert (seed_rows["status"] == "finished").all()
+    assert set(ar["trial_id"]) <= set(seed_rows["trial_id"])  # AR seeds 0 and 1 were not trained again
+    assert again.set_index("trial_id").loc[lost["trial_id"], "role"] == "superseded"
 
     # A seed re-run of another configuration (an earlier winner) is superseded when the selection is redone
-    from modsar.results import write_row
     from modsar.search import SearchRequest, make_plan, select_and_test
 
     stale = {**ar.iloc[0].to_dict(), "trial_id": "old-winner-seed0", "train.lr": 0.5}
@@ -168,6 +178,28 @@ def test_random_and_optuna_spaces_are_checked_at_bounds_and_small_ranges(tmp_pat
     assert main(["spaces", str(path), "--check", "--search", search]) == 2
     err = capsys.readouterr().err
     assert message in err and "nothing was run" in err and "Traceback" not in err
+
+
+def test_a_condition_on_a_wide_range_is_checked_and_wide_products_stay_small(tmp_path, capsys):
+    conditional = tmp_path / "c.yaml"  # num_layers=3 is inside a wide range: the check must visit it
+    conditional.write_text("params:\n  model.num_layers: {randint: [1, 100]}\n"
+                           "  model.local_heads: {grid: [1, 2], when: {model.num_layers: [3]}}\n")
+    assert main(["spaces", str(conditional), "--check", "--search", "random"]) == 2
+    assert "model.num_layers=3, model.local_heads=2: 'model.local_heads' must be between 0 and model.num_heads" \
+        in capsys.readouterr().err
+    wide = tmp_path / "w.yaml"  # 31^3 points at every value: checked at the bounds instead
+    wide.write_text("params:\n" + "".join(f"  {k}: {{randint: [1, 32]}}\n" for k in
+                                           ("train.patience", "train.eval_every", "data.batch_size")))
+    assert main(["spaces", str(wide), "--check", "--search", "random"]) == 0
+    assert "all 8 configurations are valid" in capsys.readouterr().out
+
+
+def test_without_a_dataset_no_size_is_invented(tmp_path, capsys):
+    path = tmp_path / "s.yaml"  # the usual 1 + 100 sampled protocol: its size check needs the dataset
+    path.write_text("base: {eval.sampled_negatives: 100}\nparams:\n  task: {grid: [ae, ar]}\n")
+    assert main(["spaces", str(path), "--check"]) == 0
+    assert main(["spaces", str(path), "--check", "--dataset", "synthetic"]) == 0  # 300 items
+    capsys.readouterr()
 
 
 def test_task_with_a_condition_and_negative_samples_are_refused(tmp_path, capsys):

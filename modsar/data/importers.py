@@ -81,7 +81,7 @@ def _ints(path: Path, numbered: list[tuple[int, str]], id_tokens: list[list[str]
     except (ValueError, OverflowError):
         for (n, line), toks in zip(numbered, id_tokens, strict=True):
             for tok in toks:
-                if not tok.lstrip("-").isdigit():
+                if not tok.lstrip("-").isdecimal() or not tok.lstrip("-").isascii():  # '²' is a digit, not a number
                     raise ModsarError(f"{path}:{n}: id '{tok}' is not an integer id (line: {line.strip()[:60]!r}); "
                                       "use --format inter for string tokens") from None
                 if not -(2**63) <= int(tok) < 2**63:
