@@ -40,7 +40,7 @@ import torch
 from tqdm import tqdm
 
 from modsar.data.batches import eval_inputs
-from modsar.data.split import LeaveOneOut
+from modsar.data.split import LeaveOneOut, history_index
 from modsar.data.store import load_dataset
 from modsar.diagnostics import (
     attention_window,
@@ -51,7 +51,7 @@ from modsar.diagnostics import (
     sparsity,
 )
 from modsar.errors import ModsarError
-from modsar.evaluate import evaluate, history_index, model_scorer, target_ranks, trim_left_padding
+from modsar.evaluate import evaluate, model_scorer, target_ranks, trim_left_padding
 from modsar.model.modular import ModularSAR
 from modsar.model.skips import SkipSite, modular_sites, scaled_skips, skip_input
 from modsar.train import load_checkpoint, resolve_device

@@ -233,11 +233,10 @@ def validate(cfg: Config, where: str = "config") -> None:
     def bad(msg: str) -> None:
         raise ModsarError(f"{where}: {msg}")
 
-    for key, value in cfg.flat().items():  # YAML reads .nan and .inf as floats; torch keeps them in float32
+    for key, value in cfg.flat().items():
         if isinstance(value, float) and not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
-            bad(f"'{key}' must be a finite number of float32 range; got {value}")
-    for key, value in cfg.flat().items():  # Parquet columns are int64; sizes beyond these never fit in memory
-        for number in value if isinstance(value, list) else [value]:
+            bad(f"'{key}' must be a finite number of float32 range; got {value}")  # YAML reads .nan, .inf
+        for number in value if isinstance(value, list) else [value]:  # Parquet columns are int64
             if isinstance(number, int) and not -(2**63) <= number < 2**63:
                 bad(f"'{key}' must fit in 64 bits; got {number}")
         limit = SIZE_LIMITS.get(key)

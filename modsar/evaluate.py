@@ -3,10 +3,10 @@
 Ties count against the target: its 0-based rank is the number of other candidates scoring >= it, so a
 constant model ranks every target last. Non-finite scores can never rank a target well: a target whose
 score is NaN or +-inf gets the worst rank (every other candidate ahead of it), and a NaN candidate ranks
-below every finite score, so a diverged model scores 0, never 1. `filter_seen="history"` removes the user's earlier items (the full
-history, not just the model's window) from the candidates, except the target itself. Sampled evaluation
-ranks the target against `sampled_negatives` items drawn once with a fixed seed (never from the user's
-history), so every pass and every model sees the same candidates.
+below every finite score, so a diverged model scores 0, never 1. `filter_seen="history"` removes the
+user's earlier items (the full history, not just the model's window) from the candidates, except the
+target itself. Sampled evaluation ranks the target against `sampled_negatives` items drawn once with a fixed
+seed (never from the user's history), so every pass and every model sees the same candidates.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 
 from modsar.config import EvalConfig
 from modsar.data.batches import eval_inputs
-from modsar.data.split import LeaveOneOut
+from modsar.data.split import LeaveOneOut, history_index
 
 Scorer = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (inputs (B,T), users (B,)) -> scores (B,N)
 
@@ -51,15 +51,6 @@ def metric_sums(ranks: torch.Tensor, ks: list[int]) -> dict[str, float]:
         out[f"ndcg@{k}"] = torch.where(hit, 1.0 / torch.log2(ranks + 2), 0.0).sum().item()
         out[f"mrr@{k}"] = torch.where(hit, 1.0 / (ranks + 1), 0.0).sum().item()
     return out
-
-
-def history_index(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(row, item) pairs of every history item of each user in the batch, as flat arrays."""
-    starts = split.starts[users]
-    lengths = history_end - starts
-    rows = np.repeat(np.arange(len(users)), lengths)
-    within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return rows, split.items[np.repeat(starts, lengths) + within]
 
 
 def fixed_negatives(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, targets: np.ndarray,

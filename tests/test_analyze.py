@@ -22,7 +22,7 @@ from modsar.analyze import (
 )
 from modsar.cli import main
 from modsar.config import load_config
-from modsar.evaluate import history_index
+from modsar.data.split import history_index
 from modsar.model.skips import modular_sites
 from modsar.train import run_trial
 

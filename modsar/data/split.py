@@ -61,3 +61,12 @@ def left_padded_windows(items: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     idx = ends[:, None] - width + np.arange(width)[None, :]
     real = idx >= starts[:, None]
     return np.where(real, items[np.clip(idx, 0, max(len(items) - 1, 0))], 0)
+
+
+def history_index(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, item) pairs of every history item of each user in the batch, as flat arrays."""
+    starts = split.starts[users]
+    lengths = history_end - starts
+    rows = np.repeat(np.arange(len(users)), lengths)
+    within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return rows, split.items[np.repeat(starts, lengths) + within]

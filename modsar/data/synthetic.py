@@ -25,7 +25,7 @@ import numpy as np
 from modsar.data.importers import Interactions
 from modsar.data.prepare import PreparedLog
 from modsar.data.registry import SYNTHETIC, SYNTHETIC_CLUSTERS
-from modsar.data.split import LeaveOneOut
+from modsar.data.split import LeaveOneOut, history_index
 
 VERSION = 2  # bump whenever a generator's output changes: cached copies are then regenerated on use
 DEFAULT_KS = (1, 5, 10, 20, 50)
@@ -128,13 +128,9 @@ class ClusterMixture:
     def predictive(self, split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray,
                    generator_index: np.ndarray) -> np.ndarray:
         """sum_c P(c | history) P(item | c): the target is one more i.i.d. draw of the same cluster."""
-        starts = split.starts[users]
-        lengths = history_end - starts
-        rows = np.repeat(np.arange(len(users)), lengths)
-        within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        flat = np.repeat(starts, lengths) + within
+        rows, items = history_index(split, users, history_end)
         counts = np.zeros((len(users), self.item_probs.shape[1]))
-        np.add.at(counts, (rows, generator_index[split.items[flat] - 1]), 1.0)
+        np.add.at(counts, (rows, generator_index[items - 1]), 1.0)
         return self.posterior(counts) @ self.item_probs[:, generator_index]
 
 
