@@ -1,3 +1,3 @@
 """ModSAR: modular self-attentive sequential recommendation, AE (bidirectional) vs AR (causal)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

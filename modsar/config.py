@@ -33,7 +33,8 @@ class DataConfig:
     max_len: int = 0  # history items the model sees; 0 = the dataset's registry default (50; 200 for ML-1M)
     batch_size: int = 128
     eval_batch_size: int = 256
-    padding_free: bool = True  # length-bucketed batches; output layer and loss only at real positions
+    padding_free: bool = True  # batches only as wide as their longest row; output layer only at real positions
+    batching: str = choice("tokens", "tokens", "length", "random")  # who shares a batch: see modsar.data.batches
 
 
 @dataclass
@@ -44,15 +45,23 @@ class ModelConfig:
     num_heads: int = 1
     ffn_size: int = 0  # 0 = 4 * hidden_size
     activation: str = choice("gelu", "gelu", "relu")
-    norm: str = choice("auto", "auto", "pre", "post")  # auto: the backbone's own (modular: pre)
+    norm: str = choice("auto", "auto", "pre", "post")  # auto: the backbone's own (modular: post)
     positional: str = choice("auto", "auto", "learned", "sinusoidal", "none", "rope", "relative")  # modular: learned
     dropout: float = 0.2  # embedding and hidden (residual branch) dropout
     attn_dropout: float = 0.2  # dropout on attention probabilities
+    attn_output_dropout: bool = False  # `dropout` on the attention output before the sum (GPT, BERT; not SASRec)
     local_heads: int = 0  # LOCKER-style window heads (the last `local_heads` of `num_heads`)
     local_window: int = 2  # AE: |i - j| <= w ; AR: 0 <= i - j <= w
     user_embedding: bool = False  # SSE-PT: concatenate a user vector to every item vector
     user_size: int = 0  # 0 = hidden_size // 2 (the item vector gets the rest)
-    item_sse_prob: float = 0.0  # SSE: replace each training-input item with a random item with this prob.
+    embedding_norm: bool = False  # LayerNorm on item + position embedding before dropout (BERT4Rec)
+    scale_embedding: bool = True  # multiply item vectors by sqrt(d) (SASRec); BERT4Rec adds them unscaled
+    head: str = choice("dot", "dot", "bert4rec")  # dot: h . E ; bert4rec: LN(GELU(W h + b)) . E + item bias
+    init: str = choice("sasrec_plus", "sasrec_plus", "normal", "xavier", "xavier_attention")  # see ModularSAR.__init__
+    positions_from: str = choice("end", "end", "start")  # position 0 = the most recent item, or the first one
+    item_sse_prob: float = 0.0  # SSE: probability p of replacing training-input items (see sse_style)
+    sse_style: str = choice("token", "token", "paper")  # token: each item w.p. p; paper: a row w.p. p, then
+    #                                                      each of its items w.p. 1 - p (rate p(1 - p))
     user_sse_prob: float = 0.0  # SSE: replace the training user id with a random user with this prob.
 
 
@@ -60,6 +69,7 @@ class ModelConfig:
 class LossConfig:
     name: str = choice("ce", "ce", "sampled_ce", "bce", "bpr")
     num_negatives: int = 1  # sampled_ce: negatives shared by a batch; bce/bpr: negatives per position
+    normalize: str = choice("batch", "batch", "epoch")  # mean over the batch's positions, or over an average batch
 
 
 @dataclass
@@ -67,6 +77,8 @@ class TrainConfig:
     optimizer: str = choice("adam", "adam", "adamw")
     lr: float = 1e-3
     weight_decay: float = 0.0
+    weight_decay_exclude: str = choice("norm,bias", "norm,bias", "none", "norm,bias,embedding")  # kept from decay
+    beta2: float = 0.999  # Adam's second-moment decay (SASRec's code: 0.98)
     grad_clip: float = 0.0  # max global grad norm; 0 = off
     max_epochs: int = 200
     eval_every: int = 1  # epochs between validation passes
@@ -104,9 +116,17 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def stored(self) -> dict[str, Any]:
+        """What rows and checkpoints record: the modular backbone's `auto` norm is written as what it is, post,
+        because before 0.2 it meant pre; rows and checkpoints of the two never pass for one another."""
+        tree = self.to_dict()
+        if self.model.backbone == "modular" and self.model.norm == "auto":
+            tree["model"]["norm"] = "post"
+        return tree
+
     def flat(self) -> dict[str, Any]:
-        """Dotted-name view (``model.hidden_size``): the names used in YAML, CLI and Parquet columns."""
-        return flatten(self.to_dict())
+        """Dotted-name view (``model.hidden_size``) of the stored form: the names used in YAML, CLI and Parquet."""
+        return flatten(self.stored())
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], where: str = "config") -> Config:

@@ -22,7 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from modsar.config import Config, validate_for_dataset
-from modsar.data.batches import TrainBatches
+from modsar.data.batches import Batch, TrainBatches
 from modsar.data.split import LeaveOneOut
 from modsar.data.store import StoredDataset, load_dataset
 from modsar.errors import ModsarError
@@ -110,7 +110,7 @@ def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def save_checkpoint(path: Path, model: torch.nn.Module, cfg: Config, meta: dict) -> None:
     """State dict + config, written atomically."""
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    _atomic_save(path, {"state_dict": state, "config": cfg.to_dict(), **meta})
+    _atomic_save(path, {"state_dict": state, "config": cfg.stored(), **meta})
 
 
 RESUME_FILE = "resume.pt"  # beside a resumable run's best.pt: what a retried trial needs besides the weights
@@ -138,20 +138,34 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[torch.nn.Mod
     if missing:
         raise ModsarError(f"{path}: not a ModSAR checkpoint (no {', '.join(sorted(missing))}); pass a .pt "
                           "written by modsar train or modsar search")
-    cfg = Config.from_dict(payload["config"], where=str(path))
+    stored = payload["config"]
+    if stored.get("model", {}).get("backbone", "modular") == "modular" and stored.get("model", {}).get("norm") == "auto":
+        stored["model"]["norm"] = "pre"  # written before 0.2, when the modular backbone's `auto` was pre-norm
+    cfg = Config.from_dict(stored, where=str(path))
     model = build_model(cfg, payload["num_items"], payload["num_users"], payload["max_len"])
     model.load_state_dict(payload["state_dict"])
     return model.to(device).eval(), cfg, payload
+
+
+def batch_loss(model: torch.nn.Module, batch: Batch, cfg: Config, per_batch: float) -> torch.Tensor:
+    """The training loss of one batch. `loss.normalize=epoch` divides its sum by `per_batch` (the labelled
+    positions of an average batch) instead of by its own count, so every position of the epoch weighs the same
+    however the batches group them; the epoch's mean loss is then the mean over all its positions."""
+    loss = training_loss(model, model(batch.inputs, batch.users), batch.labels, batch.users, cfg.loss,
+                         cfg.data.padding_free)
+    if cfg.loss.normalize == "epoch":
+        loss = loss * ((batch.labels > 0).sum() / per_batch)
+    return loss
 
 
 def train_epoch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: TrainBatches, cfg: Config,
                 device: torch.device, epoch: int = 0) -> float:
     """One pass over the training batches; returns the mean loss. Raises TrainingDiverged on NaN/inf."""
     total, count = 0.0, 0
-    for batch in batches:
-        batch = batch.to(device)
-        hidden = model(batch.inputs, batch.users)
-        loss = training_loss(model, hidden, batch.labels, batch.users, cfg.loss, cfg.data.padding_free)
+    plan = batches.epoch_plan()
+    per_batch = batches.num_targets / max(len(plan), 1)  # labelled positions in an average batch
+    for rows in plan:
+        loss = batch_loss(model, batches.make(rows).to(device), cfg, per_batch)
         if not torch.isfinite(loss):
             raise TrainingDiverged(f"loss became {loss.item()} at epoch {epoch}; lower train.lr or add "
                                    "train.grad_clip")
@@ -172,9 +186,27 @@ def train_epoch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batche
     return total / max(count, 1)
 
 
+def decay_groups(model: torch.nn.Module, exclude: str) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
+    """(decayed, not decayed) parameters; `exclude` names what weight decay must not touch (BERT and nanoGPT
+    keep it off norms and biases: shrinking a LayerNorm gain or a bias towards 0 is not regularisation)."""
+    skip = set(exclude.split(",")) - {"none"}
+    kept: dict[int, torch.nn.Parameter] = {}
+    for module in model.modules():
+        norm = "Norm" in type(module).__name__  # LayerNorm, RMSNorm, LlamaRMSNorm, ...
+        for name, param in module.named_parameters(recurse=False):
+            if (("norm" in skip and norm) or ("bias" in skip and name.endswith("bias"))
+                    or ("embedding" in skip and isinstance(module, torch.nn.Embedding))):
+                kept[id(param)] = param
+    params = list(dict.fromkeys(model.parameters()))  # tied weights once
+    return [p for p in params if id(p) not in kept], [p for p in params if id(p) in kept]
+
+
 def make_optimizer(model: torch.nn.Module, cfg: Config) -> torch.optim.Optimizer:
     optimizer_cls = torch.optim.AdamW if cfg.train.optimizer == "adamw" else torch.optim.Adam
-    return optimizer_cls(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+    decayed, kept = decay_groups(model, cfg.train.weight_decay_exclude)
+    groups = [{"params": decayed}, {"params": kept, "weight_decay": 0.0}]
+    return optimizer_cls([g for g in groups if g["params"]], lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
+                         betas=(0.9, cfg.train.beta2))
 
 
 def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCallback | None = None,
@@ -203,7 +235,8 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     optimizer = make_optimizer(model, cfg)
     num_parameters = sum(p.numel() for p in model.parameters())
     batches = TrainBatches(split, cfg.task, max_len, cfg.data.batch_size, cfg.mask_prob, cfg.data.padding_free,
-                           cfg.model.item_sse_prob, cfg.model.user_sse_prob, seed=cfg.seed)
+                           cfg.model.item_sse_prob, cfg.model.user_sse_prob, seed=cfg.seed,
+                           order=cfg.data.batching, sse_style=cfg.model.sse_style)
     if not len(batches):
         raise ModsarError(f"dataset '{cfg.dataset}' has no user with 2+ training items: nothing to train on")
 

@@ -22,6 +22,11 @@ VARIANTS = {
     "no-positions": {"positional": "none"},
     "ssept-user": {"user_embedding": True, "item_sse_prob": 0.3, "user_sse_prob": 0.3},
     "relu-3-layers": {"activation": "relu", "num_layers": 3},
+    "positions-from-start": {"positions_from": "start"},
+    "xavier-init": {"init": "xavier"},
+    "xavier-attention-init": {"init": "xavier_attention"},
+    "bert4rec-table4": {"norm": "post", "embedding_norm": True, "scale_embedding": False, "head": "bert4rec",
+                        "positions_from": "start"},
 }
 
 
@@ -104,3 +109,31 @@ def test_scores_cover_only_real_items():
     x, users = batch()
     scores = model.score(model(x, users)[:, -1], users)
     assert scores.shape == (3, N_ITEMS)
+
+
+def test_bert4rec_head_scores_by_hand():
+    """head=bert4rec: LN(GELU(W h + b)) . E + item bias, the same for all items, shared and per-row candidates."""
+    model = make("ar", head="bert4rec", embedding_norm=True, scale_embedding=False)
+    with torch.no_grad():
+        model.head.item_bias.copy_(torch.randn(N_ITEMS + 2))
+    h = torch.randn(3, 16)
+    t = torch.nn.functional.layer_norm(torch.nn.functional.gelu(h @ model.head.dense.weight.T + model.head.dense.bias),
+                                       (16,), model.head.norm.weight, model.head.norm.bias, eps=1e-12)
+    expected = t @ model.item_emb.weight[1 : N_ITEMS + 1].T + model.head.item_bias[1 : N_ITEMS + 1]
+    torch.testing.assert_close(model.score(h), expected)
+    items = torch.tensor([3, 7, 40])
+    torch.testing.assert_close(model.score(h, items=items), expected[:, items - 1])
+    per_row = torch.tensor([[1], [2], [3]])
+    torch.testing.assert_close(model.score(h, items=per_row), expected.gather(1, per_row - 1))
+
+
+def test_positions_from_start_count_from_the_first_real_item():
+    """positions_from=start: a row's first real item gets position 0 wherever the row sits in the batch."""
+    model = make("ar", positions_from="start", dropout=0.0)
+    with torch.no_grad():
+        model.pos_emb.weight.copy_(torch.arange(MAX_LEN + 1, dtype=torch.float)[:, None].expand(-1, 16))
+        model.item_emb.weight.zero_()
+    model.blocks = torch.nn.ModuleList()  # embeddings only: the output is the position code itself
+    model.final_norm = torch.nn.Identity()
+    x = torch.tensor([[0, 0, 5, 6, 7], [1, 2, 3, 4, 5]])
+    assert model(x)[:, :, 0].tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]

@@ -53,7 +53,8 @@ def batch_cases(draw):
                 max_len=draw(st.integers(1, 8)), batch_size=draw(st.integers(1, 5)),
                 mask_prob=draw(st.sampled_from([0.0, 0.15, 0.5, 1.0])), padding_free=draw(st.booleans()),
                 item_sse_prob=draw(st.sampled_from([0.0, 0.0, 0.3, 1.0])),
-                user_sse_prob=draw(st.sampled_from([0.0, 0.5])), seed=draw(st.integers(0, 2**16)))
+                user_sse_prob=draw(st.sampled_from([0.0, 0.5])), seed=draw(st.integers(0, 2**16)),
+                batching=draw(st.sampled_from(["tokens", "length", "random"])))
 
 
 def expected_window(start: int, end: int, width: int) -> np.ndarray:
@@ -80,8 +81,11 @@ def test_training_rows_use_only_training_positions(case):
 
     task, max_len, sse = case["task"], case["max_len"], case["item_sse_prob"]
     kwargs = dict(mask_prob=case["mask_prob"], padding_free=case["padding_free"], item_sse_prob=sse,
-                  user_sse_prob=case["user_sse_prob"], seed=case["seed"])
+                  user_sse_prob=case["user_sse_prob"], seed=case["seed"], order=case["batching"])
     batches = TrainBatches(tagged, task, max_len, case["batch_size"], **kwargs)
+    # token batches hold an average batch's positions (at most one row more), the others batch_size users
+    tokens = case["padding_free"] and case["batching"] == "tokens"
+    budget = case["batch_size"] * batches.row_lengths.mean() if len(batches.users) else 0.0
     mask = total + 1
     full_width = max_len + (task == "ae")
     for _epoch in range(2):
@@ -89,7 +93,11 @@ def test_training_rows_use_only_training_positions(case):
         for batch in batches:
             inputs, labels, users = batch.inputs.numpy(), batch.labels.numpy(), batch.users.numpy()
             rows, width = inputs.shape
-            assert labels.shape == inputs.shape and users.shape == (rows,) and 1 <= rows <= case["batch_size"]
+            assert labels.shape == inputs.shape and users.shape == (rows,) and rows >= 1
+            if tokens:
+                assert (inputs > 0).sum() <= budget + width  # real slots = the rows' lengths
+            else:
+                assert rows <= case["batch_size"]
             if not case["padding_free"]:
                 assert width == full_width
             assert width <= full_width

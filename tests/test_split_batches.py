@@ -112,3 +112,50 @@ def test_ae_eval_input_is_history_plus_mask():
     users, end, _ = split.targets("test")
     x = eval_inputs(split, users, end, "ae", 3)
     assert x.tolist() == [[3, 4, 5, 21], [0, 9, 10, 21], [12, 13, 14, 21]]
+
+
+def test_paper_sse_gates_rows_then_replaces_each_item_with_one_minus_p():
+    """sse_style=paper (the ModSAR code): rows picked w.p. p, then items w.p. 1 - p; the overall rate is p(1 - p)."""
+    split = synthetic_split()
+    p = 0.2
+    clean = next(iter(TrainBatches(split, "ar", 20, 100_000, padding_free=False, seed=3)))
+    noisy = next(iter(TrainBatches(split, "ar", 20, 100_000, padding_free=False, item_sse_prob=p, sse_style="paper",
+                                   seed=3)))
+    order = torch.argsort(clean.users), torch.argsort(noisy.users)
+    real = clean.inputs[order[0]] > 0
+    changed = (clean.inputs[order[0]] != noisy.inputs[order[1]]) & real
+    rows_hit = changed.any(1)
+    assert abs(changed.sum() / real.sum() - p * (1 - p)) < 0.01  # a few replacements draw the same item back
+    assert abs(rows_hit.float().mean() - p) < 0.02
+    hit_rate = changed[rows_hit].sum() / real[rows_hit].sum()
+    assert abs(hit_rate - (1 - p)) < 0.02
+    assert torch.equal(clean.labels[order[0]], noisy.labels[order[1]])  # labels keep the true items
+
+
+def test_random_batch_order_mixes_lengths_like_dense_batches():
+    """batching=random: the same user groups as unbucketed batches, each only as wide as its longest row."""
+    split = synthetic_split()
+    mixed = list(TrainBatches(split, "ar", 20, 64, order="random", seed=5))
+    dense = list(TrainBatches(split, "ar", 20, 64, padding_free=False, seed=5))
+    assert [b.users.tolist() for b in mixed] == [b.users.tolist() for b in dense]
+    for m, d in zip(mixed, dense, strict=True):
+        width = m.inputs.size(1)
+        assert width == int((d.inputs > 0).sum(1).max()) and torch.equal(m.inputs, d.inputs[:, -width:])
+
+
+def test_token_batches_hold_an_average_batchs_positions_and_every_user_once():
+    """batching=tokens: each batch fills (at most one row past) the positions of an average 64-user batch."""
+    split = synthetic_split()
+    batches = TrainBatches(split, "ar", 20, 64, order="tokens", seed=2)
+    budget = 64 * batches.row_lengths.mean()
+    epoch = list(batches)
+    positions = np.array([int((b.labels > 0).sum()) for b in epoch])
+    users = np.concatenate([b.users.numpy() for b in epoch])
+    assert sorted(users.tolist()) == (batches.users + 1).tolist()
+    assert positions.max() <= budget + batches.row_lengths.max()
+    assert np.median(positions) > 0.8 * budget  # full batches, except the last of each sorted chunk
+    assert abs(len(epoch) - len(batches)) <= 2  # about as many steps as user batches
+    slots = {order: sum(b.inputs.numel() for b in TrainBatches(split, "ar", 20, 64, order=order, seed=2))
+             for order in ("length", "random")}
+    tokens = sum(b.inputs.numel() for b in epoch)
+    assert tokens < 1.1 * slots["length"] < slots["random"]  # still narrow: similar lengths share a batch

@@ -16,7 +16,14 @@ from modsar.data.store import load_dataset
 from modsar.evaluate import evaluate, model_scorer, popularity_scorer
 from modsar.model.losses import training_loss
 from modsar.model.modular import ModularSAR
-from modsar.train import TrainingDiverged, load_checkpoint, run_trial
+from modsar.train import (
+    TrainingDiverged,
+    batch_loss,
+    decay_groups,
+    load_checkpoint,
+    make_optimizer,
+    run_trial,
+)
 
 
 def quick(*overrides: str) -> Config:
@@ -221,3 +228,58 @@ def test_more_sampled_negatives_than_items_is_refused():
 
     with pytest.raises(ModsarError, match=r"'eval.sampled_negatives' \(300\) must be below the number of items"):
         run_trial(quick("eval.sampled_negatives=300"), progress=False)
+
+
+def test_weight_decay_skips_norms_and_biases_and_optionally_embeddings():
+    cfg = load_config(None, ["model.head=bert4rec", "model.embedding_norm=true"])
+    model = ModularSAR(cfg.model, 30, 5, 10, "ar")
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed, kept = decay_groups(model, "norm,bias")
+    kept_names = {names[id(p)] for p in kept}
+    assert kept_names == {n for n, _ in model.named_parameters()
+                          if n.endswith("bias") or "norm" in n}  # LayerNorm gains, Linear biases, the item bias
+    assert "head.item_bias" in kept_names and "embed_norm.weight" in kept_names
+    assert {names[id(p)] for p in decayed} >= {"item_emb.weight", "pos_emb.weight", "blocks.0.attn.qkv.weight"}
+    _, kept = decay_groups(model, "norm,bias,embedding")
+    assert {"item_emb.weight", "pos_emb.weight"} <= {names[id(p)] for p in kept}
+    decayed, kept = decay_groups(model, "none")
+    assert not kept and len(decayed) == len(list(model.parameters()))
+    optimizer = make_optimizer(model, load_config(None, ["train.optimizer=adamw", "train.weight_decay=0.1"]))
+    assert [g["weight_decay"] for g in optimizer.param_groups] == [0.1, 0.0]
+
+
+@pytest.mark.parametrize("batching", ["length", "tokens"])
+def test_epoch_normalised_loss_weighs_every_position_the_same(batching):
+    """loss.normalize=epoch: the mean of the batch losses is the mean over every position of the epoch."""
+    cfg = quick("loss.normalize=epoch", f"data.batching={batching}")
+    data = load_dataset("synthetic")
+    split = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
+    model = ModularSAR(cfg.model, data.num_items, data.num_users, 20, "ar").eval()
+    batches = TrainBatches(split, "ar", 20, 64, order=batching)
+    epoch = [batches.make(rows) for rows in batches.epoch_plan()]
+    per_batch = batches.num_targets / len(epoch)
+    with torch.no_grad():
+        normalised = [batch_loss(model, b, cfg, per_batch).item() for b in epoch]
+        per_position = torch.cat([torch.nn.functional.cross_entropy(
+            model.score(model(b.inputs, b.users)[b.labels > 0]), b.labels[b.labels > 0] - 1, reduction="none")
+            for b in epoch])
+    assert len(per_position) == batches.num_targets
+    assert sum(normalised) / len(epoch) == pytest.approx(per_position.mean().item(), rel=1e-4)
+
+
+def test_modular_auto_norm_is_stored_as_post_and_old_auto_checkpoints_load_as_pre(tmp_path):
+    """0.2 made post-LN the modular default; a checkpoint of an older `auto` (pre-LN) model still loads as pre."""
+    assert load_config(None, []).flat()["model.norm"] == "post" and not ModularSAR(
+        load_config(None, []).model, 30, 5, 10, "ar").blocks[0].pre_norm
+    assert load_config(None, ["model.backbone=llama", "model.dropout=0"]).flat()["model.norm"] == "auto"
+    cfg = load_config(None, ["model.norm=pre", "model.hidden_size=16"])
+    model = ModularSAR(cfg.model, 30, 5, 10, "ar").eval()
+    old = cfg.to_dict()
+    old["model"]["norm"] = "auto"
+    path = tmp_path / "old.pt"
+    torch.save({"config": old, "state_dict": model.state_dict(), "num_items": 30, "num_users": 5, "max_len": 10},
+               path)
+    loaded, loaded_cfg, _ = load_checkpoint(path)
+    assert loaded_cfg.model.norm == "pre" and loaded.blocks[0].pre_norm
+    x = torch.tensor([[0, 3, 4, 5], [1, 2, 3, 4]])
+    torch.testing.assert_close(loaded(x), model(x))

@@ -1,8 +1,14 @@
 """Training batches and evaluation inputs, built vectorised from the CSR split.
 
 Rows are left-padded (SASRec style), so the most recent item is always in the last column and positions
-count back from it: padding never shifts a real token's position. With `padding_free`, users are bucketed
-by length and each batch is only as wide as its longest row; otherwise every batch is `max_len` wide.
+count back from it: padding never shifts a real token's position. With `padding_free` each batch is only as
+wide as its longest row, and `batching` says who shares a batch:
+  length  `batch_size` users of similar length (narrow batches; but the loss is a mean over the batch's
+          positions, so a position of a short-history user weighs up to max_len times more than a long one)
+  tokens  users of similar length, as many as fill the positions of an average `batch_size`-user batch
+          (token-budget batching, as in NMT): narrow batches, and every position weighs the same
+  random  `batch_size` random users (as SASRec code): equal weights, but most batches are max_len wide
+Without `padding_free` every batch is `batch_size` random users, `max_len` wide.
 
 AR: input = the last L training items before the last one, labels = the same window shifted by one.
 AE: window of the last L + 1 training items, a fresh cloze mask every epoch (at least one mask per row).
@@ -37,10 +43,10 @@ class TrainBatches:
 
     def __init__(self, split: LeaveOneOut, task: str, max_len: int, batch_size: int, mask_prob: float = 0.2,
                  padding_free: bool = True, item_sse_prob: float = 0.0, user_sse_prob: float = 0.0,
-                 seed: int = 0) -> None:
+                 seed: int = 0, order: str = "tokens", sse_style: str = "token") -> None:
         self.split, self.task, self.max_len, self.batch_size = split, task, max_len, batch_size
-        self.mask_prob, self.padding_free = mask_prob, padding_free
-        self.item_sse_prob, self.user_sse_prob = item_sse_prob, user_sse_prob
+        self.mask_prob, self.padding_free, self.order = mask_prob, padding_free, order
+        self.item_sse_prob, self.user_sse_prob, self.sse_style = item_sse_prob, user_sse_prob, sse_style
         self.rng = np.random.default_rng(seed)
         ends = split.train_ends
         self.users = np.flatnonzero(ends - split.starts >= 2)  # a training row needs an input and a label
@@ -59,24 +65,33 @@ class TrainBatches:
             return int(self.row_lengths.sum())
         return int(np.maximum(1, np.round(self.row_lengths * self.mask_prob)).sum())
 
-    def _order(self) -> list[np.ndarray]:
+    def epoch_plan(self) -> list[np.ndarray]:
+        """The row indices of each batch of one epoch, in training order (draws the epoch's shuffle)."""
         perm = self.rng.permutation(len(self.users))
-        if not self.padding_free:
+        if not len(perm):
+            return []
+        if not self.padding_free or self.order == "random":
             return [perm[i:i + self.batch_size] for i in range(0, len(perm), self.batch_size)]
         # Sort chunks of ~64 batches by length so batches are narrow but still random, then shuffle batches.
         chunk = self.batch_size * 64
+        budget = self.batch_size * self.row_lengths.mean()  # "tokens": positions of an average batch
         batches = []
         for i in range(0, len(perm), chunk):
             part = perm[i:i + chunk]
             part = part[np.argsort(self.row_lengths[part], kind="stable")]
-            batches += [part[j:j + self.batch_size] for j in range(0, len(part), self.batch_size)]
+            if self.order == "tokens":  # cut where the running position count crosses a multiple of the budget
+                group = (np.cumsum(self.row_lengths[part]) - 1) // budget
+                cuts = np.flatnonzero(np.diff(group)) + 1
+                batches += np.split(part, cuts)
+            else:
+                batches += [part[j:j + self.batch_size] for j in range(0, len(part), self.batch_size)]
         return [batches[i] for i in self.rng.permutation(len(batches))]
 
     def __iter__(self) -> Iterator[Batch]:
-        for rows in self._order():
-            yield self._make(rows)
+        for rows in self.epoch_plan():
+            yield self.make(rows)
 
-    def _make(self, rows: np.ndarray) -> Batch:
+    def make(self, rows: np.ndarray) -> Batch:
         items, starts, ends = self.split.items, self.starts[rows], self.ends[rows]
         width = int(self.row_lengths[rows].max()) if self.padding_free else self.max_len + (self.task == "ae")
         if self.task == "ar":
@@ -93,7 +108,12 @@ class TrainBatches:
             inputs[masked] = self.mask_token
             labels = np.where(masked, labels, 0)
         if self.item_sse_prob > 0:  # SSE on training inputs only: labels keep the true items
-            swap = (inputs > 0) & (inputs != self.mask_token) & (self.rng.random(inputs.shape) < self.item_sse_prob)
+            p = self.item_sse_prob
+            if self.sse_style == "paper":  # the ModSAR code: pick a row w.p. p, then each of its items w.p. 1 - p
+                drawn = (self.rng.random((len(inputs), 1)) < p) & (self.rng.random(inputs.shape) >= p)
+            else:
+                drawn = self.rng.random(inputs.shape) < p
+            swap = (inputs > 0) & (inputs != self.mask_token) & drawn
             inputs = np.where(swap, self.rng.integers(1, self.split.num_items + 1, inputs.shape), inputs)
         users = self.users[rows] + 1
         if self.user_sse_prob > 0:

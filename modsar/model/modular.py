@@ -1,12 +1,15 @@
 """The modular self-attentive recommender: SASRec (AR) and BERT4Rec (AE) are two settings of one model.
 
 Feature: item embedding * sqrt(d) [+ concatenated SSE-PT user vector] + positions (learned | sinusoidal |
-none). Modeling: `num_layers` transformer blocks, pre- or post-norm, whose attention is bidirectional
-(`ae`) or causal (`ar`); the last `local_heads` heads only see a LOCKER-style window (past-only under AR).
-Output: tied item embedding, scores only for real items 1..N.
+none) [-> LayerNorm, as BERT4Rec]. Modeling: `num_layers` transformer blocks, post-norm (default) or
+pre-norm, whose attention is bidirectional (`ae`) or causal (`ar`); the last `local_heads` heads only see a
+LOCKER-style window (past-only under AR).
+Output: tied item embedding, scores only for real items 1..N; `head=bert4rec` puts BERT4Rec's transform
+(Linear, GELU, LayerNorm) before the dot product and adds a learned item bias (the paper's Table 4 model).
 
 Inputs are left-padded; column c of a width-T batch gets position index P - T + c, so positions count back
-from the most recent item and padding never moves them.
+from the most recent item and padding never moves them (`positions_from=start`: counted from each row's first
+item instead, as tail-padded code does).
 """
 
 from __future__ import annotations
@@ -64,22 +67,23 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         d = cfg.hidden_size
-        self.pre_norm = cfg.norm in ("auto", "pre")
+        self.pre_norm = cfg.norm == "pre"
         self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.attn = SelfAttention(d, cfg.num_heads, cfg.attn_dropout)
         act = nn.GELU() if cfg.activation == "gelu" else nn.ReLU()
         self.ffn = nn.Sequential(nn.Linear(d, cfg.ffn_size or 4 * d), act, nn.Dropout(cfg.dropout),
                                  nn.Linear(cfg.ffn_size or 4 * d, d))
         self.drop = nn.Dropout(cfg.dropout)
+        self.attn_drop = nn.Dropout(cfg.dropout) if cfg.attn_output_dropout else nn.Identity()
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False):
         if self.pre_norm:
             a, probs = self.attn(self.norm1(x), mask, need_weights)
-            x = x + self.drop(a)
+            x = x + self.attn_drop(a)
             x = x + self.drop(self.ffn(self.norm2(x)))
         else:
             a, probs = self.attn(x, mask, need_weights)
-            x = self.norm1(x + self.drop(a))
+            x = self.norm1(x + self.attn_drop(a))
             x = self.norm2(x + self.drop(self.ffn(x)))
         return x, probs
 
@@ -109,6 +113,22 @@ def item_scores(hidden: torch.Tensor, table: nn.Embedding, num_items: int,
     return (hidden.unsqueeze(-2) * table(items)).sum(-1)
 
 
+class OutputHead(nn.Module):
+    """BERT4Rec's output layer: h -> LN(GELU(W h + b)), scored against the tied item table plus an item bias."""
+
+    def __init__(self, d: int, num_items: int) -> None:
+        super().__init__()
+        self.dense, self.norm = nn.Linear(d, d), nn.LayerNorm(d, eps=1e-12)
+        self.item_bias = nn.Parameter(torch.zeros(num_items + 2))  # rows as the item table: 0 pad, N+1 mask
+        self.num_items = num_items
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.norm(F.gelu(self.dense(hidden)))
+
+    def bias(self, scores: torch.Tensor, items: torch.Tensor | None) -> torch.Tensor:
+        return scores + (self.item_bias[1 : self.num_items + 1] if items is None else self.item_bias[items])
+
+
 class ModularSAR(nn.Module):
     def __init__(self, cfg: ModelConfig, num_items: int, num_users: int, max_len: int, task: str) -> None:
         super().__init__()
@@ -124,11 +144,28 @@ class ModularSAR(nn.Module):
             self.pos_emb = nn.Embedding(self.positions, d)
         elif self.positional == "sinusoidal":
             self.register_buffer("pos_table", sinusoidal_table(self.positions, d), persistent=False)
+        self.embed_norm = nn.LayerNorm(d, eps=1e-12) if cfg.embedding_norm else nn.Identity()
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
-        self.final_norm = nn.LayerNorm(d) if cfg.norm in ("auto", "pre") else nn.Identity()
+        self.final_norm = nn.LayerNorm(d) if cfg.norm == "pre" else nn.Identity()
+        self.head = OutputHead(self.item_dim, num_items) if cfg.head == "bert4rec" else None
         self.apply(self._init)
-        if self.positional == "learned":  # as the ModSAR code: AE needs a strong position signal to find neighbours
+        # init normal: N(0, 0.02) everywhere (BERT, GPT-2). xavier: xavier_normal on every matrix, embeddings
+        # included (SASRec's code). xavier_attention: q, k, v projections xavier_uniform over the stacked
+        # (3d, d) matrix and the rest normal, as torch's MultiheadAttention keeps its own init: attention logits
+        # start ~20x larger than under N(0, 0.02), so attention is not uniform from step 1. sasrec_plus: that,
+        # with positions at N(0, 0.02) too (SASRec+'s init exactly; the others give positions xavier_uniform).
+        if cfg.init == "xavier":
+            for module in self.modules():
+                if isinstance(module, (nn.Linear, nn.Embedding)):
+                    nn.init.xavier_normal_(module.weight)
+            self.item_emb.weight.data[0].zero_()
+        elif cfg.init in ("xavier_attention", "sasrec_plus"):
+            for block in self.blocks:
+                nn.init.xavier_uniform_(block.attn.qkv.weight)
+        if cfg.init in ("normal", "xavier_attention") and self.positional == "learned" and cfg.scale_embedding:
+            # as the ModSAR code: beside sqrt(d)-scaled items, AE needs a strong position signal to find neighbours;
+            # unscaled (BERT4Rec) items keep positions at their own normal(0.02), as BERT4Rec does
             nn.init.xavier_uniform_(self.pos_emb.weight)
 
     @staticmethod
@@ -143,15 +180,17 @@ class ModularSAR(nn.Module):
     def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
         """inputs (B, T) left-padded item ids -> hidden states (B, T, d) [, per-layer attention (B, H, T, T)]."""
         B, T = inputs.shape
-        x = self.item_emb(inputs) * math.sqrt(self.item_dim)
+        x = self.item_emb(inputs) * (math.sqrt(self.item_dim) if self.cfg.scale_embedding else 1.0)
         if self.user_emb is not None:
             x = torch.cat([x, self.user_emb(users)[:, None, :].expand(B, T, self.user_dim)], dim=-1)
         pos = torch.arange(self.positions - T, self.positions, device=inputs.device)
+        if self.cfg.positions_from == "start":  # count from each row's first real item (left padding gets 0)
+            pos = (torch.arange(T, device=inputs.device) - (inputs == 0).sum(1, keepdim=True)).clamp(min=0)
         if self.positional == "learned":
             x = x + self.pos_emb(pos)
         elif self.positional == "sinusoidal":
             x = x + self.pos_table[pos]
-        x = self.drop(x)
+        x = self.drop(self.embed_norm(x))
         mask = attention_mask(inputs, self.causal, self.cfg.num_heads, self.cfg.local_heads, self.cfg.local_window)
         attentions = []
         for block in self.blocks:
@@ -168,7 +207,11 @@ class ModularSAR(nn.Module):
         With SSE-PT the user half of the state meets the user's own vector: a per-user offset, the same for
         every item, that never changes a ranking but matters for BCE, as in SSE-PT.
         """
-        scores = item_scores(hidden[..., : self.item_dim], self.item_emb, self.num_items, items)
+        h = hidden[..., : self.item_dim]
+        if self.head is None:
+            scores = item_scores(h, self.item_emb, self.num_items, items)
+        else:
+            scores = self.head.bias(item_scores(self.head(h), self.item_emb, self.num_items, items), items)
         if self.user_emb is not None and users is not None:
             offset = (hidden[..., self.item_dim:] * self.user_emb(users)).sum(-1, keepdim=True)
             scores = scores + offset
