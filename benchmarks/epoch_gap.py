@@ -81,7 +81,7 @@ def time_epochs(variants: dict[str, list[str]], names: list[str], dataset, round
         seed_everything(cfg.seed)
         model = build_model(cfg, dataset.num_items, dataset.num_users, cfg.data.max_len).train()
         batches = TrainBatches(split, cfg.task, cfg.data.max_len, cfg.data.batch_size, cfg.mask_prob,
-                               cfg.data.padding_free, seed=cfg.seed, order=cfg.data.batching)
+                               cfg.data.padding_free, seed=cfg.seed, batching=cfg.data.batching)
         runs[name] = (cfg, model, make_optimizer(model, cfg), batches, [])
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:  # A B, B A, ...: drift in machine load cancels

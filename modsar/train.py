@@ -236,7 +236,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     num_parameters = sum(p.numel() for p in model.parameters())
     batches = TrainBatches(split, cfg.task, max_len, cfg.data.batch_size, cfg.mask_prob, cfg.data.padding_free,
                            cfg.model.item_sse_prob, cfg.model.user_sse_prob, seed=cfg.seed,
-                           order=cfg.data.batching, sse_style=cfg.model.sse_style)
+                           batching=cfg.data.batching, sse_style=cfg.model.sse_style)
     if not len(batches):
         raise ModsarError(f"dataset '{cfg.dataset}' has no user with 2+ training items: nothing to train on")
 

@@ -81,7 +81,7 @@ def test_training_rows_use_only_training_positions(case):
 
     task, max_len, sse = case["task"], case["max_len"], case["item_sse_prob"]
     kwargs = dict(mask_prob=case["mask_prob"], padding_free=case["padding_free"], item_sse_prob=sse,
-                  user_sse_prob=case["user_sse_prob"], seed=case["seed"], order=case["batching"])
+                  user_sse_prob=case["user_sse_prob"], seed=case["seed"], batching=case["batching"])
     batches = TrainBatches(tagged, task, max_len, case["batch_size"], **kwargs)
     # token batches hold an average batch's positions (at most one row more), the others batch_size users
     tokens = case["padding_free"] and case["batching"] == "tokens"

@@ -135,7 +135,7 @@ def test_paper_sse_gates_rows_then_replaces_each_item_with_one_minus_p():
 def test_random_batch_order_mixes_lengths_like_dense_batches():
     """batching=random: the same user groups as unbucketed batches, each only as wide as its longest row."""
     split = synthetic_split()
-    mixed = list(TrainBatches(split, "ar", 20, 64, order="random", seed=5))
+    mixed = list(TrainBatches(split, "ar", 20, 64, batching="random", seed=5))
     dense = list(TrainBatches(split, "ar", 20, 64, padding_free=False, seed=5))
     assert [b.users.tolist() for b in mixed] == [b.users.tolist() for b in dense]
     for m, d in zip(mixed, dense, strict=True):
@@ -146,7 +146,7 @@ def test_random_batch_order_mixes_lengths_like_dense_batches():
 def test_token_batches_hold_an_average_batchs_positions_and_every_user_once():
     """batching=tokens: each batch fills (at most one row past) the positions of an average 64-user batch."""
     split = synthetic_split()
-    batches = TrainBatches(split, "ar", 20, 64, order="tokens", seed=2)
+    batches = TrainBatches(split, "ar", 20, 64, batching="tokens", seed=2)
     budget = 64 * batches.row_lengths.mean()
     epoch = list(batches)
     positions = np.array([int((b.labels > 0).sum()) for b in epoch])
@@ -155,7 +155,7 @@ def test_token_batches_hold_an_average_batchs_positions_and_every_user_once():
     assert positions.max() <= budget + batches.row_lengths.max()
     assert np.median(positions) > 0.8 * budget  # full batches, except the last of each sorted chunk
     assert abs(len(epoch) - len(batches)) <= 2  # about as many steps as user batches
-    slots = {order: sum(b.inputs.numel() for b in TrainBatches(split, "ar", 20, 64, order=order, seed=2))
+    slots = {order: sum(b.inputs.numel() for b in TrainBatches(split, "ar", 20, 64, batching=order, seed=2))
              for order in ("length", "random")}
     tokens = sum(b.inputs.numel() for b in epoch)
     assert tokens < 1.1 * slots["length"] < slots["random"]  # still narrow: similar lengths share a batch

@@ -255,7 +255,7 @@ def test_epoch_normalised_loss_weighs_every_position_the_same(batching):
     data = load_dataset("synthetic")
     split = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
     model = ModularSAR(cfg.model, data.num_items, data.num_users, 20, "ar").eval()
-    batches = TrainBatches(split, "ar", 20, 64, order=batching)
+    batches = TrainBatches(split, "ar", 20, 64, batching=batching)
     epoch = [batches.make(rows) for rows in batches.epoch_plan()]
     per_batch = batches.num_targets / len(epoch)
     with torch.no_grad():

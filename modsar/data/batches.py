@@ -43,9 +43,9 @@ class TrainBatches:
 
     def __init__(self, split: LeaveOneOut, task: str, max_len: int, batch_size: int, mask_prob: float = 0.2,
                  padding_free: bool = True, item_sse_prob: float = 0.0, user_sse_prob: float = 0.0,
-                 seed: int = 0, order: str = "tokens", sse_style: str = "token") -> None:
+                 seed: int = 0, batching: str = "tokens", sse_style: str = "token") -> None:
         self.split, self.task, self.max_len, self.batch_size = split, task, max_len, batch_size
-        self.mask_prob, self.padding_free, self.order = mask_prob, padding_free, order
+        self.mask_prob, self.padding_free, self.batching = mask_prob, padding_free, batching
         self.item_sse_prob, self.user_sse_prob, self.sse_style = item_sse_prob, user_sse_prob, sse_style
         self.rng = np.random.default_rng(seed)
         ends = split.train_ends
@@ -70,7 +70,7 @@ class TrainBatches:
         perm = self.rng.permutation(len(self.users))
         if not len(perm):
             return []
-        if not self.padding_free or self.order == "random":
+        if not self.padding_free or self.batching == "random":
             return [perm[i:i + self.batch_size] for i in range(0, len(perm), self.batch_size)]
         # Sort chunks of ~64 batches by length so batches are narrow but still random, then shuffle batches.
         chunk = self.batch_size * 64
@@ -79,7 +79,7 @@ class TrainBatches:
         for i in range(0, len(perm), chunk):
             part = perm[i:i + chunk]
             part = part[np.argsort(self.row_lengths[part], kind="stable")]
-            if self.order == "tokens":  # cut where the running position count crosses a multiple of the budget
+            if self.batching == "tokens":  # cut where the running position count crosses a multiple of the budget
                 group = (np.cumsum(self.row_lengths[part]) - 1) // budget
                 cuts = np.flatnonzero(np.diff(group)) + 1
                 batches += np.split(part, cuts)
