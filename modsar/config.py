@@ -124,6 +124,14 @@ class Config:
             tree["model"]["norm"] = "post"
         return tree
 
+    @classmethod
+    def from_stored(cls, tree: dict[str, Any], where: str = "config") -> Config:
+        """The inverse of `stored`: a modular `auto` norm can only come from before 0.2, when it meant pre."""
+        model = tree.get("model", {})
+        if model.get("backbone", "modular") == "modular" and model.get("norm") == "auto":
+            tree = {**tree, "model": {**model, "norm": "pre"}}
+        return cls.from_dict(tree, where)
+
     def flat(self) -> dict[str, Any]:
         """Dotted-name view (``model.hidden_size``) of the stored form: the names used in YAML, CLI and Parquet."""
         return flatten(self.stored())

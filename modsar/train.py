@@ -138,10 +138,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[torch.nn.Mod
     if missing:
         raise ModsarError(f"{path}: not a ModSAR checkpoint (no {', '.join(sorted(missing))}); pass a .pt "
                           "written by modsar train or modsar search")
-    stored = payload["config"]
-    if stored.get("model", {}).get("backbone", "modular") == "modular" and stored.get("model", {}).get("norm") == "auto":
-        stored["model"]["norm"] = "pre"  # written before 0.2, when the modular backbone's `auto` was pre-norm
-    cfg = Config.from_dict(stored, where=str(path))
+    cfg = Config.from_stored(payload["config"], where=str(path))
     model = build_model(cfg, payload["num_items"], payload["num_users"], payload["max_len"])
     model.load_state_dict(payload["state_dict"])
     return model.to(device).eval(), cfg, payload
