@@ -122,10 +122,9 @@ class OutputHead(nn.Module):
         self.item_bias = nn.Parameter(torch.zeros(num_items + 2))  # rows as the item table: 0 pad, N+1 mask
         self.num_items = num_items
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.norm(F.gelu(self.dense(hidden)))
-
-    def bias(self, scores: torch.Tensor, items: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, table: nn.Embedding, items: torch.Tensor | None) -> torch.Tensor:
+        """Scores as `item_scores` (all items, shared or per-row candidates), of the transformed states."""
+        scores = item_scores(self.norm(F.gelu(self.dense(hidden))), table, self.num_items, items)
         return scores + (self.item_bias[1 : self.num_items + 1] if items is None else self.item_bias[items])
 
 
@@ -183,9 +182,10 @@ class ModularSAR(nn.Module):
         x = self.item_emb(inputs) * (math.sqrt(self.item_dim) if self.cfg.scale_embedding else 1.0)
         if self.user_emb is not None:
             x = torch.cat([x, self.user_emb(users)[:, None, :].expand(B, T, self.user_dim)], dim=-1)
-        pos = torch.arange(self.positions - T, self.positions, device=inputs.device)
         if self.cfg.positions_from == "start":  # count from each row's first real item (left padding gets 0)
             pos = (torch.arange(T, device=inputs.device) - (inputs == 0).sum(1, keepdim=True)).clamp(min=0)
+        else:
+            pos = torch.arange(self.positions - T, self.positions, device=inputs.device)
         if self.positional == "learned":
             x = x + self.pos_emb(pos)
         elif self.positional == "sinusoidal":
@@ -211,7 +211,7 @@ class ModularSAR(nn.Module):
         if self.head is None:
             scores = item_scores(h, self.item_emb, self.num_items, items)
         else:
-            scores = self.head.bias(item_scores(self.head(h), self.item_emb, self.num_items, items), items)
+            scores = self.head(h, self.item_emb, items)
         if self.user_emb is not None and users is not None:
             offset = (hidden[..., self.item_dim:] * self.user_emb(users)).sum(-1, keepdim=True)
             scores = scores + offset
