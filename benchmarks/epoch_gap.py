@@ -63,6 +63,11 @@ VARIANTS: dict[str, list[str]] = {
                 "model.positions_from=start"],
     "s_ffn64": [*TOKENS_POST, "model.init=sasrec_plus", "model.attn_output_dropout=false", "model.ffn_size=64",
                 "model.activation=relu"],
+    "s_sasrec": ["data.batching=tokens", "model.norm=sasrec", "model.init=sasrec_plus",
+                 "model.attn_output_dropout=false"],
+    "s_sasrec_exact": ["data.batching=tokens", "model.norm=sasrec", "model.init=sasrec_plus",
+                       "model.attn_output_dropout=false", "model.ffn_size=64", "model.activation=relu",
+                       "model.positions_from=start"],
 }
 
 

@@ -53,7 +53,7 @@ from modsar.diagnostics import (
 from modsar.errors import ModsarError
 from modsar.evaluate import evaluate, model_scorer, target_ranks, trim_left_padding
 from modsar.model.modular import ModularSAR
-from modsar.model.skips import SkipSite, modular_sites, scaled_skips, skip_input
+from modsar.model.skips import SkipSite, modular_sites, scaled_skips, skip_input, skip_vector
 from modsar.train import load_checkpoint, resolve_device
 
 DIAGNOSTICS = ("sparsity", "rank", "hrli", "shuffle", "mixing", "residual-scaling", "nonfinal", "recovery")
@@ -310,7 +310,7 @@ def contributions(site: SkipSite, x: torch.Tensor, probs: torch.Tensor, alpha: f
     attn = torch.einsum("bhij,bhjd->bijd", probs.to(f.dtype), f)
     res = attn.clone()
     idx = torch.arange(T, device=x.device)
-    res[:, idx, idx] += alpha * x
+    res[:, idx, idx] += alpha * skip_vector(site, x)
     out = {"attn": attn, "res": res}
     if site.post_norm is not None:  # +LN: z_i = alpha x_i + Attn(x)_i (with b_O), then LN
         b_o = site.b_o()
@@ -472,6 +472,7 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
     table["convention"] = table["diagnostic"].map(CONVENTIONS)
     sites = skip_sites(probe.model)
     norm = ("post" if sites[0].post_norm is not None else "pre") if sites else probe.cfg.model.norm
+    norm = "sasrec" if sites and sites[0].skip is not None else norm
     table["model"], table["task"], table["backbone"], table["norm"] = (label, probe.cfg.task,
                                                                         probe.cfg.model.backbone, norm)
     table["checkpoint"], table["dataset"] = str(checkpoint), probe.cfg.dataset

@@ -45,7 +45,8 @@ class ModelConfig:
     num_heads: int = 1
     ffn_size: int = 0  # 0 = 4 * hidden_size
     activation: str = choice("gelu", "gelu", "relu")
-    norm: str = choice("auto", "auto", "pre", "post")  # auto: the backbone's own (modular: post)
+    norm: str = choice("auto", "auto", "pre", "post", "sasrec")  # auto: the backbone's own (modular: post);
+    #                                                             sasrec: SASRec's block (modular only)
     positional: str = choice("auto", "auto", "learned", "sinusoidal", "none", "rope", "relative")  # modular: learned
     dropout: float = 0.2  # embedding and hidden (residual branch) dropout
     attn_dropout: float = 0.2  # dropout on attention probabilities

@@ -247,6 +247,52 @@ def test_hf_contributions_rebuild_the_real_sublayer(backbone):
                                        rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("norm", ["pre", "post", "sasrec"])
+def test_modular_contributions_and_scaled_skips_match_the_real_block(norm):
+    """Per block style: sum_j c_ij + b_O is the real attention output; sum_j c^Res_ij adds the real skip
+    (x, or SASRec's normed query); c^LN rebuilds the real LayerNorm after the sum; and under scaled_skips the
+    block really computes alpha * skip + Attn before that LayerNorm."""
+    from modsar.analyze import contributions
+    from modsar.config import ModelConfig
+    from modsar.model.modular import ModularSAR
+    from modsar.model.skips import scaled_skips
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(hidden_size=16, num_heads=2, dropout=0.0, attn_dropout=0.0, norm=norm)
+    model = ModularSAR(cfg, 30, 4, 12, "ar").eval()
+    sites = modular_sites(model)
+    inputs = torch.randint(1, 31, (3, 9), generator=torch.Generator().manual_seed(2))
+    inputs[1, :3] = 0
+    seen: dict[str, list] = {"x": [], "proj": [], "ln": []}
+    for alpha in (1.0, 0.3):
+        for captured in seen.values():
+            captured.clear()
+        with torch.no_grad(), scaled_skips(sites, alpha):  # hooks after its own: they see the scaled output
+            hooks = [s.container.register_forward_pre_hook(lambda m, a: seen["x"].append(a[0])) for s in sites]
+            hooks += [s.projection.register_forward_hook(lambda m, a, out: seen["proj"].append(out)) for s in sites]
+            hooks += [s.post_norm.register_forward_pre_hook(lambda m, a: seen["ln"].append(a[0]))
+                      for s in sites if s.post_norm is not None]
+            _, maps = model(inputs, need_weights=True)
+            for hook in hooks:
+                hook.remove()
+        for layer, (site, probs) in enumerate(zip(sites, maps, strict=True)):
+            x, block = seen["x"][layer], model.blocks[layer]
+            c = contributions(site, x, probs, alpha)
+            skip = block.norm1(x) if norm == "sasrec" else x
+            b_o = site.b_o()
+            attn_out = c["attn"].sum(2) + b_o
+            torch.testing.assert_close(attn_out - (1 - alpha) * skip, seen["proj"][layer], rtol=0, atol=1e-5)
+            torch.testing.assert_close(c["res"].sum(2), alpha * skip + c["attn"].sum(2), rtol=0, atol=1e-5)
+            assert ("ln" in c) == (norm != "pre")
+            if norm != "pre":  # the LayerNorm's real input is alpha * skip + Attn(x)
+                torch.testing.assert_close(seen["ln"][layer], c["res"].sum(2) + b_o, rtol=0, atol=1e-5)
+                ln = site.post_norm
+                z = c["res"].sum(2) + b_o
+                s = torch.sqrt(z.var(-1, unbiased=False) + ln.eps)[..., None]
+                torch.testing.assert_close(c["ln"].sum(2) + ln.weight * (b_o - b_o.mean()) / s + ln.bias, ln(z),
+                                           rtol=0, atol=1e-5)
+
+
 def test_cli_writes_table_and_plot(checkpoints, tmp_path, capsys):
     data, paths = checkpoints
     out = tmp_path / "analysis"

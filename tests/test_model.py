@@ -15,6 +15,7 @@ N_ITEMS, N_USERS, MAX_LEN = 40, 8, 12
 VARIANTS = {
     "global-pre": {},
     "global-post": {"norm": "post"},
+    "sasrec-block": {"norm": "sasrec"},
     "two-heads": {"num_heads": 2},
     "local-only": {"num_heads": 1, "local_heads": 1, "local_window": 2},
     "global+local": {"num_heads": 2, "local_heads": 1, "local_window": 1},

@@ -1,9 +1,10 @@
 """The modular self-attentive recommender: SASRec (AR) and BERT4Rec (AE) are two settings of one model.
 
 Feature: item embedding * sqrt(d) [+ concatenated SSE-PT user vector] + positions (learned | sinusoidal |
-none) [-> LayerNorm, as BERT4Rec]. Modeling: `num_layers` transformer blocks, post-norm (default) or
-pre-norm, whose attention is bidirectional (`ae`) or causal (`ar`); the last `local_heads` heads only see a
-LOCKER-style window (past-only under AR).
+none) [-> LayerNorm, as BERT4Rec]. Modeling: `num_layers` transformer blocks, post-norm (default), pre-norm,
+or the SASRec code's block (`norm=sasrec`: LN(x) is the query and the skip, keys and values read x), whose
+attention is bidirectional (`ae`) or causal (`ar`); the last `local_heads` heads only see a LOCKER-style window
+(past-only under AR).
 Output: tied item embedding, scores only for real items 1..N; `head=bert4rec` puts BERT4Rec's transform
 (Linear, GELU, LayerNorm) before the dot product and adds a learned item bias (the paper's Table 4 model).
 
@@ -49,9 +50,16 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(d, 3 * d)
         self.proj = nn.Linear(d, d)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False,
+                query: torch.Tensor | None = None):
+        """Self-attention over x; with `query`, queries come from it and keys/values from x (SASRec's block)."""
         B, T, d = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        if query is None:
+            q, k, v = self.qkv(x).view(B, T, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        else:
+            w, b = self.qkv.weight, self.qkv.bias
+            q = F.linear(query, w[:d], b[:d]).view(B, T, self.heads, d // self.heads).transpose(1, 2)
+            k, v = F.linear(x, w[d:], b[d:]).view(B, T, 2, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
         p = self.attn_dropout if self.training else 0.0
         if need_weights:  # explicit path so the probabilities can be returned for analysis
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))
@@ -67,7 +75,8 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         d = cfg.hidden_size
-        self.pre_norm = cfg.norm == "pre"
+        self.style = cfg.norm if cfg.norm in ("pre", "sasrec") else "post"
+        self.pre_norm = self.style == "pre"
         self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.attn = SelfAttention(d, cfg.num_heads, cfg.attn_dropout)
         act = nn.GELU() if cfg.activation == "gelu" else nn.ReLU()
@@ -77,10 +86,15 @@ class Block(nn.Module):
         self.attn_drop = nn.Dropout(cfg.dropout) if cfg.attn_output_dropout else nn.Identity()
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False):
-        if self.pre_norm:
+        if self.style == "pre":
             a, probs = self.attn(self.norm1(x), mask, need_weights)
             x = x + self.attn_drop(a)
             x = x + self.drop(self.ffn(self.norm2(x)))
+        elif self.style == "sasrec":  # the SASRec code: the normed query is the skip; keys, values from x
+            q = self.norm1(x)
+            a, probs = self.attn(x, mask, need_weights, query=q)
+            x = self.norm2(q + self.attn_drop(a))
+            x = x + self.drop(self.ffn(x))
         else:
             a, probs = self.attn(x, mask, need_weights)
             x = self.norm1(x + self.attn_drop(a))
@@ -146,7 +160,7 @@ class ModularSAR(nn.Module):
         self.embed_norm = nn.LayerNorm(d, eps=1e-12) if cfg.embedding_norm else nn.Identity()
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
-        self.final_norm = nn.LayerNorm(d) if cfg.norm == "pre" else nn.Identity()
+        self.final_norm = nn.LayerNorm(d) if cfg.norm in ("pre", "sasrec") else nn.Identity()
         self.head = OutputHead(self.item_dim, num_items) if cfg.head == "bert4rec" else None
         self.apply(self._init)
         # init normal: N(0, 0.02) everywhere (BERT, GPT-2). xavier: xavier_normal on every matrix, embeddings

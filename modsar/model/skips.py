@@ -1,9 +1,10 @@
 """Attention sub-layers as the residual-dominance analyses see them, for any backbone.
 
-Every layer the analyses support computes  y = [LN]( x + drop(W_O . Attn(values(x))) + b_O )  with the skip x
-entering unscaled. A SkipSite names where x comes in (the module whose first input it is), the output
-projection, how to get the value vectors from x, and the LayerNorm that follows the sum in post-norm layers.
-That is all the Kobayashi decomposition (c_ij) and inference-time residual scaling (alpha x) need.
+Every layer the analyses support computes  y = [LN]( s(x) + drop(W_O . Attn(values(x))) + b_O )  with the skip
+s(x) entering unscaled: s(x) = x, or LN(x) in the SASRec code's block (its normed query is the skip). A SkipSite
+names where x comes in (the module whose first input it is), the output projection, how to get the value
+vectors and the skip from x, and the LayerNorm that follows the sum in post-norm layers. That is all the
+Kobayashi decomposition (c_ij) and inference-time residual scaling (alpha s(x)) need.
 """
 
 from __future__ import annotations
@@ -25,10 +26,17 @@ class SkipSite:
     b_o: Callable[[], torch.Tensor | None]
     post_norm: nn.Module | None  # the LayerNorm after alpha x + Attn(x) (post-norm layers), else None
     seq_first: bool = False  # x arrives as (T, B, d) (Transformer-XL)
+    skip: Callable[[torch.Tensor], torch.Tensor] | None = None  # x -> the vector the sum adds; None = x
+
+
+def skip_vector(site: SkipSite, x: torch.Tensor) -> torch.Tensor:
+    """What the layer adds to its attention output: x itself, or (SASRec's block) its normed query."""
+    return x if site.skip is None else site.skip(x)
 
 
 def modular_sites(model) -> list[SkipSite]:
-    """The ModularSAR blocks: qkv rows [2d:3d] are W_V; pre-norm layers read LN(x), post-norm ones LN the sum."""
+    """The ModularSAR blocks: qkv rows [2d:3d] are W_V; pre-norm layers read LN(x), post-norm ones LN the sum;
+    SASRec blocks take values from x, add LN1(x) and LN2 the sum."""
     sites = []
     for block in model.blocks:
         d = block.attn.proj.in_features
@@ -37,8 +45,11 @@ def modular_sites(model) -> list[SkipSite]:
             inp = block.norm1(x) if block.pre_norm else x
             return inp @ block.attn.qkv.weight[2 * d:].T + block.attn.qkv.bias[2 * d:]
 
+        sasrec = block.style == "sasrec"
         sites.append(SkipSite(block, block.attn.proj, values, lambda block=block: block.attn.proj.weight.T,
-                              lambda block=block: block.attn.proj.bias, None if block.pre_norm else block.norm1))
+                              lambda block=block: block.attn.proj.bias,
+                              None if block.pre_norm else block.norm2 if sasrec else block.norm1,
+                              skip=block.norm1 if sasrec else None))
     return sites
 
 
@@ -49,20 +60,20 @@ def skip_input(args: tuple, kwargs: dict) -> torch.Tensor:
 
 @contextlib.contextmanager
 def scaled_skips(sites: list[SkipSite], alpha: float):
-    """Inference-time z = alpha x + Attn(x) in every site: each projection's output gets -(1 - alpha) x of its
-    container's input, which the layer then adds to x (exact in eval mode, where dropout is the identity)."""
+    """Inference-time z = alpha s(x) + Attn(x) in every site: each projection's output gets -(1 - alpha) s(x) of
+    its container's input x, which the layer then adds to s(x) (exact in eval mode, where dropout is the identity)."""
     skips: dict[int, torch.Tensor] = {}
 
     def keep(module, args, kwargs):
         skips[id(module)] = skip_input(args, kwargs)
 
-    def scale(container):
-        return lambda module, args, out: out - (1.0 - alpha) * skips[id(container)]
+    def scale(site):
+        return lambda module, args, out: out - (1.0 - alpha) * skip_vector(site, skips[id(site.container)])
 
     hooks = []
     for site in sites:
         hooks.append(site.container.register_forward_pre_hook(keep, with_kwargs=True))
-        hooks.append(site.projection.register_forward_hook(scale(site.container)))
+        hooks.append(site.projection.register_forward_hook(scale(site)))
     try:
         yield
     finally:
