@@ -8,6 +8,6 @@ boolean for SDPA and additive for eager attention (used when attention maps are 
 
 from __future__ import annotations
 
-from hf_plugins.adapter import BACKBONES, HFBackbone, check_config
+from hf_plugins.spec import BACKBONES, check_config
 
-__all__ = ["BACKBONES", "HFBackbone", "check_config"]
+__all__ = ["BACKBONES", "check_config"]  # the model class: hf_plugins.adapter.HFBackbone (imports torch)

@@ -52,8 +52,8 @@ from modsar.diagnostics import (
 )
 from modsar.errors import ModsarError
 from modsar.evaluate import evaluate, model_scorer, target_ranks, trim_left_padding
-from modsar.model.modular import ModularSAR
-from modsar.model.skips import SkipSite, modular_sites, scaled_skips, skip_input, skip_vector
+from modsar.model import registry
+from modsar.model.skips import SkipSite, residual_scale, skip_input, skip_vector
 from modsar.train import load_checkpoint, resolve_device
 
 DIAGNOSTICS = ("sparsity", "rank", "hrli", "shuffle", "mixing", "residual-scaling", "nonfinal", "recovery")
@@ -73,25 +73,6 @@ CONVENTIONS = {  # stored beside every figure, so a table read without this modu
     "recovery": "Rec(alpha) over R = {miss@10 at L, hit@10 at L-1..3, alpha=1}; alpha* = best Rec with "
                 "HR@10 >= (1-epsilon) HR@10(1), smallest on ties",
 }
-
-
-def skip_sites(model) -> list[SkipSite] | None:
-    """The attention sub-layers of a modular or known HF backbone (modsar.model.skips), None if unknown."""
-    if isinstance(model, ModularSAR):
-        return modular_sites(model)
-    from hf_plugins.adapter import attention_skips
-
-    return attention_skips(model.model) if hasattr(model, "residual_scale") else None
-
-
-@contextlib.contextmanager
-def residual_scale(model, alpha: float):
-    """alpha on the attention sub-layer's skip of every layer, for as long as the context lasts."""
-    sites = skip_sites(model)
-    if sites is None:
-        raise ModsarError(f"residual scaling is not defined for {model.model.config.model_type} layers")
-    with scaled_skips(sites, alpha):
-        yield
 
 
 def model_label(cfg) -> str:
@@ -260,7 +241,7 @@ POSITIONS = {"L": 0, "L-1": 1, "L-2": 2}
 def mixing_ratios(probe: Probe, alpha: float = 1.0, detail: bool = False) -> dict[str, float]:
     """Mean Attn / +Res / +LN mixing ratio over real positions of all users and layers; with `detail`, also
     without each sequence's first position, and per layer at positions L, L-1, L-2 (module docstring)."""
-    model, sites = probe.model, skip_sites(probe.model)
+    model, sites = probe.model, probe.model.skip_sites()
     kinds = ["attn", "res"] + (["ln"] if all(site.post_norm is not None for site in sites) else [])
     pooled: dict[str, list] = {k: [] for k in kinds}
     no_first: dict[str, list] = {k: [] for k in kinds}
@@ -383,8 +364,13 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
         raise ModsarError(f"unknown diagnostic '{unknown[0]}'; choose from {', '.join(DIAGNOSTICS)}")
     probe = Probe(checkpoint, data_dir, attention_users, device)
     label, notes, rows = model_label(probe.cfg), [], []
+    entry = registry.lookup(probe.cfg.model.backbone)
+    skipped = [d for d in diagnostics if d in ("sparsity", "rank", "mixing")]
+    if skipped and not entry.attention_maps:
+        notes.append(f"{label}: skipped {', '.join(skipped)}: {probe.cfg.model.backbone} has no attention maps")
+        diagnostics = [d for d in diagnostics if d not in skipped]
     skipped = [d for d in diagnostics if d in ("mixing", "residual-scaling", "recovery")]
-    if skipped and skip_sites(probe.model) is None:
+    if skipped and (not entry.residual_sites or probe.model.skip_sites() is None):
         notes.append(f"{label}: skipped {', '.join(skipped)}: they need the layers' attention skip, known for the "
                      f"modular backbone and HF llama, gpt2, bert, roberta, albert, transfo_xl; not for "
                      f"{probe.cfg.model.backbone}")
@@ -470,7 +456,7 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
     bar.close()
     table = pd.DataFrame(rows, columns=["diagnostic", "quantity", "layer", "alpha", "value", "n"])
     table["convention"] = table["diagnostic"].map(CONVENTIONS)
-    sites = skip_sites(probe.model)
+    sites = probe.model.skip_sites()
     norm = ("post" if sites[0].post_norm is not None else "pre") if sites else probe.cfg.model.norm
     norm = "sasrec" if sites and sites[0].skip is not None else norm
     table["model"], table["task"], table["backbone"], table["norm"] = (label, probe.cfg.task,

@@ -282,14 +282,9 @@ def validate(cfg: Config, where: str = "config") -> None:
             bad(f"'{key}' must be >= 1; got {value}")
     if m.hidden_size % m.num_heads:
         bad(f"'model.hidden_size' ({m.hidden_size}) must be divisible by 'model.num_heads' ({m.num_heads})")
-    if m.backbone == "modular":
-        if m.positional in ("rope", "relative"):
-            bad(f"'model.positional={m.positional}' exists only in HF backbones (llama, transfo_xl); the modular "
-                "backbone has learned, sinusoidal or none")
-    else:
-        from hf_plugins import check_config
+    from modsar.model import registry  # torch-free: names, checks, capabilities
 
-        check_config(cfg, bad)
+    registry.check_config(cfg, bad)
     if not 0 <= m.local_heads <= m.num_heads:
         bad(f"'model.local_heads' must be between 0 and model.num_heads ({m.num_heads}); got {m.local_heads}")
     if m.local_window < 0:

@@ -155,12 +155,15 @@ def _sampled(config: dict[str, Any]) -> dict[str, Any]:
 # The trainable: runs inside a Ray worker.
 
 
-def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_dir: str, test: bool = False) -> None:
+def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_dir: str, test: bool = False,
+              plugins: tuple[str, ...] = ()) -> None:
     import ray
     import torch
 
+    from modsar.model import registry
     from modsar.train import TrainingDiverged, load_resume_state, resolve_device, run_trial
 
+    registry.load_plugins(list(plugins))  # the driver's plugin backbones, registered in this worker too
     cfg = trial_config(base, space, _sampled(config))
     assigned = ray.get_runtime_context().get_assigned_resources()
     torch.set_num_threads(max(1, int(assigned.get("CPU", 1))))
@@ -503,8 +506,11 @@ def _write_json(path: str, data: dict) -> None:
 
 
 def make_trainable(plan: Plan, test: bool = False):
+    from modsar.model import registry
+
     return tune.with_resources(tune.with_parameters(trainable, base=plan.base, space=plan.space,
-                                                    data_dir=plan.data_root, test=test),
+                                                    data_dir=plan.data_root, test=test,
+                                                    plugins=tuple(registry.loaded_plugins())),
                                {"cpu": plan.request.cpus_per_trial, "gpu": plan.request.gpus_per_trial})
 
 

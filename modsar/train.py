@@ -27,8 +27,9 @@ from modsar.data.split import LeaveOneOut
 from modsar.data.store import StoredDataset, load_dataset
 from modsar.errors import ModsarError
 from modsar.evaluate import evaluate, model_scorer
+from modsar.model import registry
+from modsar.model.interface import Recommender
 from modsar.model.losses import training_loss
-from modsar.model.modular import ModularSAR
 
 # on_eval(epoch, valid metrics, improved, checkpoint or None, facts): facts has "last" (training stops after
 # this pass: patience or max epochs) and the mean epoch/eval times so far.
@@ -85,13 +86,9 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_model(cfg: Config, num_items: int, num_users: int, max_len: int) -> torch.nn.Module:
-    """The modular backbone, or an hf_plugins backbone: same interface, same training and evaluation."""
-    if cfg.model.backbone == "modular":
-        return ModularSAR(cfg.model, num_items, num_users, max_len, cfg.task)
-    from hf_plugins import HFBackbone
-
-    return HFBackbone(cfg.model, num_items, num_users, max_len, cfg.task)
+def build_model(cfg: Config, num_items: int, num_users: int, max_len: int) -> Recommender:
+    """The configured backbone from the registry: every one has the same interface, training and evaluation."""
+    return registry.build(cfg, num_items, num_users, max_len)
 
 
 def _atomic_save(path: Path, payload: dict) -> None:

@@ -16,14 +16,12 @@ from modsar.analyze import (
     contributions,
     hrli,
     mixing_ratios,
-    residual_scale,
     run,
-    skip_sites,
 )
 from modsar.cli import main
 from modsar.config import load_config
 from modsar.data.split import history_index
-from modsar.model.skips import modular_sites
+from modsar.model.skips import modular_sites, residual_scale
 from modsar.train import run_trial
 
 
@@ -211,7 +209,7 @@ def test_unknown_hf_layers_skip_what_needs_them_with_a_note(checkpoints):
 def test_hf_contributions_rebuild_the_real_sublayer(backbone):
     """sum_j c_ij + b_O is the attention output projection's real output; post-norm: sum_j c^LN_ij + the bias
     terms is the real LayerNorm output (hooks read both off a forward pass)."""
-    from hf_plugins import HFBackbone
+    from hf_plugins.adapter import HFBackbone
     from modsar.config import Config
 
     name, norm = backbone.split("-")[0], "pre" if backbone.endswith("-pre") else "auto"
@@ -220,7 +218,7 @@ def test_hf_contributions_rebuild_the_real_sublayer(backbone):
                                                      "dropout": 0.0, "attn_dropout": 0.0, "norm": norm,
                                                      "activation": "relu" if name == "transfo_xl" else "gelu"}})
     model = HFBackbone(cfg.model, 30, 4, 12, "ar").eval()
-    sites = skip_sites(model)
+    sites = model.skip_sites()
     seen = {"x": [], "proj": [], "ln": []}
     hooks = [s.container.register_forward_pre_hook(
         lambda m, a, k: seen["x"].append(a[0] if a else k["hidden_states"]), with_kwargs=True) for s in sites]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_plugins import HFBackbone
+from hf_plugins.adapter import HFBackbone
 from modsar.config import Config, LossConfig, load_config
 from modsar.errors import ModsarError
 from modsar.model.losses import training_loss
+from modsar.model.skips import residual_scale
 
 N_ITEMS, MAX_LEN = 30, 12
 BACKBONES = ["albert", "llama", "hf:bert", "hf:gpt2", "transfo_xl", "hf:roberta"]
@@ -129,9 +130,9 @@ def test_residual_scaling_is_identity_at_one_and_acts_below(backbone):
     model, x = make(backbone, "ar"), batch()
     with torch.no_grad():
         plain = model(x)
-        with model.residual_scale(1.0):
+        with residual_scale(model, 1.0):
             assert torch.equal(model(x), plain)
-        with model.residual_scale(0.3):
+        with residual_scale(model, 0.3):
             assert (model(x) - plain).abs().max() > 1e-3
         assert torch.equal(model(x), plain)  # the hooks are gone afterwards
 
@@ -142,7 +143,7 @@ def test_residual_scaling_matches_the_sublayer_written_out():
     bert = make("hf:bert", "ae")
     attention = bert.model.encoder.layer[0].attention
     with torch.no_grad():
-        with bert.residual_scale(alpha):
+        with residual_scale(bert, alpha):
             out = attention(h)
         context = attention.self(h)
         written = attention.output.LayerNorm(alpha * h + attention.output.dense(
@@ -153,7 +154,7 @@ def test_residual_scaling_matches_the_sublayer_written_out():
     layer = llama.model.layers[0]
     rotary = llama.model.rotary_emb(h, torch.arange(7)[None].expand(2, 7))
     with torch.no_grad():
-        with llama.residual_scale(alpha):
+        with residual_scale(llama, alpha):
             out = layer(h, attention_mask=None, position_embeddings=rotary)
         z = alpha * h + layer.self_attn(hidden_states=layer.input_layernorm(h), position_embeddings=rotary,
                                         attention_mask=None)[0]
@@ -163,5 +164,5 @@ def test_residual_scaling_matches_the_sublayer_written_out():
 
 def test_residual_scaling_refused_where_the_layers_are_unknown():
     model = make("hf:electra", "ar")
-    with pytest.raises(ValueError, match="not defined for model type 'electra'"), model.residual_scale(0.5):
+    with pytest.raises(ModsarError, match="not defined for model type 'electra'"), residual_scale(model, 0.5):
         pass

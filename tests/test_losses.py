@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_plugins import HFBackbone
+from hf_plugins.adapter import HFBackbone
 from modsar.config import Config, LossConfig, ModelConfig
 from modsar.model.losses import training_loss
 from modsar.model.modular import ModularSAR

@@ -348,6 +348,28 @@ def test_hf_spaces_run_end_to_end(local_ray, data_dir, tmp_path, space):
     assert rows["model.backbone"].eq(space[3:]).all() and rows["test.ndcg@10"].notna().all()
 
 
+def test_a_plugin_backbone_runs_a_trial_in_a_ray_worker(local_ray, data_dir, tmp_path):
+    """The worker never imported the test's plugin: the search forwards the driver's loaded plugins to it."""
+    from modsar.model import registry
+
+    plugin = Path(__file__).parent / "plugins" / "toy_backbone.py"
+
+    space = tmp_path / "toy.yaml"
+    space.write_text("description: toy plugin backbone\nbase:\n  model.backbone: toy\n  model.hidden_size: 8\n"
+                     "params:\n  task: {grid: [ar]}\n  train.lr: {grid: [0.01]}\n"
+                     "budget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n")
+    registry.load_plugins([str(plugin)])
+    try:
+        out = tmp_path / "results"
+        assert search("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment",
+                      "toy") == 0
+    finally:
+        registry.unregister("toy")
+    rows = read_rows(str(out), "toy")
+    assert len(rows) == 1 and rows["status"].eq("finished").all() and rows["model.backbone"].eq("toy").all()
+    assert rows["test.ndcg@10"].notna().all()
+
+
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(),
                     reason="no CUDA device here: the fractional-GPU placement test needs one")
 def test_fractional_gpus_share_one_device(data_dir, tmp_path):

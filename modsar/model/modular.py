@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from modsar.config import ModelConfig
+from modsar.model.skips import SkipSite, modular_sites
 
 
 def attention_mask(inputs: torch.Tensor, causal: bool, num_heads: int, local_heads: int,
@@ -212,6 +213,12 @@ class ModularSAR(nn.Module):
             attentions.append(probs)
         x = self.final_norm(x)
         return (x, attentions) if need_weights else x
+
+    def skip_sites(self) -> list[SkipSite]:
+        return modular_sites(self)
+
+    def describe(self) -> str:
+        return f"the modular backbone ({self.cfg.norm} blocks)"
 
     def score(self, hidden: torch.Tensor, users: torch.Tensor | None = None,
               items: torch.Tensor | None = None) -> torch.Tensor:

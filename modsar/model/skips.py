@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from modsar.errors import ModsarError
+
 
 @dataclass
 class SkipSite:
@@ -79,3 +81,15 @@ def scaled_skips(sites: list[SkipSite], alpha: float):
     finally:
         for hook in hooks:
             hook.remove()
+
+
+@contextlib.contextmanager
+def residual_scale(model, alpha: float):
+    """alpha on the attention sub-layer's skip of every layer of any `Recommender`, while the context lasts
+    (ModsarError for a backbone whose layers ModSAR does not know)."""
+    sites = model.skip_sites()
+    if sites is None:
+        raise ModsarError(f"residual scaling is not defined for {model.describe()}: its attention layers are not "
+                          "ones ModSAR knows (modular, albert, llama, hf:bert, hf:gpt2, transfo_xl)")
+    with scaled_skips(sites, alpha):
+        yield

@@ -1,0 +1,47 @@
+"""The interface every backbone gives training, losses, evaluation and the analyses.
+
+A structural `Protocol`, as nanoGPT's model is just a module with a known forward: a backbone need not
+inherit anything, only have these members (ModularSAR and hf_plugins.adapter.HFBackbone do).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+from modsar.model.skips import SkipSite
+
+
+@runtime_checkable
+class Recommender(Protocol):
+    num_items: int  # items are ids 1..num_items; 0 pads, num_items + 1 is the AE mask token
+    item_emb: nn.Embedding  # rows 0..num_items + 1, tied to the output scores
+
+    def __call__(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
+        """Left-padded ids (B, T) -> hidden states (B, T, d); with need_weights, also per-layer attention
+        probabilities [(B, H, T, T)] (backbones whose entry says attention_maps=True)."""
+        ...
+
+    def score(self, hidden: torch.Tensor, users: torch.Tensor | None = None,
+              items: torch.Tensor | None = None) -> torch.Tensor:
+        """Scores of all items 1..N (..., N), of shared candidates items (K,) -> (..., K), or of per-row
+        candidates items (..., K) -> (..., K)."""
+        ...
+
+    def skip_sites(self) -> list[SkipSite] | None:
+        """Each layer's attention skip for the residual analyses (modsar.model.skips), None if unknown."""
+        ...
+
+    def describe(self) -> str:
+        """A few words naming the model in messages ("model type 'electra'")."""
+        ...
+
+    # nn.Module members the trainer uses
+    def parameters(self, recurse: bool = True): ...
+    def train(self, mode: bool = True): ...
+    def eval(self): ...
+    def to(self, *args, **kwargs): ...
+    def state_dict(self, *args, **kwargs): ...
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False): ...

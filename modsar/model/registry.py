@@ -1,0 +1,159 @@
+"""Backbones by name: how to build one, how to check a config for it, and what it can do.
+
+As transformers' Auto classes dispatch by `model_type`, ModSAR dispatches by `model.backbone` through this
+table. It imports no model code: config checks run without torch, and a backbone's module is imported only
+when a model is built. Adding a backbone is one module (a class with the `Recommender` interface of
+`modsar.model.interface`) and one `register(BackboneEntry(...))`; plugins outside this package register from
+their own module, named in the `MODSAR_PLUGINS` environment variable (module names or .py paths, comma-
+separated) or in a `modsar.backbones` entry point. Search trials load the same plugins in their workers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+from modsar.errors import ModsarError
+
+if TYPE_CHECKING:
+    from modsar.config import Config, ModelConfig
+    from modsar.model.interface import Recommender
+
+Bad = Callable[[str], NoReturn]
+PLUGINS_ENV = "MODSAR_PLUGINS"
+
+
+@dataclass(frozen=True)
+class BackboneEntry:
+    """One backbone. `name` is exact ("modular") or a prefix ending in ":" ("hf:" covers "hf:bert", ...)."""
+
+    name: str
+    build: str  # "package.module:attr", called (cfg.model, num_items, num_users, max_len, task) -> Recommender
+    check: Callable[[Config, Bad], None] | None = None  # refuses what it cannot honour; must not import torch
+    tasks: tuple[str, ...] = ("ae", "ar")  # attention directions it implements
+    attention_maps: bool = True  # forward(..., need_weights=True) gives per-layer maps (sparsity, rank)
+    residual_sites: bool = True  # model.skip_sites() can list its attention skips (mixing, residual scaling)
+
+    def matches(self, name: str) -> bool:
+        if self.name.endswith(":"):
+            return name.startswith(self.name) and len(name) > len(self.name)
+        return name == self.name
+
+
+_ENTRIES: dict[str, BackboneEntry] = {}
+_LOADED: dict[str, set[str]] = {}  # plugin spec -> names it registered, in load order (search forwards them)
+
+
+def register(entry: BackboneEntry) -> BackboneEntry:
+    """Add (or replace) a backbone; returns it so a module can keep a handle."""
+    _ENTRIES[entry.name] = entry
+    return entry
+
+
+def unregister(name: str) -> None:
+    """Remove a backbone; a plugin left with none is forgotten (loading it again re-registers)."""
+    _ENTRIES.pop(name, None)
+    for spec, registered in list(_LOADED.items()):
+        registered.discard(name)
+        if not registered:
+            del _LOADED[spec]
+
+
+def names() -> list[str]:
+    return [entry.name + ("<model_type>" if entry.name.endswith(":") else "") for entry in _ENTRIES.values()]
+
+
+def find(name: str) -> BackboneEntry | None:
+    """The entry for a backbone name; plugins are loaded on the first miss."""
+    for attempt in range(2):
+        for entry in _ENTRIES.values():
+            if entry.matches(name):
+                return entry
+        if attempt == 0:
+            load_plugins()
+    return None
+
+
+def lookup(name: str) -> BackboneEntry:
+    entry = find(name)
+    if entry is None:
+        raise ModsarError(f"'model.backbone' {name!r} is unknown; choose one of {', '.join(names())} (or register "
+                          f"a plugin backbone: see modsar.model.registry)")
+    return entry
+
+
+def check_config(cfg: Config, bad: Bad) -> None:
+    """The backbone exists, implements the task, and accepts the model settings (called by config.validate)."""
+    entry = find(cfg.model.backbone)
+    if entry is None:
+        bad(f"'model.backbone' {cfg.model.backbone!r} is unknown; choose one of {', '.join(names())}")
+    if cfg.task not in entry.tasks:
+        bad(f"backbone {cfg.model.backbone} implements task {' and '.join(entry.tasks)} only; got task={cfg.task}")
+    if entry.check is not None:
+        entry.check(cfg, bad)
+
+
+def build(cfg: Config, num_items: int, num_users: int, max_len: int) -> Recommender:
+    """A fresh model for `cfg` (the backbone's module is imported here, not before)."""
+    entry = lookup(cfg.model.backbone)
+    module_name, _, attr = entry.build.partition(":")
+    factory = getattr(importlib.import_module(module_name), attr)
+    return factory(cfg.model, num_items, num_users, max_len, cfg.task)
+
+
+def load_plugins(specs: list[str] | None = None) -> list[str]:
+    """Import plugin modules (each registers its backbones): `specs`, else $MODSAR_PLUGINS and the
+    `modsar.backbones` entry points. A spec is a module name or a path to a .py file. Returns every spec
+    loaded in this process so far."""
+    if specs is None:
+        specs = [s.strip() for s in os.environ.get(PLUGINS_ENV, "").split(",") if s.strip()]
+        specs += [point.value.partition(":")[0] for point in entry_points(group="modsar.backbones")]
+    for spec in specs:
+        if spec in _LOADED:
+            continue
+        before = set(_ENTRIES)
+        try:
+            if spec.endswith(".py"):
+                path = Path(spec)
+                module_spec = importlib.util.spec_from_file_location(f"modsar_plugin_{path.stem}", path)
+                if module_spec is None or module_spec.loader is None or not path.is_file():
+                    raise FileNotFoundError(spec)
+                module = importlib.util.module_from_spec(module_spec)
+                sys.modules[module_spec.name] = module
+                module_spec.loader.exec_module(module)
+            else:
+                importlib.import_module(spec)
+        except (ImportError, FileNotFoundError) as exc:
+            raise ModsarError(f"backbone plugin {spec!r} cannot be loaded: {exc}; name an importable module or an "
+                          f"existing .py file (in ${PLUGINS_ENV} or a modsar.backbones entry point)") from None
+        _LOADED[spec] = set(_ENTRIES) - before
+    return list(_LOADED)
+
+
+def loaded_plugins() -> list[str]:
+    return list(_LOADED)
+
+
+def _check_modular(cfg: Config, bad: Bad) -> None:
+    m: ModelConfig = cfg.model
+    if m.positional in ("rope", "relative"):
+        bad(f"'model.positional={m.positional}' exists only in HF backbones (llama, transfo_xl); the modular "
+            "backbone has learned, sinusoidal or none")
+
+
+def _check_hf(cfg: Config, bad: Bad) -> None:
+    from hf_plugins.spec import check_config as check_hf  # transformers' config table, never torch models
+
+    check_hf(cfg, bad)
+
+
+register(BackboneEntry("modular", "modsar.model.modular:ModularSAR", _check_modular))  # SASRec / BERT4Rec
+for _name in ("albert", "llama", "transfo_xl", "hf:"):  # hf:<any model type taking input_ids and a 4-D mask>
+    register(BackboneEntry(_name, "hf_plugins.adapter:HFBackbone", _check_hf))

@@ -1,0 +1,37 @@
+"""A toy plugin backbone, loaded by path through MODSAR_PLUGINS: the whole cost of adding a backbone.
+
+Causal bag of items: the state at t is a linear map of the mean item vector up to t. AR only, no attention,
+so it has neither attention maps nor residual sites (its registry entry says so).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from modsar.model.modular import item_scores
+from modsar.model.registry import BackboneEntry, register
+
+
+class CausalBag(nn.Module):
+    def __init__(self, cfg, num_items: int, num_users: int, max_len: int, task: str) -> None:
+        super().__init__()
+        self.num_items = num_items
+        self.item_emb = nn.Embedding(num_items + 2, cfg.hidden_size, padding_idx=0)
+        self.mix = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+
+    def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
+        counts = (inputs > 0).cumsum(1).clamp(min=1)[..., None]
+        return self.mix(self.item_emb(inputs).cumsum(1) / counts)
+
+    def score(self, hidden, users=None, items=None):
+        return item_scores(hidden, self.item_emb, self.num_items, items)
+
+    def skip_sites(self):
+        return None
+
+    def describe(self) -> str:
+        return "the toy causal bag"
+
+
+register(BackboneEntry("toy", f"{__name__}:CausalBag", tasks=("ar",), attention_maps=False, residual_sites=False))

@@ -1,0 +1,81 @@
+"""The backbone registry: a plugin backbone from a test file runs through train and analyze (search: in
+test_search.py, on that module's Ray cluster)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from modsar.analyze import run
+from modsar.cli import main
+from modsar.config import load_config
+from modsar.errors import ModsarError
+from modsar.model import registry
+from modsar.results import read_rows
+from modsar.train import build_model
+
+PLUGIN = Path(__file__).parent / "plugins" / "toy_backbone.py"
+
+
+@pytest.fixture(scope="module")
+def toy():
+    registry.load_plugins([str(PLUGIN)])
+    yield
+    registry.unregister("toy")
+
+
+def test_config_checks_import_no_model_code():
+    """modsar.config checks every backbone through the registry without importing torch."""
+    code = ("import sys; from modsar.config import load_config; "
+            "load_config(None, ['model.backbone=llama', 'model.dropout=0']); load_config(None, []); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_unknown_backbone_lists_the_registered_ones():
+    with pytest.raises(ModsarError, match=r"'model.backbone' 'nosuch' is unknown; choose one of modular, albert, "
+                                          r"llama, transfo_xl, hf:<model_type>"):
+        load_config(None, ["model.backbone=nosuch"])
+
+
+def test_a_missing_plugin_is_one_clear_error(monkeypatch):
+    monkeypatch.setenv(registry.PLUGINS_ENV, "/nonexistent/plugin.py")
+    with pytest.raises(ModsarError, match=r"backbone plugin '/nonexistent/plugin.py' cannot be loaded"):
+        load_config(None, ["model.backbone=nosuch2"])
+
+
+def test_toy_backbone_capabilities_are_enforced(toy):
+    with pytest.raises(ModsarError, match="backbone toy implements task ar only; got task=ae"):
+        load_config(None, ["model.backbone=toy", "task=ae"])
+    model = build_model(load_config(None, ["model.backbone=toy", "model.hidden_size=8"]), 20, 3, 10)
+    x = torch.randint(1, 21, (2, 6), generator=torch.Generator().manual_seed(0))
+    changed = x.clone()
+    changed[:, 4:] = changed[:, 4:] % 20 + 1
+    torch.testing.assert_close(model(changed)[:, :4], model(x)[:, :4], rtol=0, atol=0)  # causal
+
+
+def test_toy_backbone_trains_and_is_analyzed(toy, tmp_path, isolated_data_root):
+    """A user's view: name the plugin file in MODSAR_PLUGINS, then use its backbone like any other."""
+    out = tmp_path / "results"
+    env = {**os.environ, registry.PLUGINS_ENV: str(PLUGIN), "MODSAR_DATA": str(isolated_data_root)}
+    done = subprocess.run([sys.executable, "-m", "modsar.cli", "train", "--dataset", "synthetic", "--results",
+                           str(out), "--experiment", "toy", "--quiet", "model.backbone=toy", "train.max_epochs=5", "train.lr=0.01",
+                           "train.patience=0"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    row = read_rows(str(out), "toy").iloc[0]
+    assert row["model.backbone"] == "toy" and row["status"] == "finished"
+    popular = main(["train", "--dataset", "synthetic", "--results", str(out), "--experiment", "pop", "--quiet",
+                    "model.backbone=toy", "train.max_epochs=1", "train.lr=1e-9", "train.patience=0"])
+    assert popular == 0
+    untrained = read_rows(str(out), "pop").iloc[0]
+    assert row["valid.ndcg@10"] > 2 * untrained["valid.ndcg@10"]  # it learned through the common trainer
+    checkpoint = next((out / "toy" / "checkpoints").glob("*.pt"))
+    analysis = run(checkpoint, ["hrli", "sparsity", "mixing"], None)
+    assert set(analysis.table["diagnostic"]) == {"hrli"}
+    assert "skipped sparsity, mixing: toy has no attention maps" in analysis.notes[0]
