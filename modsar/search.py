@@ -8,8 +8,10 @@ writes one row per trial as it ends (finished, stopped by ASHA, or error); after
 and best AR trial (best validation epoch) are tested from their best checkpoints and marked selected.
 
 Layout: ``<results>/<experiment>/{search.json, trials/*.parquet, ray/ (Tune state and checkpoints)}``.
-A killed driver is resumed with ``--resume`` (Tuner.restore): unfinished trials restart from scratch (so
-results equal an uninterrupted run), errored trials are retried, finished rows are kept as they are.
+A killed driver is resumed with ``--resume`` (Tuner.restore): unfinished trials continue from their last
+checkpoint (the latest improvement) with the optimizer and RNG states saved beside it, so results equal an
+uninterrupted run (tested),
+errored trials are retried, finished rows are kept as they are.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A trial: config -> data -> model -> training with early stopping -> validation/test of the best epoch.
 
-`run_trial` is the single function behind `modsar train` and (later) every Ray Tune trial. Model
+`run_trial` is the single function behind `modsar train` and every Ray Tune trial. Model
 selection uses validation only: the best epoch is the one with the highest monitored validation metric,
 and test metrics are computed once, from that epoch's weights.
 """
@@ -209,8 +209,8 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
               resume: dict | None = None) -> TrialResult:
     """Train `cfg`, select the best epoch on validation, and (unless told not to) test that epoch.
 
-    `on_eval(epoch, valid_metrics, improved, checkpoint)` runs after every validation pass; a search
-    reports from it. Searches pass evaluate_test=False: only the selected trials are ever tested.
+    `on_eval(epoch, valid_metrics, improved, checkpoint, facts)` (EvalCallback) runs after every validation
+    pass; a search reports from it. Searches pass evaluate_test=False: only the selected trials are ever tested.
     `resumable` also writes RESUME_FILE (optimizer, RNG states, history) beside each best checkpoint;
     `resume` (from load_resume_state) continues from there exactly as the interrupted run would have.
     """
