@@ -458,7 +458,7 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
     table["convention"] = table["diagnostic"].map(CONVENTIONS)
     sites = probe.model.skip_sites()
     norm = ("post" if sites[0].post_norm is not None else "pre") if sites else probe.cfg.model.norm
-    norm = "sasrec" if sites and sites[0].skip is not None else norm
+    norm = probe.cfg.model.norm if sites and sites[0].skip is not None else norm  # sasrec | normed_skip
     table["model"], table["task"], table["backbone"], table["norm"] = (label, probe.cfg.task,
                                                                         probe.cfg.model.backbone, norm)
     table["checkpoint"], table["dataset"] = str(checkpoint), probe.cfg.dataset

@@ -45,12 +45,13 @@ class ModelConfig:
     num_heads: int = 1
     ffn_size: int = 0  # 0 = 4 * hidden_size
     activation: str = choice("gelu", "gelu", "relu")
-    norm: str = choice("auto", "auto", "pre", "post", "sasrec")  # auto: the backbone's own (modular: post);
-    #                                                             sasrec: SASRec's block (modular only)
+    norm: str = choice("auto", "auto", "pre", "post", "sasrec", "normed_skip")  # auto: the backbone's own
+    #   (modular: post); modular only: sasrec = SASRec's block, normed_skip = the ModSAR code's layernorm_first
     positional: str = choice("auto", "auto", "learned", "sinusoidal", "none", "rope", "relative")  # modular: learned
     dropout: float = 0.2  # embedding and hidden (residual branch) dropout
     attn_dropout: float = 0.2  # dropout on attention probabilities
     attn_output_dropout: bool = False  # `dropout` on the attention output before the sum (GPT, BERT; not SASRec)
+    ffn_inner_dropout: bool = True  # `dropout` between the FFN's two layers (SASRec, ModSAR code; BERT has none)
     local_heads: int = 0  # LOCKER-style window heads (the last `local_heads` of `num_heads`)
     local_window: int = 2  # AE: |i - j| <= w ; AR: 0 <= i - j <= w
     user_embedding: bool = False  # SSE-PT: concatenate a user vector to every item vector
@@ -58,7 +59,8 @@ class ModelConfig:
     embedding_norm: bool = False  # LayerNorm on item + position embedding before dropout (BERT4Rec)
     scale_embedding: bool = True  # multiply item vectors by sqrt(d) (SASRec); BERT4Rec adds them unscaled
     head: str = choice("dot", "dot", "bert4rec")  # dot: h . E ; bert4rec: LN(GELU(W h + b)) . E + item bias
-    init: str = choice("sasrec_plus", "sasrec_plus", "normal", "xavier", "xavier_attention")  # see ModularSAR.__init__
+    init: str = choice("sasrec_plus", "sasrec_plus", "normal", "xavier", "xavier_uniform",
+                       "xavier_attention")  # see ModularSAR.__init__
     positions_from: str = choice("end", "end", "start")  # position 0 = the most recent item, or the first one
     item_sse_prob: float = 0.0  # SSE: probability p of replacing training-input items (see sse_style)
     sse_style: str = choice("token", "token", "paper")  # token: each item w.p. p; paper: a row w.p. p, then

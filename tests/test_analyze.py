@@ -245,7 +245,7 @@ def test_hf_contributions_rebuild_the_real_sublayer(backbone):
                                        rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("norm", ["pre", "post", "sasrec"])
+@pytest.mark.parametrize("norm", ["pre", "post", "sasrec", "normed_skip"])
 def test_modular_contributions_and_scaled_skips_match_the_real_block(norm):
     """Per block style: sum_j c_ij + b_O is the real attention output; sum_j c^Res_ij adds the real skip
     (x, or SASRec's normed query); c^LN rebuilds the real LayerNorm after the sum; and under scaled_skips the
@@ -276,7 +276,7 @@ def test_modular_contributions_and_scaled_skips_match_the_real_block(norm):
         for layer, (site, probs) in enumerate(zip(sites, maps, strict=True)):
             x, block = seen["x"][layer], model.blocks[layer]
             c = contributions(site, x, probs, alpha)
-            skip = block.norm1(x) if norm == "sasrec" else x
+            skip = block.norm1(x) if norm in ("sasrec", "normed_skip") else x
             b_o = site.b_o()
             attn_out = c["attn"].sum(2) + b_o
             torch.testing.assert_close(attn_out - (1 - alpha) * skip, seen["proj"][layer], rtol=0, atol=1e-5)

@@ -16,6 +16,7 @@ VARIANTS = {
     "global-pre": {},
     "global-post": {"norm": "post"},
     "sasrec-block": {"norm": "sasrec"},
+    "normed-skip-block": {"norm": "normed_skip", "init": "xavier_uniform", "activation": "relu"},
     "two-heads": {"num_heads": 2},
     "local-only": {"num_heads": 1, "local_heads": 1, "local_window": 2},
     "global+local": {"num_heads": 2, "local_heads": 1, "local_window": 1},
@@ -126,6 +127,55 @@ def test_bert4rec_head_scores_by_hand():
     torch.testing.assert_close(model.score(h, items=items), expected[:, items - 1])
     per_row = torch.tensor([[1], [2], [3]])
     torch.testing.assert_close(model.score(h, items=per_row), expected.gather(1, per_row - 1))
+
+
+@pytest.mark.parametrize("norm", ["pre", "post", "sasrec", "normed_skip"])
+def test_block_styles_compute_their_formulas(norm):
+    """Each norm placement, written out with the block's own sub-modules (eval mode: dropout is the identity).
+    The attention call is checked against a hand-written single-head softmax(q k^T / sqrt(d)) v."""
+    model = make("ar", norm=norm, num_heads=1)
+    block = model.blocks[0]
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(3))
+    mask = attention_mask(torch.ones(2, 5, dtype=torch.long), True, 1, 0, 0)
+    w, b = block.attn.qkv.weight, block.attn.qkv.bias
+
+    def attn(query_in, kv_in):
+        q, k, v = query_in @ w[:16].T + b[:16], kv_in @ w[16:32].T + b[16:32], kv_in @ w[32:].T + b[32:]
+        scores = (q @ k.transpose(-2, -1) / 4.0).masked_fill(~mask[:, 0], float("-inf"))
+        return block.attn.proj(scores.softmax(-1) @ v)
+
+    ln1, ln2, ffn = block.norm1, block.norm2, block.ffn
+    if norm == "pre":
+        h = x + attn(ln1(x), ln1(x))
+        expected = h + ffn(ln2(h))
+    elif norm == "post":
+        h = ln1(x + attn(x, x))
+        expected = ln2(h + ffn(h))
+    else:
+        q = ln1(x)
+        h = ln2(q + attn(q, x if norm == "sasrec" else q))
+        expected = h + ffn(h)
+    with torch.no_grad():
+        torch.testing.assert_close(block(x, mask)[0], expected, rtol=0, atol=1e-5)
+    assert isinstance(model.final_norm, torch.nn.LayerNorm) == (norm != "post")
+
+
+def test_ffn_inner_dropout_is_a_choice():
+    """ffn_inner_dropout=false: BERT's FFN, W2 GELU(W1 x) with no dropout between (in training mode too)."""
+    x = torch.randn(4, 16)
+    for inner, same in ((True, False), (False, True)):
+        ffn = make("ar", dropout=0.5, ffn_inner_dropout=inner).blocks[0].ffn.train()
+        assert torch.equal(ffn(x), ffn(x)) == same
+
+
+def test_xavier_uniform_init_bounds_every_matrix():
+    """init=xavier_uniform (the ModSAR code): every matrix within its Glorot bound, embeddings included."""
+    model = make("ar", init="xavier_uniform")
+    for name, p in model.named_parameters():
+        if p.dim() == 2:
+            bound = (6 / sum(p.shape)) ** 0.5
+            assert p.abs().max() <= bound + 1e-6 and p.abs().max() > 0.5 * bound, name
+    assert torch.equal(model.item_emb.weight[0], torch.zeros(16))
 
 
 def test_positions_from_start_count_from_the_first_real_item():

@@ -1,9 +1,10 @@
 """The modular self-attentive recommender: SASRec (AR) and BERT4Rec (AE) are two settings of one model.
 
 Feature: item embedding * sqrt(d) [+ concatenated SSE-PT user vector] + positions (learned | sinusoidal |
-none) [-> LayerNorm, as BERT4Rec]. Modeling: `num_layers` transformer blocks, post-norm (default), pre-norm,
-or the SASRec code's block (`norm=sasrec`: LN(x) is the query and the skip, keys and values read x), whose
-attention is bidirectional (`ae`) or causal (`ar`); the last `local_heads` heads only see a LOCKER-style window
+none) [-> LayerNorm, as BERT4Rec]. Modeling: `num_layers` transformer blocks, whose attention is bidirectional
+(`ae`) or causal (`ar`): post-norm (default), pre-norm, or one of two blocks whose skip is the normed input
+(`norm=normed_skip`, the ModSAR code's layernorm_first: LN(x) + Attn(LN(x)); `norm=sasrec`, the SASRec code:
+queries from LN(x), keys and values from x); the last `local_heads` heads only see a LOCKER-style window
 (past-only under AR).
 Output: tied item embedding, scores only for real items 1..N; `head=bert4rec` puts BERT4Rec's transform
 (Linear, GELU, LayerNorm) before the dot product and adds a learned item bias (the paper's Table 4 model).
@@ -76,13 +77,13 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         d = cfg.hidden_size
-        self.style = cfg.norm if cfg.norm in ("pre", "sasrec") else "post"
+        self.style = cfg.norm if cfg.norm in ("pre", "sasrec", "normed_skip") else "post"
         self.pre_norm = self.style == "pre"
         self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.attn = SelfAttention(d, cfg.num_heads, cfg.attn_dropout)
         act = nn.GELU() if cfg.activation == "gelu" else nn.ReLU()
-        self.ffn = nn.Sequential(nn.Linear(d, cfg.ffn_size or 4 * d), act, nn.Dropout(cfg.dropout),
-                                 nn.Linear(cfg.ffn_size or 4 * d, d))
+        inner = nn.Dropout(cfg.dropout) if cfg.ffn_inner_dropout else nn.Identity()
+        self.ffn = nn.Sequential(nn.Linear(d, cfg.ffn_size or 4 * d), act, inner, nn.Linear(cfg.ffn_size or 4 * d, d))
         self.drop = nn.Dropout(cfg.dropout)
         self.attn_drop = nn.Dropout(cfg.dropout) if cfg.attn_output_dropout else nn.Identity()
 
@@ -91,9 +92,10 @@ class Block(nn.Module):
             a, probs = self.attn(self.norm1(x), mask, need_weights)
             x = x + self.attn_drop(a)
             x = x + self.drop(self.ffn(self.norm2(x)))
-        elif self.style == "sasrec":  # the SASRec code: the normed query is the skip; keys, values from x
-            q = self.norm1(x)
-            a, probs = self.attn(x, mask, need_weights, query=q)
+        elif self.style in ("sasrec", "normed_skip"):  # the normed input is the skip, in both sub-layers
+            q = self.norm1(x)  # SASRec: only the queries read it, keys and values read x
+            a, probs = self.attn(x, mask, need_weights, query=q) if self.style == "sasrec" else self.attn(q, mask,
+                                                                                                         need_weights)
             x = self.norm2(q + self.attn_drop(a))
             x = x + self.drop(self.ffn(x))
         else:
@@ -161,18 +163,19 @@ class ModularSAR(nn.Module):
         self.embed_norm = nn.LayerNorm(d, eps=1e-12) if cfg.embedding_norm else nn.Identity()
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
-        self.final_norm = nn.LayerNorm(d) if cfg.norm in ("pre", "sasrec") else nn.Identity()
+        self.final_norm = nn.LayerNorm(d) if cfg.norm in ("pre", "sasrec", "normed_skip") else nn.Identity()
         self.head = OutputHead(self.item_dim, num_items) if cfg.head == "bert4rec" else None
         self.apply(self._init)
         # init normal: N(0, 0.02) everywhere (BERT, GPT-2). xavier: xavier_normal on every matrix, embeddings
-        # included (SASRec's code). xavier_attention: q, k, v projections xavier_uniform over the stacked
+        # included (SASRec's PyTorch code); xavier_uniform: the same, uniform (the ModSAR code). xavier_attention: q, k, v projections xavier_uniform over the stacked
         # (3d, d) matrix and the rest normal, as torch's MultiheadAttention keeps its own init: attention logits
         # start ~20x larger than under N(0, 0.02), so attention is not uniform from step 1. sasrec_plus: that,
         # with positions at N(0, 0.02) too (SASRec+'s init exactly; the others give positions xavier_uniform).
-        if cfg.init == "xavier":
+        if cfg.init in ("xavier", "xavier_uniform"):
+            xavier = nn.init.xavier_normal_ if cfg.init == "xavier" else nn.init.xavier_uniform_
             for module in self.modules():
                 if isinstance(module, (nn.Linear, nn.Embedding)):
-                    nn.init.xavier_normal_(module.weight)
+                    xavier(module.weight)
             self.item_emb.weight.data[0].zero_()
         elif cfg.init in ("xavier_attention", "sasrec_plus"):
             for block in self.blocks:

@@ -38,20 +38,20 @@ def skip_vector(site: SkipSite, x: torch.Tensor) -> torch.Tensor:
 
 def modular_sites(model) -> list[SkipSite]:
     """The ModularSAR blocks: qkv rows [2d:3d] are W_V; pre-norm layers read LN(x), post-norm ones LN the sum;
-    SASRec blocks take values from x, add LN1(x) and LN2 the sum."""
+    normed-skip blocks add LN1(x) and LN2 the sum, taking values from LN1(x) (normed_skip) or x (sasrec)."""
     sites = []
     for block in model.blocks:
         d = block.attn.proj.in_features
 
         def values(x, block=block, d=d):
-            inp = block.norm1(x) if block.pre_norm else x
+            inp = block.norm1(x) if block.style in ("pre", "normed_skip") else x
             return inp @ block.attn.qkv.weight[2 * d:].T + block.attn.qkv.bias[2 * d:]
 
-        sasrec = block.style == "sasrec"
+        normed_skip = block.style in ("sasrec", "normed_skip")
         sites.append(SkipSite(block, block.attn.proj, values, lambda block=block: block.attn.proj.weight.T,
                               lambda block=block: block.attn.proj.bias,
-                              None if block.pre_norm else block.norm2 if sasrec else block.norm1,
-                              skip=block.norm1 if sasrec else None))
+                              None if block.pre_norm else block.norm2 if normed_skip else block.norm1,
+                              skip=block.norm1 if normed_skip else None))
     return sites
 
 
