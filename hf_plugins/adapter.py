@@ -14,11 +14,13 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 
 from hf_plugins.spec import Backbone, backbone_spec
+from modsar.errors import ModsarError
 from modsar.model.modular import attention_mask, item_scores
 from modsar.model.skips import SkipSite
 
@@ -72,30 +74,40 @@ def _hf_config(spec: Backbone, m, vocab: int, positions: int, task: str):
     return config
 
 
-def _linear(layer: nn.Module) -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor | None]]:
+def _linear(layer: Any) -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor | None]]:
     """(W as x @ W, bias) of an nn.Linear or GPT-2's Conv1D (which stores W as (in, out) already)."""
-    if isinstance(layer, nn.Linear):
-        return (lambda: layer.weight.T), (lambda: layer.bias)
-    return (lambda: layer.weight), (lambda: layer.bias)
+    transposed = isinstance(layer, nn.Linear)
+
+    def weight() -> torch.Tensor:
+        return layer.weight.T if transposed else layer.weight
+
+    def bias() -> torch.Tensor | None:
+        return layer.bias
+
+    return weight, bias
 
 
-def attention_skips(model: nn.Module) -> list[SkipSite] | None:
+def attention_skips(model: Any) -> list[SkipSite] | None:  # any HF model: its attributes are looked up by type
     """The attention sub-layers (modsar.model.skips.SkipSite) of the architectures whose layers ModSAR knows,
     None for any other. Every such layer computes [LN](x + drop(proj(...))) [then LN], so adding
     -(1 - alpha) x to proj's output gives alpha x + Attn(x) exactly in eval mode, whatever the norm placement."""
-    kind, sites = model.config.model_type, []
+    kind, sites = model.config.model_type, list[SkipSite]()
     if kind == "llama":
         if model.config.num_key_value_heads != model.config.num_attention_heads:
             return None  # grouped-query values would need repeating per head
         for layer in model.layers:
-            attn = layer.self_attn
-            sites.append(SkipSite(layer, attn.o_proj, lambda x, layer=layer: layer.self_attn.v_proj(
-                layer.input_layernorm(x)), *_linear(attn.o_proj), None))
+
+            def llama_values(x: torch.Tensor, layer=layer) -> torch.Tensor:
+                return layer.self_attn.v_proj(layer.input_layernorm(x))
+
+            sites.append(SkipSite(layer, layer.self_attn.o_proj, llama_values, *_linear(layer.self_attn.o_proj), None))
     elif kind == "gpt2":
         for block in model.h:
-            d = block.attn.c_proj.weight.shape[0]
-            sites.append(SkipSite(block, block.attn.c_proj, lambda x, block=block, d=d: block.attn.c_attn(
-                block.ln_1(x))[..., 2 * d:], *_linear(block.attn.c_proj), None))
+
+            def gpt2_values(x: torch.Tensor, block=block, d=block.attn.c_proj.weight.shape[0]) -> torch.Tensor:
+                return block.attn.c_attn(block.ln_1(x))[..., 2 * d:]
+
+            sites.append(SkipSite(block, block.attn.c_proj, gpt2_values, *_linear(block.attn.c_proj), None))
     elif kind in ("bert", "roberta"):
         for layer in model.encoder.layer:
             out = layer.attention.output
@@ -128,7 +140,10 @@ class HFBackbone(nn.Module):
         super().__init__()
         from transformers import AutoModel
 
-        self.spec = backbone_spec(cfg.backbone)
+        spec = backbone_spec(cfg.backbone)
+        if spec is None:  # config validation refuses unknown names before a model is built
+            raise ModsarError(f"'model.backbone' {cfg.backbone!r} is not an HF backbone ModSAR knows")
+        self.spec = spec
         self.num_items, self.causal, self.positions = num_items, task == "ar", max_len + 1
         self.model = AutoModel.from_config(_hf_config(self.spec, cfg, num_items + 2, self.positions, task))
         self.item_emb = self.model.get_input_embeddings()  # rows: 0 pad, 1..N items, N+1 mask
@@ -158,7 +173,7 @@ class HFBackbone(nn.Module):
             return (out.last_hidden_state, list(out.attentions)) if need_weights else out.last_hidden_state
         allowed = attention_mask(inputs, self.causal, 1, 0, 0)  # (B, 1, T, T), True = may attend
         position_ids = torch.arange(self.positions - T, self.positions, device=inputs.device).expand(B, T)
-        kwargs = {"input_ids": inputs}
+        kwargs: dict[str, Any] = {"input_ids": inputs}
         for name, value in (("position_ids", position_ids), ("use_cache", False),
                             ("token_type_ids", torch.zeros_like(inputs))):
             if name in self.accepts:

@@ -57,7 +57,7 @@ class PositionalEmbedding(nn.Module):
         self.register_buffer("inv_freq", 1 / (10000 ** (torch.arange(0.0, demb, 2.0) / demb)))
 
     def forward(self, pos_seq: torch.Tensor) -> torch.Tensor:
-        angles = torch.outer(pos_seq, self.inv_freq)
+        angles = torch.outer(pos_seq, self.get_buffer("inv_freq"))
         return torch.cat([angles.sin(), angles.cos()], dim=-1)[:, None, :]
 
 
@@ -192,10 +192,10 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
             self.register_load_state_dict_pre_hook(_drop_4x_bias_copies)
         self.post_init()
 
-    def get_input_embeddings(self) -> nn.Embedding:
+    def get_input_embeddings(self) -> nn.Module:
         return self.word_emb.emb_layers[0]
 
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
+    def set_input_embeddings(self, value: nn.Module) -> None:
         self.word_emb.emb_layers[0] = value
 
     def init_mems(self, bsz: int) -> list[torch.Tensor] | None:

@@ -160,7 +160,7 @@ def attention_windows(probe: Probe, rows: np.ndarray, window: int = 20):
 def attention_stats(probe: Probe, window: int = 20, sigma: float = 0.0) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per (user, layer): S, k under each rank rule, effective rank; and the mean sorted spectrum per layer."""
     rules = ["modsar_eq8", "gd_unknown_sigma"] + (["gd_known_sigma"] if sigma > 0 else [])
-    rows, spectra = [], {}
+    rows, spectra = [], dict[int, list[np.ndarray]]()
     for row, layer, w in attention_windows(probe, probe.attention_rows, window):
         entry = {"row": row, "layer": layer, "sparsity": sparsity(w)}
         for rule in rules:
@@ -242,6 +242,8 @@ def mixing_ratios(probe: Probe, alpha: float = 1.0, detail: bool = False) -> dic
     """Mean Attn / +Res / +LN mixing ratio over real positions of all users and layers; with `detail`, also
     without each sequence's first position, and per layer at positions L, L-1, L-2 (module docstring)."""
     model, sites = probe.model, probe.model.skip_sites()
+    if sites is None:
+        raise ModsarError(f"mixing ratios are not defined for {model.describe()}: its attention skips are unknown")
     kinds = ["attn", "res"] + (["ln"] if all(site.post_norm is not None for site in sites) else [])
     pooled: dict[str, list] = {k: [] for k in kinds}
     no_first: dict[str, list] = {k: [] for k in kinds}
@@ -410,7 +412,7 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
         result = hrli(probe)
         for key, value in result.items():
             if key != "hrl2i_n":
-                add("hrli", key, value, n=result["hrl2i_n"] if key.startswith("hrl2i") else len(probe.users))
+                add("hrli", key, value, n=int(result["hrl2i_n"]) if key.startswith("hrl2i") else len(probe.users))
     if begin("shuffle"):
         base = probe.metrics()["ndcg@10"]
         add("shuffle", "ndcg@10 original", base)

@@ -4,6 +4,7 @@ Parquet tables and the figures (heatmaps, spectra, residual-scaling and recovery
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,7 +31,7 @@ def tables_2_3(analyses: list[Analysis]) -> pd.DataFrame:
     """One row per model: S and k per layer and on average (ModSAR Tables 2-3), plus GD rank and eff. rank."""
     rows = {}
     for a in analyses:
-        t, row = a.table, {}
+        t, row = a.table, dict[str, Any]()
         s_name, k_name = _first(t, "sparsity", "S "), _first(t, "rank", "k modsar_eq8")
         gd_name, eff_name = _first(t, "rank", "k gd_unknown_sigma"), _first(t, "rank", "effective rank")
         layers = sorted({x for x in t["layer"] if x != "all"}, key=int)
@@ -74,7 +75,7 @@ def summary(analyses: list[Analysis]) -> str:
         first = next(a for a in analyses if a.label in t23.index)
         where = _first(first.table, "sparsity", "S ") or _first(first.table, "rank", "k modsar_eq8")
         parts.append(f"ModSAR Tables 2-3 on {', '.join(datasets)}: attention sparsity S and hard-threshold rank k\n"
-                     f"({where[where.index('(') + 1:-1]}; k = ModSAR Eq. 8, GD = Gavish-Donoho unknown sigma)\n"
+                     f"({where[where.index('(') + 1:-1] if where else 'no sparsity or rank rows'}; k = ModSAR Eq. 8, GD = Gavish-Donoho unknown sigma)\n"
                      + t23.to_string(**fmt, **counts) + f"\n{PAPER_TABLES_2_3}")
     rel = reliance(analyses)
     if rel.shape[1]:

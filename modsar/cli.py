@@ -8,6 +8,7 @@ import os
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 from modsar.errors import ModsarError
 
@@ -518,7 +519,7 @@ def _list(args: argparse.Namespace) -> int:
 
     prepared = {m["name"]: m for m in list_prepared(args.data_dir)}
     names = sorted(set(REGISTRY) | set(prepared) | {SYNTHETIC})
-    entries = []
+    entries: list[dict[str, Any]] = []
     for name in names:
         spec = REGISTRY.get(name)
         m = prepared.get(name)

@@ -11,7 +11,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -196,8 +196,8 @@ def set_value(cfg: Config, key: str, value: Any, where: str = "config") -> None:
         fields = _fields(node)
         if part not in fields:
             scope = ".".join(parts[:depth]) or "the top level"
-            allowed = ", ".join(sorted(fields))
-            raise ModsarError(f"{where}: unknown key '{key}' ('{part}' is not in {scope}; allowed: {allowed})")
+            known = ", ".join(sorted(fields))
+            raise ModsarError(f"{where}: unknown key '{key}' ('{part}' is not in {scope}; allowed: {known})")
         f = fields[part]
         if depth < len(parts) - 1:
             node = getattr(node, part)
@@ -206,7 +206,7 @@ def set_value(cfg: Config, key: str, value: Any, where: str = "config") -> None:
             continue
         if dataclasses.is_dataclass(getattr(node, part)):
             raise ModsarError(f"{where}: '{key}' is a section; set one of its keys, e.g. '{key}.<name>'")
-        value = _coerce(value, f.type, key, where)
+        value = _coerce(value, str(f.type), key, where)  # annotations are strings (postponed evaluation)
         allowed = f.metadata.get("choices")
         if allowed and value not in allowed:
             raise ModsarError(f"{where}: '{key}' must be one of {', '.join(map(str, allowed))}; got {value!r}")
@@ -261,7 +261,7 @@ def validate(cfg: Config, where: str = "config") -> None:
     """Cross-field checks a single field's type cannot express."""
     m = cfg.model
 
-    def bad(msg: str) -> None:
+    def bad(msg: str) -> NoReturn:
         raise ModsarError(f"{where}: {msg}")
 
     for key, value in cfg.flat().items():

@@ -336,7 +336,7 @@ class LiveTable(tune.Callback):
         if not force and time.time() - self.shown < 5:
             return
         self.shown = time.time()
-        plan, counts = self.plan, {}
+        plan, counts = self.plan, dict[str, int]()
         for t in trials:
             counts[t.status] = counts.get(t.status, 0) + 1
         lines = [f"[{time.strftime('%H:%M:%S')}] {plan.request.experiment_name}: "
@@ -416,7 +416,7 @@ def connect_ray(req: SearchRequest) -> None:
     address = req.address or os.environ.get("RAY_ADDRESS")
     os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    quiet = {"log_to_driver": False, "logging_level": "ERROR", "configure_logging": True}
+    quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": "ERROR", "configure_logging": True}
     try:
         if address:
             ray.init(address=address, **quiet)

@@ -115,7 +115,7 @@ def check_space(space: SearchSpace, base: dict[str, Any], search: str, num_sampl
     else:
         points = check_points(space)
         trials = {task: num_samples for task in space.tasks()}
-    problems: dict[str, list[str]] = {}
+    problems: dict[str, list[dict[str, Any]]] = {}
     built: dict[str, str | None] = {}  # model config -> why it cannot be built (None: it can)
     for point in points:
         label = _label(point)
@@ -130,8 +130,8 @@ def check_space(space: SearchSpace, base: dict[str, Any], search: str, num_sampl
         model_key = json.dumps([cfg.task, cfg.data.max_len, shape], sort_keys=True)
         if model_key not in built:
             built[model_key] = _build_problem(cfg, sizes)
-        if built[model_key]:
-            problems.setdefault(built[model_key], []).append(point)
+        if (problem := built[model_key]) is not None:
+            problems.setdefault(problem, []).append(point)
     return SpaceCheck(space, search, trials, len(points), problems, dataset)
 
 

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -123,7 +124,7 @@ def load_resume_state(folder: str | Path) -> dict | None:
     return state
 
 
-def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[torch.nn.Module, Config, dict]:
+def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[Recommender, Config, dict]:
     try:
         payload = torch.load(path, map_location=device, weights_only=True)
     except FileNotFoundError:
@@ -198,7 +199,7 @@ def decay_groups(model: torch.nn.Module, exclude: str) -> tuple[list[torch.nn.Pa
 def make_optimizer(model: torch.nn.Module, cfg: Config) -> torch.optim.Optimizer:
     optimizer_cls = torch.optim.AdamW if cfg.train.optimizer == "adamw" else torch.optim.Adam
     decayed, kept = decay_groups(model, cfg.train.weight_decay_exclude)
-    groups = [{"params": decayed}, {"params": kept, "weight_decay": 0.0}]
+    groups: list[dict[str, Any]] = [{"params": decayed}, {"params": kept, "weight_decay": 0.0}]
     return optimizer_cls([g for g in groups if g["params"]], lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
                          betas=(0.9, cfg.train.beta2))
 
@@ -243,7 +244,10 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
 
     monitor = cfg.train.monitor_key
     best_value, best_epoch, best_state, best_valid = -math.inf, 0, None, {}
-    history, epoch_times, eval_times, stale = [], [], [], 0
+    history: list[dict[str, Any]] = []
+    epoch_times: list[float] = []
+    eval_times: list[float] = []
+    stale = 0
     checkpoint_path = Path(checkpoint_path) if checkpoint_path else None
     meta = {"num_items": dataset.num_items, "num_users": dataset.num_users, "max_len": max_len}
     def facts(last: bool, loss: float) -> dict:

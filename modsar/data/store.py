@@ -197,8 +197,8 @@ def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str
     log = prepare_log(raw, options, source=where)
     stats = statistics(log.user, log.num_users, log.num_items)
     if not stats["evaluable_users"]:
-        users = f"{stats['users']:,} user{'s' * (stats['users'] != 1)}"
-        raise ModsarError(f"{where}: no user has 3+ interactions after preparation ({users}, longest "
+        who = f"{stats['users']:,} user{'s' * (stats['users'] != 1)}"
+        raise ModsarError(f"{where}: no user has 3+ interactions after preparation ({who}, longest "
                           f"history {stats['max_length']}), so leave-one-out has nothing to validate or "
                           "test; the data needs users with 3+ interactions (lower --min-user-count / "
                           "--min-item-count / --min-rating if filtering removed them)")
@@ -268,7 +268,7 @@ def load_dataset(name: str, root: str | Path | None = None) -> StoredDataset:
     """Load a prepared dataset; built-in generated ones are generated on first use (and when stale)."""
     root = data_root(root)
     manifest = read_manifest(name, root)
-    if _stale_generated(name, manifest):  # keep the user's preparation options, refresh the data
+    if manifest is not None and _stale_generated(name, manifest):  # keep the user's preparation options, refresh the data
         manifest, _ = prepare_dataset(name, options=PrepareOptions(**manifest["options"]), root=root,
                                       max_len=manifest["max_len"], force=True)
     if manifest is None:
@@ -291,6 +291,7 @@ def list_prepared(root: str | Path | None = None) -> list[dict]:
         return []
     found = []
     for child in sorted(root.iterdir()):
-        if child.is_dir() and not child.name.startswith((".", "_")) and (child / "manifest.json").is_file():
-            found.append(read_manifest(child.name, root))
+        listed = child.is_dir() and not child.name.startswith((".", "_")) and (child / "manifest.json").is_file()
+        if listed and (manifest := read_manifest(child.name, root)) is not None:
+            found.append(manifest)
     return found

@@ -162,7 +162,8 @@ class ModularSAR(nn.Module):
             self.register_buffer("pos_table", sinusoidal_table(self.positions, d), persistent=False)
         self.embed_norm = nn.LayerNorm(d, eps=1e-12) if cfg.embedding_norm else nn.Identity()
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        blocks = [Block(cfg) for _ in range(cfg.num_layers)]
+        self.blocks = nn.ModuleList(blocks)
         self.final_norm = nn.LayerNorm(d) if cfg.norm in ("pre", "sasrec", "normed_skip") else nn.Identity()
         self.head = OutputHead(self.item_dim, num_items) if cfg.head == "bert4rec" else None
         self.apply(self._init)
@@ -178,7 +179,7 @@ class ModularSAR(nn.Module):
                     xavier(module.weight)
             self.item_emb.weight.data[0].zero_()
         elif cfg.init in ("xavier_attention", "sasrec_plus"):
-            for block in self.blocks:
+            for block in blocks:
                 nn.init.xavier_uniform_(block.attn.qkv.weight)
         if cfg.init in ("normal", "xavier_attention") and self.positional == "learned" and cfg.scale_embedding:
             # as the ModSAR code: beside sqrt(d)-scaled items, AE needs a strong position signal to find neighbours;
@@ -207,7 +208,7 @@ class ModularSAR(nn.Module):
         if self.positional == "learned":
             x = x + self.pos_emb(pos)
         elif self.positional == "sinusoidal":
-            x = x + self.pos_table[pos]
+            x = x + self.get_buffer("pos_table")[pos]
         x = self.drop(self.embed_norm(x))
         mask = attention_mask(inputs, self.causal, self.cfg.num_heads, self.cfg.local_heads, self.cfg.local_window)
         attentions = []

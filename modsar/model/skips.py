@@ -26,7 +26,7 @@ class SkipSite:
     values: Callable[[torch.Tensor], torch.Tensor]  # x (B, T, d) -> value vectors (B, T, d), b_V included
     w_o: Callable[[], torch.Tensor]  # (d_in, d) so that out = ctx @ w_o + b_o; rows grouped by head
     b_o: Callable[[], torch.Tensor | None]
-    post_norm: nn.Module | None  # the LayerNorm after alpha x + Attn(x) (post-norm layers), else None
+    post_norm: nn.LayerNorm | None  # the LayerNorm after alpha x + Attn(x) (post-norm layers), else None
     seq_first: bool = False  # x arrives as (T, B, d) (Transformer-XL)
     skip: Callable[[torch.Tensor], torch.Tensor] | None = None  # x -> the vector the sum adds; None = x
 
@@ -47,9 +47,14 @@ def modular_sites(model) -> list[SkipSite]:
             inp = block.norm1(x) if block.style in ("pre", "normed_skip") else x
             return inp @ block.attn.qkv.weight[2 * d:].T + block.attn.qkv.bias[2 * d:]
 
+        def w_o(block=block) -> torch.Tensor:
+            return block.attn.proj.weight.T
+
+        def b_o(block=block) -> torch.Tensor | None:
+            return block.attn.proj.bias
+
         normed_skip = block.style in ("sasrec", "normed_skip")
-        sites.append(SkipSite(block, block.attn.proj, values, lambda block=block: block.attn.proj.weight.T,
-                              lambda block=block: block.attn.proj.bias,
+        sites.append(SkipSite(block, block.attn.proj, values, w_o, b_o,
                               None if block.pre_norm else block.norm2 if normed_skip else block.norm1,
                               skip=block.norm1 if normed_skip else None))
     return sites
