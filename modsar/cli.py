@@ -37,6 +37,63 @@ def _add_data_dir(parser: argparse.ArgumentParser) -> None:
                         "~/.cache/modsar/datasets)")
 
 
+EPILOG_SEARCH = """examples:
+  modsar search --space local_attn --dataset beauty              # full grid, ASHA, local Ray
+  modsar search --space loss_ce --dataset synthetic --max-epochs 10 --max-t 5 --grace-period 1
+  modsar search --space vanilla --dataset video --search optuna --num-samples 40 --cpus-per-trial 2
+  modsar search --space my_space.yaml --dataset ml-1m --gpus-per-trial 0.25 --address ray://head:10001
+  modsar search --space local_attn --dataset beauty --resume     # after the driver was killed
+
+Rows land in <results>/<experiment>/trials/*.parquet (one per trial); see `modsar results`."""
+
+EPILOG_SPACES = """examples:
+  modsar spaces                                   # every bundled space with its trials per direction
+  modsar spaces local_attn                        # what a space searches
+  modsar spaces my_space.yaml --check             # is every configuration valid? (before any compute)
+  modsar spaces hf_llama --check --dataset video  # ... with the dataset's sizes, as `modsar search` checks
+
+`modsar search` runs the same check before Ray starts and refuses an invalid space with every problem."""
+
+EPILOG_RESULTS = """examples:
+  modsar results --experiment loss_ce-synthetic
+  modsar results --where task=ar --where status=finished --columns trial_id,model.hidden_size,valid.ndcg@10
+  modsar results --where selected=true --json"""
+
+EPILOG_REPORT = """examples:
+  modsar report                                        # every experiment under ./results, Markdown to stdout
+  modsar report --experiment quickstart-synthetic --out results/report
+  modsar report --dataset video --format latex --out paper/
+
+Cells are test metrics of the configuration selected on validation (mean ± std over `--seeds` re-runs
+when present); missing cells show "–"; Best Improv. = (best AR - best AE) / best AE."""
+
+EPILOG_ANALYZE = """examples:
+  modsar analyze --checkpoint results/train-video/checkpoints/ar-1234abcd.pt --out results/analysis
+  modsar analyze --experiment vanilla-video --diagnostic sparsity,rank,hrli,shuffle
+  modsar analyze --experiment vanilla-video --experiment local_attn-video --diagnostic sparsity,rank \\
+      --out results/tables-2-3          # Vanilla-AE vs Local-AE vs Vanilla-AR: heatmaps, spectra, S and k
+  modsar analyze --checkpoint sasrec.pt --diagnostic hrli,shuffle,mixing,residual-scaling,nonfinal,recovery
+
+Prints ModSAR Tables 2-3 (S, k per layer and on average) and the residual-dominance summary side by side;
+--out adds Parquet tables of every figure and PNG heatmaps, singular-value spectra and alpha sweeps.
+HF backbones get every diagnostic where ModSAR knows their layers (llama, gpt2, bert, roberta, albert,
+transfo_xl); for any other hf:<type>, mixing and alpha are skipped with a note.
+
+Conventions (window, head averaging, padding, where alpha acts) are in modsar/analyze.py and in every row."""
+
+EPILOG_SUBMIT = """examples:
+  modsar submit --address http://HEAD:8265 --follow -- search --space local_attn --dataset beauty \\
+      --results /mnt/shared/modsar/results --gpus-per-trial 0.25 --quiet
+  modsar submit --address http://HEAD:8265 --no-wait -- search --space vanilla --dataset video
+  modsar submit --address http://HEAD:8265 status raysubmit_abc123
+  modsar submit --address http://HEAD:8265 logs raysubmit_abc123
+  modsar submit --address http://HEAD:8265 stop raysubmit_abc123
+
+The project travels as the job's working_dir; the nodes need ModSAR's dependencies (see docker/).
+Datasets must be prepared where every node can read them (a shared --data-dir or $MODSAR_DATA) and
+results written to a shared path or a pyarrow URI (s3://...)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modsar", description="Modular self-attentive sequential "
                                      "recommendation: compare bidirectional (AE) and causal (AR) attention.")
@@ -187,54 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
                             help="environment variable for the job (e.g. MODSAR_DATA=/mnt/shared/datasets)")
     sub_submit.add_argument("rest", nargs=argparse.REMAINDER,
                             help="-- <modsar command ...>, or: status JOB | logs JOB | stop JOB")
+    for command, handler in ((prep, _prepare), (stats, _stats), (listing, _list), (train, _train),
+                             (search, _search), (spaces, _spaces), (results, _results), (report, _report),
+                             (analyze, _analyze), (sub_submit, _submit)):
+        command.set_defaults(handler=handler)
     return parser
-
-
-EPILOG_SEARCH = """examples:
-  modsar search --space local_attn --dataset beauty              # full grid, ASHA, local Ray
-  modsar search --space loss_ce --dataset synthetic --max-epochs 10 --max-t 5 --grace-period 1
-  modsar search --space vanilla --dataset video --search optuna --num-samples 40 --cpus-per-trial 2
-  modsar search --space my_space.yaml --dataset ml-1m --gpus-per-trial 0.25 --address ray://head:10001
-  modsar search --space local_attn --dataset beauty --resume     # after the driver was killed
-
-Rows land in <results>/<experiment>/trials/*.parquet (one per trial); see `modsar results`."""
-
-EPILOG_SPACES = """examples:
-  modsar spaces                                   # every bundled space with its trials per direction
-  modsar spaces local_attn                        # what a space searches
-  modsar spaces my_space.yaml --check             # is every configuration valid? (before any compute)
-  modsar spaces hf_llama --check --dataset video  # ... with the dataset's sizes, as `modsar search` checks
-
-`modsar search` runs the same check before Ray starts and refuses an invalid space with every problem."""
-
-EPILOG_RESULTS = """examples:
-  modsar results --experiment loss_ce-synthetic
-  modsar results --where task=ar --where status=finished --columns trial_id,model.hidden_size,valid.ndcg@10
-  modsar results --where selected=true --json"""
-
-
-EPILOG_REPORT = """examples:
-  modsar report                                        # every experiment under ./results, Markdown to stdout
-  modsar report --experiment quickstart-synthetic --out results/report
-  modsar report --dataset video --format latex --out paper/
-
-Cells are test metrics of the configuration selected on validation (mean ± std over `--seeds` re-runs
-when present); missing cells show "–"; Best Improv. = (best AR - best AE) / best AE."""
-
-
-EPILOG_ANALYZE = """examples:
-  modsar analyze --checkpoint results/train-video/checkpoints/ar-1234abcd.pt --out results/analysis
-  modsar analyze --experiment vanilla-video --diagnostic sparsity,rank,hrli,shuffle
-  modsar analyze --experiment vanilla-video --experiment local_attn-video --diagnostic sparsity,rank \\
-      --out results/tables-2-3          # Vanilla-AE vs Local-AE vs Vanilla-AR: heatmaps, spectra, S and k
-  modsar analyze --checkpoint sasrec.pt --diagnostic hrli,shuffle,mixing,residual-scaling,nonfinal,recovery
-
-Prints ModSAR Tables 2-3 (S, k per layer and on average) and the residual-dominance summary side by side;
---out adds Parquet tables of every figure and PNG heatmaps, singular-value spectra and alpha sweeps.
-HF backbones get every diagnostic where ModSAR knows their layers (llama, gpt2, bert, roberta, albert,
-transfo_xl); for any other hf:<type>, mixing and alpha are skipped with a note.
-
-Conventions (window, head averaging, padding, where alpha acts) are in modsar/analyze.py and in every row."""
 
 
 def _best_checkpoints(rows) -> list[str]:
@@ -245,7 +259,9 @@ def _best_checkpoints(rows) -> list[str]:
     chosen = rows[rows["selected"].astype(bool)]
     if not len(chosen):
         trained = rows[(rows["role"] == "train") & (rows["status"] == "finished") & rows["checkpoint"].notna()]
-        monitor = trained["train.monitor"].str.replace("hr@", "recall@")
+        from modsar.config import TrainConfig  # its monitor_key holds the hr@ -> recall@ alias
+
+        monitor = [TrainConfig(monitor=name).monitor_key for name in trained["train.monitor"]]
         trained = trained.assign(score=[row[f"valid.{m}"] for (_, row), m in zip(trained.iterrows(), monitor,
                                                                                   strict=True)])
         chosen = trained.sort_values("score", ascending=False)
@@ -291,19 +307,6 @@ def _analyze(args: argparse.Namespace) -> int:
         written = analyze_output.write(analyses, Path(args.out))
         print(f"\nwrote {len(written)} file(s) to {args.out}: {', '.join(p.name for p in written)}")
     return 0
-
-
-EPILOG_SUBMIT = """examples:
-  modsar submit --address http://HEAD:8265 --follow -- search --space local_attn --dataset beauty \\
-      --results /mnt/shared/modsar/results --gpus-per-trial 0.25 --quiet
-  modsar submit --address http://HEAD:8265 --no-wait -- search --space vanilla --dataset video
-  modsar submit --address http://HEAD:8265 status raysubmit_abc123
-  modsar submit --address http://HEAD:8265 logs raysubmit_abc123
-  modsar submit --address http://HEAD:8265 stop raysubmit_abc123
-
-The project travels as the job's working_dir; the nodes need ModSAR's dependencies (see docker/).
-Datasets must be prepared where every node can read them (a shared --data-dir or $MODSAR_DATA) and
-results written to a shared path or a pyarrow URI (s3://...)."""
 
 
 def _submit(args: argparse.Namespace) -> int:
@@ -601,13 +604,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
-    handlers = {("data", "prepare"): _prepare, ("data", "stats"): _stats, ("data", "list"): _list,
-                ("train", None): _train, ("search", None): _search, ("spaces", None): _spaces,
-                ("results", None): _results, ("report", None): _report, ("submit", None): _submit,
-                ("analyze", None): _analyze}
-    handler = handlers[(args.command, getattr(args, "data_command", None))]
     try:
-        return handler(args)
+        return args.handler(args)
     except ModsarError as exc:
         print(f"modsar: error: {exc}", file=sys.stderr)
         return 2
