@@ -51,7 +51,7 @@ from modsar.diagnostics import (
     sparsity,
 )
 from modsar.errors import ModsarError
-from modsar.evaluate import evaluate, model_scorer, target_ranks, trim_left_padding
+from modsar.evaluate import Evaluator, model_scorer, target_ranks, trim_left_padding
 from modsar.model import registry
 from modsar.model.skips import SkipSite, residual_scale, skip_input, skip_vector
 from modsar.train import load_checkpoint, resolve_device
@@ -115,7 +115,7 @@ class Probe:
         return model_scorer(self.model)(*self.batch(inputs, sl)).float().nan_to_num(nan=float("-inf"))
 
     def evaluate(self, scorer, which: str = "test") -> dict[str, float]:
-        return evaluate(scorer, self.split, which, self.cfg.eval, self.cfg.task, self.max_len, 256, self.device)
+        return Evaluator.of(self.split, self.cfg, self.max_len, self.device, batch_size=256)(scorer, which)
 
     def metrics(self, inputs: torch.Tensor | None = None) -> dict[str, float]:
         """HR/NDCG etc. on test, exactly as `evaluate` computes them, optionally on perturbed inputs."""

@@ -12,11 +12,12 @@ seed (never from the user's history), so every pass and every model sees the sam
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from modsar.config import EvalConfig
+from modsar.config import Config, EvalConfig
 from modsar.data.batches import eval_inputs
 from modsar.data.split import LeaveOneOut, history_index
 
@@ -105,6 +106,27 @@ def evaluate(scorer: Scorer, split: LeaveOneOut, which: str, cfg: EvalConfig, ta
     """Mean metrics over all evaluable users of the `valid` or `test` split."""
     ranks = target_ranks(scorer, split, which, cfg, task, max_len, batch_size, device)
     return {key: value / max(len(ranks), 1) for key, value in metric_sums(ranks, cfg.ks).items()}
+
+
+@dataclass(frozen=True)
+class Evaluator:
+    """`evaluate` bound to one split, evaluation settings, task, window and device: callers name only the
+    scorer and the split part (valid or test)."""
+
+    split: LeaveOneOut
+    cfg: EvalConfig
+    task: str
+    max_len: int
+    batch_size: int
+    device: torch.device
+
+    @classmethod
+    def of(cls, split: LeaveOneOut, cfg: Config, max_len: int, device: torch.device,
+           batch_size: int | None = None) -> Evaluator:
+        return cls(split, cfg.eval, cfg.task, max_len, batch_size or cfg.data.eval_batch_size, device)
+
+    def __call__(self, scorer: Scorer, which: str) -> dict[str, float]:
+        return evaluate(scorer, self.split, which, self.cfg, self.task, self.max_len, self.batch_size, self.device)
 
 
 def trim_left_padding(inputs: torch.Tensor) -> torch.Tensor:

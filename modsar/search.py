@@ -611,7 +611,7 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
     import torch
 
     from modsar.data.split import LeaveOneOut
-    from modsar.evaluate import evaluate, model_scorer
+    from modsar.evaluate import Evaluator, model_scorer
     from modsar.train import load_checkpoint
 
     every = read_rows(_rows_dir(plan), plan.request.experiment_name)
@@ -638,8 +638,7 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
     for task, best in winners.items():
         with _local_copy(best["checkpoint"]) as path:
             model, cfg, payload = load_checkpoint(path)
-        test = evaluate(model_scorer(model), split, "test", cfg.eval, cfg.task, payload["max_len"],
-                        cfg.data.eval_batch_size, torch.device("cpu"))
+        test = Evaluator.of(split, cfg, payload["max_len"], torch.device("cpu"))(model_scorer(model), "test")
         best.update({f"test.{k}": v for k, v in test.items()}, selected=True)
         _rewrite(plan, best)
         selected[task] = {"trial_id": best["trial_id"], column: best[column],

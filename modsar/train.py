@@ -27,7 +27,7 @@ from modsar.data.batches import Batch, TrainBatches
 from modsar.data.split import LeaveOneOut
 from modsar.data.store import StoredDataset, load_dataset
 from modsar.errors import ModsarError
-from modsar.evaluate import evaluate, model_scorer
+from modsar.evaluate import Evaluator, model_scorer
 from modsar.model import registry
 from modsar.model.interface import Recommender
 from modsar.model.losses import training_loss
@@ -235,10 +235,11 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     if not len(batches):
         raise ModsarError(f"dataset '{cfg.dataset}' has no user with 2+ training items: nothing to train on")
 
+    evaluator = Evaluator.of(split, cfg, max_len, device)
+
     def validate() -> dict[str, float]:
         model.eval()
-        metrics = evaluate(model_scorer(model), split, "valid", cfg.eval, cfg.task, max_len,
-                           cfg.data.eval_batch_size, device)
+        metrics = evaluator(model_scorer(model), "valid")
         model.train()
         return metrics
 
@@ -332,6 +333,5 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     if evaluate_test:
         model.load_state_dict(best_state)
         model.eval()
-        test = evaluate(model_scorer(model), split, "test", cfg.eval, cfg.task, max_len,
-                        cfg.data.eval_batch_size, device)
+        test = evaluator(model_scorer(model), "test")
     return outcome(test)

@@ -131,7 +131,7 @@ def test_best_epoch_is_the_validation_max_not_the_last(monkeypatch):
     import modsar.train as train_module
 
     values = iter([0.2, 0.5, 0.3, 0.1])
-    monkeypatch.setattr(train_module, "evaluate",
+    monkeypatch.setattr(train_module.Evaluator, "__call__",
                         lambda *a, **k: {"ndcg@10": next(values, 0.0), "recall@10": 0.0})
     cfg = quick("train.max_epochs=4", "eval.ks=[10]")
     result = run_trial(cfg, progress=False)
@@ -141,7 +141,7 @@ def test_best_epoch_is_the_validation_max_not_the_last(monkeypatch):
 def test_early_stopping_patience(monkeypatch):
     import modsar.train as train_module
 
-    monkeypatch.setattr(train_module, "evaluate", lambda *a, **k: {"ndcg@10": 0.1, "recall@10": 0.0})
+    monkeypatch.setattr(train_module.Evaluator, "__call__", lambda *a, **k: {"ndcg@10": 0.1, "recall@10": 0.0})
     result = run_trial(quick("train.max_epochs=50", "train.patience=2", "eval.ks=[10]"), progress=False)
     assert result.epochs_run == 3 and result.best_epoch == 1
 
@@ -200,7 +200,7 @@ def test_non_finite_validation_metric_is_never_the_best_epoch(monkeypatch):
     import modsar.train as train_module
 
     values = iter([0.1, float("inf")])
-    monkeypatch.setattr(train_module, "evaluate", lambda *a, **k: {"ndcg@10": next(values), "recall@10": 0.0})
+    monkeypatch.setattr(train_module.Evaluator, "__call__", lambda *a, **k: {"ndcg@10": next(values), "recall@10": 0.0})
     with pytest.raises(TrainingDiverged, match="validation ndcg@10 not finite at epoch 2") as caught:
         run_trial(quick("eval.ks=[10]"), progress=False)
     assert caught.value.partial.best_epoch == 1 and caught.value.partial.valid["ndcg@10"] == 0.1
