@@ -114,6 +114,57 @@ def save_checkpoint(path: Path, model: torch.nn.Module, cfg: Config, meta: dict)
 RESUME_FILE = "resume.pt"  # beside a resumable run's best.pt: what a retried trial needs besides the weights
 
 
+@dataclass
+class TrainState:
+    """What a run carries from one epoch to the next. `state_dict()` is the resume file (with the best weights
+    in best.pt beside it) and `load()` restores it, so a retried trial continues bit for bit."""
+
+    optimizer: torch.optim.Optimizer
+    batches: TrainBatches
+    device: torch.device
+    best_value: float = -math.inf
+    best_epoch: int = 0
+    best_valid: dict[str, float] = field(default_factory=dict)
+    best_weights: dict[str, torch.Tensor] | None = None
+    stale: int = 0  # validation passes since the last improvement
+    history: list[dict[str, Any]] = field(default_factory=list)  # one entry per validation pass
+    epoch_times: list[float] = field(default_factory=list)
+    eval_times: list[float] = field(default_factory=list)
+
+    def record(self, model: torch.nn.Module, epoch: int, metrics: dict[str, float], monitor: str,
+               loss: float) -> bool:
+        """Add a validation pass; True (and the weights kept) when it beats the best so far."""
+        improved = metrics[monitor] > self.best_value
+        if improved:
+            self.best_value, self.best_epoch, self.best_valid, self.stale = metrics[monitor], epoch, metrics, 0
+            self.best_weights = _weights(model)
+        else:
+            self.stale += 1
+        self.history.append({"epoch": epoch, "loss": loss, **{f"valid.{k}": v for k, v in metrics.items()}})
+        return improved
+
+    def state_dict(self, wall_time_s: float) -> dict[str, Any]:
+        return {"epoch": self.best_epoch, "best_value": self.best_value, "valid": self.best_valid,
+                "optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+                "batches_rng": self.batches.rng.bit_generator.state,
+                "cuda_rng": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
+                "history": self.history, "epoch_times": self.epoch_times, "eval_times": self.eval_times,
+                "wall_time_s": wall_time_s}
+
+    def load(self, resume: dict[str, Any], model: torch.nn.Module) -> float:
+        """Restore a `state_dict` (and the model from its best weights); returns the wall time already spent."""
+        model.load_state_dict(resume["state_dict"])
+        self.optimizer.load_state_dict(resume["optimizer"])
+        torch.set_rng_state(resume["torch_rng"])
+        if self.device.type == "cuda" and resume.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state(resume["cuda_rng"], self.device)
+        self.batches.rng.bit_generator.state = resume["batches_rng"]
+        self.best_value, self.best_epoch, self.best_valid = resume["best_value"], resume["epoch"], resume["valid"]
+        self.best_weights = _weights(model)
+        self.history, self.epoch_times, self.eval_times = resume["history"], resume["epoch_times"], resume["eval_times"]
+        return float(resume["wall_time_s"])
+
+
 def load_resume_state(folder: str | Path) -> dict | None:
     """The training state a resumable `run_trial` left with its best checkpoint in `folder`, or None."""
     folder = Path(folder)
@@ -244,39 +295,27 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
         return metrics
 
     monitor = cfg.train.monitor_key
-    best_value, best_epoch, best_state, best_valid = -math.inf, 0, None, {}
-    history: list[dict[str, Any]] = []
-    epoch_times: list[float] = []
-    eval_times: list[float] = []
-    stale = 0
+    state = TrainState(optimizer, batches, device)
     checkpoint_path = Path(checkpoint_path) if checkpoint_path else None
     meta = {"num_items": dataset.num_items, "num_users": dataset.num_users, "max_len": max_len}
+
     def facts(last: bool, loss: float) -> dict:
-        return {"last": last, "epoch_time_s": float(np.mean(epoch_times)), "num_parameters": num_parameters,
-                "eval_time_s": float(np.mean(eval_times)), "loss": loss}
+        return {"last": last, "epoch_time_s": float(np.mean(state.epoch_times)), "num_parameters": num_parameters,
+                "eval_time_s": float(np.mean(state.eval_times)), "loss": loss}
 
     first_epoch = 1
     if resume is not None:  # a retried or resumed search trial: continue bit for bit after its best epoch
-        model.load_state_dict(resume["state_dict"])
-        optimizer.load_state_dict(resume["optimizer"])
-        torch.set_rng_state(resume["torch_rng"])
-        if device.type == "cuda" and resume.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state(resume["cuda_rng"], device)
-        batches.rng.bit_generator.state = resume["batches_rng"]
-        best_value, best_epoch, best_valid = resume["best_value"], resume["epoch"], resume["valid"]
-        best_state = _weights(model)
-        history, epoch_times, eval_times = resume["history"], resume["epoch_times"], resume["eval_times"]
-        started -= resume["wall_time_s"]
-        first_epoch = best_epoch + 1
+        started -= state.load(resume, model)
+        first_epoch = state.best_epoch + 1
     epochs = tqdm(range(first_epoch, cfg.train.max_epochs + 1), desc=f"{cfg.task.upper()} {cfg.dataset}",
                   unit="epoch", disable=not progress, dynamic_ncols=True, initial=first_epoch - 1,
                   total=cfg.train.max_epochs)
     def outcome(test: dict[str, float]) -> TrialResult:
-        return TrialResult(valid=best_valid, test=test, best_epoch=best_epoch, epochs_run=epoch,
+        return TrialResult(valid=state.best_valid, test=test, best_epoch=state.best_epoch, epochs_run=epoch,
                            wall_time_s=time.perf_counter() - started,
-                           epoch_time_s=float(np.mean(epoch_times)) if epoch_times else math.nan,
-                           eval_time_s=float(np.mean(eval_times)) if eval_times else math.nan, device=str(device),
-                           num_parameters=num_parameters, history=history,
+                           epoch_time_s=float(np.mean(state.epoch_times)) if state.epoch_times else math.nan,
+                           eval_time_s=float(np.mean(state.eval_times)) if state.eval_times else math.nan,
+                           device=str(device), num_parameters=num_parameters, history=state.history,
                            checkpoint=str(checkpoint_path) if checkpoint_path else None, monitor=monitor)
 
     model.train()
@@ -285,7 +324,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
         for epoch in epochs:
             tick = time.perf_counter()
             mean_loss = train_epoch(model, optimizer, batches, cfg, device, epoch)
-            epoch_times.append(time.perf_counter() - tick)
+            state.epoch_times.append(time.perf_counter() - tick)
             if epoch % cfg.train.eval_every and epoch != cfg.train.max_epochs:
                 epochs.set_postfix(loss=f"{mean_loss:.4f}")
                 continue
@@ -294,30 +333,18 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
                                        "train.grad_clip")
             tick = time.perf_counter()
             metrics = validate()
-            eval_times.append(time.perf_counter() - tick)
+            state.eval_times.append(time.perf_counter() - tick)
             broken = sorted(k for k, v in metrics.items() if not math.isfinite(v))
             if broken:
                 raise TrainingDiverged(f"validation {', '.join(broken)} not finite at epoch {epoch}")
-            improved = metrics[monitor] > best_value
-            if improved:
-                best_value, best_epoch, best_valid, stale = metrics[monitor], epoch, metrics, 0
-                best_state = _weights(model)
-            else:
-                stale += 1
-            history.append({"epoch": epoch, "loss": mean_loss, **{f"valid.{k}": v for k, v in metrics.items()}})
+            improved = state.record(model, epoch, metrics, monitor, mean_loss)
             if improved and checkpoint_path:
                 save_checkpoint(checkpoint_path, model, cfg, {**meta, "epoch": epoch, "valid": metrics})
                 if resumable:
-                    _atomic_save(checkpoint_path.with_name(RESUME_FILE), {
-                        "epoch": epoch, "best_value": best_value, "valid": metrics,
-                        "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
-                        "batches_rng": batches.rng.bit_generator.state,
-                        "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-                        "history": history, "epoch_times": epoch_times, "eval_times": eval_times,
-                        "wall_time_s": time.perf_counter() - started})
+                    _atomic_save(checkpoint_path.with_name(RESUME_FILE), state.state_dict(time.perf_counter() - started))
             epochs.set_postfix(loss=f"{mean_loss:.4f}", **{cfg.train.monitor: f"{metrics[monitor]:.4f}",
-                                                           "best": f"{best_value:.4f}@{best_epoch}"})
-            last = bool(cfg.train.patience and stale >= cfg.train.patience) or epoch == cfg.train.max_epochs
+                                                           "best": f"{state.best_value:.4f}@{state.best_epoch}"})
+            last = bool(cfg.train.patience and state.stale >= cfg.train.patience) or epoch == cfg.train.max_epochs
             if on_eval is not None:
                 on_eval(epoch, metrics, improved, checkpoint_path if improved else None, facts(last, mean_loss))
             if last:
@@ -328,10 +355,10 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     finally:
         epochs.close()
     if first_epoch > cfg.train.max_epochs and on_eval is not None:  # resumed after its final epoch: say it ended
-        on_eval(best_epoch, best_valid, False, None, facts(True, history[-1]["loss"]))
+        on_eval(state.best_epoch, state.best_valid, False, None, facts(True, state.history[-1]["loss"]))
     test = {}
-    if evaluate_test:
-        model.load_state_dict(best_state)
+    if evaluate_test and state.best_weights is not None:
+        model.load_state_dict(state.best_weights)
         model.eval()
         test = evaluator(model_scorer(model), "test")
     return outcome(test)
