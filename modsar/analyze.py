@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -358,15 +360,109 @@ class Analysis:
     notes: list[str] = field(default_factory=list)
 
 
-def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = None, attention_users: int = 2000,
-        alphas=ALPHAS, window: int = 20, sigma: float = 0.0, device: str = "cpu", progress: bool = False) -> Analysis:
-    """Run the chosen diagnostics on one checkpoint; quantities a backbone does not define are noted."""
-    unknown = sorted(set(diagnostics) - set(DIAGNOSTICS))
-    if unknown:
-        raise ModsarError(f"unknown diagnostic '{unknown[0]}'; choose from {', '.join(DIAGNOSTICS)}")
-    probe = Probe(checkpoint, data_dir, attention_users, device)
-    label, notes, rows = model_label(probe.cfg), [], []
-    entry = registry.lookup(probe.cfg.model.backbone)
+@dataclass
+class _Run:
+    """What the diagnostics of one `run` share: the probe, the settings, and the rows they add."""
+
+    probe: Probe
+    wanted: set[str]
+    alphas: tuple[float, ...]
+    window: int
+    sigma: float
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    maps: pd.DataFrame = field(default_factory=pd.DataFrame)
+    spectra: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def add(self, diagnostic: str, quantity: str, value: float, layer: str = "all", alpha: float = 1.0,
+            n: int | None = None) -> None:
+        self.rows.append({"diagnostic": diagnostic, "quantity": quantity, "layer": layer, "alpha": alpha,
+                          "value": float(value), "n": len(self.probe.users) if n is None else int(n)})
+
+
+def _sparsity_and_rank(run: _Run) -> None:
+    stats, mean_spectra = attention_stats(run.probe, run.window, run.sigma)
+    where = f"W={run.window}, zero-padded, head mean, {stats['row'].nunique()} test users"
+    columns = {"sparsity": {"sparsity": f"S ({where})"},
+               "rank": {c: f"k {c[5:]} (sigma={run.sigma:g}; {where})" for c in stats if c.startswith("rank ")}
+               | {"effective_rank": f"effective rank ({where})"}}
+    for diagnostic in [d for d in ("sparsity", "rank") if d in run.wanted]:
+        for column, quantity in columns[diagnostic].items():
+            for layer, group in stats.groupby("layer"):
+                run.add(diagnostic, quantity, group[column].mean(), str(layer), n=group[column].notna().sum())
+            run.add(diagnostic, quantity, stats[column].mean(), "all", n=stats[column].notna().sum())
+    run.maps, spectra = heatmap(run.probe, run.window, run.sigma)
+    run.spectra = spectra.merge(mean_spectra, on=["layer", "index"], how="left")
+
+
+def _hrli(run: _Run) -> None:
+    result = hrli(run.probe)
+    for key, value in result.items():
+        if key != "hrl2i_n":
+            run.add("hrli", key, value, n=int(result["hrl2i_n"]) if key.startswith("hrl2i") else len(run.probe.users))
+
+
+def _shuffle(run: _Run) -> None:
+    base = run.probe.metrics()["ndcg@10"]
+    run.add("shuffle", "ndcg@10 original", base)
+    for name, partial in (("partial", True), ("full", False)):
+        value = run.probe.metrics(shuffled(run.probe, partial))["ndcg@10"]
+        run.add("shuffle", f"ndcg@10 {name}", value)
+        run.add("shuffle", f"ndcg@10 drop {name}", (base - value) / base if base else math.nan)
+
+
+def _mixing(run: _Run) -> None:
+    for key, value in mixing_ratios(run.probe, detail=True).items():
+        layer = key.split(" layer ")[1].split(" ")[0] if " layer " in key else "all"
+        run.add("mixing", key.replace(f" layer {layer}", "") if layer != "all" else key, value, layer)
+
+
+def _residual_scaling(run: _Run) -> None:
+    for alpha in run.alphas:
+        with residual_scale(run.probe.model, alpha):
+            m = run.probe.metrics()
+            run.add("residual-scaling", "hr@10", m["recall@10"], alpha=alpha)
+            run.add("residual-scaling", "ndcg@10", m["ndcg@10"], alpha=alpha)
+            run.add("residual-scaling", "hrli@1", hrli(run.probe, ks=(1,), filtered=False)["hrli@1"], alpha=alpha)
+        for key, value in mixing_ratios(run.probe, alpha).items():
+            run.add("residual-scaling", key, value, alpha=alpha)
+
+
+def _nonfinal(run: _Run) -> None:
+    final = hits_at(run.probe, "test")
+    run.add("nonfinal", "hr@10 at L", float(final.mean()))
+    for offset in (1, 2, 3):  # a joint proportion over all test users, not a conditional
+        run.add("nonfinal", f"miss at L, hit at L-{offset}",
+                float((~final & hits_at(run.probe, "test", 1.0, offset)).mean()))
+
+
+def _recovery(run: _Run) -> None:
+    rec_val, hr_val = recovery_curve(run.probe, "valid", run.alphas)
+    rec_test, hr_test = recovery_curve(run.probe, "test", run.alphas)
+    for alpha in run.alphas:
+        run.add("recovery", "recovery rate (test)", rec_test[alpha], alpha=alpha)
+        run.add("recovery", "hr@10 (test)", hr_test[alpha], alpha=alpha)
+    chosen = select_alpha(rec_val, hr_val) if 1.0 in hr_val else 1.0
+    oracle = select_alpha(rec_test, hr_test) if 1.0 in hr_test else 1.0
+    # the selection's summary rows sit at alpha = 1 (the baseline); alpha* itself is their value
+    run.add("recovery", "alpha* (validation, epsilon=0.01)", chosen)
+    run.add("recovery", "delta hr@10 at alpha* (test)", hr_test[chosen] - hr_test.get(1.0, math.nan))
+    run.add("recovery", "recovery at alpha* (test)", rec_test[chosen])
+    run.add("recovery", "alpha* oracle (test)", oracle)
+    for epsilon in EPSILONS if 1.0 in run.alphas else ():  # validation choice vs test oracle as tolerance grows
+        run.add("recovery", f"epsilon={epsilon:g}: alpha* validation", select_alpha(rec_val, hr_val, epsilon))
+        run.add("recovery", f"epsilon={epsilon:g}: alpha* oracle", select_alpha(rec_test, hr_test, epsilon))
+
+
+# Each step computes the diagnostics it names (sparsity and rank share one pass over the attention maps).
+STEPS: tuple[tuple[tuple[str, ...], Callable[[_Run], None]], ...] = (
+    (("sparsity", "rank"), _sparsity_and_rank), (("hrli",), _hrli), (("shuffle",), _shuffle),
+    (("mixing",), _mixing), (("residual-scaling",), _residual_scaling), (("nonfinal",), _nonfinal),
+    (("recovery",), _recovery))
+
+
+def _supported(probe: Probe, label: str, diagnostics: list[str]) -> tuple[list[str], list[str]]:
+    """The diagnostics this backbone defines, and a note for each group it does not."""
+    entry, notes = registry.lookup(probe.cfg.model.backbone), []
     skipped = [d for d in diagnostics if d in ("sparsity", "rank", "mixing")]
     if skipped and not entry.attention_maps:
         notes.append(f"{label}: skipped {', '.join(skipped)}: {probe.cfg.model.backbone} has no attention maps")
@@ -377,86 +473,27 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
                      f"modular backbone and HF llama, gpt2, bert, roberta, albert, transfo_xl; not for "
                      f"{probe.cfg.model.backbone}")
         diagnostics = [d for d in diagnostics if d not in skipped]
+    return diagnostics, notes
 
-    def add(diagnostic: str, quantity: str, value: float, layer: str = "all", alpha: float = 1.0,
-            n: int | None = None) -> None:
-        rows.append({"diagnostic": diagnostic, "quantity": quantity, "layer": layer, "alpha": alpha,
-                     "value": float(value), "n": len(probe.users) if n is None else int(n)})
 
-    bar = tqdm(total=len(set(diagnostics)), desc=f"analyze {label}", unit="diagnostic", disable=not progress,
-               dynamic_ncols=True)
-    running: list[str] = []
-
-    def begin(*names: str) -> bool:
-        """Whether any of `names` was asked for; the progress bar moves on to them."""
-        bar.update(len(running))
-        running[:] = [n for n in names if n in diagnostics]
-        bar.set_postfix_str(", ".join(running))
-        return bool(running)
-
-    maps = spectra = pd.DataFrame()
-    if begin("sparsity", "rank"):
-        stats, mean_spectra = attention_stats(probe, window, sigma)
-        where = f"W={window}, zero-padded, head mean, {stats['row'].nunique()} test users"
-        columns = {"sparsity": {"sparsity": f"S ({where})"},
-                   "rank": {c: f"k {c[5:]} (sigma={sigma:g}; {where})" for c in stats if c.startswith("rank ")}
-                   | {"effective_rank": f"effective rank ({where})"}}
-        for diagnostic in [d for d in ("sparsity", "rank") if d in diagnostics]:
-            for column, quantity in columns[diagnostic].items():
-                for layer, group in stats.groupby("layer"):
-                    add(diagnostic, quantity, group[column].mean(), str(layer), n=group[column].notna().sum())
-                add(diagnostic, quantity, stats[column].mean(), "all", n=stats[column].notna().sum())
-        maps, spectra = heatmap(probe, window, sigma)
-        spectra = spectra.merge(mean_spectra, on=["layer", "index"], how="left")
-    if begin("hrli"):
-        result = hrli(probe)
-        for key, value in result.items():
-            if key != "hrl2i_n":
-                add("hrli", key, value, n=int(result["hrl2i_n"]) if key.startswith("hrl2i") else len(probe.users))
-    if begin("shuffle"):
-        base = probe.metrics()["ndcg@10"]
-        add("shuffle", "ndcg@10 original", base)
-        for name, partial in (("partial", True), ("full", False)):
-            value = probe.metrics(shuffled(probe, partial))["ndcg@10"]
-            add("shuffle", f"ndcg@10 {name}", value)
-            add("shuffle", f"ndcg@10 drop {name}", (base - value) / base if base else math.nan)
-    if begin("mixing"):
-        for key, value in mixing_ratios(probe, detail=True).items():
-            layer = key.split(" layer ")[1].split(" ")[0] if " layer " in key else "all"
-            add("mixing", key.replace(f" layer {layer}", "") if layer != "all" else key, value, layer)
-    if begin("residual-scaling"):
-        for alpha in alphas:
-            with residual_scale(probe.model, alpha):
-                m = probe.metrics()
-                add("residual-scaling", "hr@10", m["recall@10"], alpha=alpha)
-                add("residual-scaling", "ndcg@10", m["ndcg@10"], alpha=alpha)
-                add("residual-scaling", "hrli@1", hrli(probe, ks=(1,), filtered=False)["hrli@1"], alpha=alpha)
-            for key, value in mixing_ratios(probe, alpha).items():
-                add("residual-scaling", key, value, alpha=alpha)
-    if begin("nonfinal"):
-        final = hits_at(probe, "test")
-        add("nonfinal", "hr@10 at L", float(final.mean()))
-        for offset in (1, 2, 3):  # a joint proportion over all test users, not a conditional
-            add("nonfinal", f"miss at L, hit at L-{offset}", float((~final & hits_at(probe, "test", 1.0, offset)).mean()))
-    if begin("recovery"):
-        rec_val, hr_val = recovery_curve(probe, "valid", alphas)
-        rec_test, hr_test = recovery_curve(probe, "test", alphas)
-        for alpha in alphas:
-            add("recovery", "recovery rate (test)", rec_test[alpha], alpha=alpha)
-            add("recovery", "hr@10 (test)", hr_test[alpha], alpha=alpha)
-        chosen = select_alpha(rec_val, hr_val) if 1.0 in hr_val else 1.0
-        oracle = select_alpha(rec_test, hr_test) if 1.0 in hr_test else 1.0
-        # the selection's summary rows sit at alpha = 1 (the baseline); alpha* itself is their value
-        add("recovery", "alpha* (validation, epsilon=0.01)", chosen)
-        add("recovery", "delta hr@10 at alpha* (test)", hr_test[chosen] - hr_test.get(1.0, math.nan))
-        add("recovery", "recovery at alpha* (test)", rec_test[chosen])
-        add("recovery", "alpha* oracle (test)", oracle)
-        for epsilon in EPSILONS if 1.0 in alphas else ():  # validation choice vs test oracle as tolerance grows
-            add("recovery", f"epsilon={epsilon:g}: alpha* validation", select_alpha(rec_val, hr_val, epsilon))
-            add("recovery", f"epsilon={epsilon:g}: alpha* oracle", select_alpha(rec_test, hr_test, epsilon))
-    begin()
-    bar.close()
-    table = pd.DataFrame(rows, columns=["diagnostic", "quantity", "layer", "alpha", "value", "n"])
+def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = None, attention_users: int = 2000,
+        alphas=ALPHAS, window: int = 20, sigma: float = 0.0, device: str = "cpu", progress: bool = False) -> Analysis:
+    """Run the chosen diagnostics on one checkpoint; quantities a backbone does not define are noted."""
+    unknown = sorted(set(diagnostics) - set(DIAGNOSTICS))
+    if unknown:
+        raise ModsarError(f"unknown diagnostic '{unknown[0]}'; choose from {', '.join(DIAGNOSTICS)}")
+    probe = Probe(checkpoint, data_dir, attention_users, device)
+    label = model_label(probe.cfg)
+    diagnostics, notes = _supported(probe, label, diagnostics)
+    state = _Run(probe, set(diagnostics), tuple(alphas), window, sigma)
+    steps = [(names, step) for names, step in STEPS if state.wanted & set(names)]
+    with tqdm(total=len(state.wanted), desc=f"analyze {label}", unit="diagnostic", disable=not progress,
+              dynamic_ncols=True) as bar:
+        for names, step in steps:
+            bar.set_postfix_str(", ".join(n for n in names if n in state.wanted))
+            step(state)
+            bar.update(len(state.wanted & set(names)))
+    table = pd.DataFrame(state.rows, columns=["diagnostic", "quantity", "layer", "alpha", "value", "n"])
     table["convention"] = table["diagnostic"].map(CONVENTIONS)
     sites = probe.model.skip_sites()
     norm = ("post" if sites[0].post_norm is not None else "pre") if sites else probe.cfg.model.norm
@@ -464,7 +501,7 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
     table["model"], table["task"], table["backbone"], table["norm"] = (label, probe.cfg.task,
                                                                         probe.cfg.model.backbone, norm)
     table["checkpoint"], table["dataset"] = str(checkpoint), probe.cfg.dataset
-    for frame in (maps, spectra):
+    for frame in (state.maps, state.spectra):
         if len(frame):
             frame["model"] = label
-    return Analysis(label, probe.cfg.dataset, probe.cfg.task, table, maps, spectra, notes)
+    return Analysis(label, probe.cfg.dataset, probe.cfg.task, table, state.maps, state.spectra, notes)
