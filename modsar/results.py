@@ -87,7 +87,8 @@ def differing_keys(rows) -> list[str]:
     return [k for k in keys if rows[k].astype(str).nunique() > 1]
 
 
-def _filesystem(root: str) -> tuple[pafs.FileSystem, str]:
+def filesystem(root: str) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path) for a local path (made absolute) or a pyarrow URI (s3://, gs://, ...)."""
     if "://" in root:
         return pafs.FileSystem.from_uri(root)
     return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(root))
@@ -95,7 +96,7 @@ def _filesystem(root: str) -> tuple[pafs.FileSystem, str]:
 
 def write_row(root: str, row: dict[str, Any]) -> str:
     """Write one trial row atomically; returns the final path."""
-    fs, base = _filesystem(root)
+    fs, base = filesystem(root)
     folder = f"{base}/{row['experiment']}/trials"
     fs.create_dir(folder, recursive=True)
     final = f"{folder}/{row['trial_id']}.parquet"
@@ -111,7 +112,7 @@ def remove_partial_rows(root: str, experiment: str) -> int:
     """Delete the temporary files of row writes a killed driver never finished; returns how many.
 
     Only safe while no other writer is active: `modsar search --resume` calls it before its Tuners start."""
-    fs, base = _filesystem(root)
+    fs, base = filesystem(root)
     selector = pafs.FileSelector(f"{base}/{experiment}/trials", allow_not_found=True)
     partial = [f.path for f in fs.get_file_info(selector) if f.base_name.startswith(".tmp-")]
     for path in partial:
@@ -121,7 +122,7 @@ def remove_partial_rows(root: str, experiment: str) -> int:
 
 def read_rows(root: str, experiment: str | None = None):
     """All trial rows (a pandas DataFrame) of one experiment, or of every experiment under `root`."""
-    fs, base = _filesystem(root)
+    fs, base = filesystem(root)
     path = f"{base}/{experiment}/trials" if experiment else base
     selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)
     files = [f.path for f in fs.get_file_info(selector)

@@ -1,0 +1,27 @@
+"""`modsar search`: a design space searched by Ray Tune, every trial one Parquet row.
+
+Each trial runs `train.run_trial` (the same function as `modsar train`) inside a Ray Tune function
+trainable and reports validation metrics at every evaluation, with a checkpoint whenever the monitored
+metric improves. ASHA stops weak trials early; grid enumerates the conditional grid exactly; random and
+Optuna sample through Ray's OptunaSearch (RandomSampler / TPE, both seeded). A driver-side callback
+writes one row per trial as it ends (finished, stopped by ASHA, or error); after the search the best AE
+and best AR trial (best validation epoch) are tested from their best checkpoints and marked selected.
+
+Layout: ``<results>/<experiment>/{search.json, trials/*.parquet, ray/ (Tune state and checkpoints)}``.
+A killed driver is resumed with ``--resume`` (Tuner.restore): unfinished trials continue from their last
+checkpoint (the latest improvement) with the optimizer and RNG states saved beside it, so results equal an
+uninterrupted run (tested),
+errored trials are retried, finished rows are kept as they are.
+
+The package: `plan` (request -> checked plan), `trainable` (a trial in a Ray worker), `rows` (one Parquet row
+per trial), `tuner` (Ray, the Tuners, selection, testing and seed re-runs).
+"""
+
+from modsar.search.plan import Plan, SearchRequest, make_plan, trial_config
+from modsar.search.rows import reconcile_rows, row_from_results
+from modsar.search.trainable import make_trainable, trainable
+from modsar.search.tuner import check_resources, connect_ray, rerun_seeds, run_search, select_and_test
+
+__all__ = ["Plan", "SearchRequest", "check_resources", "connect_ray", "make_plan", "make_trainable",
+           "reconcile_rows", "rerun_seeds", "row_from_results", "run_search", "select_and_test", "trainable",
+           "trial_config"]

@@ -1,0 +1,123 @@
+"""What a search will do: the request, and the plan derived from it, checked before Ray starts or
+anything is written."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from modsar.config import Config, apply_overrides, parse_override
+from modsar.data.store import data_root, load_dataset
+from modsar.errors import ModsarError
+from modsar.space_check import SpaceCheck, check_space, dataset_sizes
+from modsar.spaces import SearchSpace, load_space
+
+
+@dataclass
+class SearchRequest:
+    space: str
+    dataset: str  # "" only to plan without data (`modsar spaces --check`)
+    experiment: str | None = None
+    results: str = "results"
+    search: str | None = None  # grid | random | optuna (default: the space's budget.search)
+    num_samples: int | None = None
+    max_epochs: int | None = None
+    time_budget_s: float | None = None
+    max_t: int | None = None
+    grace_period: int | None = None
+    reduction_factor: int | None = None
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    max_concurrent: int | None = None
+    max_failures: int = 0
+    seed: int = 0
+    seeds: int = 0
+    overrides: list[str] = field(default_factory=list)
+    address: str | None = None
+    data_dir: str | None = None
+    quiet: bool = False
+    resume: bool = False
+    overwrite: bool = False
+    dashboard: bool = False
+
+    @property
+    def experiment_name(self) -> str:
+        return self.experiment or f"{Path(self.space).stem}-{self.dataset}"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The plan: everything derived from the request, checked before Ray starts or anything is written.
+
+
+@dataclass
+class Plan:
+    request: SearchRequest
+    space: SearchSpace
+    base: dict[str, Any]  # full base config (space base + CLI overrides), nested
+    search: str
+    num_samples: int
+    max_t: int
+    grace_period: int
+    reduction_factor: int
+    monitor: str
+    root: str  # experiment folder (path or URI)
+    data_root: str
+    manifest: dict  # the prepared dataset's manifest (recorded in every row)
+
+    def check(self) -> SpaceCheck:
+        """Every configuration this search can run, validated (with the dataset's sizes when there is one)."""
+        sizes = dataset_sizes(self.manifest) if self.manifest else None
+        return check_space(self.space, self.base, self.search, self.num_samples, sizes, self.request.dataset or None)
+
+
+def make_plan(req: SearchRequest, check: bool = True) -> Plan:
+    """Everything the search will do, derived and checked before Ray starts: with `check`, every configuration
+    of the space is validated against the dataset (modsar.space_check) and all problems are raised at once.
+    An empty `req.dataset` plans without data (`modsar spaces NAME --check` without --dataset)."""
+    space = load_space(req.space)
+    overrides = dict(parse_override(o) for o in req.overrides)
+    if req.dataset:
+        overrides["dataset"] = req.dataset
+    budget = space.budget
+    if req.max_epochs is not None:
+        overrides["train.max_epochs"] = req.max_epochs
+    overrides.setdefault("train.max_epochs", budget.get("max_epochs", Config().train.max_epochs))
+    overrides.setdefault("train.eval_every", budget.get("eval_every", 1))
+    overrides.setdefault("seed", req.seed)
+    cfg = space.base_config(overrides)
+    search = req.search or budget.get("search", "grid")
+    if search not in ("grid", "random", "optuna"):
+        raise ModsarError(f"--search must be grid, random or optuna; got {search!r}")
+    default_samples = budget.get("num_samples") if search == budget.get("search", "grid") else None
+    if req.num_samples is not None and req.num_samples < 1:
+        raise ModsarError(f"--num-samples must be >= 1; got {req.num_samples}")
+    num_samples = req.num_samples or default_samples or (1 if search == "grid" else 16)
+    evals = max(1, math.ceil(cfg.train.max_epochs / cfg.train.eval_every))
+    max_t = req.max_t or min(space.scheduler.get("max_t", evals), evals)
+    grace = min(req.grace_period or space.scheduler.get("grace_period", 1), max_t)
+    factor = req.reduction_factor or space.scheduler.get("reduction_factor", 2)
+    if factor < 2:
+        raise ModsarError(f"--reduction-factor must be >= 2; got {factor}")
+    if req.cpus_per_trial <= 0:
+        raise ModsarError(f"--cpus-per-trial must be > 0; got {req.cpus_per_trial}")
+    if req.gpus_per_trial < 0 or (req.gpus_per_trial > 1 and req.gpus_per_trial != int(req.gpus_per_trial)):
+        raise ModsarError(f"--gpus-per-trial must be a fraction in (0, 1] or a whole number; got {req.gpus_per_trial}")
+    # unknown or unprepared dataset: refused here
+    manifest = load_dataset(req.dataset, req.data_dir).manifest if req.dataset else {}
+    plan = Plan(req, space, cfg.to_dict(), search, num_samples, max_t, grace, factor, cfg.train.monitor_key,
+                req.results.rstrip("/") + "/" + req.experiment_name, str(data_root(req.data_dir).resolve()), manifest)
+    if check:
+        plan.check().raise_if_invalid()
+    return plan
+
+
+def trial_config(base: dict[str, Any], space: SearchSpace, sampled: dict[str, Any]) -> Config:
+    cfg = Config.from_dict(base)
+    return apply_overrides(cfg, space.expand(sampled), "trial")
+
+
+def sampled_values(config: dict[str, Any]) -> dict[str, Any]:
+    """Tune's trial config -> the sampled dotted keys (grid wraps them under 'point')."""
+    return dict(config.get("point", config))

@@ -1,0 +1,205 @@
+"""Result rows: one Parquet row per trial, written by the driver as trials end and reconciled from the
+ResultGrid after the run."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler
+
+from modsar.config import Config
+from modsar.errors import ModsarError
+from modsar.results import read_rows, result_row, write_row
+from modsar.search.plan import Plan, sampled_values, trial_config
+
+
+def _missing(value: Any) -> bool:
+    """None, or the NaN a metrics DataFrame puts where a report lacked the key."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars (from a metrics DataFrame) as Python values."""
+    return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
+
+
+def _count(value: Any) -> int | None:
+    """An integral fact as int: a DataFrame column with gaps holds 7 as 7.0, and Parquet types must agree."""
+    return None if value is None else int(value)
+
+
+def row_from_results(plan: Plan, trial_id: str, config: dict, results: list[dict], error: str | None,
+                     checkpoint: str | None, role: str = "search", tag: str = "") -> dict[str, Any]:
+    sampled = plan.space.expand(sampled_values(config))
+    try:
+        cfg = trial_config(plan.base, plan.space, sampled)
+    except ModsarError:  # an invalid combination: the trial failed on it; record the values as sampled
+        cfg = Config.from_dict(plan.base)
+    last: dict[str, Any] = {}
+    for reported in results:  # later reports win; a final test-only report keeps the earlier facts
+        last.update({k: _plain(v) for k, v in reported.items() if not _missing(v)})
+    if last.get("diverged"):
+        status, error = "diverged", error or last["diverged"]
+    else:
+        status = "error" if error else ("finished" if last.get("trial_done") else "stopped")
+    # best.* without a best epoch is the 0.0 floor a trial that diverged before validating reports to Tune
+    valid = {k[5:]: v for k, v in last.items() if k.startswith("best.")} if "best_epoch" in last else {}
+    test = {k[5:]: v for k, v in last.items() if k.startswith("test.")}
+    points: dict[int, float] = {}  # epoch -> validation value; a resumed trial's redone epochs report again
+    for reported in results:
+        if isinstance(reported.get("restored_curve"), str):
+            points.update({int(e): v for e, v in json.loads(reported["restored_curve"])})
+        if not _missing(reported.get(f"valid.{plan.monitor}")):
+            points[int(reported["epoch"])] = _plain(reported[f"valid.{plan.monitor}"])
+    curve = [[epoch, points[epoch]] for epoch in sorted(points)]
+    facts = {"best_epoch": _count(last.get("best_epoch")), "epochs_run": _count(last.get("epoch")),
+             "wall_time_s": last.get("wall_time_s"), "epoch_time_s": last.get("epoch_time_s"),
+             "eval_time_s": last.get("eval_time_s"), "device": last.get("device"),
+             "num_parameters": _count(last.get("num_parameters")), "node_id": last.get("node_id"),
+             "torch_threads": _count(last.get("torch_threads")),
+             "checkpoint": checkpoint, "curve": json.dumps(curve), "reports": len(results),
+             "search_algorithm": plan.search,
+             "trial_index": int(tag.split("_")[0]) if tag.split("_")[0].isdigit() else None}  # creation order
+    row = result_row(cfg, experiment=plan.request.experiment_name, trial_id=trial_id, status=status,
+                     valid=valid, test=test, facts=facts, error=error, space=plan.space.name,
+                     dataset_manifest=plan.manifest)
+    row["role"] = role
+    row.update({k: v for k, v in sampled.items() if row.get(k) != v})
+    if last.get("host"):
+        row["host"] = last["host"]
+    return row
+
+
+def _error_message(trial) -> str:
+    """The trial's exception as one line ("ModsarError: ..."), read from the files Tune just wrote."""
+    from ray import cloudpickle
+
+    err, path = None, trial.pickled_error_file  # written locally by Trial.handle_error before callbacks run
+    if path and os.path.exists(path):
+        with open(path, "rb") as fh:
+            err = cloudpickle.load(fh)
+    if err is not None:
+        cause = getattr(err, "cause", None) or err
+        return f"{type(cause).__name__}: {cause}".strip().splitlines()[0][:500]
+    text = ""
+    if trial.error_file and os.path.exists(trial.error_file):
+        text = Path(trial.error_file).read_text()
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return (lines[-1] if lines else "unknown error")[:500]
+
+
+def _rows_dir(plan: Plan) -> str:
+    return plan.request.results.rstrip("/")
+
+
+class ResultRows(tune.Callback):
+    """Writes a trial's Parquet row the moment it ends, so a killed driver loses nothing finished."""
+
+    def __init__(self, plan: Plan, role: str) -> None:
+        self.plan, self.role = plan, role
+        self.results: dict[str, list[dict]] = {}
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.results.setdefault(trial.trial_id, []).append(dict(result))
+
+    def _write(self, trial, error: str | None) -> None:
+        checkpoint = trial.checkpoint.path if trial.checkpoint else None
+        row = row_from_results(self.plan, trial.trial_id, trial.config, self.results.get(trial.trial_id, []),
+                               error, checkpoint, self.role, trial.experiment_tag)
+        write_row(_rows_dir(self.plan), row)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._write(trial, None)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._write(trial, _error_message(trial))
+
+
+class LiveTable(tune.Callback):
+    """A compact live table of trials (status, epoch, best validation metric), at most every 5 s."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan, self.shown = plan, 0.0
+
+    def _show(self, trials, force: bool = False) -> None:
+        if not force and time.time() - self.shown < 5:
+            return
+        self.shown = time.time()
+        plan, counts = self.plan, dict[str, int]()
+        for t in trials:
+            counts[t.status] = counts.get(t.status, 0) + 1
+        lines = [f"[{time.strftime('%H:%M:%S')}] {plan.request.experiment_name}: "
+                 + ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))]
+        lines.append(f"  {'trial':<14}{'task':<6}{'status':<11}{'epoch':>6}{'best ' + plan.monitor:>14}")
+        for t in trials[-12:]:
+            r = t.last_result or {}
+            value = r.get(f"best.{plan.monitor}")
+            task = sampled_values(t.config).get("task", plan.base["task"])
+            shown = f"{value:.4f}" if isinstance(value, float) else "-"
+            status = "diverged" if r.get("diverged") else t.status.lower()  # Tune calls it terminated
+            lines.append(f"  {t.trial_id:<14}{task:<6}{status:<11}{r.get('epoch', '-')!s:>6}{shown:>14}")
+        if len(trials) > 12:
+            lines.append(f"  ... {len(trials) - 12} more (modsar results --experiment {plan.request.experiment_name})")
+        print("\n".join(lines), flush=True)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self._show(trials)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._show(trials)
+
+    def on_experiment_end(self, trials, **info):
+        self._show(trials, force=True)
+
+
+class SchedulerState(tune.Callback):
+    """Saves ASHA's rung records with Tune's experiment state and restores them on --resume.
+
+    Tune checkpoints the searcher but not the scheduler (ray-project/ray#30838): a resumed search would judge
+    its remaining trials against empty rungs and stop fewer of them than the uninterrupted search. Tune
+    pickles this callback and the scheduler together in tuner.pkl, so the reference survives a restore."""
+
+    def __init__(self, scheduler: ASHAScheduler) -> None:
+        self.scheduler = scheduler
+
+    def get_state(self) -> dict:
+        return {"scheduler": dict(self.scheduler.__dict__)}  # what ASHAScheduler.save pickles
+
+    def set_state(self, state: dict) -> None:
+        self.scheduler.__dict__.update(state["scheduler"])
+
+
+def make_callbacks(plan: Plan, role: str = "search") -> list[tune.Callback]:
+    return [ResultRows(plan, role)] + ([] if plan.request.quiet else [LiveTable(plan)])
+
+
+def reconcile_rows(plan: Plan, grid, role: str = "search") -> None:
+    """Write rows for trials whose end the callback missed (driver killed between state save and row)."""
+    existing = read_rows(_rows_dir(plan), plan.request.experiment_name)
+    have = set(existing["trial_id"]) if len(existing) else set()
+    for result in grid:
+        # trial folders are named <trainable>_<trial id>_<index>_<params>; ids may hold one "_"
+        match = re.match(r"^[^_]+_([0-9a-f]+(?:_\d{5})?)_(\d+_.*)$", Path(result.path).name if result.path else "")
+        trial_id = (result.metrics or {}).get("trial_id") or (match.group(1) if match else None)
+        tag = match.group(2) if match else ""
+        if not trial_id or trial_id in have:
+            continue
+        frame = result.metrics_dataframe
+        history = frame.to_dict("records") if frame is not None else []
+        error = f"{type(result.error).__name__}: {result.error}".splitlines()[0] if result.error else None
+        checkpoint = result.checkpoint.path if result.checkpoint else None
+        write_row(_rows_dir(plan), row_from_results(plan, trial_id, result.config, history, error, checkpoint, role,
+                                                    tag))
+
+
+
+def _rewrite(plan: Plan, row: dict[str, Any]) -> None:
+    """Write back a row read from Parquet (NaN where the row had no value becomes missing again)."""
+    write_row(_rows_dir(plan), {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})

@@ -1,0 +1,304 @@
+"""Ray and Tune: connect or start a cluster, check resources, build the Tuners, run the search, then select
+and test the best AE and AR trials and re-run seeds."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.fs as pafs
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler
+from ray.tune.search import ConcurrencyLimiter
+
+from modsar.data.store import load_dataset
+from modsar.errors import ModsarError
+from modsar.results import differing_keys, filesystem, read_rows, remove_partial_rows
+from modsar.search.plan import Plan, SearchRequest, make_plan
+from modsar.search.rows import SchedulerState, _rewrite, _rows_dir, make_callbacks, reconcile_rows
+from modsar.search.trainable import make_trainable
+
+RAY_DIR = "ray"
+
+
+def connect_ray(req: SearchRequest) -> None:
+    import ray
+    import torch  # before ray.init: loaded after it, in a Ray job driver, torch's MKL failed to load
+
+    if ray.is_initialized():
+        return
+    address = req.address or os.environ.get("RAY_ADDRESS")
+    os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": "ERROR", "configure_logging": True}
+    try:
+        if address:
+            ray.init(address=address, **quiet)
+        else:
+            ray.init(num_cpus=os.cpu_count() or 1, num_gpus=torch.cuda.device_count(),
+                     include_dashboard=req.dashboard, dashboard_host="127.0.0.1",
+                     object_store_memory=256 * 1024 * 1024, **quiet)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        hint = ("; the cluster uses token authentication: set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) to the "
+                "cluster's token") if "token" in str(exc).lower() or "auth" in str(exc).lower() else ""
+        raise ModsarError(f"cannot connect to Ray{' at ' + address if address else ''}: {first}{hint}") from None
+
+
+def check_resources(req: SearchRequest) -> dict[str, float]:
+    """Refuse requests the cluster can never satisfy (they would sit PENDING forever)."""
+    import ray
+
+    total = ray.cluster_resources()
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    best_cpu = max((n["Resources"].get("CPU", 0) for n in nodes), default=total.get("CPU", 0))
+    best_gpu = max((n["Resources"].get("GPU", 0) for n in nodes), default=total.get("GPU", 0))
+    if req.gpus_per_trial > 0 and best_gpu == 0:
+        raise ModsarError(f"--gpus-per-trial {req.gpus_per_trial} asks for a GPU, but the Ray cluster has none "
+                          "(CPU only); drop --gpus-per-trial or connect to a GPU cluster with --address")
+    if req.gpus_per_trial > best_gpu:
+        raise ModsarError(f"--gpus-per-trial {req.gpus_per_trial} exceeds the largest node's {best_gpu:g} GPUs")
+    if req.cpus_per_trial > best_cpu:
+        raise ModsarError(f"--cpus-per-trial {req.cpus_per_trial:g} exceeds the largest node's {best_cpu:g} CPUs; "
+                          "lower it")
+    return total
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The search.
+
+
+def _storage(plan: Plan) -> str:
+    """The experiment folder: storage_path of every Tuner of this search."""
+    root = plan.root
+    return root if "://" in root else os.path.abspath(os.path.expanduser(root))
+
+
+def drop_resume_state(grid) -> None:
+    """Trials that ended need only their weights: delete their resume state (Adam moments are 2x the weights).
+
+    Not before the Tuner returns: a trial that ended after Tune's last experiment-state save is resumed
+    again after a kill and needs it. Errored trials keep it; --resume retries them from their checkpoint."""
+    from modsar.train import RESUME_FILE
+
+    for result in grid:
+        if result.error is None and result.path:
+            fs = result.filesystem
+            for info in fs.get_file_info(pafs.FileSelector(result.path, recursive=True, allow_not_found=True)):
+                if info.base_name == RESUME_FILE:
+                    fs.delete_file(info.path)
+
+
+def _fs_exists(path: str) -> bool:
+    fs, p = filesystem(path)
+    return fs.get_file_info(p).type != pafs.FileType.NotFound
+
+
+def _check_same_search(plan: Plan, stored: dict, settings: dict) -> None:
+    """A resumed search must be the search that was started: Tune restores its trials and their configs,
+    and seed re-runs would be trained on a different base than the trials they replicate."""
+    from modsar.config import flatten
+
+    was, now = flatten({k: stored[k] for k in settings if k in stored}), flatten(settings)
+    changed = [f"{k} {was[k]!r} -> {now.get(k)!r}" for k in sorted(was) if was[k] != now.get(k)]
+    if changed:
+        raise ModsarError(f"--resume must repeat the search that was started as '{plan.request.experiment_name}', "
+                          f"but {', '.join(changed[:4])} changed; drop the changed options (only --seeds may "
+                          "differ) or start a new --experiment")
+
+
+def _read_json(path: str) -> dict:
+    fs, p = filesystem(path)
+    with fs.open_input_stream(p) as stream:
+        return json.loads(stream.read().decode())
+
+
+def _write_json(path: str, data: dict) -> None:
+    fs, p = filesystem(path)
+    fs.create_dir(p.rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(p + ".tmp") as out:
+        out.write(json.dumps(data, indent=2).encode())
+    fs.move(p + ".tmp", p)
+
+
+
+def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tuner:
+    """A fresh Tuner for one direction. Note: constructing it writes tuner.pkl into its folder."""
+    req = plan.request
+    storage = _storage(plan)
+    slots = max(1, int(total.get("CPU", 1) // req.cpus_per_trial))
+    if req.gpus_per_trial:
+        slots = min(slots, max(1, int(total.get("GPU", 0) / req.gpus_per_trial)))
+    concurrent = req.max_concurrent or slots
+    metric = f"best.{plan.monitor}"  # ASHA compares each trial's best validation value so far
+    scheduler = ASHAScheduler(time_attr="training_iteration", max_t=plan.max_t, grace_period=plan.grace_period,
+                              reduction_factor=plan.reduction_factor)
+    search_alg, param_space = None, {}
+    space = plan.space.for_task(task)
+    if plan.search == "grid":
+        param_space = {"point": tune.grid_search(space.grid_points())}
+    else:
+        import optuna
+        from ray.tune.search.optuna import OptunaSearch
+
+        sampler = (optuna.samplers.RandomSampler(seed=req.seed) if plan.search == "random"
+                   else optuna.samplers.TPESampler(seed=req.seed))
+        search_alg = ConcurrencyLimiter(OptunaSearch(space=space.suggest, metric=metric, mode="max",
+                                                     sampler=sampler), max_concurrent=concurrent)
+    tune_config = tune.TuneConfig(metric=metric, mode="max", scheduler=scheduler, search_alg=search_alg,
+                                  num_samples=plan.num_samples,
+                                  time_budget_s=req.time_budget_s / len(plan.space.tasks()) if req.time_budget_s else None,
+                                  max_concurrent_trials=concurrent if search_alg is None else None,
+                                  reuse_actors=True)
+    run_config = tune.RunConfig(
+        name=f"{RAY_DIR}-{task}", storage_path=storage, verbose=0, callbacks=[*make_callbacks(plan), SchedulerState(scheduler)],
+        failure_config=tune.FailureConfig(max_failures=req.max_failures),
+        # two, not one: Tune deletes the older checkpoint before saving the experiment state that names the
+        # newer, so with one a driver killed in between would resume a trial from a deleted checkpoint
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=2))
+    return tune.Tuner(fn, param_space=param_space, tune_config=tune_config, run_config=run_config)
+
+
+def run_search(req: SearchRequest) -> dict[str, Any]:
+    plan = make_plan(req)
+    storage = _storage(plan)
+    search_json = f"{storage}/search.json"
+    if req.resume and not _fs_exists(search_json):
+        raise ModsarError(f"nothing to resume: no search in {storage}; run without --resume")
+    if not req.resume and not req.overwrite and _fs_exists(search_json):
+        raise ModsarError(f"experiment '{req.experiment_name}' already exists in {req.results}; pass --resume to "
+                          "continue it, --overwrite to replace it, or choose another --experiment")
+    connect_ray(req)
+    total = check_resources(req)
+    if req.overwrite and not req.resume and _fs_exists(storage):
+        fs, path = filesystem(storage)
+        fs.delete_dir(path)
+    settings = {"base": plan.base, "search": plan.search, "num_samples": plan.num_samples,
+                "asha": {"max_t": plan.max_t, "grace_period": plan.grace_period,
+                         "reduction_factor": plan.reduction_factor}}
+    if req.resume:
+        _check_same_search(plan, _read_json(search_json), settings)
+        remove_partial_rows(_rows_dir(plan), req.experiment_name)  # a row the killed driver was writing
+    else:
+        _write_json(search_json, {"request": asdict(req), "space_file": plan.space.path, **settings,
+                                  "argv": sys.argv})
+    started, trials, errors = time.perf_counter(), 0, 0
+    for task in plan.space.tasks():  # one Tuner (and ASHA bracket) per direction, as the original experiments
+        fn = make_trainable(plan)
+        ray_path = f"{storage}/{RAY_DIR}-{task}"
+        if req.resume and tune.Tuner.can_restore(ray_path):  # checked before a fresh Tuner writes tuner.pkl
+            tuner = tune.Tuner.restore(ray_path, trainable=fn, resume_unfinished=True, resume_errored=True)
+        else:
+            tuner = build_tuner(plan, total, task, fn)
+        grid = tuner.fit()
+        reconcile_rows(plan, grid)
+        drop_resume_state(grid)
+        trials, errors = trials + len(grid), errors + grid.num_errors
+    selected = select_and_test(plan)
+    if req.seeds:
+        rerun_seeds(plan, selected)
+    rows = read_rows(_rows_dir(plan), req.experiment_name)
+    diverged = int((rows["status"] == "diverged").sum()) if len(rows) else 0
+    return {"experiment": req.experiment_name, "trials": trials, "errors": errors, "diverged": diverged,
+            "selected": selected, "wall_time_s": time.perf_counter() - started, "results": storage}
+
+
+
+def select_and_test(plan: Plan) -> dict[str, dict]:
+    """Best trial per task by its best validation epoch; test it from its best checkpoint; mark it selected.
+
+    Exactly one row per task is selected afterwards: a resumed or retried search may pick another trial than
+    an earlier run did, so earlier selections are unmarked (and their test metrics dropped) first. A
+    diverged or errored trial is never a candidate."""
+    import torch
+
+    from modsar.data.split import LeaveOneOut
+    from modsar.evaluate import Evaluator, model_scorer
+    from modsar.train import load_checkpoint
+
+    every = read_rows(_rows_dir(plan), plan.request.experiment_name)
+    column = f"valid.{plan.monitor}"
+    if not len(every) or column not in every:
+        return {}
+    rows = every[every["role"] == "search"]
+    candidates = rows[rows["status"].isin(["finished", "stopped"]) & rows[column].notna()]
+    winners = {task: group.sort_values([column, "trial_id"], ascending=[False, True]).iloc[0].to_dict()
+               for task, group in candidates.groupby("task")}
+    for earlier in rows[rows["selected"].astype(bool)].to_dict("records"):  # unmark before marking: a crash
+        earlier.update({k: None for k in earlier if k.startswith("test.")}, selected=False)  # leaves none
+        _rewrite(plan, earlier)
+    for task, seeds in every[every["role"] == "seed"].groupby("task"):  # re-runs of an earlier winner
+        winner = rows[rows["trial_id"] == winners[task]["trial_id"]] if task in winners else rows.iloc[:0]
+        for seed_row in seeds.to_dict("records"):
+            if not len(winner) or differing_keys(pd.concat([winner, pd.DataFrame([seed_row])])):
+                _rewrite(plan, {**seed_row, "role": "superseded"})  # kept, but no report cell uses it
+    if not winners:
+        return {}
+    data = load_dataset(plan.request.dataset, plan.request.data_dir)
+    split = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
+    selected = {}
+    for task, best in winners.items():
+        with _local_copy(best["checkpoint"]) as path:
+            model, cfg, payload = load_checkpoint(path)
+        test = Evaluator.of(split, cfg, payload["max_len"], torch.device("cpu"))(model_scorer(model), "test")
+        best.update({f"test.{k}": v for k, v in test.items()}, selected=True)
+        _rewrite(plan, best)
+        selected[task] = {"trial_id": best["trial_id"], column: best[column],
+                          **{f"test.{k}": test[k] for k in (plan.monitor, "recall@10", "ndcg@10") if k in test}}
+    return selected
+
+
+class _local_copy:
+    """A checkpoint folder (local path or URI) as a local best.pt path."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self.tmp: tempfile.TemporaryDirectory | None = None
+
+    def __enter__(self) -> str:
+        if "://" not in self.folder:
+            return str(Path(self.folder) / "best.pt")
+        self.tmp = tempfile.TemporaryDirectory()
+        fs, path = pafs.FileSystem.from_uri(self.folder)
+        pafs.copy_files(f"{path}/best.pt", f"{self.tmp.name}/best.pt", source_filesystem=fs)
+        return f"{self.tmp.name}/best.pt"
+
+    def __exit__(self, *exc) -> None:
+        if self.tmp:
+            self.tmp.cleanup()
+
+
+def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
+    """Re-train each selected config on seeds 0..K-1 (full training, tested in-trial); rows role=seed."""
+    if not selected:
+        return
+    rows = read_rows(_rows_dir(plan), plan.request.experiment_name)
+    points = []
+    for info in selected.values():
+        row = rows[rows["trial_id"] == info["trial_id"]].iloc[0]
+        sampled: dict[str, Any] = {}
+        for p in plan.space.params:  # the selected trial's own sampled values, conditions included
+            if p.active(sampled):
+                sampled[p.key] = row[p.key].item() if hasattr(row[p.key], "item") else row[p.key]
+        task = sampled.get("task", plan.base["task"])
+        mine = rows[(rows["role"] == "seed") & (rows["task"] == task)] if "role" in rows else rows.iloc[:0]
+        for failed in mine[mine["status"] == "error"].to_dict("records"):  # retried below, as search trials are
+            _rewrite(plan, {**failed, "role": "superseded"})
+        done = set(mine[mine["status"] != "error"]["seed"])
+        points += [{**sampled, "seed": s} for s in range(plan.request.seeds) if s not in done]  # resumed: the rest
+    if not points:
+        return
+    storage = _storage(plan)
+    tuner = tune.Tuner(make_trainable(plan, test=True), param_space={"point": tune.grid_search(points)},
+                       tune_config=tune.TuneConfig(metric=f"best.{plan.monitor}", mode="max"),
+                       run_config=tune.RunConfig(name=f"{RAY_DIR}-seeds", storage_path=storage, verbose=0,
+                                                 callbacks=make_callbacks(plan, role="seed"),
+                                                 failure_config=tune.FailureConfig(max_failures=plan.request.max_failures)))
+    drop_resume_state(tuner.fit())
