@@ -417,3 +417,51 @@ def test_rows_from_a_metrics_dataframe_keep_integer_types(data_dir, tmp_path):
     write_row(str(tmp_path), {**row, "trial_id": "old", "best_epoch": 5.0})  # an older file's double column
     rows = read_rows(str(tmp_path), "df").set_index("trial_id")
     assert rows.loc["abc", "best_epoch"] == 2 and rows.loc["old", "best_epoch"] == 5
+
+
+LOOPBACK_CHECK = r"""
+import sys, psutil, ray
+from modsar.cli import main
+from modsar.search import SearchRequest, connect_ray
+if sys.argv[1] == "modsar":
+    connect_ray(SearchRequest(space="quickstart", dataset="synthetic"))
+else:  # the control: Ray's default
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+ray.get(ray.remote(lambda: 1).remote())  # a worker is up
+me = psutil.Process()
+listening = set()
+for p in [me, *me.children(recursive=True)]:
+    try:
+        listening |= {c.laddr.ip for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+    except psutil.Error:
+        pass
+print("LISTEN", sorted(listening), ray.util.get_node_ip_address(), flush=True)
+if sys.argv[1] == "modsar":
+    sys.exit(main(["search", "--quiet", "--space", sys.argv[2], "--dataset", "synthetic", "--results", sys.argv[3],
+                   "--experiment", "loopback"]))
+"""
+
+
+def test_a_local_search_binds_only_to_loopback(tmp_path):
+    """In a network namespace that also has a routable non-loopback address (where Ray's default listens on all
+    interfaces and takes that address as the node's), the cluster `modsar search` starts listens on 127.0.0.1
+    only, and a trial runs on it. So the main job needs no private namespace (and no root)."""
+    space = tmp_path / "one.yaml"
+    space.write_text("description: one trial\nbase:\n  model.hidden_size: 8\nparams:\n  task: {grid: [ar]}\n"
+                     "  train.lr: {grid: [0.01]}\nbudget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n")
+    script = tmp_path / "check.py"
+    script.write_text(LOOPBACK_CHECK)
+    setup = ("ip link set lo up && ip link add veth0 type veth peer name veth1 && ip addr add 10.9.9.9/24 dev veth0"
+             " && ip link set veth0 up && ip link set veth1 up && ip route add default dev veth0")
+    env = {**os.environ, "MODSAR_DATA": str(tmp_path / "data")}
+    seen = {}
+    for mode in ("default", "modsar"):
+        done = subprocess.run(["unshare", "-n", "sh", "-c", f"{setup} && {sys.executable} {script} {mode} {space} "
+                               f"{tmp_path / 'results'}"], capture_output=True, text=True, env=env, timeout=600)
+        line = next((x for x in done.stdout.splitlines() if x.startswith("LISTEN")), None)
+        assert line is not None and done.returncode == 0, done.stderr[-2000:]
+        seen[mode] = line
+    assert "10.9.9.9" in seen["default"]  # the namespace does expose a non-loopback address Ray would take
+    assert seen["modsar"] == "LISTEN ['127.0.0.1', '::ffff:127.0.0.1'] 127.0.0.1", seen["modsar"]
+    rows = read_rows(str(tmp_path / "results"), "loopback")
+    assert len(rows) == 1 and rows["status"].eq("finished").all()

@@ -28,6 +28,20 @@ from modsar.search.trainable import make_trainable
 RAY_DIR = "ray"
 
 
+def _loopback_only() -> None:
+    """Make the local Ray cluster this process starts bind every socket to 127.0.0.1.
+
+    A local search needs no network, but Ray takes the machine's outward address as its node address (and
+    listens on all interfaces): it fails where that address is unusable, and exposes ports where it is.
+    Ray's own switch for a local-only node (the one it uses on macOS and Windows) is ENABLE_RAY_CLUSTER:
+    the child processes (GCS, raylet, workers) read it from the environment when they import Ray, and the
+    driver, which imported Ray already, from its constant. Joining a cluster (--address) leaves both alone."""
+    from ray._private import ray_constants
+
+    os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
 def connect_ray(req: SearchRequest) -> None:
     import ray
     import torch  # before ray.init: loaded after it, in a Ray job driver, torch's MKL failed to load
@@ -42,6 +56,7 @@ def connect_ray(req: SearchRequest) -> None:
         if address:
             ray.init(address=address, **quiet)
         else:
+            _loopback_only()
             ray.init(num_cpus=os.cpu_count() or 1, num_gpus=torch.cuda.device_count(),
                      include_dashboard=req.dashboard, dashboard_host="127.0.0.1",
                      object_store_memory=256 * 1024 * 1024, **quiet)
