@@ -20,6 +20,7 @@ import torch
 from modsar.config import Config, EvalConfig
 from modsar.data.batches import eval_inputs
 from modsar.data.split import LeaveOneOut, history_index
+from modsar.model.interface import Recommender
 
 Scorer = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (inputs (B,T), users (B,)) -> scores (B,N)
 
@@ -135,7 +136,7 @@ def trim_left_padding(inputs: torch.Tensor) -> torch.Tensor:
     return inputs[:, int(real_columns[0]):] if len(real_columns) else inputs
 
 
-def model_scorer(model, offset: int = 0) -> Scorer:
+def model_scorer(model: Recommender, offset: int = 0) -> Scorer:
     """Scores from the hidden state at the final position, or `offset` positions before it."""
 
     def score(inputs: torch.Tensor, users: torch.Tensor) -> torch.Tensor:

@@ -49,7 +49,7 @@ class TrainingDiverged(RuntimeError):
         self.partial = partial
 
 
-def weights_finite(model: torch.nn.Module) -> bool:
+def weights_finite(model: Recommender) -> bool:
     """True when every parameter is finite (one device sync for the whole model)."""
     return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
 
@@ -100,12 +100,12 @@ def _atomic_save(path: Path, payload: dict) -> None:
     os.replace(tmp, path)
 
 
-def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+def _weights(model: Recommender) -> dict[str, torch.Tensor]:
     """A detached copy of the state dict (the best epoch's weights, kept while training goes on)."""
     return copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
 
 
-def save_checkpoint(path: Path, model: torch.nn.Module, cfg: Config, meta: dict) -> None:
+def save_checkpoint(path: Path, model: Recommender, cfg: Config, meta: dict) -> None:
     """State dict + config, written atomically."""
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     _atomic_save(path, {"state_dict": state, "config": cfg.stored(), **meta})
@@ -131,7 +131,7 @@ class TrainState:
     epoch_times: list[float] = field(default_factory=list)
     eval_times: list[float] = field(default_factory=list)
 
-    def record(self, model: torch.nn.Module, epoch: int, metrics: dict[str, float], monitor: str,
+    def record(self, model: Recommender, epoch: int, metrics: dict[str, float], monitor: str,
                loss: float) -> bool:
         """Add a validation pass; True (and the weights kept) when it beats the best so far."""
         improved = metrics[monitor] > self.best_value
@@ -151,7 +151,7 @@ class TrainState:
                 "history": self.history, "epoch_times": self.epoch_times, "eval_times": self.eval_times,
                 "wall_time_s": wall_time_s}
 
-    def load(self, resume: dict[str, Any], model: torch.nn.Module) -> float:
+    def load(self, resume: dict[str, Any], model: Recommender) -> float:
         """Restore a `state_dict` (and the model from its best weights); returns the wall time already spent."""
         model.load_state_dict(resume["state_dict"])
         self.optimizer.load_state_dict(resume["optimizer"])
@@ -193,7 +193,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[Recommender,
     return model.to(device).eval(), cfg, payload
 
 
-def batch_loss(model: torch.nn.Module, batch: Batch, cfg: Config, per_batch: float) -> torch.Tensor:
+def batch_loss(model: Recommender, batch: Batch, cfg: Config, per_batch: float) -> torch.Tensor:
     """The training loss of one batch. `loss.normalize=epoch` divides its sum by `per_batch` (the labelled
     positions of an average batch) instead of by its own count, so every position of the epoch weighs the same
     however the batches group them; the epoch's mean loss is then the mean over all its positions."""
@@ -204,7 +204,7 @@ def batch_loss(model: torch.nn.Module, batch: Batch, cfg: Config, per_batch: flo
     return loss
 
 
-def train_epoch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: TrainBatches, cfg: Config,
+def train_epoch(model: Recommender, optimizer: torch.optim.Optimizer, batches: TrainBatches, cfg: Config,
                 device: torch.device, epoch: int = 0) -> float:
     """One pass over the training batches; returns the mean loss. Raises TrainingDiverged on NaN/inf."""
     total, count = 0.0, 0
@@ -232,7 +232,7 @@ def train_epoch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batche
     return total / max(count, 1)
 
 
-def decay_groups(model: torch.nn.Module, exclude: str) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
+def decay_groups(model: Recommender, exclude: str) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
     """(decayed, not decayed) parameters; `exclude` names what weight decay must not touch (BERT and nanoGPT
     keep it off norms and biases: shrinking a LayerNorm gain or a bias towards 0 is not regularisation)."""
     skip = set(exclude.split(",")) - {"none"}
@@ -247,7 +247,7 @@ def decay_groups(model: torch.nn.Module, exclude: str) -> tuple[list[torch.nn.Pa
     return [p for p in params if id(p) not in kept], [p for p in params if id(p) in kept]
 
 
-def make_optimizer(model: torch.nn.Module, cfg: Config) -> torch.optim.Optimizer:
+def make_optimizer(model: Recommender, cfg: Config) -> torch.optim.Optimizer:
     optimizer_cls = torch.optim.AdamW if cfg.train.optimizer == "adamw" else torch.optim.Adam
     decayed, kept = decay_groups(model, cfg.train.weight_decay_exclude)
     groups: list[dict[str, Any]] = [{"params": decayed}, {"params": kept, "weight_decay": 0.0}]
@@ -357,7 +357,9 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     if first_epoch > cfg.train.max_epochs and on_eval is not None:  # resumed after its final epoch: say it ended
         on_eval(state.best_epoch, state.best_valid, False, None, facts(True, state.history[-1]["loss"]))
     test = {}
-    if evaluate_test and state.best_weights is not None:
+    if evaluate_test:
+        if state.best_weights is None:  # every run validates at its last epoch, so this cannot happen
+            raise RuntimeError("no validation pass ran: there is no best epoch to test")
         model.load_state_dict(state.best_weights)
         model.eval()
         test = evaluator(model_scorer(model), "test")

@@ -79,3 +79,18 @@ def test_toy_backbone_trains_and_is_analyzed(toy, tmp_path, isolated_data_root):
     analysis = run(checkpoint, ["hrli", "sparsity", "mixing"], None)
     assert set(analysis.table["diagnostic"]) == {"hrli"}
     assert "skipped sparsity, mixing: toy has no attention maps" in analysis.notes[0]
+
+
+def test_plugin_paths_are_made_absolute_for_the_workers(tmp_path, monkeypatch):
+    """A relative .py path is recorded absolute (trials run in their own folders), and an exact name wins over
+    a prefix that also matches it."""
+    (tmp_path / "tiny.py").write_text("from modsar.model.registry import BackboneEntry, register\n"
+                                      "register(BackboneEntry('hf:tiny', 'modsar.model.modular:ModularSAR'))\n")
+    monkeypatch.chdir(tmp_path)
+    try:
+        assert str(tmp_path / "tiny.py") in registry.load_plugins(["tiny.py"])
+        assert registry.find("hf:tiny").build == "modsar.model.modular:ModularSAR"  # not the hf: prefix entry
+        assert registry.find("hf:bert").name == "hf:"
+    finally:
+        registry.unregister("hf:tiny")
+    assert str(tmp_path / "tiny.py") not in registry.loaded_plugins()

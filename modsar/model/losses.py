@@ -16,9 +16,10 @@ import torch
 import torch.nn.functional as F
 
 from modsar.config import LossConfig
+from modsar.model.interface import Recommender
 
 
-def training_loss(model, hidden: torch.Tensor, labels: torch.Tensor, users: torch.Tensor, cfg: LossConfig,
+def training_loss(model: Recommender, hidden: torch.Tensor, labels: torch.Tensor, users: torch.Tensor, cfg: LossConfig,
                   padding_free: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
     has_label = labels > 0
     position_users = users[:, None].expand_as(labels)

@@ -1,15 +1,18 @@
 """Backbones by name: how to build one, how to check a config for it, and what it can do.
 
 As transformers' Auto classes dispatch by `model_type`, ModSAR dispatches by `model.backbone` through this
-table. It imports no model code: config checks run without torch, and a backbone's module is imported only
-when a model is built. Adding a backbone is one module (a class with the `Recommender` interface of
+table. It imports no model code: config checks import neither torch nor a model module (except that an
+`hf:<model_type>` check reads transformers' config table), and a backbone's module is imported only when a
+model is built. Adding a backbone is one module (a class with the `Recommender` interface of
 `modsar.model.interface`) and one `register(BackboneEntry(...))`; plugins outside this package register from
 their own module, named in the `MODSAR_PLUGINS` environment variable (module names or .py paths, comma-
-separated) or in a `modsar.backbones` entry point. Search trials load the same plugins in their workers.
+separated) or in a `modsar.backbones` entry point. Search trials load the same plugins in their workers
+(a .py path must exist on every node of a cluster; a remote cluster needs an importable module).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import os
@@ -58,7 +61,8 @@ def register(entry: BackboneEntry) -> BackboneEntry:
 
 
 def unregister(name: str) -> None:
-    """Remove a backbone; a plugin left with none is forgotten (loading it again re-registers)."""
+    """Remove a backbone; a plugin left with none is forgotten, so loading it again from a .py path
+    re-registers (a module name would come back from Python's module cache without registering)."""
     _ENTRIES.pop(name, None)
     for spec, registered in list(_LOADED.items()):
         registered.discard(name)
@@ -71,11 +75,14 @@ def names() -> list[str]:
 
 
 def find(name: str) -> BackboneEntry | None:
-    """The entry for a backbone name; plugins are loaded on the first miss."""
+    """The entry for a backbone name (an exact name before the longest matching prefix); plugins are loaded
+    on the first miss."""
     for attempt in range(2):
-        for entry in _ENTRIES.values():
-            if entry.matches(name):
-                return entry
+        if name in _ENTRIES and not name.endswith(":"):
+            return _ENTRIES[name]
+        prefixes = [entry for entry in _ENTRIES.values() if entry.name.endswith(":") and entry.matches(name)]
+        if prefixes:
+            return max(prefixes, key=lambda entry: len(entry.name))
         if attempt == 0:
             load_plugins()
     return None
@@ -102,10 +109,17 @@ def check_config(cfg: Config, bad: Bad) -> None:
 
 def build(cfg: Config, num_items: int, num_users: int, max_len: int) -> Recommender:
     """A fresh model for `cfg` (the backbone's module is imported here, not before)."""
+    from modsar.model import interface  # imports torch: only when a model is built
+
     entry = lookup(cfg.model.backbone)
     module_name, _, attr = entry.build.partition(":")
     factory = getattr(importlib.import_module(module_name), attr)
-    return factory(cfg.model, num_items, num_users, max_len, cfg.task)
+    model = factory(cfg.model, num_items, num_users, max_len, cfg.task)
+    if not isinstance(model, interface.Recommender):
+        missing = [m for m in ("num_items", "item_emb", "score", "skip_sites", "describe") if not hasattr(model, m)]
+        raise ModsarError(f"backbone {entry.name!r} ({entry.build}) built a {type(model).__name__} without the "
+                          f"Recommender interface (missing {', '.join(missing)}); see modsar.model.interface")
+    return model
 
 
 def load_plugins(specs: list[str] | None = None) -> list[str]:
@@ -115,14 +129,15 @@ def load_plugins(specs: list[str] | None = None) -> list[str]:
     if specs is None:
         specs = [s.strip() for s in os.environ.get(PLUGINS_ENV, "").split(",") if s.strip()]
         specs += [point.value.partition(":")[0] for point in entry_points(group="modsar.backbones")]
-    for spec in specs:
+    for spec in [str(Path(s).resolve()) if s.endswith(".py") else s for s in specs]:  # workers run elsewhere
         if spec in _LOADED:
             continue
         before = set(_ENTRIES)
         try:
             if spec.endswith(".py"):
                 path = Path(spec)
-                module_spec = importlib.util.spec_from_file_location(f"modsar_plugin_{path.stem}", path)
+                digest = hashlib.sha1(spec.encode()).hexdigest()[:8]  # two plugin files may share a name
+                module_spec = importlib.util.spec_from_file_location(f"modsar_plugin_{path.stem}_{digest}", path)
                 if module_spec is None or module_spec.loader is None or not path.is_file():
                     raise FileNotFoundError(spec)
                 module = importlib.util.module_from_spec(module_spec)

@@ -13,15 +13,19 @@ checkpoint (the latest improvement) with the optimizer and RNG states saved besi
 uninterrupted run (tested),
 errored trials are retried, finished rows are kept as they are.
 
-The package: `plan` (request -> checked plan), `trainable` (a trial in a Ray worker), `rows` (one Parquet row
-per trial), `tuner` (Ray, the Tuners, selection, testing and seed re-runs).
+The package: `plan` (request -> checked plan), `trial` (the trainable: a trial in a Ray worker), `rows` (one
+Parquet row per trial), `tuner` (Ray, the Tuners, selection, testing and seed re-runs).
 """
 
 from modsar.search.plan import Plan, SearchRequest, make_plan, trial_config
-from modsar.search.rows import reconcile_rows, row_from_results
-from modsar.search.trainable import make_trainable, trainable
+
+# the Tune callbacks are re-exported under their 0.2 names: tuner.pkl of a search started before the split
+# pickled them as modsar.search.<name>, and --resume unpickles them
+from modsar.search.rows import LiveTable, ResultRows, SchedulerState, reconcile_rows, row_from_results
+from modsar.search.trial import make_trainable, trainable
 from modsar.search.tuner import check_resources, connect_ray, rerun_seeds, run_search, select_and_test
 
-__all__ = ["Plan", "SearchRequest", "check_resources", "connect_ray", "make_plan", "make_trainable",
+__all__ = ["LiveTable", "Plan", "ResultRows", "SchedulerState", "SearchRequest", "check_resources", "connect_ray",
+           "make_plan", "make_trainable",
            "reconcile_rows", "rerun_seeds", "row_from_results", "run_search", "select_and_test", "trainable",
            "trial_config"]

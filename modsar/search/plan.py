@@ -47,10 +47,6 @@ class SearchRequest:
         return self.experiment or f"{Path(self.space).stem}-{self.dataset}"
 
 
-# ----------------------------------------------------------------------------------------------------------
-# The plan: everything derived from the request, checked before Ray starts or anything is written.
-
-
 @dataclass
 class Plan:
     request: SearchRequest

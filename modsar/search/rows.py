@@ -95,7 +95,7 @@ def _error_message(trial) -> str:
     return (lines[-1] if lines else "unknown error")[:500]
 
 
-def _rows_dir(plan: Plan) -> str:
+def rows_dir(plan: Plan) -> str:
     return plan.request.results.rstrip("/")
 
 
@@ -113,7 +113,7 @@ class ResultRows(tune.Callback):
         checkpoint = trial.checkpoint.path if trial.checkpoint else None
         row = row_from_results(self.plan, trial.trial_id, trial.config, self.results.get(trial.trial_id, []),
                                error, checkpoint, self.role, trial.experiment_tag)
-        write_row(_rows_dir(self.plan), row)
+        write_row(rows_dir(self.plan), row)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._write(trial, None)
@@ -182,7 +182,7 @@ def make_callbacks(plan: Plan, role: str = "search") -> list[tune.Callback]:
 
 def reconcile_rows(plan: Plan, grid, role: str = "search") -> None:
     """Write rows for trials whose end the callback missed (driver killed between state save and row)."""
-    existing = read_rows(_rows_dir(plan), plan.request.experiment_name)
+    existing = read_rows(rows_dir(plan), plan.request.experiment_name)
     have = set(existing["trial_id"]) if len(existing) else set()
     for result in grid:
         # trial folders are named <trainable>_<trial id>_<index>_<params>; ids may hold one "_"
@@ -195,11 +195,11 @@ def reconcile_rows(plan: Plan, grid, role: str = "search") -> None:
         history = frame.to_dict("records") if frame is not None else []
         error = f"{type(result.error).__name__}: {result.error}".splitlines()[0] if result.error else None
         checkpoint = result.checkpoint.path if result.checkpoint else None
-        write_row(_rows_dir(plan), row_from_results(plan, trial_id, result.config, history, error, checkpoint, role,
+        write_row(rows_dir(plan), row_from_results(plan, trial_id, result.config, history, error, checkpoint, role,
                                                     tag))
 
 
 
-def _rewrite(plan: Plan, row: dict[str, Any]) -> None:
+def rewrite_row(plan: Plan, row: dict[str, Any]) -> None:
     """Write back a row read from Parquet (NaN where the row had no value becomes missing again)."""
-    write_row(_rows_dir(plan), {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
+    write_row(rows_dir(plan), {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})

@@ -3,6 +3,7 @@ and test the best AE and AR trials and re-run seeds."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -22,24 +23,36 @@ from modsar.data.store import load_dataset
 from modsar.errors import ModsarError
 from modsar.results import differing_keys, filesystem, read_rows, remove_partial_rows
 from modsar.search.plan import Plan, SearchRequest, make_plan
-from modsar.search.rows import SchedulerState, _rewrite, _rows_dir, make_callbacks, reconcile_rows
-from modsar.search.trainable import make_trainable
+from modsar.search.rows import SchedulerState, make_callbacks, reconcile_rows, rewrite_row, rows_dir
+from modsar.search.trial import make_trainable
 
 RAY_DIR = "ray"
 
 
-def _loopback_only() -> None:
-    """Make the local Ray cluster this process starts bind every socket to 127.0.0.1.
+@contextlib.contextmanager
+def _loopback_only():
+    """While a local Ray cluster starts, make it bind every socket to 127.0.0.1; then restore the process.
 
     A local search needs no network, but Ray takes the machine's outward address as its node address (and
     listens on all interfaces): it fails where that address is unusable, and exposes ports where it is.
     Ray's own switch for a local-only node (the one it uses on macOS and Windows) is ENABLE_RAY_CLUSTER:
-    the child processes (GCS, raylet, workers) read it from the environment when they import Ray, and the
-    driver, which imported Ray already, from its constant. Joining a cluster (--address) leaves both alone."""
+    the child processes (GCS, raylet, workers) read it from the environment they are started with, and the
+    driver, which imported Ray already, from its constant. Both go back afterwards, so a later `ray start`
+    or cluster connection from this process is not affected; joining a cluster (--address) never uses this.
+    Ray's switch is private: `connect_ray` checks the outcome and refuses if a Ray version ignores it."""
     from ray._private import ray_constants
 
-    os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"
-    ray_constants.ENABLE_RAY_CLUSTER = False
+    name = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
+    saved_env, saved_flag = os.environ.get(name), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[name], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        if saved_env is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved_env
 
 
 def connect_ray(req: SearchRequest) -> None:
@@ -56,10 +69,15 @@ def connect_ray(req: SearchRequest) -> None:
         if address:
             ray.init(address=address, **quiet)
         else:
-            _loopback_only()
-            ray.init(num_cpus=os.cpu_count() or 1, num_gpus=torch.cuda.device_count(),
-                     include_dashboard=req.dashboard, dashboard_host="127.0.0.1",
-                     object_store_memory=256 * 1024 * 1024, **quiet)
+            with _loopback_only():
+                ray.init(num_cpus=os.cpu_count() or 1, num_gpus=torch.cuda.device_count(),
+                         include_dashboard=req.dashboard, dashboard_host="127.0.0.1",
+                         object_store_memory=256 * 1024 * 1024, **quiet)
+            if (node_ip := ray.util.get_node_ip_address()) != "127.0.0.1":
+                ray.shutdown()
+                raise ModsarError(f"the local Ray cluster took the address {node_ip} instead of 127.0.0.1 (this Ray "
+                                  "version ignores its local-only switch); run inside a private network namespace "
+                                  "(unshare -n) or start Ray yourself and pass --address")
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = ("; the cluster uses token authentication: set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) to the "
@@ -84,10 +102,6 @@ def check_resources(req: SearchRequest) -> dict[str, float]:
         raise ModsarError(f"--cpus-per-trial {req.cpus_per_trial:g} exceeds the largest node's {best_cpu:g} CPUs; "
                           "lower it")
     return total
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The search.
 
 
 def _storage(plan: Plan) -> str:
@@ -200,7 +214,7 @@ def run_search(req: SearchRequest) -> dict[str, Any]:
                          "reduction_factor": plan.reduction_factor}}
     if req.resume:
         _check_same_search(plan, _read_json(search_json), settings)
-        remove_partial_rows(_rows_dir(plan), req.experiment_name)  # a row the killed driver was writing
+        remove_partial_rows(rows_dir(plan), req.experiment_name)  # a row the killed driver was writing
     else:
         _write_json(search_json, {"request": asdict(req), "space_file": plan.space.path, **settings,
                                   "argv": sys.argv})
@@ -219,7 +233,7 @@ def run_search(req: SearchRequest) -> dict[str, Any]:
     selected = select_and_test(plan)
     if req.seeds:
         rerun_seeds(plan, selected)
-    rows = read_rows(_rows_dir(plan), req.experiment_name)
+    rows = read_rows(rows_dir(plan), req.experiment_name)
     diverged = int((rows["status"] == "diverged").sum()) if len(rows) else 0
     return {"experiment": req.experiment_name, "trials": trials, "errors": errors, "diverged": diverged,
             "selected": selected, "wall_time_s": time.perf_counter() - started, "results": storage}
@@ -238,7 +252,7 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
     from modsar.evaluate import Evaluator, model_scorer
     from modsar.train import load_checkpoint
 
-    every = read_rows(_rows_dir(plan), plan.request.experiment_name)
+    every = read_rows(rows_dir(plan), plan.request.experiment_name)
     column = f"valid.{plan.monitor}"
     if not len(every) or column not in every:
         return {}
@@ -248,12 +262,12 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
                for task, group in candidates.groupby("task")}
     for earlier in rows[rows["selected"].astype(bool)].to_dict("records"):  # unmark before marking: a crash
         earlier.update({k: None for k in earlier if k.startswith("test.")}, selected=False)  # leaves none
-        _rewrite(plan, earlier)
+        rewrite_row(plan, earlier)
     for task, seeds in every[every["role"] == "seed"].groupby("task"):  # re-runs of an earlier winner
         winner = rows[rows["trial_id"] == winners[task]["trial_id"]] if task in winners else rows.iloc[:0]
         for seed_row in seeds.to_dict("records"):
             if not len(winner) or differing_keys(pd.concat([winner, pd.DataFrame([seed_row])])):
-                _rewrite(plan, {**seed_row, "role": "superseded"})  # kept, but no report cell uses it
+                rewrite_row(plan, {**seed_row, "role": "superseded"})  # kept, but no report cell uses it
     if not winners:
         return {}
     data = load_dataset(plan.request.dataset, plan.request.data_dir)
@@ -264,7 +278,7 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
             model, cfg, payload = load_checkpoint(path)
         test = Evaluator.of(split, cfg, payload["max_len"], torch.device("cpu"))(model_scorer(model), "test")
         best.update({f"test.{k}": v for k, v in test.items()}, selected=True)
-        _rewrite(plan, best)
+        rewrite_row(plan, best)
         selected[task] = {"trial_id": best["trial_id"], column: best[column],
                           **{f"test.{k}": test[k] for k in (plan.monitor, "recall@10", "ndcg@10") if k in test}}
     return selected
@@ -294,7 +308,7 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
     """Re-train each selected config on seeds 0..K-1 (full training, tested in-trial); rows role=seed."""
     if not selected:
         return
-    rows = read_rows(_rows_dir(plan), plan.request.experiment_name)
+    rows = read_rows(rows_dir(plan), plan.request.experiment_name)
     points = []
     for info in selected.values():
         row = rows[rows["trial_id"] == info["trial_id"]].iloc[0]
@@ -305,7 +319,7 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
         task = sampled.get("task", plan.base["task"])
         mine = rows[(rows["role"] == "seed") & (rows["task"] == task)] if "role" in rows else rows.iloc[:0]
         for failed in mine[mine["status"] == "error"].to_dict("records"):  # retried below, as search trials are
-            _rewrite(plan, {**failed, "role": "superseded"})
+            rewrite_row(plan, {**failed, "role": "superseded"})
         done = set(mine[mine["status"] != "error"]["seed"])
         points += [{**sampled, "seed": s} for s in range(plan.request.seeds) if s not in done]  # resumed: the rest
     if not points:
