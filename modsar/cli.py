@@ -169,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="afterwards re-run the selected AE and AR configs on seeds 0..K-1")
     search.add_argument("--address", help="join an existing Ray cluster (default: $RAY_ADDRESS, else a local Ray)")
     search.add_argument("--dashboard", action="store_true", help="start the Ray dashboard (localhost only)")
+    search.add_argument("--mlflow", metavar="URI", help="also log every trial to MLflow, one run per trial with its "
+                        "params and per-epoch metrics (file:./mlruns, sqlite:///mlflow.db, http://HOST:5000); "
+                        "needs pip install 'modsar[mlflow]'. TensorBoard files are always in the ray/ folders")
     search.add_argument("--resume", action="store_true", help="continue a killed search (Tuner.restore)")
     search.add_argument("--overwrite", action="store_true", help="delete an existing experiment of this name first")
     search.add_argument("--quiet", action="store_true", help="no live table; print only the summary")
@@ -381,7 +384,8 @@ def _search(args: argparse.Namespace) -> int:
                         gpus_per_trial=args.gpus_per_trial, max_concurrent=args.max_concurrent,
                         max_failures=args.max_failures, seed=args.seed, seeds=args.seeds,
                         overrides=list(args.overrides), address=args.address, data_dir=args.data_dir,
-                        quiet=args.quiet, resume=args.resume, overwrite=args.overwrite, dashboard=args.dashboard)
+                        quiet=args.quiet, resume=args.resume, overwrite=args.overwrite, dashboard=args.dashboard,
+                        mlflow=args.mlflow)
     summary = run_search(req)
     if args.json:
         print(json.dumps(summary, indent=2, default=str))

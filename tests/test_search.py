@@ -393,6 +393,37 @@ def test_fractional_gpus_share_one_device(data_dir, tmp_path):
     assert overlapping >= 2  # several 0.25-GPU trials shared the single GPU
 
 
+def test_mlflow_gets_one_run_per_trial_with_params_and_epoch_metrics(local_ray, data_dir, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    out, store = tmp_path / "results", f"file:{tmp_path / 'mlruns'}"
+    assert search("--space", str(SPACES / "tiny.yaml"), "--dataset", "synthetic", "--results", str(out),
+                  "--experiment", "tracked", "--mlflow", store, "--max-epochs", "2", "--max-t", "2") == 0
+    rows = read_rows(str(out), "tracked")
+    searched = rows[rows["role"] == "search"]
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name("tracked").experiment_id])
+    assert len(runs) == len(searched) == 6
+    for run in runs:
+        assert run.data.tags["modsar.dataset"] == "synthetic"
+        assert any(key.endswith("model.dropout") for key in run.data.params), run.data.params
+        steps = client.get_metric_history(run.info.run_id, "valid.ndcg_at_10")
+        assert len(steps) >= 1 and all(0.0 <= s.value <= 1.0 for s in steps)
+    assert sorted(len(client.get_metric_history(r.info.run_id, "valid.ndcg_at_10")) for r in runs) == sorted(
+        searched["epochs_run"].astype(int))  # one step per validation pass (every epoch here)
+
+
+def test_mlflow_without_mlflow_installed_is_one_clear_error(tmp_path, capsys, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: (_ for _ in ()).throw(ImportError(name))
+                        if name == "mlflow" else real_import(name, *a, **k))
+    assert search("--space", str(SPACES / "tiny.yaml"), "--dataset", "synthetic", "--results", str(tmp_path),
+                  "--mlflow", "file:./mlruns") == 2
+    assert "--mlflow needs MLflow: pip install 'modsar[mlflow]'" in capsys.readouterr().err
+
+
 def test_tune_callbacks_unpickle_under_their_names_before_the_package_split():
     """tuner.pkl of a search started with 0.2 names its callbacks modsar.search.<name>; --resume loads them."""
     import pickle

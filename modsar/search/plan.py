@@ -41,6 +41,7 @@ class SearchRequest:
     resume: bool = False
     overwrite: bool = False
     dashboard: bool = False
+    mlflow: str | None = None  # MLflow tracking URI: one run per trial (params, per-epoch metrics)
 
     @property
     def experiment_name(self) -> str:
@@ -100,6 +101,8 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
         raise ModsarError(f"--cpus-per-trial must be > 0; got {req.cpus_per_trial}")
     if req.gpus_per_trial < 0 or (req.gpus_per_trial > 1 and req.gpus_per_trial != int(req.gpus_per_trial)):
         raise ModsarError(f"--gpus-per-trial must be a fraction in (0, 1] or a whole number; got {req.gpus_per_trial}")
+    if req.mlflow is not None:
+        _check_mlflow(req.mlflow)
     # unknown or unprepared dataset: refused here
     manifest = load_dataset(req.dataset, req.data_dir).manifest if req.dataset else {}
     plan = Plan(req, space, cfg.to_dict(), search, num_samples, max_t, grace, factor, cfg.train.monitor_key,
@@ -107,6 +110,17 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
     if check:
         plan.check().raise_if_invalid()
     return plan
+
+
+def _check_mlflow(uri: str) -> None:
+    """--mlflow needs MLflow installed and a tracking URI it can write to (refused before Ray starts)."""
+    try:
+        import mlflow  # noqa: F401
+    except ImportError:
+        raise ModsarError("--mlflow needs MLflow: pip install 'modsar[mlflow]'") from None
+    if not uri or ("://" not in uri and not uri.startswith("file:")):
+        raise ModsarError(f"--mlflow {uri!r} is not a tracking URI; use e.g. file:./mlruns, sqlite:///mlflow.db or "
+                          "http://HOST:5000")
 
 
 def trial_config(base: dict[str, Any], space: SearchSpace, sampled: dict[str, Any]) -> Config:

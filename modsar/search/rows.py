@@ -177,7 +177,13 @@ class SchedulerState(tune.Callback):
 
 
 def make_callbacks(plan: Plan, role: str = "search") -> list[tune.Callback]:
-    return [ResultRows(plan, role)] + ([] if plan.request.quiet else [LiveTable(plan)])
+    callbacks: list[tune.Callback] = [ResultRows(plan, role)] + ([] if plan.request.quiet else [LiveTable(plan)])
+    if plan.request.mlflow:
+        from modsar.search.tracking import mlflow_callback  # needs MLflow: only with --mlflow
+
+        callbacks.append(mlflow_callback(plan, role))
+    return callbacks
+
 
 
 def reconcile_rows(plan: Plan, grid, role: str = "search") -> None:

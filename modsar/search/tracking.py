@@ -1,0 +1,30 @@
+"""Opt-in MLflow tracking (`modsar search --mlflow URI`) through Ray Tune's own MLflow logger.
+
+Imported only when asked for, since it needs MLflow (`pip install 'modsar[mlflow]'`). MLflow allows no '@' in
+metric names, so `valid.recall@10` is logged as `valid.recall_at_10`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ray.air.integrations.mlflow import MLflowLoggerCallback
+
+from modsar.search.plan import Plan
+
+
+class MLflowRuns(MLflowLoggerCallback):
+    """One MLflow run per trial: the sampled values as params, every validation report as a metrics step."""
+
+    def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
+        super().log_trial_result(iteration, trial, {k.replace("@", "_at_"): v for k, v in result.items()})
+
+
+def mlflow_callback(plan: Plan, role: str) -> MLflowRuns:
+    uri = str(plan.request.mlflow)
+    if uri.startswith("file:"):  # MLflow 3 keeps the file store only on request; --mlflow file:... is one
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    return MLflowRuns(tracking_uri=uri, experiment_name=plan.request.experiment_name,
+                      tags={"modsar.space": plan.space.path or plan.request.space,
+                            "modsar.dataset": plan.request.dataset, "modsar.role": role})
