@@ -88,11 +88,15 @@ def find(name: str) -> BackboneEntry | None:
     return None
 
 
+def _unknown(name: str) -> str:
+    return (f"'model.backbone' {name!r} is unknown; choose one of {', '.join(names())} (or register a plugin "
+            "backbone: see modsar.model.registry)")
+
+
 def lookup(name: str) -> BackboneEntry:
     entry = find(name)
     if entry is None:
-        raise ModsarError(f"'model.backbone' {name!r} is unknown; choose one of {', '.join(names())} (or register "
-                          f"a plugin backbone: see modsar.model.registry)")
+        raise ModsarError(_unknown(name))
     return entry
 
 
@@ -100,7 +104,7 @@ def check_config(cfg: Config, bad: Bad) -> None:
     """The backbone exists, implements the task, and accepts the model settings (called by config.validate)."""
     entry = find(cfg.model.backbone)
     if entry is None:
-        bad(f"'model.backbone' {cfg.model.backbone!r} is unknown; choose one of {', '.join(names())}")
+        bad(_unknown(cfg.model.backbone))
     if cfg.task not in entry.tasks:
         bad(f"backbone {cfg.model.backbone} implements task {' and '.join(entry.tasks)} only; got task={cfg.task}")
     if entry.check is not None:
