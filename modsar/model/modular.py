@@ -94,8 +94,10 @@ class Block(nn.Module):
             x = x + self.drop(self.ffn(self.norm2(x)))
         elif self.style in ("sasrec", "normed_skip"):  # the normed input is the skip, in both sub-layers
             q = self.norm1(x)  # SASRec: only the queries read it, keys and values read x
-            a, probs = self.attn(x, mask, need_weights, query=q) if self.style == "sasrec" else self.attn(q, mask,
-                                                                                                         need_weights)
+            if self.style == "sasrec":
+                a, probs = self.attn(x, mask, need_weights, query=q)
+            else:
+                a, probs = self.attn(q, mask, need_weights)
             x = self.norm2(q + self.attn_drop(a))
             x = x + self.drop(self.ffn(x))
         else:
@@ -164,14 +166,15 @@ class ModularSAR(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         blocks = [Block(cfg) for _ in range(cfg.num_layers)]
         self.blocks = nn.ModuleList(blocks)
-        self.final_norm = nn.LayerNorm(d) if cfg.norm in ("pre", "sasrec", "normed_skip") else nn.Identity()
+        self.final_norm = nn.LayerNorm(d) if blocks and blocks[0].style != "post" else nn.Identity()
         self.head = OutputHead(self.item_dim, num_items) if cfg.head == "bert4rec" else None
         self.apply(self._init)
         # init normal: N(0, 0.02) everywhere (BERT, GPT-2). xavier: xavier_normal on every matrix, embeddings
-        # included (SASRec's PyTorch code); xavier_uniform: the same, uniform (the ModSAR code). xavier_attention: q, k, v projections xavier_uniform over the stacked
-        # (3d, d) matrix and the rest normal, as torch's MultiheadAttention keeps its own init: attention logits
-        # start ~20x larger than under N(0, 0.02), so attention is not uniform from step 1. sasrec_plus: that,
-        # with positions at N(0, 0.02) too (SASRec+'s init exactly; the others give positions xavier_uniform).
+        # included (SASRec's PyTorch code); xavier_uniform: the same, uniform (the ModSAR code).
+        # xavier_attention: q, k, v projections xavier_uniform over the stacked (3d, d) matrix and the rest
+        # normal, as torch's MultiheadAttention keeps its own init: attention logits start ~20x larger than
+        # under N(0, 0.02), so attention is not uniform from step 1. sasrec_plus: that, with positions at
+        # N(0, 0.02) too (SASRec+'s init exactly; the others give positions xavier_uniform).
         if cfg.init in ("xavier", "xavier_uniform"):
             xavier = nn.init.xavier_normal_ if cfg.init == "xavier" else nn.init.xavier_uniform_
             for module in self.modules():
