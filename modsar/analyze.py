@@ -77,8 +77,14 @@ CONVENTIONS = {  # stored beside every figure, so a table read without this modu
 }
 
 
+ZOO_NAMES = {"gru4rec": "GRU4Rec", "duorec": "DuoRec", "bsarec": "BSARec"}  # the residual-dominance paper's
+
+
 def model_label(cfg) -> str:
-    """'Vanilla-AE', 'Local-AE', 'Vanilla-AR' as in the ModSAR paper; HF backbones carry their name."""
+    """'Vanilla-AE', 'Local-AE', 'Vanilla-AR' as in the ModSAR paper; HF backbones carry their name; the
+    residual-dominance paper's models their own ("GRU4Rec", "DuoRec", "BSARec", "BSARec-AE")."""
+    if cfg.model.backbone in ZOO_NAMES:
+        return ZOO_NAMES[cfg.model.backbone] + ("-AE" if cfg.task == "ae" else "")
     kind = "Local" if cfg.model.local_heads else "Vanilla"
     name = f"{kind}-{cfg.task.upper()}"
     return name if cfg.model.backbone == "modular" else f"{cfg.model.backbone} {name}"
@@ -460,9 +466,17 @@ STEPS: tuple[tuple[tuple[str, ...], Callable[[_Run], None]], ...] = (
     (("recovery",), _recovery))
 
 
+ATTENTION_ONLY = ("sparsity", "rank", "mixing", "residual-scaling", "recovery")  # maps, or the attention skip
+
+
 def _supported(probe: Probe, label: str, diagnostics: list[str]) -> tuple[list[str], list[str]]:
     """The diagnostics this backbone defines, and a note for each group it does not."""
     entry, notes = registry.lookup(probe.cfg.model.backbone), []
+    skipped = [d for d in diagnostics if d in ATTENTION_ONLY]
+    if skipped and entry.recurrent:
+        notes.append(f"{label}: {', '.join(skipped)} not defined for recurrent models ({probe.cfg.model.backbone} "
+                     "has no attention); last-item reliance, shuffles and non-final predictions are")
+        return [d for d in diagnostics if d not in skipped], notes
     skipped = [d for d in diagnostics if d in ("sparsity", "rank", "mixing")]
     if skipped and not entry.attention_maps:
         notes.append(f"{label}: skipped {', '.join(skipped)}: {probe.cfg.model.backbone} has no attention maps")
@@ -470,7 +484,7 @@ def _supported(probe: Probe, label: str, diagnostics: list[str]) -> tuple[list[s
     skipped = [d for d in diagnostics if d in ("mixing", "residual-scaling", "recovery")]
     if skipped and (not entry.residual_sites or probe.model.skip_sites() is None):
         notes.append(f"{label}: skipped {', '.join(skipped)}: they need the layers' attention skip, known for the "
-                     f"modular backbone and HF llama, gpt2, bert, roberta, albert, transfo_xl; not for "
+                     f"modular, duorec and bsarec backbones and HF llama, gpt2, bert, roberta, albert, transfo_xl; not for "
                      f"{probe.cfg.model.backbone}")
         diagnostics = [d for d in diagnostics if d not in skipped]
     return diagnostics, notes

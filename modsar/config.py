@@ -39,7 +39,7 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    backbone: str = "modular"  # modular | albert | llama | transfo_xl | hf:<model_type> (hf:bert, hf:gpt2)
+    backbone: str = "modular"  # modular | duorec | bsarec | gru4rec | albert | llama | transfo_xl | hf:<model_type>
     hidden_size: int = 64
     num_layers: int = 2
     num_heads: int = 1
@@ -66,12 +66,20 @@ class ModelConfig:
     sse_style: str = choice("token", "token", "paper")  # token: each item w.p. p; paper: a row w.p. p, then
     #                                                      each of its items w.p. 1 - p (rate p(1 - p))
     user_sse_prob: float = 0.0  # SSE: replace the training user id with a random user with this prob.
+    gru_size: int = 0  # gru4rec: the GRU's state size; 0 = hidden_size
+    bsa_cutoff: int = 3  # bsarec: c, the low-pass keeps the lowest c // 2 + 1 frequencies of the max_len window
+    bsa_alpha: float = 0.9  # bsarec (official default; 0.7 on Beauty/Toys): layer = alpha * frequency branch + (1 - alpha) * attention branch
 
 
 @dataclass
 class LossConfig:
-    name: str = choice("ce", "ce", "sampled_ce", "bce", "bpr")
-    num_negatives: int = 1  # sampled_ce: negatives shared by a batch; bce/bpr: negatives per position
+    name: str = choice("ce", "ce", "sampled_ce", "bce", "bpr", "gbce")
+    num_negatives: int = 1  # sampled_ce: negatives shared by a batch; bce/bpr/gbce: negatives per position
+    gbce_t: float = 0.75  # gbce: calibration t in [0, 1] (0 = plain BCE), as gSASRec
+    cl_weight: float = 0.1  # duorec: lambda, the contrastive term's weight (0 = SASRec's loss alone)
+    cl_temperature: float = 1.0  # duorec: tau of the InfoNCE
+    cl_views: str = choice("us_x", "us_x", "un", "su", "us")  # duorec: which views are contrasted (see duorec.py)
+    cl_similarity: str = choice("dot", "dot", "cos")  # duorec: similarity of two sequence representations
     normalize: str = choice("batch", "batch", "epoch")  # mean over the batch's positions, or over an average batch
 
 
@@ -304,6 +312,10 @@ def validate(cfg: Config, where: str = "config") -> None:
         bad(f"'mask_prob' must be in (0, 1); got {cfg.mask_prob}")
     if cfg.loss.num_negatives < 1:
         bad(f"'loss.num_negatives' must be >= 1; got {cfg.loss.num_negatives}")
+    if not 0.0 <= cfg.loss.gbce_t <= 1.0:
+        bad(f"'loss.gbce_t' must be in [0, 1] (0 = plain BCE, 1 = fully calibrated); got {cfg.loss.gbce_t}")
+    if cfg.loss.cl_temperature <= 0:
+        bad(f"'loss.cl_temperature' must be > 0; got {cfg.loss.cl_temperature}")
     if cfg.data.max_len < 0:
         bad(f"'data.max_len' must be >= 1, or 0 for the dataset default; got {cfg.data.max_len}")
     if not cfg.eval.ks or min(cfg.eval.ks) < 1:
@@ -315,7 +327,9 @@ def validate(cfg: Config, where: str = "config") -> None:
                              ("train.grad_clip", cfg.train.grad_clip, "0 = off"),
                              ("train.threads", cfg.train.threads, "0 = torch's default"),
                              ("model.ffn_size", m.ffn_size, "0 = 4 * hidden_size"),
-                             ("model.user_size", m.user_size, "0 = hidden_size // 2")]:
+                             ("model.user_size", m.user_size, "0 = hidden_size // 2"),
+                             ("model.gru_size", m.gru_size, "0 = hidden_size"),
+                             ("loss.cl_weight", cfg.loss.cl_weight, "0 = no contrastive term")]:
         if value < 0:
             bad(f"'{key}' must be >= 0 ({what}); got {value}")
     metric_names = {f"{name}@{k}" for name in ("recall", "ndcg", "mrr", "hr") for k in cfg.eval.ks}

@@ -197,11 +197,20 @@ def batch_loss(model: Recommender, batch: Batch, cfg: Config, per_batch: float) 
     """The training loss of one batch. `loss.normalize=epoch` divides its sum by `per_batch` (the labelled
     positions of an average batch) instead of by its own count, so every position of the epoch weighs the same
     however the batches group them; the epoch's mean loss is then the mean over all its positions."""
-    loss = training_loss(model, model(batch.inputs, batch.users), batch.labels, batch.users, cfg.loss,
-                         cfg.data.padding_free)
+    hidden = model(batch.inputs, batch.users)
+    loss = training_loss(model, hidden, batch.labels, batch.users, cfg.loss, cfg.data.padding_free)
+    regularizer = getattr(model, "regularizer", None)  # a backbone's own extra term (DuoRec's contrastive views)
+    extra = regularizer(batch, hidden, cfg.loss) if regularizer is not None else None
+    if extra is not None:
+        loss = loss + extra
     if cfg.loss.normalize == "epoch":
         loss = loss * ((batch.labels > 0).sum() / per_batch)
     return loss
+
+
+def needs_partners(cfg: Config) -> bool:
+    """DuoRec's supervised views need a same-target training prefix for every sequence of a batch."""
+    return cfg.model.backbone == "duorec" and cfg.loss.cl_weight > 0 and cfg.loss.cl_views != "un"
 
 
 def train_epoch(model: Recommender, optimizer: torch.optim.Optimizer, batches: TrainBatches, cfg: Config,
@@ -282,7 +291,8 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     num_parameters = sum(p.numel() for p in model.parameters())
     batches = TrainBatches(split, cfg.task, max_len, cfg.data.batch_size, cfg.mask_prob, cfg.data.padding_free,
                            cfg.model.item_sse_prob, cfg.model.user_sse_prob, seed=cfg.seed,
-                           batching=cfg.data.batching, sse_style=cfg.model.sse_style)
+                           batching=cfg.data.batching, sse_style=cfg.model.sse_style,
+                           partners=needs_partners(cfg))
     if not len(batches):
         raise ModsarError(f"dataset '{cfg.dataset}' has no user with 2+ training items: nothing to train on")
 

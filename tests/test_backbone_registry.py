@@ -39,7 +39,7 @@ def test_config_checks_import_no_model_code():
 
 
 def test_unknown_backbone_lists_the_registered_ones():
-    with pytest.raises(ModsarError, match=r"'model.backbone' 'nosuch' is unknown; choose one of modular, albert, "
+    with pytest.raises(ModsarError, match=r"'model.backbone' 'nosuch' is unknown; choose one of modular, duorec, bsarec, gru4rec, albert, "
                                           r"llama, transfo_xl, hf:<model_type>"):
         load_config(None, ["model.backbone=nosuch"])
 

@@ -32,10 +32,15 @@ class Batch:
     inputs: torch.Tensor  # (B, T) item ids, 0 = padding, N + 1 = mask
     labels: torch.Tensor  # (B, T) target item per position, 0 = no loss here
     users: torch.Tensor  # (B,) 1-based user ids (SSE-replaced during training when asked)
+    partners: torch.Tensor | None = None  # (B, T') AR: per row, another training prefix with the same next item
+    partner_users: torch.Tensor | None = None  # (B,) their users
 
     def to(self, device: torch.device) -> Batch:
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device, non_blocking=True)
+
         return Batch(self.inputs.to(device, non_blocking=True), self.labels.to(device, non_blocking=True),
-                     self.users.to(device, non_blocking=True))
+                     self.users.to(device, non_blocking=True), move(self.partners), move(self.partner_users))
 
 
 class TrainBatches:
@@ -43,7 +48,7 @@ class TrainBatches:
 
     def __init__(self, split: LeaveOneOut, task: str, max_len: int, batch_size: int, mask_prob: float = 0.2,
                  padding_free: bool = True, item_sse_prob: float = 0.0, user_sse_prob: float = 0.0,
-                 seed: int = 0, batching: str = "tokens", sse_style: str = "token") -> None:
+                 seed: int = 0, batching: str = "tokens", sse_style: str = "token", partners: bool = False) -> None:
         self.split, self.task, self.max_len, self.batch_size = split, task, max_len, batch_size
         self.mask_prob, self.padding_free, self.batching = mask_prob, padding_free, batching
         self.item_sse_prob, self.user_sse_prob, self.sse_style = item_sse_prob, user_sse_prob, sse_style
@@ -54,6 +59,7 @@ class TrainBatches:
         width = max_len if task == "ar" else max_len + 1
         self.row_lengths = np.minimum(self.ends - self.starts - (1 if task == "ar" else 0), width)
         self.mask_token = split.num_items + 1
+        self.partner_index = SameTarget(split, self.users) if partners else None
 
     def __len__(self) -> int:
         return -(-len(self.users) // self.batch_size)
@@ -119,7 +125,45 @@ class TrainBatches:
         if self.user_sse_prob > 0:
             swap = self.rng.random(len(users)) < self.user_sse_prob
             users = np.where(swap, self.rng.integers(1, self.split.num_users + 1, len(users)), users)
-        return Batch(torch.from_numpy(inputs), torch.from_numpy(labels), torch.from_numpy(users))
+        batch = Batch(torch.from_numpy(inputs), torch.from_numpy(labels), torch.from_numpy(users))
+        if self.partner_index is not None:
+            prefixes, owners = self.partner_index.draw(self.ends[rows] - 1, self.max_len, self.rng)
+            batch.partners, batch.partner_users = torch.from_numpy(prefixes), torch.from_numpy(owners + 1)
+        return batch
+
+
+class SameTarget:
+    """Every training prefix by its next item, to draw a same-target partner for a sequence (DuoRec's supervised
+    view). A prefix is items[start_u:p] for a position p inside user u's training items with p > start_u; it is
+    named by p, an index into the split's `items`."""
+
+    def __init__(self, split: LeaveOneOut, users: np.ndarray) -> None:
+        starts, ends = split.starts[users], split.train_ends[users]
+        counts = np.maximum(ends - starts - 1, 0)
+        owner = np.repeat(users, counts)
+        position = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(starts + 1, counts)
+        order = np.argsort(split.items[position], kind="stable")
+        self.items, self.starts = split.items, split.starts
+        self.positions, self.owners = position[order], owner[order]  # sorted by next item
+        self.rank = np.empty(len(order), dtype=np.int64)  # where each position sits in that order
+        self.rank[order] = np.arange(len(order))
+        self.position_order = position  # rank is indexed like `position` before sorting
+        self.first = np.searchsorted(split.items[self.positions], np.arange(split.num_items + 2))
+
+    def draw(self, own: np.ndarray, max_len: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """For each own position (a row's last label), another prefix with the same next item, left-padded to
+        the widest drawn (at most max_len); a target nobody else has gives the row's own prefix back."""
+        target = self.items[own]
+        lo, hi = self.first[target], self.first[target + 1]
+        own_rank = self.rank[np.searchsorted(self.position_order, own)]
+        others = hi - lo - 1
+        pick = lo + (rng.random(len(own)) * np.maximum(others, 1)).astype(np.int64)
+        pick += pick >= own_rank  # skip the row's own prefix
+        pick = np.where(others > 0, pick, own_rank)
+        positions, owners = self.positions[pick], self.owners[pick]
+        begin = np.maximum(self.starts[owners], positions - max_len)
+        width = int((positions - begin).max()) if len(own) else 1
+        return left_padded_windows(self.items, begin, positions, width), owners
 
 
 def eval_inputs(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, task: str,

@@ -6,6 +6,9 @@
               not positions x K x d
   bce         sigmoid: target vs `num_negatives` uniform items per position
   bpr         -log sigmoid(target - negative), `num_negatives` per position
+  gbce        gSASRec's generalised BCE: the target's sigmoid raised to beta = alpha (t (1 - 1/alpha) + 1/alpha),
+              alpha = k / (N - 1) the negative sampling rate, t = `gbce_t`; t = 0 is plain BCE. As gSASRec it
+              is the mean over the 1 + k logits of a position (plain `bce` averages the negatives instead)
 With `padding_free` the output layer runs only at labelled positions; otherwise it runs at every slot of
 the padded batch and the padding is masked out of the loss afterwards (kept to measure the difference).
 """
@@ -50,9 +53,18 @@ def training_loss(model: Recommender, hidden: torch.Tensor, labels: torch.Tensor
         if cfg.name == "bce":
             neg_loss = F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), reduction="none")
             per_position = F.softplus(-pos[:, 0]) + (neg_loss * valid).sum(1) / valid.sum(1).clamp(min=1)
+        elif cfg.name == "gbce":  # -log sigmoid(s)^beta = beta softplus(-s): exact, no clamping needed
+            beta = gbce_beta(cfg.num_negatives, n, cfg.gbce_t)
+            per_position = (beta * F.softplus(-pos[:, 0]) + (F.softplus(neg) * valid).sum(1)) / (1 + cfg.num_negatives)
         else:  # bpr
             per_position = (F.softplus(neg - pos) * valid).sum(1) / valid.sum(1).clamp(min=1)
 
     if weight is None:
         return per_position.mean()
     return (per_position * weight).sum() / weight.sum().clamp(min=1)
+
+
+def gbce_beta(num_negatives: int, num_items: int, t: float) -> float:
+    """gSASRec's power on the positive probability: alpha (t (1 - 1/alpha) + 1/alpha), alpha = k / (N - 1)."""
+    alpha = num_negatives / max(num_items - 1, 1)
+    return alpha * (t * (1.0 - 1.0 / alpha) + 1.0 / alpha)

@@ -43,6 +43,7 @@ class BackboneEntry:
     tasks: tuple[str, ...] = ("ae", "ar")  # attention directions it implements
     attention_maps: bool = True  # forward(..., need_weights=True) gives per-layer maps (sparsity, rank)
     residual_sites: bool = True  # model.skip_sites() can list its attention skips (mixing, residual scaling)
+    recurrent: bool = False  # no attention at all (GRU4Rec): attention diagnostics are not defined for it
 
     def matches(self, name: str) -> bool:
         if self.name.endswith(":"):
@@ -167,6 +168,25 @@ def _check_modular(cfg: Config, bad: Bad) -> None:
             "backbone has learned, sinusoidal or none")
 
 
+def _check_bsarec(cfg: Config, bad: Bad) -> None:
+    m: ModelConfig = cfg.model
+    if m.norm not in ("auto", "post"):
+        bad(f"bsarec's layers are post-LN (as its code); 'model.norm={m.norm}' is not offered for it")
+    if m.positional not in ("auto", "learned"):
+        bad(f"bsarec has learned positions (as its code); 'model.positional={m.positional}' is not offered for it")
+    if m.user_embedding:
+        bad("bsarec has no user embedding; 'model.user_embedding=true' is for the modular backbone (SSE-PT)")
+    if m.bsa_cutoff < 0:
+        bad(f"'model.bsa_cutoff' must be >= 0 (the low-pass keeps the lowest c // 2 + 1 bins); got {m.bsa_cutoff}")
+    if not 0.0 <= m.bsa_alpha <= 1.0:
+        bad(f"'model.bsa_alpha' must be in [0, 1] (the frequency branch's weight); got {m.bsa_alpha}")
+
+
+def _check_gru4rec(cfg: Config, bad: Bad) -> None:
+    if cfg.model.user_embedding:
+        bad("gru4rec has no user embedding; 'model.user_embedding=true' is for the modular backbone (SSE-PT)")
+
+
 def _check_hf(cfg: Config, bad: Bad) -> None:
     from hf_plugins.spec import check_config as check_hf  # transformers' config table, never torch models
 
@@ -174,5 +194,9 @@ def _check_hf(cfg: Config, bad: Bad) -> None:
 
 
 register(BackboneEntry("modular", "modsar.model.modular:ModularSAR", _check_modular))  # SASRec / BERT4Rec
+register(BackboneEntry("duorec", "modsar.model.duorec:DuoRec", _check_modular, tasks=("ar",)))
+register(BackboneEntry("bsarec", "modsar.model.bsarec:BSARec", _check_bsarec))
+register(BackboneEntry("gru4rec", "modsar.model.gru4rec:GRU4Rec", _check_gru4rec, tasks=("ar",),
+                       attention_maps=False, residual_sites=False, recurrent=True))
 for _name in ("albert", "llama", "transfo_xl", "hf:"):  # hf:<any model type taking input_ids and a 4-D mask>
     register(BackboneEntry(_name, "hf_plugins.adapter:HFBackbone", _check_hf))

@@ -95,6 +95,6 @@ def residual_scale(model, alpha: float):
     sites = model.skip_sites()
     if sites is None:
         raise ModsarError(f"residual scaling is not defined for {model.describe()}: its attention layers are not "
-                          "ones ModSAR knows (modular, albert, llama, hf:bert, hf:gpt2, transfo_xl)")
+                          "ones ModSAR knows (modular, duorec, bsarec, albert, llama, hf:bert, hf:gpt2, transfo_xl)")
     with scaled_skips(sites, alpha):
         yield
