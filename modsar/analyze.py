@@ -77,14 +77,14 @@ CONVENTIONS = {  # stored beside every figure, so a table read without this modu
 }
 
 
-ZOO_NAMES = {"gru4rec": "GRU4Rec", "duorec": "DuoRec", "bsarec": "BSARec"}  # the residual-dominance paper's
+ZOO = ("gru4rec", "duorec", "bsarec")  # beside SASRec and BERT4Rec, the residual-dominance paper's models
 
 
 def model_label(cfg) -> str:
     """'Vanilla-AE', 'Local-AE', 'Vanilla-AR' as in the ModSAR paper; HF backbones carry their name; the
     residual-dominance paper's models their own ("GRU4Rec", "DuoRec", "BSARec", "BSARec-AE")."""
-    if cfg.model.backbone in ZOO_NAMES:
-        return ZOO_NAMES[cfg.model.backbone] + ("-AE" if cfg.task == "ae" else "")
+    if cfg.model.backbone in ZOO:
+        return registry.paper_name(cfg.model.backbone, cfg.task)
     kind = "Local" if cfg.model.local_heads else "Vanilla"
     name = f"{kind}-{cfg.task.upper()}"
     return name if cfg.model.backbone == "modular" else f"{cfg.model.backbone} {name}"
@@ -357,7 +357,7 @@ def select_alpha(rec: dict[float, float], hr: dict[float, float], epsilon: float
 class Analysis:
     """Everything `modsar analyze` found for one checkpoint."""
 
-    label: str
+    label: str  # unique among the analyses shown together ("SASRec (toys)")
     dataset: str
     task: str
     table: pd.DataFrame  # (diagnostic, quantity, layer, alpha, value, n) + model facts
@@ -467,6 +467,18 @@ STEPS: tuple[tuple[tuple[str, ...], Callable[[_Run], None]], ...] = (
 
 
 ATTENTION_ONLY = ("sparsity", "rank", "mixing", "residual-scaling", "recovery")  # maps, or the attention skip
+
+
+def paper_labels(analyses: list[Analysis]) -> None:
+    """Beside a residual-dominance model, the modular Vanilla-AR and -AE are SASRec and BERT4Rec (in place)."""
+    if not any(a.table["backbone"].iloc[0] in ZOO for a in analyses if len(a.table)):
+        return
+    for a in analyses:
+        if a.label in ("Vanilla-AR", "Vanilla-AE"):
+            a.label = registry.paper_name("modular", a.task)
+            for frame in (a.table, a.maps, a.spectra):
+                if len(frame):
+                    frame["model"] = a.label
 
 
 def _supported(probe: Probe, label: str, diagnostics: list[str]) -> tuple[list[str], list[str]]:

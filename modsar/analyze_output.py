@@ -10,10 +10,32 @@ import numpy as np
 import pandas as pd
 
 from modsar.analyze import Analysis
+from modsar.model.registry import PAPER_NAMES
 from modsar.outputs import pyplot, save_figure, write_parquet
 
 PAPER_TABLES_2_3 = ("ModSAR paper, mean of 5 datasets: Vanilla-AE S .022 k 5.4 | Local-AE S .018 k 10.6 | "
                     "Vanilla-AR S .016 k 8.6 (lower S = sparser)")
+
+
+# Residual-dominance paper Table 2: pooled mixing ratios Attn / +Res / +LN (shared/docs/model-zoo.md)
+PAPER_TABLE_2 = {("SASRec", "beauty"): (.776, .119, .119), ("SASRec", "sports"): (.775, .126, .122),
+                 ("SASRec", "toys"): (.772, .123, .123), ("SASRec", "video"): (.798, .169, .169),
+                 ("SASRec", "diginetica"): (.721, .150, .149), ("DuoRec", "beauty"): (.776, .116, .115),
+                 ("DuoRec", "sports"): (.790, .119, .119), ("DuoRec", "toys"): (.780, .121, .121),
+                 ("DuoRec", "video"): (.773, .170, .170), ("DuoRec", "diginetica"): (.724, .152, .151)}
+
+
+def model_name(a: Analysis) -> str:
+    """The label without the "(dataset)" that tells two of one kind apart."""
+    return a.label.split(" (")[0]
+
+
+def paper_order(a: Analysis) -> tuple:
+    """ModSAR's order (Vanilla-AE, Local-AE, Vanilla-AR, Local-AR), or the residual paper's (SASRec, DuoRec,
+    BSARec, BERT4Rec, GRU4Rec), then the dataset."""
+    names = list(PAPER_NAMES.values())
+    name = model_name(a)
+    return (names.index(name) if name in names else len(names), a.task, "Vanilla" not in name, a.dataset)
 
 
 def _value(table: pd.DataFrame, diagnostic: str, quantity: str, layer: str = "all", alpha: float = 1.0):
@@ -64,6 +86,20 @@ def reliance(analyses: list[Analysis]) -> pd.DataFrame:
     return frame.dropna(axis=1, how="all")
 
 
+def residual_table_2(analyses: list[Analysis]) -> pd.DataFrame:
+    """SASRec and DuoRec mixing rows (pooled over positions and layers) with the paper's where it has them."""
+    rows = {}
+    for a in analyses:
+        name = model_name(a)
+        if name not in ("SASRec", "DuoRec", "Vanilla-AR") or not (a.table["diagnostic"] == "mixing").any():
+            continue
+        ours = [_value(a.table, "mixing", q) for q in ("mixing_attn", "mixing_res", "mixing_ln")]
+        paper = PAPER_TABLE_2.get(("SASRec" if name == "Vanilla-AR" else name, a.dataset), (np.nan,) * 3)
+        rows[f"{name} ({a.dataset})"] = dict(zip(["Attn", "+Res", "+LN", "paper Attn", "paper +Res", "paper +LN"],
+                                                 [*ours, *paper], strict=True))
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
 def summary(analyses: list[Analysis]) -> str:
     """The printed comparison: Tables 2-3, reliance, the alpha sweep, then every remaining figure."""
     fmt = {"float_format": lambda v: f"{v:.4f}", "na_rep": "–"}
@@ -84,6 +120,10 @@ def summary(analyses: list[Analysis]) -> str:
                      "ratios (Attn / +Res / +LN):\n"
                      + rel.to_string(**fmt)
                      + ("\nResidual paper, SASRec on Toys: mixing .772 / .123 / .123" if "mix Attn" in rel else ""))
+    table_2 = residual_table_2(analyses)
+    if len(table_2):
+        parts.append("Residual-dominance paper Table 2: pooled mixing ratios Attn / +Res / +LN, ours beside the "
+                     "paper's\n" + table_2.to_string(**fmt))
     sweep = pd.concat([a.table[a.table["diagnostic"] == "residual-scaling"].assign(model=a.label)
                        for a in analyses])
     if len(sweep):
@@ -195,6 +235,24 @@ def plot(analyses: list[Analysis], out: Path) -> list[Path]:
             trade.legend(fontsize=7)
         fig.tight_layout()
         written.append(save_figure(fig, out / "residual_scaling.png"))
+
+    reliance_rows = _rows_of(analyses, "hrli")
+    if reliance_rows:  # the residual paper's Figure 2: HRLI@1 vs HRL2I@1, grouped by model, one panel per dataset
+        datasets = sorted({a.dataset for a, _ in reliance_rows})
+        fig, axes = plt.subplots(1, len(datasets), figsize=(max(4.0, 1.1 * len(reliance_rows) / len(datasets) + 2)
+                                                             * len(datasets), 3.4), squeeze=False)
+        for ax, dataset in zip(axes[0], datasets, strict=True):
+            mine = sorted([a for a, _ in reliance_rows if a.dataset == dataset], key=paper_order)
+            x = np.arange(len(mine))
+            for offset, (quantity, name) in zip((-0.2, 0.2), (("hrli@1", "HRLI@1"), ("hrl2i@1", "HRL2I@1")),
+                                                strict=True):
+                ax.bar(x + offset, [_value(a.table, "hrli", quantity) for a in mine], 0.4, label=name)
+            ax.set_xticks(x, [model_name(a) for a in mine], rotation=20, ha="right", fontsize=8)
+            ax.set_title(f"{dataset}: last-item reliance (unfiltered)", fontsize=9)
+            ax.set_ylim(0, 1)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        written.append(save_figure(fig, out / "last_item_reliance.png"))
 
     curves = _rows_of(analyses, "recovery")
     if curves:

@@ -255,8 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _best_checkpoints(rows) -> list[str]:
-    """A search's selected AE and AR checkpoints; for `modsar train` experiments, the best-validation
-    checkpoint per task."""
+    """A search's selected AE and AR checkpoints (per backbone, where it compared backbones); for `modsar train`
+    experiments, the best-validation checkpoint per task and backbone."""
     if not len(rows):
         return []
     chosen = rows[rows["selected"].astype(bool)]
@@ -269,7 +269,7 @@ def _best_checkpoints(rows) -> list[str]:
                                                                                   strict=True)])
         chosen = trained.sort_values("score", ascending=False)
     paths = []
-    for _, row in chosen.drop_duplicates("task").sort_values("task").iterrows():
+    for _, row in chosen.drop_duplicates(["task", "model.backbone"]).sort_values(["task", "model.backbone"]).iterrows():
         path = Path(str(row["checkpoint"]))
         paths.append(str(path / "best.pt" if path.is_dir() else path))
     return paths
@@ -294,6 +294,7 @@ def _analyze(args: argparse.Namespace) -> int:
             raise ModsarError(f"checkpoint '{path}' does not exist")
     analyses = [analyze.run(path, diagnostics, args.data_dir, args.users, window=args.window, sigma=args.sigma,
                             device=args.device, progress=not args.quiet) for path, _ in targets]
+    analyze.paper_labels(analyses)
     labels = [a.label for a in analyses]
     datasets = [a.dataset for a in analyses]
     for a, dataset, (_, source) in zip(analyses, datasets, targets, strict=True):
@@ -303,8 +304,8 @@ def _analyze(args: argparse.Namespace) -> int:
         for frame in (a.table, a.maps, a.spectra):
             if len(frame):
                 frame["model"] = a.label
-    if args.experiment:  # the paper's order: Vanilla-AE, Local-AE, Vanilla-AR, Local-AR
-        analyses.sort(key=lambda a: (a.task, "Vanilla" not in a.label))
+    if args.experiment:  # the papers' orders: Vanilla-AE, Local-AE, Vanilla-AR, Local-AR; SASRec ... GRU4Rec
+        analyses.sort(key=analyze_output.paper_order)
     print(analyze_output.summary(analyses))
     if args.out:
         written = analyze_output.write(analyses, Path(args.out))
@@ -393,9 +394,9 @@ def _search(args: argparse.Namespace) -> int:
     print(f"search {summary['experiment']}: {summary['trials']} trials ({summary['errors']} errors, "
           f"{summary['diverged']} diverged) in "
           f"{summary['wall_time_s']:.0f} s; rows in {summary['results']}/trials")
-    for task, info in sorted(summary["selected"].items()):
+    for model, info in sorted(summary["selected"].items()):  # "ae", "ar", or "<backbone>/<task>"
         metrics = "  ".join(f"{k}={v:.4f}" for k, v in info.items() if k != "trial_id")
-        print(f"  best {task.upper()}: {info['trial_id']}  {metrics}")
+        print(f"  best {model if '/' in model else model.upper()}: {info['trial_id']}  {metrics}")
     return 0
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from modsar.errors import ModsarError
+from modsar.model.registry import PAPER_NAMES, paper_name
 from modsar.outputs import pyplot, save_figure
 from modsar.results import differing_keys
 
@@ -37,7 +38,18 @@ def short(metric: str) -> str:
 
 
 DONE = ("finished", "stopped")
-KEY = ["dataset", "space", "task"]
+KEY = ["dataset", "space", "arm"]  # arm: the task ("ae", "ar"), or the model where a space compares backbones
+
+
+def with_arms(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows with their `arm`: the task, or (in a (dataset, space) whose rows have several backbones, a comparison of
+    models such as residual_models) the model's paper name, reported one row per model instead of AE/AR pairs."""
+    if not len(rows):
+        return rows.assign(arm=pd.Series(dtype=str))
+    backbone = rows.get("model.backbone", pd.Series("modular", index=rows.index)).fillna("modular")
+    several = backbone.groupby([rows["dataset"], rows["space"]]).transform("nunique") > 1
+    names = [paper_name(b, t) if many else t for b, t, many in zip(backbone, rows["task"], several, strict=True)]
+    return rows.assign(arm=names)
 
 
 @dataclass
@@ -67,9 +79,13 @@ class Cell:
         return f"{self.mean:.{digits}f}" + (f" ± {self.std:.{digits}f}" if self.std is not None else "") + mark
 
 
+def _where(key: tuple[str, str, str]) -> str:
+    return f"{key[0]} / {key[1]} / {key[2].upper() if key[2] in TASKS else key[2]}"
+
+
 def _replica_cell(group: pd.DataFrame, column: str, kind: str, key: tuple[str, str, str]) -> Cell:
     """One cell from rows that must be replicas: one experiment, one config except the seed, distinct seeds."""
-    where = f"{key[0]} / {key[1]} / {key[2].upper()}"
+    where = _where(key)
     experiments = sorted(group["experiment"].unique())
     if len(experiments) > 1:
         raise ModsarError(f"{where}: rows of experiments {', '.join(experiments)} would share one cell; report them "
@@ -91,7 +107,7 @@ def _replica_cell(group: pd.DataFrame, column: str, kind: str, key: tuple[str, s
 
 
 def collect(rows: pd.DataFrame, metric: str) -> dict[tuple[str, str, str], Cell]:
-    """(dataset, space, task) -> Cell of test `metric`: seed re-runs if present, else the selected trial.
+    """(dataset, space, arm) -> Cell of test `metric`: seed re-runs if present, else the selected trial.
 
     Seed re-runs must be replicas of the selected trial; those that diverged or failed are counted in the
     cell (`failed`), never silently dropped."""
@@ -99,6 +115,7 @@ def collect(rows: pd.DataFrame, metric: str) -> dict[tuple[str, str, str], Cell]
     cells: dict[tuple[str, str, str], Cell] = {}
     if column not in rows:
         return cells
+    rows = with_arms(rows)
     selected = rows[(rows["role"] == "search") & rows["selected"].astype(bool) & rows["status"].isin(DONE)
                     & rows[column].notna()]
     for key, group in selected.groupby(KEY):
@@ -106,7 +123,7 @@ def collect(rows: pd.DataFrame, metric: str) -> dict[tuple[str, str, str], Cell]
     for key, group in rows[rows["role"] == "seed"].groupby(KEY):
         chosen = selected[(selected[KEY] == pd.Series(key, index=KEY)).all(axis=1)]
         if len(chosen) and (differ := differing_keys(pd.concat([chosen, group]))):
-            raise ModsarError(f"{' / '.join(key[:2])} / {key[2].upper()}: the seed re-runs of experiment "
+            raise ModsarError(f"{_where(key)}: the seed re-runs of experiment "
                               f"{group['experiment'].iloc[0]} are not of its selected configuration (they differ "
                               f"in {', '.join(differ[:5])}); run its `modsar search ... --resume --seeds K` again")
         cells[key] = _replica_cell(group, column, "seed re-runs", key)
@@ -173,6 +190,44 @@ def design_table(title: str, cells: dict, datasets: list[str], spaces: list[str]
                 styled.append(Styled("–" if gain is None else f"{100 * gain:+.2f}%"))
             body.append([Styled(dataset), Styled(short(metric)), *styled])
     return Table(title, header, body)
+
+
+def _models(cells: dict, dataset: str, space: str) -> list[str]:
+    """The models of a comparison space on a dataset, in the residual-dominance paper's order."""
+    order = list(PAPER_NAMES.values())
+    found = {arm for by_metric in cells.values() for (d, s, arm) in by_metric if d == dataset and s == space}
+    return sorted(found, key=lambda m: (order.index(m) if m in order else len(order), m))
+
+
+def models_table(title: str, cells: dict, datasets: list[str], space: str, metrics: list[str]) -> Table:
+    """A comparison of models (residual_models): test metrics per dataset and model, the best of a column bold."""
+    header = [["Dataset", "Model", *[short(m) for m in metrics]]]
+    body = []
+    for dataset in datasets:
+        models = _models(cells, dataset, space)
+        best = {m: max((c.mean for arm in models if (c := cells.get(m, {}).get((dataset, space, arm)))
+                        and c.mean is not None), default=None) for m in metrics}
+        for arm in models:
+            row = [Styled(dataset), Styled(arm)]
+            for m in metrics:
+                cell = cells.get(m, {}).get((dataset, space, arm), Cell())
+                row.append(Styled(cell.text(), bold=cell.mean is not None and cell.mean == best[m] and len(models) > 1))
+            body.append(row)
+    return Table(title, header, body)
+
+
+def model_verdicts(cells: dict, datasets: list[str], space: str, metric: str) -> list[str]:
+    lines = []
+    for dataset in datasets:
+        scored = [(arm, c) for arm in _models(cells, dataset, space)
+                  if (c := cells.get(metric, {}).get((dataset, space, arm))) and c.mean is not None]
+        if not scored:
+            continue
+        leader = max(scored, key=lambda pair: pair[1].mean)
+        seeds = max(c.n for _, c in scored)
+        lines.append(f"{dataset} / {space}: {leader[0]} leads on test {short(metric)} ({leader[1].mean:.4f}); "
+                     + ", ".join(f"{arm} {c.mean:.4f}" for arm, c in scored) + f"; {seeds} seed(s) per cell")
+    return lines
 
 
 def significance_table(cells: dict, datasets: list[str], spaces: list[str], metrics: list[str]) -> Table | None:
@@ -462,7 +517,9 @@ def _build(rows: pd.DataFrame, metrics: list[str] | None, headline: str, experim
     metrics = metrics or METRICS
     cells = {m: collect(rows, m) for m in {*metrics, headline}}
     datasets = sorted(rows["dataset"].dropna().unique())
-    present = sorted(rows["space"].dropna().unique())
+    arms = with_arms(rows)
+    comparisons = sorted(arms.loc[~arms["arm"].isin(TASKS), "space"].dropna().unique())  # spaces of models
+    present = [s for s in sorted(rows["space"].dropna().unique()) if s not in comparisons]
     hf = [s for s in present if s.startswith("hf_")]
     modular = [s for s in TABLE5 if s in present] + [s for s in present if s not in TABLE5 and s != "vanilla"
                                                      and not s.startswith("hf_")]
@@ -475,12 +532,15 @@ def _build(rows: pd.DataFrame, metrics: list[str] | None, headline: str, experim
         tables.append(design_table(f"{prefix}Table 5: design choices", cells, datasets, modular, metrics, True))
     if hf:
         tables.append(design_table(f"{prefix}Table 6: HuggingFace backbones", cells, datasets, hf, metrics, True))
+    for space in comparisons:
+        tables.append(models_table(f"{prefix}{space}: one row per model", cells, datasets, space, metrics))
     all_spaces = (["vanilla"] if "vanilla" in present else []) + modular + hf
     sig = significance_table(cells, datasets, all_spaces, metrics)
     if sig:
         sig.title = prefix + sig.title
         tables.append(sig)
-    lines = [prefix + v for v in verdicts(rows, cells, datasets, all_spaces, headline)]
+    lines = [prefix + v for v in verdicts(rows, cells, datasets, all_spaces, headline)] if all_spaces else []
+    lines += [prefix + v for space in comparisons for v in model_verdicts(cells, datasets, space, headline)]
     return Report(experiment, rows, tables, lines, cells, datasets, all_spaces)
 
 
@@ -488,10 +548,11 @@ def sources_table(reports: list[Report], headline: str) -> Table:
     """Where every cell comes from: experiment, trial ids and seeds (the headline metric's cells)."""
     body = []
     for report in reports:
-        for (dataset, space, task), cell in sorted(report.cells.get(headline, {}).items()):
+        for (dataset, space, arm), cell in sorted(report.cells.get(headline, {}).items()):
             failed = f"; no value (diverged or failed): {' '.join(cell.failed)}" if cell.failed else ""
-            body.append([Styled(cell.experiment), Styled(dataset), Styled(space), Styled(task.upper()),
+            body.append([Styled(cell.experiment), Styled(dataset), Styled(space),
+                         Styled(arm.upper() if arm in TASKS else arm),
                          Styled(cell.kind + failed), Styled(" ".join(cell.trials)),
                          Styled(" ".join(str(s) for s in cell.values))])
-    header = [["Experiment", "Dataset", "Space", "Task", "Rows", "Trial ids", "Seeds"]]
+    header = [["Experiment", "Dataset", "Space", "Task / model", "Rows", "Trial ids", "Seeds"]]
     return Table("Sources", header, body)

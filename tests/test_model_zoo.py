@@ -251,8 +251,10 @@ def test_bsarec_attention_branch_decomposes_exactly(task):
     sites = model.skip_sites()
     assert len(sites) == 2 and all(s.post_norm is not None for s in sites)
     inputs, _ = batch(T=9)
+    seen: dict[str, list] = {"x": [], "proj": [], "ln": []}
     for alpha in (1.0, 0.3):
-        seen: dict[str, list] = {"x": [], "proj": [], "ln": []}
+        for captured in seen.values():
+            captured.clear()
         with torch.no_grad(), scaled_skips(sites, alpha):
             hooks = [s.container.register_forward_pre_hook(lambda m, a: seen["x"].append(a[0])) for s in sites]
             hooks += [s.projection.register_forward_hook(lambda m, a, out: seen["proj"].append(out)) for s in sites]
@@ -311,3 +313,21 @@ def test_diagnostics_on_the_zoo(zoo_checkpoints):
             value = {(q, a): v for q, a, v in zip(analysis.table["quantity"], analysis.table["alpha"],
                                                   analysis.table["value"], strict=True)}
             assert value[("mixing_res", 0.5)] > value[("mixing_res", 1.0)]  # scaling the skip down mixes more
+
+
+def test_cli_puts_the_models_side_by_side(zoo_checkpoints, tmp_path, capsys):
+    """Figure 2 (HRLI@1 vs HRL2I@1 per model) as a PNG, Table 2 as DuoRec's mixing row, models in the paper's order."""
+    from modsar.cli import main
+
+    data, paths = zoo_checkpoints
+    args = ["analyze", "--diagnostic", "hrli,mixing", "--data-dir", str(data), "--out", str(tmp_path), "--quiet"]
+    for name in ("gru4rec", "bsarec", "duorec"):
+        args += ["--checkpoint", str(paths[name])]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert (tmp_path / "last_item_reliance.png").stat().st_size > 0
+    table_2 = text.split("Residual-dominance paper Table 2")[1].split("\n\n")[0].splitlines()
+    assert len(table_2) == 3 and table_2[2].startswith("DuoRec (synthetic)")  # SASRec absent, BSARec not in Table 2
+    reliance = text.split("Last-item reliance")[1].split("\n\n")[0]
+    rows = [line.split()[0] for line in reliance.splitlines()[3:] if not line.startswith("Residual paper")]
+    assert rows == ["GRU4Rec", "BSARec", "DuoRec"]  # as given on the command line (--experiment sorts)

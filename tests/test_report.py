@@ -259,3 +259,23 @@ def test_generated_data_of_two_generator_versions_has_two_hashes():
                           dataset_manifest=manifest)["dataset_sha256"]
 
     assert sha(1).startswith("generated:") and sha(1) != sha(2) and sha(2) == sha(2)
+
+
+def test_a_space_of_models_is_one_row_per_model(tmp_path, capsys):
+    """residual_models varies the backbone: each model's selected row is its own cell, named as in the
+    residual-dominance paper, in its order, the best of a column bold; the AE/AR tables leave it out."""
+    root = str(tmp_path / "results")
+    models = [("m1", "ar", "modular", 0.050), ("m2", "ar", "duorec", 0.055), ("m3", "ar", "bsarec", 0.061),
+              ("m4", "ae", "modular", 0.040), ("m5", "ar", "gru4rec", 0.030)]
+    for trial, task, backbone, value in models:
+        write_row(root, row(trial, "toys", "residual_models", task, value, **{"model.backbone": backbone}))
+    write_row(root, row("v1", "toys", "vanilla", "ae", 0.02, **{"model.backbone": "modular"}))
+    write_row(root, row("v2", "toys", "vanilla", "ar", 0.03, **{"model.backbone": "modular"}))
+    assert main(["report", "--results", root]) == 0
+    text = capsys.readouterr().out
+    table = md_table(text, "residual_models: one row per model")
+    assert [(r[1], r[6]) for r in table] == [("SASRec", "0.0500"), ("DuoRec", "0.0550"), ("BSARec", "**0.0610**"),
+                                             ("BERT4Rec", "0.0400"), ("GRU4Rec", "0.0300")]
+    assert "toys / residual_models: BSARec leads on test N@10 (0.0610)" in text
+    t4 = md_table(text, "Table 4: vanilla AE vs AR")
+    assert [r[2:4] for r in t4 if r[1] == "N@10"] == [["0.0200", "<u>0.0300</u>"]]

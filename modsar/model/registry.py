@@ -161,6 +161,16 @@ def loaded_plugins() -> list[str]:
     return list(_LOADED)
 
 
+# the residual-dominance paper's names for (backbone, task): how reports and analyses label a comparison of models
+PAPER_NAMES = {("modular", "ar"): "SASRec", ("duorec", "ar"): "DuoRec", ("bsarec", "ar"): "BSARec",
+               ("modular", "ae"): "BERT4Rec", ("gru4rec", "ar"): "GRU4Rec", ("bsarec", "ae"): "BSARec-AE"}
+
+
+def paper_name(backbone: str, task: str) -> str:
+    """"SASRec", "GRU4Rec", ...; any other pair as "<backbone> <TASK>"."""
+    return PAPER_NAMES.get((backbone, task), f"{backbone} {task.upper()}")
+
+
 def _check_modular(cfg: Config, bad: Bad) -> None:
     m: ModelConfig = cfg.model
     if m.positional in ("rope", "relative"):

@@ -240,12 +240,22 @@ def run_search(req: SearchRequest) -> dict[str, Any]:
 
 
 
-def select_and_test(plan: Plan) -> dict[str, dict]:
-    """Best trial per task by its best validation epoch; test it from its best checkpoint; mark it selected.
+MODEL = ["task", "model.backbone"]  # what a selection picks one trial of: a direction of one backbone
 
-    Exactly one row per task is selected afterwards: a resumed or retried search may pick another trial than
-    an earlier run did, so earlier selections are unmarked (and their test metrics dropped) first. A
-    diverged or errored trial is never a candidate."""
+
+def model_key(task: str, backbone: str, backbones: int) -> str:
+    """The name of a selection: the task alone ("ae", "ar") when the experiment has one backbone, as every
+    AE-vs-AR space; "<backbone>/<task>" when it compares backbones (the residual_models space)."""
+    return task if backbones == 1 else f"{backbone}/{task}"
+
+
+def select_and_test(plan: Plan) -> dict[str, dict]:
+    """Best trial per task (per task and backbone in a space that varies the backbone) by its best validation
+    epoch; test it from its best checkpoint; mark it selected.
+
+    Exactly one row per task (and backbone) is selected afterwards: a resumed or retried search may pick
+    another trial than an earlier run did, so earlier selections are unmarked (and their test metrics dropped)
+    first. A diverged or errored trial is never a candidate."""
     import torch
 
     from modsar.data.split import LeaveOneOut
@@ -258,13 +268,13 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
         return {}
     rows = every[every["role"] == "search"]
     candidates = rows[rows["status"].isin(["finished", "stopped"]) & rows[column].notna()]
-    winners = {task: group.sort_values([column, "trial_id"], ascending=[False, True]).iloc[0].to_dict()
-               for task, group in candidates.groupby("task")}
+    winners = {model: group.sort_values([column, "trial_id"], ascending=[False, True]).iloc[0].to_dict()
+               for model, group in candidates.groupby(MODEL)}
     for earlier in rows[rows["selected"].astype(bool)].to_dict("records"):  # unmark before marking: a crash
         earlier.update({k: None for k in earlier if k.startswith("test.")}, selected=False)  # leaves none
         rewrite_row(plan, earlier)
-    for task, seeds in every[every["role"] == "seed"].groupby("task"):  # re-runs of an earlier winner
-        winner = rows[rows["trial_id"] == winners[task]["trial_id"]] if task in winners else rows.iloc[:0]
+    for model, seeds in every[every["role"] == "seed"].groupby(MODEL):  # re-runs of an earlier winner
+        winner = rows[rows["trial_id"] == winners[model]["trial_id"]] if model in winners else rows.iloc[:0]
         for seed_row in seeds.to_dict("records"):
             if not len(winner) or differing_keys(pd.concat([winner, pd.DataFrame([seed_row])])):
                 rewrite_row(plan, {**seed_row, "role": "superseded"})  # kept, but no report cell uses it
@@ -273,14 +283,16 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
     data = load_dataset(plan.request.dataset, plan.request.data_dir)
     split = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
     selected = {}
-    for task, best in winners.items():
+    backbones = rows["model.backbone"].nunique()
+    for (task, backbone), best in winners.items():
         with _local_copy(best["checkpoint"]) as path:
             model, cfg, payload = load_checkpoint(path)
         test = Evaluator.of(split, cfg, payload["max_len"], torch.device("cpu"))(model_scorer(model), "test")
         best.update({f"test.{k}": v for k, v in test.items()}, selected=True)
         rewrite_row(plan, best)
-        selected[task] = {"trial_id": best["trial_id"], column: best[column],
-                          **{f"test.{k}": test[k] for k in (plan.monitor, "recall@10", "ndcg@10") if k in test}}
+        selected[model_key(task, backbone, backbones)] = {
+            "trial_id": best["trial_id"], column: best[column],
+            **{f"test.{k}": test[k] for k in (plan.monitor, "recall@10", "ndcg@10") if k in test}}
     return selected
 
 
@@ -317,7 +329,9 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
             if p.active(sampled):
                 sampled[p.key] = row[p.key].item() if hasattr(row[p.key], "item") else row[p.key]
         task = sampled.get("task", plan.base["task"])
-        mine = rows[(rows["role"] == "seed") & (rows["task"] == task)] if "role" in rows else rows.iloc[:0]
+        backbone = sampled.get("model.backbone", plan.base["model"]["backbone"])
+        mine = (rows[(rows["role"] == "seed") & (rows["task"] == task) & (rows["model.backbone"] == backbone)]
+                if "role" in rows else rows.iloc[:0])
         for failed in mine[mine["status"] == "error"].to_dict("records"):  # retried below, as search trials are
             rewrite_row(plan, {**failed, "role": "superseded"})
         done = set(mine[mine["status"] != "error"]["seed"])
