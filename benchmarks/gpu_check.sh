@@ -18,7 +18,8 @@ print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torc
       'pandas', pandas.__version__, 'cuda available', torch.cuda.is_available())" | tee -a "$out/env.txt"
 timeout 300 python3 -m pytest -q -p no:cacheprovider --durations=8 \
     tests/test_search.py::test_fractional_gpus_share_one_device tests/test_train.py tests/test_model.py \
-    tests/test_metrics.py tests/test_losses.py tests/test_hf_plugins.py tests/test_transfo_xl.py tests/test_analyze.py 2>&1 |
+    tests/test_metrics.py tests/test_losses.py tests/test_hf_plugins.py tests/test_transfo_xl.py tests/test_analyze.py \
+    tests/test_model_zoo.py 2>&1 |
     tee "$out/pytest.txt" | tail -40
 timeout 150 python3 benchmarks/device_speed.py --devices cuda,cpu --backbones "modular AR ce" --epochs 3 2>&1 |
     tee "$out/speed.txt"

@@ -134,42 +134,35 @@ class TrainBatches:
 
 class SameTarget:
     """Every training prefix by its next item, to draw a same-target partner for a sequence (DuoRec's supervised
-    view). A prefix is items[start_u:p] for a position p inside user u's training items with p > start_u; it is
-    named by p, an index into the split's `items`."""
+    view). The prefix items[start_u:p] of user u is named by p, an index into the split's `items` inside u's
+    training items with p > start_u (a non-empty prefix); its next item is items[p]."""
 
     def __init__(self, split: LeaveOneOut, users: np.ndarray) -> None:
         starts, ends = split.starts[users], split.train_ends[users]
         counts = np.maximum(ends - starts - 1, 0)
-        owner = np.repeat(users, counts)
-        position = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(starts + 1, counts)
-        order = np.argsort(split.items[position], kind="stable")
-        self.items, self.starts = split.items, split.starts
-        self.positions, self.owners = position[order], owner[order]  # sorted by next item
-        self.rank = np.empty(len(order), dtype=np.int64)  # where each position sits in that order
+        owners = np.repeat(users, counts)
+        # every prefix end p, user by user: ascending, since users and their items are stored in order
+        self.positions = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(
+            starts + 1, counts)
+        order = np.argsort(split.items[self.positions], kind="stable")  # grouped by next item
+        self.by_target, self.owners = self.positions[order], owners[order]
+        self.rank = np.empty(len(order), dtype=np.int64)  # prefix i of `positions` sits at rank[i] in by_target
         self.rank[order] = np.arange(len(order))
-        self.position_order = position  # rank is indexed like `position` before sorting
-        self.first = np.searchsorted(split.items[self.positions], np.arange(split.num_items + 2))
+        self.first = np.searchsorted(split.items[self.by_target], np.arange(split.num_items + 2))  # per item
+        self.items, self.starts = split.items, split.starts
 
     def draw(self, own: np.ndarray, max_len: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """For each own position (a row's last label), another prefix with the same next item, left-padded to
-        the widest drawn (at most max_len); a target nobody else has gives the row's own prefix back."""
+        """For each own prefix end (a row's last label), another prefix with the same next item, left-padded to
+        the widest drawn (at most max_len), and its 0-based user; a target nobody else has gives the row's own
+        prefix back (as DuoRec does)."""
         target = self.items[own]
         lo, hi = self.first[target], self.first[target + 1]
-        own_rank = self.rank[np.searchsorted(self.position_order, own)]
+        own_rank = self.rank[np.searchsorted(self.positions, own)]
         others = hi - lo - 1
         pick = lo + (rng.random(len(own)) * np.maximum(others, 1)).astype(np.int64)
         pick += pick >= own_rank  # skip the row's own prefix
         pick = np.where(others > 0, pick, own_rank)
-        positions, owners = self.positions[pick], self.owners[pick]
-        begin = np.maximum(self.starts[owners], positions - max_len)
-        width = int((positions - begin).max()) if len(own) else 1
-        return left_padded_windows(self.items, begin, positions, width), owners
-
-
-def eval_inputs(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, task: str,
-                max_len: int) -> torch.Tensor:
-    """Left-padded model inputs for evaluation; AE appends the mask token after the history."""
-    window = left_padded_windows(split.items, split.starts[users], history_end, max_len)
-    if task == "ae":
-        window = np.concatenate([window, np.full((len(users), 1), split.num_items + 1)], axis=1)
-    return torch.from_numpy(window)
+        ends, owners = self.by_target[pick], self.owners[pick]
+        begin = np.maximum(self.starts[owners], ends - max_len)
+        width = int((ends - begin).max()) if len(own) else 1
+        return left_padded_windows(self.items, begin, ends, width), owners
