@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Issue 14's reproduction: the residual-dominance paper's five models (search_spaces/residual_models.yaml) on each
+# prepared dataset, then the diagnostics side by side (Figure 2: last_item_reliance.png; Table 2 in the output).
+# Usage, from the repository root:  DATASETS="toys beauty" bash benchmarks/residual_models.sh [search options]
+#   e.g. --max-epochs 60 to cap the budget on a small machine (say so next to the figures).
+set -euo pipefail
+datasets=${DATASETS:-"toys beauty sports video diginetica"}
+for d in $datasets; do
+  modsar search --space residual_models --dataset "$d" --experiment "residual-$d" --cpus-per-trial 1 \
+      --max-concurrent 2 --quiet "$@"
+done
+experiments=()
+for d in $datasets; do experiments+=(--experiment "residual-$d"); done
+modsar analyze "${experiments[@]}" --diagnostic hrli,shuffle,mixing,nonfinal --out results/residual-analysis
+modsar report --space residual_models
