@@ -268,13 +268,13 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
         return {}
     rows = every[every["role"] == "search"]
     candidates = rows[rows["status"].isin(["finished", "stopped"]) & rows[column].notna()]
-    winners = {model: group.sort_values([column, "trial_id"], ascending=[False, True]).iloc[0].to_dict()
-               for model, group in candidates.groupby(MODEL)}
+    winners = {key: group.sort_values([column, "trial_id"], ascending=[False, True]).iloc[0].to_dict()
+               for key, group in candidates.groupby(MODEL)}  # (task, backbone) -> the best row
     for earlier in rows[rows["selected"].astype(bool)].to_dict("records"):  # unmark before marking: a crash
         earlier.update({k: None for k in earlier if k.startswith("test.")}, selected=False)  # leaves none
         rewrite_row(plan, earlier)
-    for model, seeds in every[every["role"] == "seed"].groupby(MODEL):  # re-runs of an earlier winner
-        winner = rows[rows["trial_id"] == winners[model]["trial_id"]] if model in winners else rows.iloc[:0]
+    for key, seeds in every[every["role"] == "seed"].groupby(MODEL):  # re-runs of an earlier winner
+        winner = rows[rows["trial_id"] == winners[key]["trial_id"]] if key in winners else rows.iloc[:0]
         for seed_row in seeds.to_dict("records"):
             if not len(winner) or differing_keys(pd.concat([winner, pd.DataFrame([seed_row])])):
                 rewrite_row(plan, {**seed_row, "role": "superseded"})  # kept, but no report cell uses it
