@@ -166,3 +166,12 @@ class SameTarget:
         begin = np.maximum(self.starts[owners], ends - max_len)
         width = int((ends - begin).max()) if len(own) else 1
         return left_padded_windows(self.items, begin, ends, width), owners
+
+
+def eval_inputs(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, task: str,
+                max_len: int) -> torch.Tensor:
+    """Left-padded model inputs for evaluation; AE appends the mask token after the history."""
+    window = left_padded_windows(split.items, split.starts[users], history_end, max_len)
+    if task == "ae":
+        window = np.concatenate([window, np.full((len(users), 1), split.num_items + 1)], axis=1)
+    return torch.from_numpy(window)
