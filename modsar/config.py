@@ -85,7 +85,7 @@ class LossConfig:
 
 @dataclass
 class TrainConfig:
-    optimizer: str = choice("adam", "adam", "adamw")
+    optimizer: str = choice("adam", "adam", "adamw", "adamw_bert")  # adamw_bert: BERT's (no bias correction)
     lr: float = 1e-3
     weight_decay: float = 0.0
     weight_decay_exclude: str = choice("norm,bias", "norm,bias", "none", "norm,bias,embedding")  # kept from decay

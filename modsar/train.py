@@ -31,6 +31,7 @@ from modsar.evaluate import Evaluator, model_scorer
 from modsar.model import registry
 from modsar.model.interface import Recommender
 from modsar.model.losses import training_loss
+from modsar.optim import BertAdamW
 
 # on_eval(epoch, valid metrics, improved, checkpoint or None, facts): facts has "last" (training stops after
 # this pass: patience or max epochs) and the mean epoch/eval times so far.
@@ -257,11 +258,14 @@ def decay_groups(model: Recommender, exclude: str) -> tuple[list[torch.nn.Parame
 
 
 def make_optimizer(model: Recommender, cfg: Config) -> torch.optim.Optimizer:
-    optimizer_cls = torch.optim.AdamW if cfg.train.optimizer == "adamw" else torch.optim.Adam
     decayed, kept = decay_groups(model, cfg.train.weight_decay_exclude)
     groups: list[dict[str, Any]] = [{"params": decayed}, {"params": kept, "weight_decay": 0.0}]
-    return optimizer_cls([g for g in groups if g["params"]], lr=cfg.train.lr, weight_decay=cfg.train.weight_decay,
-                         betas=(0.9, cfg.train.beta2))
+    groups = [g for g in groups if g["params"]]
+    lr, decay, betas = cfg.train.lr, cfg.train.weight_decay, (0.9, cfg.train.beta2)
+    if cfg.train.optimizer == "adamw_bert":
+        return BertAdamW(groups, lr=lr, weight_decay=decay, betas=betas)
+    optimizer_cls = torch.optim.AdamW if cfg.train.optimizer == "adamw" else torch.optim.Adam
+    return optimizer_cls(groups, lr=lr, weight_decay=decay, betas=betas)
 
 
 def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCallback | None = None,
