@@ -22,6 +22,15 @@ Overrides are dotted keys (see `modsar train --list-keys`); values are read as Y
 The result row is written to <results>/<experiment>/trials/<trial>.parquet and the best checkpoint
 next to it under checkpoints/."""
 
+EPILOG_PROFILE = """examples:
+  modsar data profile video                                  # print every measure with its shuffled baseline
+  modsar data profile ml-1m --compare wiki --out results/profile   # matched budget, JSON + Parquet + plots
+  modsar data profile video --json | jq .top1pct_mass
+
+Any integer-id corpus can be profiled the same way once imported, e.g. tokenized text with one document per
+line: `modsar data prepare wiki --source tokens.txt --format sessions` (a dataset of your own is imported
+without filters). Definitions and conventions: modsar/data/profile.py."""
+
 EPILOG_PREPARE = """examples:
   modsar data prepare video --source ../shared/data/amazon-video-sasrec/Video.txt.gz
   modsar data prepare beauty --download                      # fetch from the registry URL, checksum-verified
@@ -126,6 +135,20 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("name")
     stats.add_argument("--json", action="store_true")
     _add_data_dir(stats)
+
+    prof = data_sub.add_parser("profile", help="entropy structure of a log: Zipf law, permutation entropy, "
+                               "compressibility, mutual-information decay", epilog=EPILOG_PROFILE,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    prof.add_argument("name", help="a prepared dataset (any integer-id corpus imported with `data prepare`)")
+    prof.add_argument("--compare", metavar="OTHER", help="profile OTHER too, both cut to the same number of symbols")
+    prof.add_argument("--budget", type=int, help="profile only the first N symbols (whole sequences, the last cut)")
+    prof.add_argument("--orders", default="3,4,5,6", help="permutation-entropy orders (default 3,4,5,6)")
+    prof.add_argument("--max-gap", type=int, default=20, help="mutual information at gaps 1..G (default 20)")
+    prof.add_argument("--seed", type=int, default=0, help="seed of the shuffled baselines")
+    prof.add_argument("--json", action="store_true", help="print the profile as JSON (fields fixed for scripts)")
+    prof.add_argument("--out", help="write profile.json, profile.parquet and the PNG plots here")
+    prof.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_data_dir(prof)
 
     listing = data_sub.add_parser("list", help="registry benchmarks and prepared datasets")
     listing.add_argument("--json", action="store_true")
@@ -247,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="environment variable for the job (e.g. MODSAR_DATA=/mnt/shared/datasets)")
     sub_submit.add_argument("rest", nargs=argparse.REMAINDER,
                             help="-- <modsar command ...>, or: status JOB | logs JOB | stop JOB")
-    for command, handler in ((prep, _prepare), (stats, _stats), (listing, _list), (train, _train),
+    for command, handler in ((prep, _prepare), (stats, _stats), (prof, _profile), (listing, _list), (train, _train),
                              (search, _search), (spaces, _spaces), (results, _results), (report, _report),
                              (analyze, _analyze), (sub_submit, _submit)):
         command.set_defaults(handler=handler)
@@ -483,6 +506,44 @@ def _prepare(args: argparse.Namespace) -> int:
         verb = "already prepared (reused)" if reused else "prepared"
         print(f"{args.name}: {verb}: {s['users']:,} users, {s['items']:,} items, {s['interactions']:,} "
               f"interactions, avg length {s['avg_length']:.2f}, density {s['density']:.6f}")
+    return 0
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from modsar.data import profile
+    from modsar.data.store import load_dataset
+    from modsar.outputs import write_parquet
+
+    try:
+        orders = tuple(int(m) for m in args.orders.split(","))
+    except ValueError:
+        orders = ()
+    if not orders or min(orders) < 2 or max(orders) > 8:
+        raise ModsarError(f"--orders must be comma-separated integers from 2 to 8; got {args.orders!r}")
+    if args.max_gap < 1 or (args.budget is not None and args.budget < 1):
+        raise ModsarError("--max-gap and --budget must be >= 1")
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ModsarError(f"--out {args.out} is a file; name a folder (it is created if missing)")
+    corpora = [profile.Corpus.of_dataset(load_dataset(name, args.data_dir))
+               for name in [args.name] + ([args.compare] if args.compare else [])]
+    budget = min([len(c.items) for c in corpora] + ([args.budget] if args.budget else []))
+    corpora = [c.truncated(budget) for c in corpora]
+    found = [profile.profile(c, orders, args.max_gap, args.seed, progress=not args.quiet) for c in corpora]
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = out / ".profile.json.tmp"
+        tmp.write_text(json.dumps(found if args.compare else found[0], indent=2) + "\n")
+        tmp.replace(out / "profile.json")
+        written = [out / "profile.json", write_parquet(profile.long_table(found), out / "profile.parquet")]
+        written += profile.plot(found, corpora, out)
+    if args.json:  # the first corpus's fields at the top level; --compare adds the other under "compare"
+        print(json.dumps({**found[0], **({"compare": found[1]} if args.compare else {})}, indent=2))
+    else:
+        print(profile.summary(found))
+    if args.out:
+        print(f"wrote {len(written)} file(s) to {args.out}: {', '.join(p.name for p in written)}",
+              file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
