@@ -44,6 +44,7 @@ from tqdm import tqdm
 from modsar.data.batches import eval_inputs
 from modsar.data.split import LeaveOneOut, history_index
 from modsar.data.store import load_dataset
+from modsar.data.views import viewed
 from modsar.diagnostics import (
     attention_window,
     effective_rank,
@@ -98,7 +99,7 @@ class Probe:
         self.device = resolve_device(device)
         self.model, self.cfg, payload = load_checkpoint(checkpoint, str(self.device))
         self.max_len = payload["max_len"]
-        data = load_dataset(self.cfg.dataset, data_dir)
+        data = viewed(load_dataset(self.cfg.dataset, data_dir), self.cfg.data.view)
         self.split = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
         self.users, self.end, self.targets = self.split.targets("test")  # every test user, in evaluation order
         if not len(self.users):

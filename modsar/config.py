@@ -35,6 +35,7 @@ class DataConfig:
     eval_batch_size: int = 256
     padding_free: bool = True  # batches only as wide as their longest row; output layer only at real positions
     batching: str = choice("tokens", "tokens", "length", "random")  # who shares a batch: see modsar.data.batches
+    view: str = choice("user", "user", "item")  # item: each item's users in time order (modsar.data.views)
 
 
 @dataclass

@@ -26,6 +26,7 @@ from modsar.config import Config, validate_for_dataset
 from modsar.data.batches import Batch, TrainBatches
 from modsar.data.split import LeaveOneOut
 from modsar.data.store import StoredDataset, load_dataset
+from modsar.data.views import viewed
 from modsar.errors import ModsarError
 from modsar.evaluate import Evaluator, model_scorer
 from modsar.model import registry
@@ -284,7 +285,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
         torch.set_num_threads(cfg.train.threads)
     device = resolve_device(cfg.train.device)
     seed_everything(cfg.seed)
-    dataset = dataset or load_dataset(cfg.dataset, data_root)
+    dataset = viewed(dataset or load_dataset(cfg.dataset, data_root), cfg.data.view)
     split = LeaveOneOut.from_log(dataset.user, dataset.item, dataset.num_users, dataset.num_items)
     validate_for_dataset(cfg, dataset.num_items, "config")
     if not len(split.eval_users):

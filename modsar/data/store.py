@@ -49,6 +49,7 @@ class StoredDataset:
     num_users: int
     num_items: int
     manifest: dict
+    timestamp: np.ndarray | None = None  # float64 seconds per interaction, where the source had them
 
     @property
     def default_max_len(self) -> int:
@@ -279,10 +280,11 @@ def load_dataset(name: str, root: str | Path | None = None) -> StoredDataset:
             if get_spec(name) is not None:
                 hint += " (or --download)"
             raise ModsarError(f"dataset '{name}' is not prepared in {root}; run '{hint}' (see 'modsar data list')")
-    table = pq.read_table(root / name / "interactions.parquet", columns=["user", "item"])
+    table = pq.read_table(root / name / "interactions.parquet")
     stats = manifest["statistics"]
+    timestamp = table.column("timestamp").to_numpy() if "timestamp" in table.column_names else None
     return StoredDataset(name, table.column("user").to_numpy(), table.column("item").to_numpy(),
-                         stats["users"], stats["items"], manifest)
+                         stats["users"], stats["items"], manifest, timestamp)
 
 
 def list_prepared(root: str | Path | None = None) -> list[dict]:

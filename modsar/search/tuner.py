@@ -20,6 +20,7 @@ from ray.tune.schedulers import ASHAScheduler
 from ray.tune.search import ConcurrencyLimiter
 
 from modsar.data.store import load_dataset
+from modsar.data.views import viewed
 from modsar.errors import ModsarError
 from modsar.results import differing_keys, filesystem, read_rows, remove_partial_rows
 from modsar.search.plan import Plan, SearchRequest, make_plan
@@ -280,13 +281,17 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
                 rewrite_row(plan, {**seed_row, "role": "superseded"})  # kept, but no report cell uses it
     if not winners:
         return {}
-    data = load_dataset(plan.request.dataset, plan.request.data_dir)
-    split = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
+    stored = load_dataset(plan.request.dataset, plan.request.data_dir)
+    splits: dict[str, LeaveOneOut] = {}  # per data view: a space may search over views
     selected = {}
     backbones = rows["model.backbone"].nunique()
     for (task, backbone), best in winners.items():
         with _local_copy(best["checkpoint"]) as path:
             model, cfg, payload = load_checkpoint(path)
+        if cfg.data.view not in splits:
+            data = viewed(stored, cfg.data.view)
+            splits[cfg.data.view] = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
+        split = splits[cfg.data.view]
         test = Evaluator.of(split, cfg, payload["max_len"], torch.device("cpu"))(model_scorer(model), "test")
         best.update({f"test.{k}": v for k, v in test.items()}, selected=True)
         rewrite_row(plan, best)
