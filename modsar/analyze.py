@@ -42,7 +42,7 @@ import torch
 from tqdm import tqdm
 
 from modsar.data.batches import eval_inputs
-from modsar.data.split import LeaveOneOut, history_index
+from modsar.data.split import history_index, make_split
 from modsar.data.store import load_dataset
 from modsar.data.views import viewed
 from modsar.diagnostics import (
@@ -100,7 +100,7 @@ class Probe:
         self.model, self.cfg, payload = load_checkpoint(checkpoint, str(self.device))
         self.max_len = payload["max_len"]
         data = viewed(load_dataset(self.cfg.dataset, data_dir), self.cfg.data.view)
-        self.split = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
+        self.split = make_split(self.cfg, data)
         self.users, self.end, self.targets = self.split.targets("test")  # every test user, in evaluation order
         if not len(self.users):
             raise ModsarError(f"{checkpoint}: dataset '{self.cfg.dataset}' has no test users to analyse")

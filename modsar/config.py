@@ -36,6 +36,11 @@ class DataConfig:
     padding_free: bool = True  # batches only as wide as their longest row; output layer only at real positions
     batching: str = choice("tokens", "tokens", "length", "random")  # who shares a batch: see modsar.data.batches
     view: str = choice("user", "user", "item")  # item: each item's users in time order (modsar.data.views)
+    split: str = choice("loo", "loo", "temporal")  # leave-one-out, or one global time cut (modsar.data.split)
+    split_valid: float = 0.8  # temporal: the validation cut, a quantile of all timestamps
+    split_test: float = 0.9  # temporal: the test cut, a quantile of all timestamps
+    split_dates: str = ""  # temporal: "YYYY-MM-DD,YYYY-MM-DD" cuts instead of the quantiles (UTC)
+    split_targets: str = choice("first", "first", "every")  # temporal: each user's first event after a cut, or all
 
 
 @dataclass
@@ -317,6 +322,19 @@ def validate(cfg: Config, where: str = "config") -> None:
         bad(f"'loss.gbce_t' must be in [0, 1] (0 = plain BCE, 1 = fully calibrated); got {cfg.loss.gbce_t}")
     if cfg.loss.cl_temperature <= 0:
         bad(f"'loss.cl_temperature' must be > 0; got {cfg.loss.cl_temperature}")
+    if not 0.0 < cfg.data.split_valid < cfg.data.split_test < 1.0:
+        bad(f"'data.split_valid' and 'data.split_test' must be quantiles with 0 < valid < test < 1; got "
+            f"{cfg.data.split_valid} and {cfg.data.split_test}")
+    if cfg.data.split_dates:
+        import datetime as dt
+
+        try:
+            dates = [dt.datetime.fromisoformat(d.strip()) for d in cfg.data.split_dates.split(",")]
+        except ValueError:
+            dates = []
+        if len(dates) != 2 or not dates[0] < dates[1]:
+            bad(f"'data.split_dates' must be two ISO dates, the validation cut first (\"2000-11-20,2000-12-01\"); "
+                f"got {cfg.data.split_dates!r}")
     if cfg.data.max_len < 0:
         bad(f"'data.max_len' must be >= 1, or 0 for the dataset default; got {cfg.data.max_len}")
     if not cfg.eval.ks or min(cfg.eval.ks) < 1:

@@ -474,7 +474,22 @@ class Report:
 # Columns that must agree between experiments whose numbers share a table: how targets were ranked, and
 # which data (file hashes and preprocessing) they were ranked on.
 PROTOCOL = ("eval.filter_seen", "eval.sampled_negatives", "eval.sample_seed", "dataset_sha256",
-            "dataset_preprocessing")
+            "dataset_preprocessing", "data.view", "data.split", "data.split_valid", "data.split_test",
+            "data.split_dates", "data.split_targets")
+
+
+def protocol_line(rows: pd.DataFrame) -> str | None:
+    """How the data was cut and viewed, when it is not the default (leave-one-out over users)."""
+    parts = []
+    if "data.view" in rows and (rows["data.view"].fillna("user") != "user").any():
+        parts.append("data.view=item (sequences are items; the model predicts the next user)")
+    if "data.split" in rows and (rows["data.split"].fillna("loo") == "temporal").any():
+        temporal = rows[rows["data.split"] == "temporal"].iloc[0]
+        cuts = (f"dates {temporal['data.split_dates']}" if temporal.get("data.split_dates") else
+                f"timestamp quantiles {temporal['data.split_valid']:g} / {temporal['data.split_test']:g}")
+        parts.append(f"data.split=temporal (one global cut at {cuts}; targets: {temporal['data.split_targets']} "
+                     "event(s) after each cut per user)")
+    return "protocol: " + "; ".join(parts) if parts else None
 
 
 def _protocol(rows: pd.DataFrame, column: str) -> pd.Series:
@@ -541,6 +556,8 @@ def _build(rows: pd.DataFrame, metrics: list[str] | None, headline: str, experim
         tables.append(sig)
     lines = [prefix + v for v in verdicts(rows, cells, datasets, all_spaces, headline)] if all_spaces else []
     lines += [prefix + v for space in comparisons for v in model_verdicts(cells, datasets, space, headline)]
+    if (protocol := protocol_line(rows)) is not None:
+        lines.insert(0, prefix + protocol)
     return Report(experiment, rows, tables, lines, cells, datasets, all_spaces)
 
 

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from modsar.config import Config, validate_for_dataset
 from modsar.data.batches import Batch, TrainBatches
-from modsar.data.split import LeaveOneOut
+from modsar.data.split import make_split
 from modsar.data.store import StoredDataset, load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
@@ -286,7 +286,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     device = resolve_device(cfg.train.device)
     seed_everything(cfg.seed)
     dataset = viewed(dataset or load_dataset(cfg.dataset, data_root), cfg.data.view)
-    split = LeaveOneOut.from_log(dataset.user, dataset.item, dataset.num_users, dataset.num_items)
+    split = make_split(cfg, dataset)
     validate_for_dataset(cfg, dataset.num_items, "config")
     if not len(split.eval_users):
         raise ModsarError(f"dataset '{cfg.dataset}' has no user with 3+ interactions: nothing to validate or test")

@@ -279,3 +279,19 @@ def test_a_space_of_models_is_one_row_per_model(tmp_path, capsys):
     assert "toys / residual_models: BSARec leads on test N@10 (0.0610)" in text
     t4 = md_table(text, "Table 4: vanilla AE vs AR")
     assert [r[2:4] for r in t4 if r[1] == "N@10"] == [["0.0200", "<u>0.0300</u>"]]
+
+
+def test_a_temporal_split_is_stated_and_never_blended_with_leave_one_out(tmp_path, capsys):
+    root = str(tmp_path / "results")
+    temporal = {"data.split": "temporal", "data.split_valid": 0.8, "data.split_test": 0.9, "data.split_dates": "",
+                "data.split_targets": "first", "data.view": "user"}
+    loo = {**temporal, "data.split": "loo"}
+    write_row(root, row("t1", "ml-100k", "vanilla", "ae", 0.02, experiment="time", **temporal))
+    write_row(root, row("t2", "ml-100k", "vanilla", "ar", 0.03, experiment="time", **temporal))
+    write_row(root, row("l1", "ml-100k", "local_attn", "ae", 0.04, experiment="loo", **loo))
+    write_row(root, row("l2", "ml-100k", "local_attn", "ar", 0.05, experiment="loo", **loo))
+    assert main(["report", "--results", root]) == 0
+    text = capsys.readouterr().out
+    assert "each experiment is reported on its own: on ml-100k they differ in data.split" in text
+    assert ("time: protocol: data.split=temporal (one global cut at timestamp quantiles 0.8 / 0.9; targets: first "
+            "event(s) after each cut per user)") in text

@@ -4,11 +4,12 @@ For a user with n >= 3 interactions: items[:n-2] train, items[n-2] validation ta
 target. Validation ranks with history items[:n-2]; test ranks with history items[:n-1]. Users with fewer
 than 3 interactions cannot be evaluated; their items are training data only (the SASRec convention).
 No test item and no validation item ever reaches a training input or label.
+`TemporalSplit` is the global-time alternative (`data.split=temporal`); `make_split` picks one for a config.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -56,6 +57,62 @@ class LeaveOneOut:
         return users, end, self.items[end]
 
 
+@dataclass
+class TemporalSplit(LeaveOneOut):
+    """One global time cut for every user (the data-first paper §2): training reads only events before the
+    validation cut; validation targets lie in [valid cut, test cut), test targets at or after the test cut.
+    A target's history is the user's events strictly earlier in time (events that share its timestamp are
+    left out), so a test history includes the validation period. `every=False` takes each user's first event
+    in the window (one target per user), `every=True` every event in it. Targets without any earlier event
+    are left out (nothing to condition on). `items` must be chronological within each user."""
+
+    timestamp: np.ndarray = field(default_factory=lambda: np.zeros(0))  # float64, aligned with items
+    valid_cut: float = 0.0
+    test_cut: float = 0.0
+    every: bool = False
+
+    @classmethod
+    def from_timed_log(cls, user: np.ndarray, item: np.ndarray, timestamp: np.ndarray, num_users: int,
+                       num_items: int, valid_cut: float, test_cut: float, every: bool = False) -> TemporalSplit:
+        base = LeaveOneOut.from_log(user, item, num_users, num_items)
+        return cls(base.items, base.offsets, num_items, timestamp.astype(np.float64), valid_cut, test_cut, every)
+
+    @property
+    def owner(self) -> np.ndarray:
+        return np.repeat(np.arange(self.num_users), self.lengths)
+
+    @property
+    def train_ends(self) -> np.ndarray:
+        """Each user's events before the validation cut (chronological, so a prefix)."""
+        before = np.bincount(self.owner, weights=self.timestamp < self.valid_cut, minlength=self.num_users)
+        return self.starts + before.astype(np.int64)
+
+    @property
+    def eval_users(self) -> np.ndarray:
+        """0-based users with a validation or a test target."""
+        return np.unique(np.concatenate([self.targets("valid")[0], self.targets("test")[0]]))
+
+    def _history_ends(self) -> np.ndarray:
+        """For every position, the index of its user's first event with the same timestamp (its history end)."""
+        owner, ts = self.owner, self.timestamp
+        index = np.arange(len(ts))
+        new_run = np.ones(len(ts), dtype=bool)
+        new_run[1:] = (owner[1:] != owner[:-1]) | (ts[1:] != ts[:-1])
+        return np.maximum.accumulate(np.where(new_run, index, 0))
+
+    def targets(self, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        lo, hi = {"valid": (self.valid_cut, self.test_cut), "test": (self.test_cut, np.inf)}[split]
+        owner = self.owner
+        ends = self._history_ends()
+        positions = np.flatnonzero((self.timestamp >= lo) & (self.timestamp < hi) & (ends > self.starts[owner]))
+        if not self.every:  # the first such event of each user
+            positions = positions[np.unique(owner[positions], return_index=True)[1]]
+        users, history_end = owner[positions], ends[positions]
+        if len(positions) and not (self.timestamp[history_end - 1] < self.timestamp[positions]).all():
+            raise AssertionError("temporal split: a history reaches the time of its target")  # never, by construction
+        return users, history_end, self.items[positions]
+
+
 def left_padded_windows(items: np.ndarray, starts: np.ndarray, ends: np.ndarray, width: int) -> np.ndarray:
     """The last `width` items of each range items[start:end], left-padded with 0 to shape (B, width)."""
     idx = ends[:, None] - width + np.arange(width)[None, :]
@@ -70,3 +127,30 @@ def history_index(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray
     rows = np.repeat(np.arange(len(users)), lengths)
     within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     return rows, split.items[np.repeat(starts, lengths) + within]
+
+
+def make_split(cfg, dataset) -> LeaveOneOut:
+    """The split a config asks for over a (viewed) dataset: leave-one-out, or one global time cut at the
+    quantiles `data.split_valid` / `data.split_test` of all timestamps (or at `data.split_dates`)."""
+    from modsar.errors import ModsarError
+
+    if cfg.data.split == "loo":
+        return LeaveOneOut.from_log(dataset.user, dataset.item, dataset.num_users, dataset.num_items)
+    if dataset.timestamp is None:
+        raise ModsarError(f"data.split=temporal needs timestamps, and dataset '{dataset.name}' has none; use "
+                          "data.split=loo or prepare a timestamped log (ml-csv, ml-dat, inter with timestamps)")
+    valid_cut, test_cut = cut_times(cfg.data, dataset.timestamp)
+    return TemporalSplit.from_timed_log(dataset.user, dataset.item, dataset.timestamp, dataset.num_users,
+                                        dataset.num_items, valid_cut, test_cut, cfg.data.split_targets == "every")
+
+
+def cut_times(data_cfg, timestamp: np.ndarray) -> tuple[float, float]:
+    """(validation cut, test cut) in seconds: ISO dates when `split_dates` is set, else timestamp quantiles."""
+    import datetime as dt
+
+    if data_cfg.split_dates:
+        first, second = (dt.datetime.fromisoformat(d.strip()) for d in data_cfg.split_dates.split(","))
+        as_seconds = [d.replace(tzinfo=d.tzinfo or dt.timezone.utc).timestamp() for d in (first, second)]
+        return as_seconds[0], as_seconds[1]
+    cuts = np.quantile(timestamp, [data_cfg.split_valid, data_cfg.split_test])
+    return float(cuts[0]), float(cuts[1])

@@ -259,7 +259,7 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
     first. A diverged or errored trial is never a candidate."""
     import torch
 
-    from modsar.data.split import LeaveOneOut
+    from modsar.data.split import LeaveOneOut, make_split
     from modsar.evaluate import Evaluator, model_scorer
     from modsar.train import load_checkpoint
 
@@ -282,16 +282,17 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
     if not winners:
         return {}
     stored = load_dataset(plan.request.dataset, plan.request.data_dir)
-    splits: dict[str, LeaveOneOut] = {}  # per data view: a space may search over views
+    splits: dict[tuple, LeaveOneOut] = {}  # per data view and split: a space may search over them
     selected = {}
     backbones = rows["model.backbone"].nunique()
     for (task, backbone), best in winners.items():
         with _local_copy(best["checkpoint"]) as path:
             model, cfg, payload = load_checkpoint(path)
-        if cfg.data.view not in splits:
-            data = viewed(stored, cfg.data.view)
-            splits[cfg.data.view] = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
-        split = splits[cfg.data.view]
+        protocol = (cfg.data.view, cfg.data.split, cfg.data.split_valid, cfg.data.split_test, cfg.data.split_dates,
+                    cfg.data.split_targets)
+        if protocol not in splits:
+            splits[protocol] = make_split(cfg, viewed(stored, cfg.data.view))
+        split = splits[protocol]
         test = Evaluator.of(split, cfg, payload["max_len"], torch.device("cpu"))(model_scorer(model), "test")
         best.update({f"test.{k}": v for k, v in test.items()}, selected=True)
         rewrite_row(plan, best)

@@ -1,0 +1,82 @@
+"""data.split=temporal: one global time cut; context strictly before every target; nothing after the validation
+cut in training; refused without timestamps; recorded in rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from modsar.config import load_config
+from modsar.data.batches import TrainBatches
+from modsar.data.split import TemporalSplit, make_split
+from modsar.data.store import load_dataset
+from modsar.errors import ModsarError
+
+# user 1: items 1 2 3 4 at t = 1 2 5 8; user 2: items 5 6 7 at t = 3 6 6 (a tie); user 3: items 8 9 at t = 7 9;
+# user 4: item 10 at t = 4. Cuts: validation at t = 5, test at t = 7.
+USER = np.array([1, 1, 1, 1, 2, 2, 2, 3, 3, 4])
+ITEM = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+TIME = np.array([1, 2, 5, 8, 3, 6, 6, 7, 9, 4], dtype=float)
+
+
+def split(every: bool = False) -> TemporalSplit:
+    return TemporalSplit.from_timed_log(USER, ITEM, TIME, 4, 10, valid_cut=5.0, test_cut=7.0, every=every)
+
+
+def history(s: TemporalSplit, user: int, end: int) -> list[int]:
+    return s.items[s.starts[user]:end].tolist()
+
+
+def test_first_event_after_each_cut():
+    s = split()
+    assert (s.train_ends - s.starts).tolist() == [2, 1, 0, 1]  # events before t = 5
+    users, ends, targets = s.targets("valid")
+    got = {int(u): (history(s, u, e), int(t)) for u, e, t in zip(users, ends, targets, strict=True)}
+    # user 1: item 3 (t=5) after 1 2; user 2: item 6 (t=6) after 5 (item 7 shares t=6, so never its context);
+    # user 3's first event (t=7) is in the test window; user 4 has nothing after the cut
+    assert got == {0: ([1, 2], 3), 1: ([5], 6)}
+    users, ends, targets = s.targets("test")
+    got = {int(u): (history(s, u, e), int(t)) for u, e, t in zip(users, ends, targets, strict=True)}
+    # user 1: item 4 (t=8) with the validation event in its history; user 3: item 8 (t=7) has no earlier event,
+    # so its first test target is item 9 (t=9) after 8
+    assert got == {0: ([1, 2, 3], 4), 2: ([8], 9)}
+    assert s.eval_users.tolist() == [0, 1, 2]
+
+
+def test_every_event_and_ties():
+    s = split(every=True)
+    users, ends, targets = s.targets("valid")
+    pairs = sorted((int(u), history(s, u, e), int(t)) for u, e, t in zip(users, ends, targets, strict=True))
+    assert pairs == [(0, [1, 2], 3), (1, [5], 6), (1, [5], 7)]  # item 7's context stops before the tie at t=6
+    for which in ("valid", "test"):
+        users, ends, targets = s.targets(which)
+        positions = [int(np.flatnonzero(s.items == t)[0]) for t in targets]
+        assert (s.timestamp[ends - 1] < s.timestamp[positions]).all()  # context strictly before every target
+
+
+def test_no_event_after_the_validation_cut_is_trained_on():
+    s = split()
+    batches = TrainBatches(s, "ar", max_len=5, batch_size=8)
+    seen = set()
+    for batch in batches:
+        seen |= set(batch.inputs[batch.inputs > 0].tolist()) | set(batch.labels[batch.labels > 0].tolist())
+    assert seen == {1, 2}  # user 1's two training events; user 2 and 4 have one (no pair), user 3 none
+
+
+def test_config_quantiles_dates_and_refusals():
+    cfg = load_config(None, ["data.split=temporal", "data.split_valid=0.5", "data.split_test=0.75"])
+
+    class Timed:
+        name, user, item, timestamp, num_users, num_items = "t", USER, ITEM, TIME, 4, 10
+
+    s = make_split(cfg, Timed)
+    assert (s.valid_cut, s.test_cut) == (float(np.quantile(TIME, 0.5)), float(np.quantile(TIME, 0.75)))
+    dated = load_config(None, ["data.split=temporal", "data.split_dates=1970-01-01T00:00:05,1970-01-01T00:00:07"])
+    s = make_split(dated, Timed)
+    assert (s.valid_cut, s.test_cut) == (5.0, 7.0)
+    with pytest.raises(ModsarError, match=r"data\.split_dates"):
+        load_config(None, ["data.split_dates=2001-02-01,2000-01-01"])
+    with pytest.raises(ModsarError, match="0 < valid < test < 1"):
+        load_config(None, ["data.split_valid=0.9", "data.split_test=0.8"])
+    with pytest.raises(ModsarError, match=r"data\.split=temporal needs timestamps"):
+        make_split(cfg, load_dataset("synthetic"))
