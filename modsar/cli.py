@@ -509,6 +509,17 @@ def _prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _finite(value: Any) -> Any:
+    """NaN and infinities as null, so the JSON parses in strict readers (a measure undefined on short data)."""
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _profile(args: argparse.Namespace) -> int:
     from modsar.data import profile
     from modsar.data.store import load_dataset
@@ -533,12 +544,13 @@ def _profile(args: argparse.Namespace) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         tmp = out / ".profile.json.tmp"
-        tmp.write_text(json.dumps(found if args.compare else found[0], indent=2) + "\n")
+        tmp.write_text(json.dumps(_finite(found if args.compare else found[0]), indent=2, allow_nan=False) + "\n")
         tmp.replace(out / "profile.json")
         written = [out / "profile.json", write_parquet(profile.long_table(found), out / "profile.parquet")]
         written += profile.plot(found, corpora, out)
     if args.json:  # the first corpus's fields at the top level; --compare adds the other under "compare"
-        print(json.dumps({**found[0], **({"compare": found[1]} if args.compare else {})}, indent=2))
+        print(json.dumps(_finite({**found[0], **({"compare": found[1]} if args.compare else {})}), indent=2,
+                         allow_nan=False))
     else:
         print(profile.summary(found))
     if args.out:

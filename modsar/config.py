@@ -326,13 +326,11 @@ def validate(cfg: Config, where: str = "config") -> None:
         bad(f"'data.split_valid' and 'data.split_test' must be quantiles with 0 < valid < test < 1; got "
             f"{cfg.data.split_valid} and {cfg.data.split_test}")
     if cfg.data.split_dates:
-        import datetime as dt
+        from modsar.data.split import parse_dates
 
         try:
-            dates = [dt.datetime.fromisoformat(d.strip()) for d in cfg.data.split_dates.split(",")]
+            parse_dates(cfg.data.split_dates)
         except ValueError:
-            dates = []
-        if len(dates) != 2 or not dates[0] < dates[1]:
             bad(f"'data.split_dates' must be two ISO dates, the validation cut first (\"2000-11-20,2000-12-01\"); "
                 f"got {cfg.data.split_dates!r}")
     if cfg.data.max_len < 0:

@@ -492,9 +492,14 @@ def protocol_line(rows: pd.DataFrame) -> str | None:
     return "protocol: " + "; ".join(parts) if parts else None
 
 
+PROTOCOL_DEFAULTS = {"data.view": "user", "data.split": "loo", "data.split_valid": 0.8, "data.split_test": 0.9,
+                     "data.split_dates": "", "data.split_targets": "first"}  # rows written before these keys
+
+
 def _protocol(rows: pd.DataFrame, column: str) -> pd.Series:
-    """A PROTOCOL column as comparable text; the sampling seed only where negatives were sampled."""
-    values = rows[column].astype(str)
+    """A PROTOCOL column as comparable text (a row without it has the default); the sampling seed only where
+    negatives were sampled."""
+    values = rows[column].fillna(PROTOCOL_DEFAULTS.get(column, "none")).astype(str)
     if column == "eval.sample_seed" and "eval.sampled_negatives" in rows:
         values = values.where(rows["eval.sampled_negatives"].fillna(0) > 0, "unused")
     return values

@@ -197,6 +197,11 @@ def parse_space(data: Any, name: str, path: str) -> SearchSpace:
         _fail(where, "'params' is empty: a search space needs at least one searched key")
     params = [_parse_param(where, key, spec) for key, spec in params_raw.items()]
     keys = [p.key for p in params]
+    protocol = [k for k in keys if k.startswith(("data.view", "data.split"))]
+    if protocol:
+        _fail(f"{where}: params.{protocol[0]}", "a search cannot vary how the data is viewed or split: validation "
+              "targets of different views or splits are not comparable, so no trial could be selected over "
+              "the others; set it in 'base' and run one search per protocol")
     if any(p.key == "task" and p.when for p in params):
         _fail(f"{where}: params.task", "the AE/AR switch cannot have a 'when' condition (each direction is searched "
               "on its own); list the tasks in its grid")

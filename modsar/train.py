@@ -201,13 +201,11 @@ def batch_loss(model: Recommender, batch: Batch, cfg: Config, per_batch: float) 
     however the batches group them; the epoch's mean loss is then the mean over all its positions."""
     hidden = model(batch.inputs, batch.users)
     loss = training_loss(model, hidden, batch.labels, batch.users, cfg.loss, cfg.data.padding_free)
-    regularizer = getattr(model, "regularizer", None)  # a backbone's own extra term (DuoRec's contrastive views)
-    extra = regularizer(batch, hidden, cfg.loss) if regularizer is not None else None
-    if extra is not None:
-        loss = loss + extra
     if cfg.loss.normalize == "epoch":
         loss = loss * ((batch.labels > 0).sum() / per_batch)
-    return loss
+    regularizer = getattr(model, "regularizer", None)  # a backbone's own extra term (DuoRec's contrastive views)
+    extra = regularizer(batch, hidden, cfg.loss) if regularizer is not None else None
+    return loss if extra is None else loss + extra  # a mean over the batch's sequences: not rescaled
 
 
 def needs_partners(cfg: Config) -> bool:

@@ -169,6 +169,21 @@ def test_duorec_regularizer_contrasts_the_named_views(views):
     assert model.regularizer(b, hidden, LossConfig(cl_weight=0.0)) is None
 
 
+def test_duorec_dropout_view_is_a_second_forward_pass():
+    """In training mode the unsupervised view is a fresh encoding (another dropout mask), not the first one."""
+    model = make(DuoRec, "ar", dropout=0.5, attn_dropout=0.5).train()
+    b = duorec_batch()
+    torch.manual_seed(1)
+    hidden = model(b.inputs, b.users)
+    cfg = LossConfig(cl_weight=1.0, cl_views="un")
+    torch.manual_seed(2)
+    got = model.regularizer(b, hidden, cfg)
+    torch.manual_seed(2)
+    second = model(b.inputs, b.users)[:, -1]
+    assert not torch.allclose(second, hidden[:, -1])  # the two views differ
+    torch.testing.assert_close(got, info_nce(hidden[:, -1], second, b.labels[:, -1], 1.0))
+
+
 def toy_split() -> LeaveOneOut:
     # user 1: 1 2 3 4 5 6 (train 1..4), user 2: 7 3 8 9 (train 7 3), user 3: 2 3 4 10 11 (train 2 3 4),
     # user 4: 5 12 (train only: fewer than 3 items)
@@ -220,6 +235,24 @@ def test_gbce_matches_its_formula_at_t0_and_t1():
             weight = torch.cat([torch.ones(len(h), 1), valid.float()], 1)
             bce = torch.nn.functional.binary_cross_entropy_with_logits(logits, target, weight, reduction="none")
             torch.testing.assert_close(got, bce.mean(1).mean())
+
+
+def test_gbce_equals_gsasrecs_transformed_logit_form():
+    """gSASRec computes gBCE as BCE on a transformed positive logit log(1 / (sigmoid(s)^-beta - 1)) (float64);
+    our beta softplus(-s) must give the same loss."""
+    from modsar.model.losses import gbce_beta
+
+    k, n_items, t = 256, 3000, 0.75
+    beta = gbce_beta(k, n_items, t)
+    g = torch.Generator().manual_seed(0)
+    pos, neg = torch.randn(50, 1, generator=g, dtype=torch.float64) * 3, torch.randn(50, k, generator=g,
+                                                                                     dtype=torch.float64) * 3
+    transformed = torch.log(1.0 / (torch.sigmoid(pos).pow(-beta) - 1.0))
+    logits = torch.cat([transformed, neg], 1)
+    target = torch.cat([torch.ones(50, 1), torch.zeros(50, k)], 1).double()
+    theirs = torch.nn.functional.binary_cross_entropy_with_logits(logits, target, reduction="none").mean(1)
+    ours = (beta * torch.nn.functional.softplus(-pos[:, 0]) + torch.nn.functional.softplus(neg).sum(1)) / (1 + k)
+    torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-12)
 
 
 def test_registry_refuses_what_the_models_cannot_do():

@@ -295,3 +295,20 @@ def test_a_temporal_split_is_stated_and_never_blended_with_leave_one_out(tmp_pat
     assert "each experiment is reported on its own: on ml-100k they differ in data.split" in text
     assert ("time: protocol: data.split=temporal (one global cut at timestamp quantiles 0.8 / 0.9; targets: first "
             "event(s) after each cut per user)") in text
+
+
+def test_rows_from_before_the_split_keys_read_as_leave_one_out(tmp_path, capsys):
+    """A row written before data.view/data.split existed shares tables with a new leave-one-out row."""
+    root = str(tmp_path / "results")
+    new = {"data.split": "loo", "data.view": "user", "data.split_valid": 0.8, "data.split_test": 0.9,
+           "data.split_dates": "", "data.split_targets": "first"}
+    write_row(root, row("o1", "video", "local_attn", "ae", 0.04, experiment="old"))
+    write_row(root, row("o2", "video", "local_attn", "ar", 0.05, experiment="old"))
+    write_row(root, row("n1", "video", "loss_ce", "ae", 0.045, experiment="new", **new))
+    write_row(root, row("n2", "video", "loss_ce", "ar", 0.044, experiment="new", **new))
+    assert main(["report", "--results", root]) == 0
+    text = capsys.readouterr().out
+    assert "reported on its own" not in text and "protocol:" not in text
+    t5 = md_table(text, "Table 5: design choices")
+    assert [r[2:6] for r in t5 if r[0] == "video" and r[1] == "N@10"] == [
+        ["0.0400", "**<u>0.0500</u>**", "**<u>0.0450</u>**", "0.0440"]]

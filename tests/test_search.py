@@ -260,6 +260,7 @@ def test_bad_requests_fail_cleanly(local_ray, data_dir, tmp_path, capsys, args, 
     ("params:\n  1: {grid: [1]}\n", "key 1 is not a config name"),
     ("base: {train.lr: .nan}\nparams:\n  task: {grid: [ar]}\n", "'train.lr' must be a finite number"),
     ("\udcff\udcfe", "is not a text (UTF-8) file"),
+    ("params:\n  data.split: {grid: [loo, temporal]}\n", "a search cannot vary how the data is viewed or split"),
 ])
 def test_bad_space_files(tmp_path, capsys, body, message):
     path = tmp_path / "bad.yaml"

@@ -63,6 +63,18 @@ def test_no_event_after_the_validation_cut_is_trained_on():
     assert seen == {1, 2}  # user 1's two training events; user 2 and 4 have one (no pair), user 3 none
 
 
+def test_cuts_without_targets_and_unsorted_logs_are_refused():
+    with pytest.raises(ModsarError, match="no valid target"):  # both cuts after the last event
+        TemporalSplit.from_timed_log(USER, ITEM, TIME, 4, 10, valid_cut=100.0, test_cut=200.0)
+    with pytest.raises(ModsarError, match="must come before the test cut"):  # quantiles that fall on one tie
+        TemporalSplit.from_timed_log(USER, ITEM, TIME, 4, 10, valid_cut=6.0, test_cut=6.0)
+    with pytest.raises(ModsarError, match="not in time order within each user"):
+        TemporalSplit.from_timed_log(USER, ITEM, TIME[[1, 0, *range(2, 10)]], 4, 10, valid_cut=5.0, test_cut=7.0)
+    with pytest.raises(ModsarError, match=r"data\.split_dates"):  # one date with a timezone, one without: fine;
+        load_config(None, ["data.split_dates=2000-11-20T00:00+02:00"])  # a single date is not two
+    load_config(None, ["data.split_dates=2000-11-20T00:00+02:00,2000-12-01"])
+
+
 def test_config_quantiles_dates_and_refusals():
     cfg = load_config(None, ["data.split=temporal", "data.split_valid=0.5", "data.split_test=0.75"])
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from modsar.config import load_config
 from modsar.data.store import load_dataset, prepare_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
-from modsar.train import run_trial
 
 # userId,movieId,rating,timestamp: item 10 is seen by users 2 (t=5), 1 (t=7), 3 (t=9); item 20 by 3 (t=1), 1 (t=2),
 # 2 (t=2, later in the file: ties keep the log order); item 30 by 1, 2, 3 (t = 30, 31, 32); item 40 by 3, 2
@@ -61,11 +59,16 @@ def test_the_item_view_orders_each_items_users_by_time(timestamped):
     assert viewed(items, "item") is items and viewed(data, "user") is data
 
 
-def test_training_on_the_item_view_is_recorded(timestamped):
-    cfg = load_config(None, ["dataset=tiny", "data.view=item", "train.max_epochs=1", "model.hidden_size=8",
-                             "model.num_heads=1", "train.patience=0"])
-    result = run_trial(cfg, data_root=timestamped, progress=False)
-    assert result.epochs_run == 1 and cfg.flat()["data.view"] == "item"
+def test_training_on_the_item_view_is_recorded(timestamped, tmp_path, capsys):
+    """`modsar train data.view=item` trains on 4 item sequences over 3 'items' (users) and its row says so."""
+    from modsar.cli import main
+    from modsar.results import read_rows
+
+    assert main(["train", "--dataset", "tiny", "--data-dir", str(timestamped), "--results", str(tmp_path / "r"),
+                 "--experiment", "v", "--quiet", "--no-checkpoint", "data.view=item", "train.max_epochs=1",
+                 "model.hidden_size=8", "model.num_heads=1", "train.patience=0"]) == 0
+    row = read_rows(str(tmp_path / "r"), "v").iloc[0]
+    assert row["data.view"] == "item" and row["status"] == "finished"
 
 
 def test_no_timestamps_no_item_view():

@@ -74,8 +74,26 @@ class TemporalSplit(LeaveOneOut):
     @classmethod
     def from_timed_log(cls, user: np.ndarray, item: np.ndarray, timestamp: np.ndarray, num_users: int,
                        num_items: int, valid_cut: float, test_cut: float, every: bool = False) -> TemporalSplit:
+        """The split of a user-major log; refuses one whose events are not in time order within each user
+        (a history would then not end at its latest event) and cuts that leave a window without targets."""
+        from modsar.errors import ModsarError
+
         base = LeaveOneOut.from_log(user, item, num_users, num_items)
-        return cls(base.items, base.offsets, num_items, timestamp.astype(np.float64), valid_cut, test_cut, every)
+        timestamp = timestamp.astype(np.float64)
+        same_user = user[1:] == user[:-1]
+        if (same_user & (timestamp[1:] < timestamp[:-1])).any():
+            raise ModsarError("temporal split: events are not in time order within each user; prepare the log "
+                              "with `modsar data prepare` (it sorts by timestamp)")
+        if not valid_cut < test_cut:
+            raise ModsarError(f"temporal split: the validation cut ({valid_cut:g}) must come before the test cut "
+                              f"({test_cut:g}); with many equal timestamps, pick quantiles further apart or dates")
+        split = cls(base.items, base.offsets, num_items, timestamp, valid_cut, test_cut, every)
+        for which in ("valid", "test"):
+            if not len(split.targets(which)[0]):
+                raise ModsarError(f"temporal split: no {which} target (cuts {valid_cut:g} and {test_cut:g}; the "
+                                  f"data spans {timestamp.min():g} to {timestamp.max():g} seconds); move the cuts "
+                                  "inside the data (data.split_valid / data.split_test, or data.split_dates)")
+        return split
 
     @property
     def owner(self) -> np.ndarray:
@@ -144,13 +162,24 @@ def make_split(cfg, dataset) -> LeaveOneOut:
                                         dataset.num_items, valid_cut, test_cut, cfg.data.split_targets == "every")
 
 
-def cut_times(data_cfg, timestamp: np.ndarray) -> tuple[float, float]:
-    """(validation cut, test cut) in seconds: ISO dates when `split_dates` is set, else timestamp quantiles."""
+def parse_dates(text: str):
+    """Two comma-separated ISO dates as timezone-aware datetimes (UTC unless they say otherwise); ValueError
+    when there are not two, they do not parse, or the first is not earlier."""
     import datetime as dt
 
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 2:
+        raise ValueError(text)
+    dates = [d if d.tzinfo else d.replace(tzinfo=dt.timezone.utc) for d in map(dt.datetime.fromisoformat, parts)]
+    if not dates[0] < dates[1]:
+        raise ValueError(text)
+    return dates[0], dates[1]
+
+
+def cut_times(data_cfg, timestamp: np.ndarray) -> tuple[float, float]:
+    """(validation cut, test cut) in seconds: ISO dates when `split_dates` is set, else timestamp quantiles."""
     if data_cfg.split_dates:
-        first, second = (dt.datetime.fromisoformat(d.strip()) for d in data_cfg.split_dates.split(","))
-        as_seconds = [d.replace(tzinfo=d.tzinfo or dt.timezone.utc).timestamp() for d in (first, second)]
-        return as_seconds[0], as_seconds[1]
+        first, second = parse_dates(data_cfg.split_dates)
+        return first.timestamp(), second.timestamp()
     cuts = np.quantile(timestamp, [data_cfg.split_valid, data_cfg.split_test])
     return float(cuts[0]), float(cuts[1])

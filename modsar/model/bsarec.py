@@ -9,11 +9,13 @@ Each layer mixes two post-LN branches of the same input x, then a post-LN feed-f
 with alpha = `model.bsa_alpha`, c = `model.bsa_cutoff`. Embedding: item + learned position -> LN -> dropout.
 
 The filter works on a fixed window of N = max_len positions (max_len + 1 under AE, which adds the mask token),
-as the official code's left-padded sequences, with padding entering as zeros. It is linear along the
+as the official code's left-padded sequences. One deliberate difference: padding enters the FFT as zeros,
+where the official code feeds it position embedding + LayerNorm (so its short sequences are filtered together
+with the padding's vectors); here no output depends on how much padding a batch has. It is linear along the
 sequence, so it is one (N, N) matrix built once with torch.fft (`low_pass_matrix`):
   ae  low(x) over the whole window: every position sees every real item (bidirectional, as attention).
-  ar  position t gets the filter's value at the LAST position of its own prefix x_0..x_t left-padded to N,
-      i.e. exactly what the official model computes for a sequence that ends at t. That is a causal
+  ar  position t gets the filter's value at the LAST position of its own prefix x_0..x_t left-padded to N
+      (with zeros), i.e. what the official filter gives a sequence that ends at t. That is a causal
       convolution (a lower-triangular Toeplitz matrix): a position never reads a later item, which is what
       lets every position be trained at once (the official code trains the last position of each prefix).
 Residual analyses (mixing, residual scaling) act on the attention branch's own skip: its alpha scales x in

@@ -282,7 +282,7 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
     if not winners:
         return {}
     stored = load_dataset(plan.request.dataset, plan.request.data_dir)
-    splits: dict[tuple, LeaveOneOut] = {}  # per data view and split: a space may search over them
+    splits: dict[tuple, LeaveOneOut] = {}  # one protocol per search (spaces cannot vary it); keyed to be sure
     selected = {}
     backbones = rows["model.backbone"].nunique()
     for (task, backbone), best in winners.items():
