@@ -264,6 +264,10 @@ def test_registry_refuses_what_the_models_cannot_do():
         load_config(None, ["model.backbone=bsarec", "model.norm=pre"])
     with pytest.raises(ModsarError, match="bsa_alpha"):
         load_config(None, ["model.backbone=bsarec", "model.bsa_alpha=1.5"])
+    with pytest.raises(ModsarError, match=r"gru4rec has no 'model\.head'"):  # a knob it would silently ignore
+        load_config(None, ["model.backbone=gru4rec", "model.head=bert4rec"])
+    with pytest.raises(ModsarError, match=r"bsarec has no 'model\.init'"):
+        load_config(None, ["model.backbone=bsarec", "model.init=xavier"])
     with pytest.raises(ModsarError, match="gbce_t"):
         load_config(None, ["loss.name=gbce", "loss.gbce_t=2"])
     assert registry.lookup("gru4rec").recurrent and not registry.lookup("bsarec").recurrent

@@ -178,8 +178,22 @@ def _check_modular(cfg: Config, bad: Bad) -> None:
             "backbone has learned, sinusoidal or none")
 
 
+def _refuse_unused(cfg: Config, bad: Bad, keys: tuple[str, ...], why: str) -> None:
+    """Refuse a changed model knob the backbone has no use for (a silent no-op would mislead a search)."""
+    from modsar.config import ModelConfig
+
+    default = ModelConfig()
+    changed = [k for k in keys if getattr(cfg.model, k) != getattr(default, k)]
+    if changed:
+        bad(f"{cfg.model.backbone} has no 'model.{changed[0]}' ({why}); leave it at "
+            f"{getattr(default, changed[0])!r}")
+
+
 def _check_bsarec(cfg: Config, bad: Bad) -> None:
     m: ModelConfig = cfg.model
+    _refuse_unused(cfg, bad, ("head", "positions_from", "init", "attn_output_dropout", "ffn_inner_dropout",
+                              "scale_embedding", "local_heads"),
+                   "its layers, embedding LayerNorm, N(0, 0.02) init and dot-product output are fixed, as its code")
     if m.norm not in ("auto", "post"):
         bad(f"bsarec's layers are post-LN (as its code); 'model.norm={m.norm}' is not offered for it")
     if m.positional not in ("auto", "learned"):
@@ -193,6 +207,9 @@ def _check_bsarec(cfg: Config, bad: Bad) -> None:
 
 
 def _check_gru4rec(cfg: Config, bad: Bad) -> None:
+    _refuse_unused(cfg, bad, ("norm", "positional", "local_heads", "head", "embedding_norm", "positions_from",
+                              "init", "attn_output_dropout", "ffn_inner_dropout", "ffn_size", "activation"),
+                   "a recurrent model: no attention, positions, norms or feed-forward layers")
     if cfg.model.user_embedding:
         bad("gru4rec has no user embedding; 'model.user_embedding=true' is for the modular backbone (SSE-PT)")
 
