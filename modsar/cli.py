@@ -521,7 +521,7 @@ def _finite(value: Any) -> Any:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from modsar.data import profile
+    from modsar.data import profile, profile_output
     from modsar.data.store import load_dataset
     from modsar.outputs import write_parquet
 
@@ -546,13 +546,13 @@ def _profile(args: argparse.Namespace) -> int:
         tmp = out / ".profile.json.tmp"
         tmp.write_text(json.dumps(_finite(found if args.compare else found[0]), indent=2, allow_nan=False) + "\n")
         tmp.replace(out / "profile.json")
-        written = [out / "profile.json", write_parquet(profile.long_table(found), out / "profile.parquet")]
-        written += profile.plot(found, corpora, out)
+        written = [out / "profile.json", write_parquet(profile_output.long_table(found), out / "profile.parquet")]
+        written += profile_output.plot(found, corpora, out)
     if args.json:  # the first corpus's fields at the top level; --compare adds the other under "compare"
         print(json.dumps(_finite({**found[0], **({"compare": found[1]} if args.compare else {})}), indent=2,
                          allow_nan=False))
     else:
-        print(profile.summary(found))
+        print(profile_output.summary(found))
     if args.out:
         print(f"wrote {len(written)} file(s) to {args.out}: {', '.join(p.name for p in written)}",
               file=sys.stderr if args.json else sys.stdout)
