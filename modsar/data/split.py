@@ -39,6 +39,11 @@ class LeaveOneOut:
         return np.diff(self.offsets)
 
     @property
+    def owner(self) -> np.ndarray:
+        """The 0-based user of every position of `items`."""
+        return np.repeat(np.arange(self.num_users), self.lengths)
+
+    @property
     def eval_users(self) -> np.ndarray:
         """0-based indices of users that have a validation and a test target."""
         return np.flatnonzero(self.lengths >= 3)
@@ -94,10 +99,6 @@ class TemporalSplit(LeaveOneOut):
                                   f"data spans {timestamp.min():g} to {timestamp.max():g} seconds); move the cuts "
                                   "inside the data (data.split_valid / data.split_test, or data.split_dates)")
         return split
-
-    @property
-    def owner(self) -> np.ndarray:
-        return np.repeat(np.arange(self.num_users), self.lengths)
 
     @property
     def train_ends(self) -> np.ndarray:
