@@ -21,7 +21,7 @@ from torch import nn
 
 from hf_plugins.spec import Backbone, backbone_spec
 from modsar.errors import ModsarError
-from modsar.model.modular import attention_mask, item_scores
+from modsar.model.modular import OutputLayer, attention_mask, item_scores, tied_output
 from modsar.model.skips import SkipSite
 
 
@@ -191,3 +191,7 @@ class HFBackbone(nn.Module):
               items: torch.Tensor | None = None) -> torch.Tensor:
         """Tied item-embedding scores of all items, shared candidates (K,) or per-row ones (`item_scores`)."""
         return item_scores(hidden, self.item_emb, self.num_items, items)
+
+    def output_layer(self, hidden: torch.Tensor) -> OutputLayer:
+        """The tied scores as (states, item rows, no bias), for the fused full-softmax CE."""
+        return tied_output(hidden, self.item_emb, self.num_items)

@@ -657,7 +657,8 @@ def _train(args: argparse.Namespace) -> int:
         return 0
     ks = cfg.eval.ks
     print(f"{cfg.task.upper()} on {cfg.dataset}: best epoch {result.best_epoch} of {result.epochs_run} "
-          f"({result.epoch_time_s:.2f} s/epoch, {result.wall_time_s:.0f} s total, {result.device}; "
+          f"({result.epoch_time_s:.2f} s/epoch, {result.gflops:.0f} GFLOP/s = MFU {result.mfu:.0%}, "
+          f"{result.wall_time_s:.0f} s total, {result.device}; "
           f"ranking: {'sampled ' + str(cfg.eval.sampled_negatives) if cfg.eval.sampled_negatives else 'full'}, "
           f"filter_seen={cfg.eval.filter_seen})")
     header = "split  " + "".join(f"{m}@{k}".rjust(11) for m in ("recall", "ndcg", "mrr") for k in ks)

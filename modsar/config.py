@@ -87,6 +87,7 @@ class LossConfig:
     cl_views: str = choice("us_x", "us_x", "un", "su", "us")  # duorec: which views are contrasted (see duorec.py)
     cl_similarity: str = choice("dot", "dot", "cos")  # duorec: similarity of two sequence representations
     normalize: str = choice("batch", "batch", "epoch")  # mean over the batch's positions, or over an average batch
+    fused: bool = True  # ce: chunked output layer + softmax with its gradient (false: the plain logits, to compare)
 
 
 @dataclass
@@ -103,6 +104,7 @@ class TrainConfig:
     monitor: str = "ndcg@10"  # validation metric for early stopping and model selection
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0  # torch CPU threads; 0 = leave torch's default
+    precision: str = choice("fp32", "fp32", "bf16")  # bf16: the item-scoring products of the CE in bfloat16
 
     @property
     def monitor_key(self) -> str:

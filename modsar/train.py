@@ -29,6 +29,7 @@ from modsar.data.store import StoredDataset, load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
 from modsar.evaluate import Evaluator, model_scorer
+from modsar.flops import epoch_flops, utilisation
 from modsar.model import registry
 from modsar.model.interface import Recommender
 from modsar.model.losses import training_loss
@@ -70,6 +71,9 @@ class TrialResult:
     history: list[dict] = field(default_factory=list)  # one entry per validation pass
     checkpoint: str | None = None
     monitor: str = "ndcg@10"
+    epoch_gflop: float = math.nan  # model GFLOP of one training epoch (modsar.flops)
+    gflops: float = math.nan  # of which achieved per second of training
+    mfu: float = math.nan  # gflops over this device's measured matmul rate in the training dtype
 
 
 def resolve_device(name: str) -> torch.device:
@@ -200,7 +204,8 @@ def batch_loss(model: Recommender, batch: Batch, cfg: Config, per_batch: float) 
     positions of an average batch) instead of by its own count, so every position of the epoch weighs the same
     however the batches group them; the epoch's mean loss is then the mean over all its positions."""
     hidden = model(batch.inputs, batch.users)
-    loss = training_loss(model, hidden, batch.labels, batch.users, cfg.loss, cfg.data.padding_free)
+    dtype = torch.bfloat16 if cfg.train.precision == "bf16" else torch.float32
+    loss = training_loss(model, hidden, batch.labels, batch.users, cfg.loss, cfg.data.padding_free, dtype=dtype)
     if cfg.loss.normalize == "epoch":
         loss = loss * ((batch.labels > 0).sum() / per_batch)
     regularizer = getattr(model, "regularizer", None)  # a backbone's own extra term (DuoRec's contrastive views)
@@ -314,7 +319,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
 
     def facts(last: bool, loss: float) -> dict:
         return {"last": last, "epoch_time_s": float(np.mean(state.epoch_times)), "num_parameters": num_parameters,
-                "eval_time_s": float(np.mean(state.eval_times)), "loss": loss}
+                "eval_time_s": float(np.mean(state.eval_times)), "loss": loss, **speed()}
 
     first_epoch = 1
     if resume is not None:  # a retried or resumed search trial: continue bit for bit after its best epoch
@@ -323,8 +328,19 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     epochs = tqdm(range(first_epoch, cfg.train.max_epochs + 1), desc=f"{cfg.task.upper()} {cfg.dataset}",
                   unit="epoch", disable=not progress, dynamic_ncols=True, initial=first_epoch - 1,
                   total=cfg.train.max_epochs)
+    _, model_flops = epoch_flops(model, cfg, int(batches.row_lengths.sum()), batches.num_targets, dataset.num_items)
+    dtype = torch.bfloat16 if cfg.train.precision == "bf16" else torch.float32
+
+    def speed() -> dict[str, float]:
+        """Model GFLOP per epoch, achieved GFLOP/s and MFU over the epochs so far."""
+        if not state.epoch_times:
+            return {"epoch_gflop": model_flops / 1e9, "gflops": math.nan, "mfu": math.nan}
+        seconds = float(np.mean(state.epoch_times))
+        return {"epoch_gflop": model_flops / 1e9, "gflops": model_flops / seconds / 1e9,
+                "mfu": utilisation(model_flops, seconds, device, dtype)}
+
     def outcome(test: dict[str, float]) -> TrialResult:
-        return TrialResult(valid=state.best_valid, test=test, best_epoch=state.best_epoch, epochs_run=epoch,
+        return TrialResult(**speed(), valid=state.best_valid, test=test, best_epoch=state.best_epoch, epochs_run=epoch,
                            wall_time_s=time.perf_counter() - started,
                            epoch_time_s=float(np.mean(state.epoch_times)) if state.epoch_times else math.nan,
                            eval_time_s=float(np.mean(state.eval_times)) if state.eval_times else math.nan,

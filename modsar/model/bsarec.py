@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from modsar.config import ModelConfig
-from modsar.model.modular import SelfAttention, attention_mask, item_scores
+from modsar.model.modular import OutputLayer, SelfAttention, attention_mask, item_scores, tied_output
 from modsar.model.skips import SkipSite
 
 EPS = 1e-12  # the official code's LayerNorm epsilon
@@ -125,6 +125,10 @@ class BSARec(nn.Module):
     def score(self, hidden: torch.Tensor, users: torch.Tensor | None = None,
               items: torch.Tensor | None = None) -> torch.Tensor:
         return item_scores(hidden, self.item_emb, self.num_items, items)
+
+    def output_layer(self, hidden: torch.Tensor) -> OutputLayer:
+        """The tied scores as (states, item rows, no bias), for the fused full-softmax CE."""
+        return tied_output(hidden, self.item_emb, self.num_items)
 
     def skip_sites(self) -> list[SkipSite]:
         """Each layer's attention branch, a post-LN sub-layer LN(x + W_O Attn(x W_V) + b_O)."""

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from modsar.config import ModelConfig
-from modsar.model.modular import item_scores
+from modsar.model.modular import OutputLayer, item_scores, tied_output
 from modsar.model.skips import SkipSite
 
 
@@ -45,6 +45,10 @@ class GRU4Rec(nn.Module):
     def score(self, hidden: torch.Tensor, users: torch.Tensor | None = None,
               items: torch.Tensor | None = None) -> torch.Tensor:
         return item_scores(hidden, self.item_emb, self.num_items, items)
+
+    def output_layer(self, hidden: torch.Tensor) -> OutputLayer:
+        """The tied scores as (states, item rows, no bias), for the fused full-softmax CE."""
+        return tied_output(hidden, self.item_emb, self.num_items)
 
     def skip_sites(self) -> list[SkipSite] | None:
         return None  # no attention sub-layer, so no attention skip

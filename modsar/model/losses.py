@@ -1,6 +1,7 @@
 """Training losses over the positions that carry a label.
 
-  ce          softmax over all items 1..N
+  ce          softmax over all items 1..N; by default fused with the output layer and chunked (fused_ce.py),
+              so the positions x items logits are never held whole
   sampled_ce  softmax over the target + `num_negatives` uniform items shared by the batch (hits masked);
               the shared negatives are scored as one matrix product, so memory grows with positions x K,
               not positions x K x d
@@ -19,11 +20,14 @@ import torch
 import torch.nn.functional as F
 
 from modsar.config import LossConfig
+from modsar.model.fused_ce import linear_cross_entropy
 from modsar.model.interface import Recommender
 
 
 def training_loss(model: Recommender, hidden: torch.Tensor, labels: torch.Tensor, users: torch.Tensor, cfg: LossConfig,
-                  padding_free: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+                  padding_free: bool = True, generator: torch.Generator | None = None,
+                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The mean loss over the labelled positions; `dtype` is that of the fused CE's matrix products."""
     has_label = labels > 0
     position_users = users[:, None].expand_as(labels)
     if padding_free:
@@ -35,6 +39,10 @@ def training_loss(model: Recommender, hidden: torch.Tensor, labels: torch.Tensor
     n = model.num_items
     target = y.clamp(min=1)  # padding rows (dense mode only) get a dummy target and zero weight
 
+    output_layer = getattr(model, "output_layer", None)  # backbones whose scores are states @ rows.T + bias
+    if cfg.name == "ce" and cfg.fused and output_layer is not None:
+        states, rows, bias = output_layer(h)
+        return linear_cross_entropy(states, rows, target - 1, bias, weight, dtype)
     if cfg.name == "ce":
         per_position = F.cross_entropy(model.score(h, u), target - 1, reduction="none")
     elif cfg.name == "sampled_ce":

@@ -132,6 +132,14 @@ def item_scores(hidden: torch.Tensor, table: nn.Embedding, num_items: int,
     return (hidden.unsqueeze(-2) * table(items)).sum(-1)
 
 
+OutputLayer = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None"]
+
+
+def tied_output(hidden: torch.Tensor, table: nn.Embedding, num_items: int) -> OutputLayer:
+    """`item_scores` as (states, item rows 1..N, no bias): the form the fused CE takes."""
+    return hidden, table.weight[1 : num_items + 1], None
+
+
 class OutputHead(nn.Module):
     """BERT4Rec's output layer: h -> LN(GELU(W h + b)), scored against the tied item table plus an item bias."""
 
@@ -141,9 +149,12 @@ class OutputHead(nn.Module):
         self.item_bias = nn.Parameter(torch.zeros(num_items + 2))  # rows as the item table: 0 pad, N+1 mask
         self.num_items = num_items
 
+    def transform(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.norm(F.gelu(self.dense(hidden)))
+
     def forward(self, hidden: torch.Tensor, table: nn.Embedding, items: torch.Tensor | None) -> torch.Tensor:
         """Scores as `item_scores` (all items, shared or per-row candidates), of the transformed states."""
-        scores = item_scores(self.norm(F.gelu(self.dense(hidden))), table, self.num_items, items)
+        scores = item_scores(self.transform(hidden), table, self.num_items, items)
         return scores + (self.item_bias[1 : self.num_items + 1] if items is None else self.item_bias[items])
 
 
@@ -220,6 +231,15 @@ class ModularSAR(nn.Module):
             attentions.append(probs)
         x = self.final_norm(x)
         return (x, attentions) if need_weights else x
+
+    def output_layer(self, hidden: torch.Tensor) -> OutputLayer:
+        """(states, item rows, item bias) with score(hidden) = states @ rows.T + bias, up to SSE-PT's per-row
+        user offset, which no softmax sees: the linear form the fused full-softmax CE runs on."""
+        h = hidden[..., : self.item_dim]
+        if self.head is None:
+            return tied_output(h, self.item_emb, self.num_items)
+        return self.head.transform(h), self.item_emb.weight[1 : self.num_items + 1], \
+            self.head.item_bias[1 : self.num_items + 1]
 
     def skip_sites(self) -> list[SkipSite]:
         return modular_sites(self)

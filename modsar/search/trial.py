@@ -51,7 +51,8 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
             best.update({f"best.{k}": v for k, v in metrics.items()}, best_epoch=epoch)
         report = {"epoch": epoch, **{f"valid.{k}": v for k, v in metrics.items()}, **best, **restored,
                   "trial_done": facts["last"], "epoch_time_s": facts["epoch_time_s"],
-                  "eval_time_s": facts["eval_time_s"], "loss": facts["loss"],
+                  "eval_time_s": facts["eval_time_s"], "loss": facts["loss"], "epoch_gflop": facts["epoch_gflop"],
+                  "gflops": facts["gflops"], "mfu": facts["mfu"],
                   "num_parameters": facts["num_parameters"], "torch_threads": torch.get_num_threads(),
                   "wall_time_s": time.perf_counter() - started, "monitor": monitor, "device": str(device), **node}
         if checkpoint is not None:

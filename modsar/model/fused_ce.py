@@ -1,0 +1,84 @@
+"""Full-softmax cross-entropy fused with the output layer, computed in chunks of positions.
+
+A batch's logits (labelled positions x items: 760 x 23,715 floats, 72 MB on Video) are never held whole.
+Each chunk of rows computes its logits and softmax and, in the same pass, its gradient (softmax - one-hot),
+which it multiplies back at once into the gradients of the hidden states, the item table and the item
+bias; backward only scales those by the incoming gradient (the scheme of Liger-Kernel's fused linear
+cross-entropy). Memory is one chunk of logits; the FLOPs are the unfused loss's three matrix products; and
+the softmax reads a chunk that is still in cache.
+
+`dtype=torch.bfloat16` runs the three products in bfloat16 (the logits are rounded to bfloat16, as under
+autocast); the softmax, the loss and the gradient sums stay float32, and so do the parameters.
+"""
+
+from __future__ import annotations
+
+import torch
+
+CHUNK_ELEMENTS = 1 << 22  # logits per chunk: 4M floats = 16 MiB, half of this machine's L3
+
+
+def chunk_rows(num_items: int, budget: int = CHUNK_ELEMENTS) -> int:
+    """Rows per chunk so one chunk of logits holds about `budget` elements (at least 16 rows)."""
+    return max(16, budget // max(num_items, 1))
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,  # type: ignore[override]
+                target: torch.Tensor, row_scale: torch.Tensor, rows: int, dtype: torch.dtype) -> torch.Tensor:
+        need_h, need_w = hidden.requires_grad, weight.requires_grad
+        need_b = bias is not None and bias.requires_grad
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros_like(weight) if need_w else None
+        grad_b = torch.zeros_like(bias) if need_b and bias is not None else None
+        w = weight.to(dtype)
+        loss = hidden.new_zeros((), dtype=torch.float32)
+        for start in range(0, hidden.size(0), rows):
+            h = hidden[start : start + rows].to(dtype)
+            t = target[start : start + rows, None]
+            logits = (h @ w.T).float()
+            if bias is not None:
+                logits += bias
+            probs = torch.softmax(logits, dim=-1)
+            # loss = logsumexp - logit_t, and logsumexp = max logit - log(its probability): that probability
+            # is >= 1/N, so this stays exact where p_target itself underflows, and needs no second exp pass
+            per_row = logits.amax(-1) - probs.amax(-1).log() - logits.gather(1, t).squeeze(1)
+            scale = row_scale[start : start + rows]
+            loss += (per_row * scale).sum()
+            if not (need_h or need_w or need_b):
+                continue
+            probs.scatter_add_(1, t, probs.new_full(t.shape, -1.0))  # softmax - one-hot: d loss_r / d logits
+            probs *= scale[:, None]
+            if grad_b is not None:
+                grad_b += probs.sum(0)
+            g = probs.to(dtype)
+            if grad_h is not None:
+                grad_h[start : start + rows] = g @ w
+            if grad_w is not None:
+                grad_w += g.T @ h
+        ctx.save_for_backward(*(x for x in (grad_h, grad_w, grad_b) if x is not None))
+        ctx.has = (grad_h is not None, grad_w is not None, grad_b is not None)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss: torch.Tensor):  # type: ignore[override]
+        saved = iter(ctx.saved_tensors)
+        grads = [next(saved) * grad_loss if has else None for has in ctx.has]
+        return grads[0], grads[1], grads[2], None, None, None, None
+
+
+def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
+                         bias: torch.Tensor | None = None, row_weight: torch.Tensor | None = None,
+                         dtype: torch.dtype = torch.float32, rows: int | None = None) -> torch.Tensor:
+    """Mean over rows of cross_entropy(hidden @ weight.T + bias, target), or with `row_weight` the weighted
+    mean sum(w_r ce_r) / sum(w_r), without the (rows x items) logits: see the module docstring.
+
+    hidden (P, d), weight (N, d), target (P,) in 0..N-1, bias (N,). Not twice differentiable.
+    """
+    if row_weight is None:
+        row_scale = hidden.new_full((hidden.size(0),), 1.0 / max(hidden.size(0), 1), dtype=torch.float32)
+    else:
+        row_scale = row_weight.float() / row_weight.float().sum().clamp(min=1e-12)
+    return _LinearCrossEntropy.apply(hidden, weight, bias, target, row_scale, rows or chunk_rows(weight.size(0)),
+                                     dtype)
