@@ -123,12 +123,14 @@ class Probe:
         """Scores for top-k reads; NaN becomes -inf, as in the evaluator (topk would put NaN first)."""
         return model_scorer(self.model)(*self.batch(inputs, sl)).float().nan_to_num(nan=float("-inf"))
 
-    def evaluate(self, scorer, which: str = "test") -> dict[str, float]:
-        return Evaluator.of(self.split, self.cfg, self.max_len, self.device, batch_size=256)(scorer, which)
+    def evaluate(self, scorer, which: str = "test", in_order: bool = False) -> dict[str, float]:
+        return Evaluator.of(self.split, self.cfg, self.max_len, self.device, 256, in_order)(scorer, which)
 
     def metrics(self, inputs: torch.Tensor | None = None) -> dict[str, float]:
         """HR/NDCG etc. on test, exactly as `evaluate` computes them, optionally on perturbed inputs."""
-        return self.evaluate(model_scorer(self.model) if inputs is None else _FixedInputs(self, inputs))
+        if inputs is None:
+            return self.evaluate(model_scorer(self.model))
+        return self.evaluate(_FixedInputs(self, inputs), in_order=True)
 
     def heatmap_row(self, window: int) -> int:
         """The displayed user: first of a seeded permutation with >= `window` history items (else the longest);

@@ -26,21 +26,35 @@ Scorer = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (inputs (B,T), 
 
 
 def ranks_from_scores(scores: torch.Tensor, targets: torch.Tensor,
-                      excluded: torch.Tensor | None = None) -> torch.Tensor:
+                      excluded: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """0-based pessimistic rank of each target (1-based item id) among the columns of `scores` (items 1..N).
 
-    `excluded` (B, N) marks columns that are not candidates (seen items under filter_seen=history). A
-    non-finite target score gets the worst rank, the number of other candidates; NaN candidates never count
-    against a finite target.
+    `excluded` = (rows, columns): the (row, 0-based column) pairs that are not candidates (seen items under
+    filter_seen=history), each pair once and never a row's target. They are subtracted from the count of
+    candidates scoring >= the target, so no dense (B, N) mask is built. A non-finite target score gets the
+    worst rank, the number of other candidates; NaN candidates never count against a finite target.
     """
     target_scores = scores.gather(1, (targets - 1)[:, None])
-    ahead = scores >= target_scores  # NaN compares False: a NaN candidate ranks below every finite score
+    # NaN compares False: a NaN candidate ranks below every finite score. int32 sums run 6x faster than bool
+    ahead = (scores >= target_scores).sum(1, dtype=torch.int32).long()
     candidates = torch.full_like(targets, scores.size(1))
     if excluded is not None:
-        ahead &= ~excluded
-        candidates = candidates - excluded.sum(1)
-    rank = ahead.sum(1) - 1  # the target itself is >= itself
+        rows, cols = excluded
+        seen_ahead = (scores[rows, cols] >= target_scores[rows, 0]).long()
+        ahead = ahead - torch.zeros_like(ahead).index_add_(0, rows, seen_ahead)
+        candidates = candidates - torch.bincount(rows, minlength=len(targets))
+    rank = ahead - 1  # the target itself is >= itself
     return torch.where(torch.isfinite(target_scores[:, 0]), rank, candidates - 1)
+
+
+def seen_pairs(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray,
+               targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, 0-based column) of each distinct history item of each user, the user's target left out."""
+    rows, items = history_index(split, users, history_end)
+    keys = np.unique(rows * (split.num_items + 1) + items)
+    rows, items = keys // (split.num_items + 1), keys % (split.num_items + 1)
+    keep = items != targets[rows]
+    return rows[keep], items[keep] - 1
 
 
 def metric_sums(ranks: torch.Tensor, ks: list[int]) -> dict[str, float]:
@@ -75,37 +89,42 @@ def fixed_negatives(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarr
 
 @torch.no_grad()
 def target_ranks(scorer: Scorer, split: LeaveOneOut, which: str, cfg: EvalConfig, task: str, max_len: int,
-                 batch_size: int, device: torch.device) -> torch.Tensor:
-    """0-based pessimistic rank of every evaluable user's `valid` or `test` target, in user order."""
+                 batch_size: int, device: torch.device, in_order: bool = False) -> torch.Tensor:
+    """0-based pessimistic rank of every evaluable user's `valid` or `test` target, in user order.
+
+    The scorer sees the users in order of history length (`in_order`: in user order, as a scorer that
+    pairs each call with its own rows needs)."""
     users, history_end, targets = split.targets(which)
     negatives = (fixed_negatives(split, users, history_end, targets, cfg.sampled_negatives,
                                  cfg.sample_seed + (which == "test"))
                  if cfg.sampled_negatives else None)
-    out = []
+    # users in order of history length, so a batch's rows are about as long as each other and trimming the
+    # left padding leaves little to compute on; the ranks go back to user order at the end
+    order = (np.arange(len(users)) if in_order
+             else np.argsort(np.minimum(history_end - split.starts[users], max_len), kind="stable"))
+    ranks = torch.zeros(len(users), dtype=torch.long)
     for lo in range(0, len(users), batch_size):
-        sl = slice(lo, lo + batch_size)
+        sl = order[lo : lo + batch_size]
         inputs = trim_left_padding(eval_inputs(split, users[sl], history_end[sl], task, max_len)).to(device)
         user_ids = torch.from_numpy(users[sl] + 1).to(device)
         target = torch.from_numpy(targets[sl]).to(device)
         scores = scorer(inputs, user_ids).float()
         if negatives is not None:  # column 0 is the target, then its negatives
             candidates = torch.cat([target[:, None], torch.from_numpy(negatives[sl]).to(device)], dim=1)
-            out.append(ranks_from_scores(scores.gather(1, candidates - 1), torch.ones_like(target)).cpu())
+            ranks[sl] = ranks_from_scores(scores.gather(1, candidates - 1), torch.ones_like(target)).cpu()
             continue
         excluded = None
         if cfg.filter_seen == "history":
-            rows, items = history_index(split, users[sl], history_end[sl])
-            excluded = torch.zeros_like(scores, dtype=torch.bool)
-            excluded[torch.from_numpy(rows).to(device), torch.from_numpy(items - 1).to(device)] = True
-            excluded.scatter_(1, (target - 1)[:, None], False)
-        out.append(ranks_from_scores(scores, target, excluded).cpu())
-    return torch.cat(out) if out else torch.zeros(0, dtype=torch.long)
+            rows, cols = seen_pairs(split, users[sl], history_end[sl], targets[sl])
+            excluded = torch.from_numpy(rows).to(device), torch.from_numpy(cols).to(device)
+        ranks[sl] = ranks_from_scores(scores, target, excluded).cpu()
+    return ranks
 
 
 def evaluate(scorer: Scorer, split: LeaveOneOut, which: str, cfg: EvalConfig, task: str, max_len: int,
-             batch_size: int, device: torch.device) -> dict[str, float]:
+             batch_size: int, device: torch.device, in_order: bool = False) -> dict[str, float]:
     """Mean metrics over all evaluable users of the `valid` or `test` split."""
-    ranks = target_ranks(scorer, split, which, cfg, task, max_len, batch_size, device)
+    ranks = target_ranks(scorer, split, which, cfg, task, max_len, batch_size, device, in_order)
     return {key: value / max(len(ranks), 1) for key, value in metric_sums(ranks, cfg.ks).items()}
 
 
@@ -120,14 +139,16 @@ class Evaluator:
     max_len: int
     batch_size: int
     device: torch.device
+    in_order: bool = False  # users in stored order instead of by history length (see target_ranks)
 
     @classmethod
     def of(cls, split: LeaveOneOut, cfg: Config, max_len: int, device: torch.device,
-           batch_size: int | None = None) -> Evaluator:
-        return cls(split, cfg.eval, cfg.task, max_len, batch_size or cfg.data.eval_batch_size, device)
+           batch_size: int | None = None, in_order: bool = False) -> Evaluator:
+        return cls(split, cfg.eval, cfg.task, max_len, batch_size or cfg.data.eval_batch_size, device, in_order)
 
     def __call__(self, scorer: Scorer, which: str) -> dict[str, float]:
-        return evaluate(scorer, self.split, which, self.cfg, self.task, self.max_len, self.batch_size, self.device)
+        return evaluate(scorer, self.split, which, self.cfg, self.task, self.max_len, self.batch_size, self.device,
+                        self.in_order)
 
 
 def trim_left_padding(inputs: torch.Tensor) -> torch.Tensor:

@@ -130,3 +130,36 @@ def test_worst_rank_under_history_filter_counts_only_candidates():
     ranks = target_ranks(FixedScorer([0.0, 0.0, 0.0, NAN, 1.0, 2.0]), split, "test",
                          EvalConfig(filter_seen="history"), "ar", 5, 8, torch.device("cpu"))
     assert ranks.tolist() == [2]
+
+
+class _UserTable:
+    """Scores that depend only on the user (a fixed random row per user id), whatever order they come in."""
+
+    def __init__(self, num_users: int, num_items: int) -> None:
+        self.table = torch.from_numpy(np.random.default_rng(5).integers(0, 6, (num_users + 1, num_items)).astype(
+            np.float32))  # few distinct values: many ties
+
+    def __call__(self, inputs: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
+        return self.table[users]
+
+
+@pytest.mark.parametrize("batch_size", [1, 4, 64])
+def test_ranks_in_user_order_match_a_brute_force_count(batch_size):
+    """Users of mixed lengths (evaluated in length order, in batches) with repeated history items and targets
+    that repeat an earlier item: each rank is the count, over the candidates left after the filter (the
+    distinct history items except the target), of scores >= the target's, minus the target itself."""
+    from modsar.evaluate import target_ranks
+
+    rng = np.random.default_rng(3)
+    n_items, lengths = 9, rng.integers(3, 25, size=23)
+    split = _split([list(rng.integers(1, n_items + 1, size=n)) for n in lengths], n_items)
+    scorer = _UserTable(len(lengths), n_items)
+    ranks = target_ranks(scorer, split, "test", EvalConfig(filter_seen="history"), "ar", 6, batch_size,
+                         torch.device("cpu"))
+    users, end, targets = split.targets("test")
+    want = []
+    for u, e, t in zip(users, end, targets, strict=True):
+        seen = set(split.items[split.starts[u]:e].tolist()) - {int(t)}
+        row = scorer.table[u + 1]
+        want.append(sum(1 for i in range(1, n_items + 1) if i not in seen and i != t and row[i - 1] >= row[t - 1]))
+    assert ranks.tolist() == want

@@ -380,7 +380,7 @@ def test_same_seed_same_trial_and_another_seed_differs(task):
 
 def test_same_seed_same_cpu_identical_result_rows(tmp_path, capsys):
     """The Parquet rows of two `modsar train` runs with one seed agree on every column but the run's own
-    identity and clock (trial id, checkpoint path, times, timestamp)."""
+    identity and clock (trial id, checkpoint path, times and the rates measured from them, timestamp)."""
     import pyarrow.parquet as pq
 
     from modsar.cli import main
@@ -391,7 +391,7 @@ def test_same_seed_same_cpu_identical_result_rows(tmp_path, capsys):
     assert main(args) == 0 and main(args) == 0
     capsys.readouterr()
     rows = [pq.read_table(f).to_pylist()[0] for f in sorted((out / "same" / "trials").glob("*.parquet"))]
-    own = {"trial_id", "checkpoint", "finished_at", "wall_time_s", "epoch_time_s", "eval_time_s"}
+    own = {"trial_id", "checkpoint", "finished_at", "wall_time_s", "epoch_time_s", "eval_time_s", "gflops", "mfu"}
     assert len(rows) == 2 and set(rows[0]) == set(rows[1])
     assert {k: v for k, v in rows[0].items() if k not in own} == {k: v for k, v in rows[1].items() if k not in own}
     assert rows[0]["test.ndcg@10"] > 0 and rows[0]["trial_id"] != rows[1]["trial_id"]
