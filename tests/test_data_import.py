@@ -112,3 +112,36 @@ def test_nothing_left_after_filtering(tmp_path):
     log, _ = read_interactions(write(tmp_path / "s.txt", "1 10\n2 11\n"), "pairs")
     with pytest.raises(ModsarError, match="nothing is left"):
         prepare_log(log, PrepareOptions(min_user_count=5))
+
+
+@pytest.mark.parametrize("variant", ["plain", "bom", "gz", "crlf", "no-timestamp"])
+def test_ml_csv_fast_reader_equals_the_line_reader(tmp_path, variant):
+    """pyarrow's CSV reader (no Python per line) gives exactly what the line-by-line reader gives."""
+    from modsar.data.importers import READERS, fast_ml_csv
+
+    text = SAMPLES["ml-csv"][1]
+    if variant == "crlf":
+        text = text.replace("\n", "\r\n")
+    if variant == "no-timestamp":
+        text = "\n".join(",".join(line.split(",")[:3]) for line in text.splitlines()) + "\n"
+    raw = (b"\xef\xbb\xbf" if variant == "bom" else b"") + text.encode()
+    path = tmp_path / ("ratings.csv.gz" if variant == "gz" else "ratings.csv")
+    path.write_bytes(gzip.compress(raw) if variant == "gz" else raw)
+    fast = fast_ml_csv(path)
+    slow = READERS["ml-csv"](path, raw.decode("utf-8-sig"))
+    assert fast is not None
+    for name in ("user", "item", "timestamp", "rating"):
+        want, got = getattr(slow, name), getattr(fast, name)
+        assert (got is None) == (want is None) and (want is None or (got.tolist() == want.tolist()
+                                                                      and got.dtype == want.dtype))
+    assert (fast.timestamp is None) == (variant == "no-timestamp")
+
+
+@pytest.mark.parametrize(("line", "error"), [("1,x,4.0,5", "ratings.csv:3: id 'x' is not an integer id"),
+                                             ("1,10,4.0", "ratings.csv:3: expected 4 fields"),
+                                             ("1,10,4.0,nan", "ratings.csv:3: timestamp 'nan' is not a finite"),
+                                             ("1,10,,5", "ratings.csv:3: rating '' is not a number")])
+def test_a_malformed_ml_csv_line_is_still_named(tmp_path, line, error):
+    path = write(tmp_path / "ratings.csv", f"userId,movieId,rating,timestamp\n1,10,4.0,300\n{line}\n")
+    with pytest.raises(ModsarError, match=error):
+        read_interactions(path)

@@ -230,11 +230,54 @@ def detect_format(path: Path, text: str) -> str:
                       f"({' | '.join(FORMATS)})")
 
 
+def read_head(path: Path, size: int = 1 << 20) -> str:
+    """The first `size` bytes of the (decompressed) file, cut after the last whole line: enough to detect
+    the format without decoding a 20M-line file into one Python string."""
+    if not path.is_file():
+        raise ModsarError(f"source file '{path}' does not exist")
+    try:
+        with (gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")) as stream:
+            raw = stream.read(size)
+            if stream.read(1):  # more follows: drop the partial last line
+                raw = raw[: raw.rfind(b"\n") + 1] or raw
+        return raw.decode("utf-8-sig", errors="replace")
+    except (OSError, EOFError) as exc:
+        raise ModsarError(f"cannot read '{path}': {exc}") from None
+
+
+ML_CSV_TYPES = {"userId": "int64", "movieId": "int64", "rating": "float64", "timestamp": "float64"}
+
+
+def fast_ml_csv(path: Path) -> Interactions | None:
+    """A well-formed MovieLens ratings.csv through pyarrow's multithreaded CSV reader (no Python per line);
+    None when anything is off (header, field counts, ids that are not integers, missing or non-finite
+    numbers), so that the line-by-line reader can name the offending line."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+
+    try:  # a .gz name is decompressed by pyarrow itself
+        table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(column_types=ML_CSV_TYPES))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
+        return None
+    if not {"userId", "movieId"} <= set(table.column_names) or not table.num_rows:
+        return None
+    columns = {key: table[name] for name, key in (("userId", "user"), ("movieId", "item"), ("timestamp", "timestamp"),
+                                                  ("rating", "rating")) if name in table.column_names}
+    if any(c.null_count for c in columns.values()):
+        return None
+    arrays = {k: c.to_numpy() for k, c in columns.items()}
+    if any(not pc.all(pc.is_finite(columns[k])).as_py() for k in ("timestamp", "rating") if k in columns):
+        return None
+    return Interactions(arrays["user"], arrays["item"], arrays.get("timestamp"), arrays.get("rating"))
+
+
 def read_interactions(path: str | Path, fmt: str = "auto") -> tuple[Interactions, str]:
     """Read one raw file; returns the interactions and the format used."""
     path = Path(path)
     if fmt != "auto" and fmt not in READERS:
         raise ModsarError(f"unknown format '{fmt}'; choose one of: auto, {', '.join(FORMATS)}")
-    text = read_text(path)
-    fmt = detect_format(path, text) if fmt == "auto" else fmt
-    return READERS[fmt](path, text), fmt
+    fmt = detect_format(path, read_head(path)) if fmt == "auto" else fmt
+    if fmt == "ml-csv" and (fast := fast_ml_csv(path)) is not None:
+        return fast, fmt
+    return READERS[fmt](path, read_text(path)), fmt
