@@ -22,6 +22,7 @@ from modsar.data.batches import eval_inputs
 from modsar.data.split import LeaveOneOut, history_index
 from modsar.model.interface import Recommender
 
+SCORES_BUDGET = 1 << 24  # scores held at once (16M floats, 64 MiB): fewer users per batch on huge catalogues
 Scorer = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (inputs (B,T), users (B,)) -> scores (B,N)
 
 
@@ -103,6 +104,7 @@ def target_ranks(scorer: Scorer, split: LeaveOneOut, which: str, cfg: EvalConfig
     order = (np.arange(len(users)) if in_order
              else np.argsort(np.minimum(history_end - split.starts[users], max_len), kind="stable"))
     ranks = torch.zeros(len(users), dtype=torch.long)
+    batch_size = max(1, min(batch_size, SCORES_BUDGET // max(split.num_items, 1)))  # bounded on any catalogue
     for lo in range(0, len(users), batch_size):
         sl = order[lo : lo + batch_size]
         inputs = trim_left_padding(eval_inputs(split, users[sl], history_end[sl], task, max_len)).to(device)

@@ -163,3 +163,25 @@ def test_ranks_in_user_order_match_a_brute_force_count(batch_size):
         row = scorer.table[u + 1]
         want.append(sum(1 for i in range(1, n_items + 1) if i not in seen and i != t and row[i - 1] >= row[t - 1]))
     assert ranks.tolist() == want
+
+
+def test_scores_held_at_once_stay_within_the_budget(monkeypatch):
+    """On a catalogue too large for the eval batch, fewer users are scored at once; ranks do not change."""
+    import modsar.evaluate as ev
+
+    rng = np.random.default_rng(4)
+    split = _split([list(rng.integers(1, 10, size=n)) for n in rng.integers(3, 12, size=20)], 9)
+    table = _UserTable(20, 9)
+    seen: list[int] = []
+
+    def scorer(inputs, users):
+        seen.append(len(users))
+        return table(inputs, users)
+
+    args = (split, "test", EvalConfig(filter_seen="history"), "ar", 6, 64, torch.device("cpu"))
+    full = ev.target_ranks(scorer, *args)
+    assert seen == [20]
+    monkeypatch.setattr(ev, "SCORES_BUDGET", 27)  # 27 scores // 9 items = 3 users at a time
+    seen.clear()
+    assert ev.target_ranks(scorer, *args).tolist() == full.tolist()
+    assert max(seen) == 3 and sum(seen) == 20
