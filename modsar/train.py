@@ -30,6 +30,7 @@ from modsar.data.views import viewed
 from modsar.errors import ModsarError
 from modsar.evaluate import Evaluator, model_scorer
 from modsar.flops import epoch_flops, utilisation
+from modsar.heap import bound_heap
 from modsar.model import registry
 from modsar.model.interface import Recommender
 from modsar.model.losses import training_loss
@@ -284,6 +285,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     `resume` (from load_resume_state) continues from there exactly as the interrupted run would have.
     """
     started = time.perf_counter()
+    bound_heap()
     if cfg.train.threads > 0:
         torch.set_num_threads(cfg.train.threads)
     device = resolve_device(cfg.train.device)

@@ -30,3 +30,11 @@ def test_a_trial_reports_its_flops_rate_and_mfu():
     assert result.epoch_gflop > 0
     assert result.gflops == pytest.approx(result.epoch_gflop / result.epoch_time_s)
     assert 0 < result.mfu < 2 and math.isfinite(result.mfu)
+
+
+def test_the_heap_threshold_is_set_on_linux():
+    import sys
+
+    from modsar.heap import bound_heap
+
+    assert bound_heap() is sys.platform.startswith("linux")
