@@ -1,7 +1,10 @@
 """The interface every backbone gives training, losses, evaluation and the analyses.
 
 A structural `Protocol`, as nanoGPT's model is just a module with a known forward: a backbone need not
-inherit anything, only have these members (ModularSAR and hf_plugins.adapter.HFBackbone do).
+inherit anything, only have these members (ModularSAR and hf_plugins.adapter.HFBackbone do). Optional:
+`output_layer(hidden) -> (states, item rows, item bias or None)` when its all-item scores are
+states @ rows.T + bias (up to a per-row constant); the full-softmax CE then runs fused and chunked
+(model/fused_ce.py), and without it on the plain (positions x items) logits.
 """
 
 from __future__ import annotations
