@@ -540,17 +540,19 @@ def _profile(args: argparse.Namespace) -> int:
     budget = min([len(c.items) for c in corpora] + ([args.budget] if args.budget else []))
     corpora = [c.truncated(budget) for c in corpora]
     found = [profile.profile(c, orders, args.max_gap, args.seed, progress=not args.quiet) for c in corpora]
+    # the first corpus's fields at the top level; --compare adds the other under "compare" (file and stdout alike)
+    document = json.dumps(_finite({**found[0], **({"compare": found[1]} if args.compare else {})}), indent=2,
+                          allow_nan=False)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         tmp = out / ".profile.json.tmp"
-        tmp.write_text(json.dumps(_finite(found if args.compare else found[0]), indent=2, allow_nan=False) + "\n")
+        tmp.write_text(document + "\n")
         tmp.replace(out / "profile.json")
         written = [out / "profile.json", write_parquet(profile_output.long_table(found), out / "profile.parquet")]
         written += profile_output.plot(found, corpora, out)
-    if args.json:  # the first corpus's fields at the top level; --compare adds the other under "compare"
-        print(json.dumps(_finite({**found[0], **({"compare": found[1]} if args.compare else {})}), indent=2,
-                         allow_nan=False))
+    if args.json:
+        print(document)
     else:
         print(profile_output.summary(found))
     if args.out:

@@ -12,6 +12,7 @@ best AE. With seeds on both sides, a paired t-test over the common seeds gives p
 
 from __future__ import annotations
 
+import datetime as dt
 import html
 import json
 import math
@@ -487,8 +488,14 @@ def protocol_line(rows: pd.DataFrame) -> str | None:
         temporal = rows[rows["data.split"] == "temporal"].iloc[0]
         cuts = (f"dates {temporal['data.split_dates']}" if temporal.get("data.split_dates") else
                 f"timestamp quantiles {temporal['data.split_valid']:g} / {temporal['data.split_test']:g}")
-        parts.append(f"data.split=temporal (one global cut at {cuts}; targets: {temporal['data.split_targets']} "
-                     "event(s) after each cut per user)")
+        at = ""
+        if pd.notna(temporal.get("split_valid_cut")) and pd.notna(temporal.get("split_test_cut")):
+            at = " = " + " / ".join(dt.datetime.fromtimestamp(float(temporal[k]), dt.timezone.utc).strftime("%Y-%m-%d")
+                                    for k in ("split_valid_cut", "split_test_cut"))
+        counted = (f"; {int(temporal['valid_targets']):,} validation / {int(temporal['test_targets']):,} test targets"
+                   if pd.notna(temporal.get("test_targets")) else "")
+        parts.append(f"data.split=temporal (one global cut at {cuts}{at}; targets: {temporal['data.split_targets']} "
+                     f"event(s) after each cut per user{counted})")
     return "protocol: " + "; ".join(parts) if parts else None
 
 

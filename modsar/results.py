@@ -72,12 +72,15 @@ def _source_hash(source: dict) -> str:
     return "generated:" + hashlib.sha256(facts.encode()).hexdigest()[:16]
 
 
+PROTOCOL_FACTS = ("valid_targets", "test_targets", "split_valid_cut", "split_test_cut")  # train.split_facts
+
+
 def trial_facts(result) -> dict[str, Any]:
     """Run facts of a train.TrialResult, as row columns."""
     return {"best_epoch": result.best_epoch, "epochs_run": result.epochs_run, "wall_time_s": result.wall_time_s,
             "epoch_time_s": result.epoch_time_s, "eval_time_s": result.eval_time_s, "device": result.device,
             "num_parameters": result.num_parameters, "checkpoint": result.checkpoint,
-            "epoch_gflop": result.epoch_gflop, "gflops": result.gflops, "mfu": result.mfu,
+            "epoch_gflop": result.epoch_gflop, "gflops": result.gflops, "mfu": result.mfu, **result.protocol,
             "curve": json.dumps([[h["epoch"], h[f"valid.{result.monitor}"]] for h in result.history])}
 
 

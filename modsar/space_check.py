@@ -58,9 +58,24 @@ class SpaceCheck:
 
 
 def dataset_sizes(manifest: dict) -> dict[str, int]:
-    """num_items, num_users and max_len of a prepared dataset, from its manifest."""
+    """num_items, num_users, max_len and has_timestamp (0/1) of a prepared dataset, from its manifest."""
     stats = manifest["statistics"]
-    return {"num_items": stats["items"], "num_users": stats["users"], "max_len": manifest["max_len"]}
+    return {"num_items": stats["items"], "num_users": stats["users"], "max_len": manifest["max_len"],
+            "has_timestamp": int(bool(manifest.get("has_timestamp")))}
+
+
+def viewed_sizes(cfg: Config, sizes: dict[str, int], where: str) -> dict[str, int]:
+    """`sizes` as cfg's data view sees them (the item view swaps users and items); refuses a view or split
+    that needs timestamps on a dataset without them, as `modsar train` would, before any trial starts."""
+    needs = [k for k, v in (("data.view=item", cfg.data.view == "item"),
+                            ("data.split=temporal", cfg.data.split == "temporal")) if v]
+    if needs and not sizes.get("has_timestamp", 1):
+        raise ModsarError(f"{where}: {' and '.join(needs)} need{'s' * (len(needs) == 1)} timestamps, and the "
+                          "dataset has none (its source gives only the order within each user); use a timestamped "
+                          "dataset or the defaults data.view=user data.split=loo")
+    if cfg.data.view == "item":
+        return {**sizes, "num_items": sizes["num_users"], "num_users": sizes["num_items"]}
+    return sizes
 
 
 SMALL_RANGE = 32  # a randint range this small is checked value by value, a larger one at its bounds
@@ -121,15 +136,17 @@ def check_space(space: SearchSpace, base: dict[str, Any], search: str, num_sampl
         label = _label(point)
         try:
             cfg = apply_overrides(Config.from_dict(base), space.expand(point), label)
+            seen = None
             if sizes:  # without a dataset its size is unknown: only `modsar search` (with one) can check this
-                validate_for_dataset(cfg, sizes["num_items"], label)
+                seen = viewed_sizes(cfg, sizes, label)
+                validate_for_dataset(cfg, seen["num_items"], label)
         except ModsarError as exc:
             problems.setdefault(str(exc).removeprefix(f"{label}: "), []).append(point)
             continue
         shape = {k: v for k, v in cfg.model.__dict__.items() if k not in RATES}
-        model_key = json.dumps([cfg.task, cfg.data.max_len, shape], sort_keys=True)
+        model_key = json.dumps([cfg.task, cfg.data.max_len, cfg.data.view, shape], sort_keys=True)
         if model_key not in built:
-            built[model_key] = _build_problem(cfg, sizes)
+            built[model_key] = _build_problem(cfg, seen)
         if (problem := built[model_key]) is not None:
             problems.setdefault(problem, []).append(point)
     return SpaceCheck(space, search, trials, len(points), problems, dataset)

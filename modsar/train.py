@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from modsar.config import Config, validate_for_dataset
 from modsar.data.batches import Batch, TrainBatches
-from modsar.data.split import make_split
+from modsar.data.split import TemporalSplit, make_split
 from modsar.data.store import StoredDataset, load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
@@ -75,6 +75,7 @@ class TrialResult:
     epoch_gflop: float = math.nan  # model GFLOP of one training epoch (modsar.flops)
     gflops: float = math.nan  # of which achieved per second of training
     mfu: float = math.nan  # gflops over this device's measured matmul rate in the training dtype
+    protocol: dict[str, Any] = field(default_factory=dict)  # targets evaluated; a temporal split's cut times
 
 
 def resolve_device(name: str) -> torch.device:
@@ -214,6 +215,16 @@ def batch_loss(model: Recommender, batch: Batch, cfg: Config, per_batch: float) 
     return loss if extra is None else loss + extra  # a mean over the batch's sequences: not rescaled
 
 
+def split_facts(split) -> dict[str, Any]:
+    """What a row records of the split: how many targets were validated and tested (under the temporal split
+    far fewer than users) and, for a temporal split, the cut times in seconds."""
+    facts: dict[str, Any] = {"valid_targets": len(split.targets("valid")[0]),
+                             "test_targets": len(split.targets("test")[0])}
+    if isinstance(split, TemporalSplit):
+        facts |= {"split_valid_cut": float(split.valid_cut), "split_test_cut": float(split.test_cut)}
+    return facts
+
+
 def needs_partners(cfg: Config) -> bool:
     """DuoRec's supervised views need a same-target training prefix for every sequence of a batch."""
     return cfg.model.backbone == "duorec" and cfg.loss.cl_weight > 0 and cfg.loss.cl_views != "un"
@@ -321,7 +332,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
 
     def facts(last: bool, loss: float) -> dict:
         return {"last": last, "epoch_time_s": float(np.mean(state.epoch_times)), "num_parameters": num_parameters,
-                "eval_time_s": float(np.mean(state.eval_times)), "loss": loss, **speed()}
+                "eval_time_s": float(np.mean(state.eval_times)), "loss": loss, **speed(), **protocol}
 
     first_epoch = 1
     if resume is not None:  # a retried or resumed search trial: continue bit for bit after its best epoch
@@ -330,6 +341,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     epochs = tqdm(range(first_epoch, cfg.train.max_epochs + 1), desc=f"{cfg.task.upper()} {cfg.dataset}",
                   unit="epoch", disable=not progress, dynamic_ncols=True, initial=first_epoch - 1,
                   total=cfg.train.max_epochs)
+    protocol = split_facts(split)
     _, model_flops = epoch_flops(model, cfg, int(batches.row_lengths.sum()), batches.num_targets, dataset.num_items)
     dtype = torch.bfloat16 if cfg.train.precision == "bf16" else torch.float32
 
@@ -342,7 +354,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
                 "mfu": utilisation(model_flops, seconds, device, dtype)}
 
     def outcome(test: dict[str, float]) -> TrialResult:
-        return TrialResult(**speed(), valid=state.best_valid, test=test, best_epoch=state.best_epoch, epochs_run=epoch,
+        return TrialResult(**speed(), protocol=protocol, valid=state.best_valid, test=test, best_epoch=state.best_epoch, epochs_run=epoch,
                            wall_time_s=time.perf_counter() - started,
                            epoch_time_s=float(np.mean(state.epoch_times)) if state.epoch_times else math.nan,
                            eval_time_s=float(np.mean(state.eval_times)) if state.eval_times else math.nan,

@@ -133,5 +133,9 @@ def test_cli_json_compare_and_outputs(tmp_path, capsys):
     assert set(table["dataset"]) == {"synthetic", "tokens"}
     for name in ("profile.json", "rank_frequency.png", "mi_decay.png", "permutation_entropy.png"):
         assert (out / name).stat().st_size > 0
+    assert json.loads((out / "profile.json").read_text()) == printed  # the file has the fixed fields on top too
+    for p in (printed, printed["compare"]):  # the per-user mean has its own shuffled baseline
+        assert set(p["permutation_entropy_per_user_shuffled"]) == set(p["permutation_entropy_per_user"])
+        assert isinstance(p["powerlaw_alpha_at_bound"], bool)
     assert main(["data", "profile", "synthetic", "--orders", "3,x", "--data-dir", data]) == 2
     assert "--orders must be comma-separated integers from 2 to 8" in capsys.readouterr().err

@@ -295,6 +295,14 @@ def test_a_temporal_split_is_stated_and_never_blended_with_leave_one_out(tmp_pat
     assert "each experiment is reported on its own: on ml-100k they differ in data.split" in text
     assert ("time: protocol: data.split=temporal (one global cut at timestamp quantiles 0.8 / 0.9; targets: first "
             "event(s) after each cut per user)") in text
+    # rows that record their cut times and target counts (every row since they exist) show them
+    facts = {"split_valid_cut": 946684800.0, "split_test_cut": 978307200.0, "valid_targets": 197, "test_targets": 166}
+    write_row(root, row("t3", "ml-100k", "vanilla", "ae", 0.02, experiment="dated", **temporal, **facts))
+    write_row(root, row("t4", "ml-100k", "vanilla", "ar", 0.03, experiment="dated", **temporal, **facts))
+    assert main(["report", "--results", root, "--experiment", "dated"]) == 0
+    assert ("protocol: data.split=temporal (one global cut at timestamp quantiles 0.8 / 0.9 = 2000-01-01 / "
+            "2001-01-01; targets: first event(s) after each cut per user; 197 validation / 166 test targets)"
+            ) in capsys.readouterr().out
 
 
 def test_rows_from_before_the_split_keys_read_as_leave_one_out(tmp_path, capsys):

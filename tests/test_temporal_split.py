@@ -75,6 +75,23 @@ def test_cuts_without_targets_and_unsorted_logs_are_refused():
     load_config(None, ["data.split_dates=2000-11-20T00:00+02:00,2000-12-01"])
 
 
+def test_rows_record_the_cut_times_and_target_counts():
+    from modsar.train import split_facts
+
+    cfg = load_config(None, ["data.split=temporal", "data.split_valid=0.5", "data.split_test=0.75"])
+
+    class Timed:
+        name, user, item, timestamp, num_users, num_items = "t", USER, ITEM, TIME, 4, 10
+
+    s = make_split(cfg, Timed)
+    facts = split_facts(s)
+    assert facts == {"valid_targets": len(s.targets("valid")[0]), "test_targets": len(s.targets("test")[0]),
+                     "split_valid_cut": s.valid_cut, "split_test_cut": s.test_cut}
+    assert facts["test_targets"] > 0
+    assert set(split_facts(make_split(load_config(None, []), load_dataset("synthetic")))) == {"valid_targets",
+                                                                                             "test_targets"}
+
+
 def test_config_quantiles_dates_and_refusals():
     cfg = load_config(None, ["data.split=temporal", "data.split_valid=0.5", "data.split_test=0.75"])
 
@@ -92,3 +109,25 @@ def test_config_quantiles_dates_and_refusals():
         load_config(None, ["data.split_valid=0.9", "data.split_test=0.8"])
     with pytest.raises(ModsarError, match=r"data\.split=temporal needs timestamps"):
         make_split(cfg, load_dataset("synthetic"))
+
+
+@pytest.mark.parametrize(("override", "named"), [("data.split=temporal", "data.split=temporal needs"),
+                                                 ("data.view=item", "data.view=item needs")])
+def test_search_refuses_a_protocol_that_needs_timestamps_before_any_trial(capsys, override, named):
+    """`modsar spaces --check` (the check `modsar search` runs before Ray) refuses it with one line, exit 2."""
+    from modsar.cli import main
+
+    assert main(["spaces", "vanilla", "--check", "--dataset", "synthetic", override]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "has none" in err and "Traceback" not in err
+
+
+def test_the_space_check_sees_the_item_view_catalogue():
+    """Under data.view=item the candidates are users: 1,000 sampled negatives exceed ML-100K-sized 943."""
+    from modsar.config import Config
+    from modsar.space_check import viewed_sizes
+
+    sizes = {"num_items": 1682, "num_users": 943, "max_len": 50, "has_timestamp": 1}
+    cfg = Config.from_dict({"data": {"view": "item"}})
+    assert viewed_sizes(cfg, sizes, "x") == {**sizes, "num_items": 943, "num_users": 1682}
+    assert viewed_sizes(Config(), sizes, "x") == sizes

@@ -83,10 +83,14 @@ def zipf_ols(sorted_counts: np.ndarray, r_max: int) -> float:
     return float(-slope)
 
 
+ALPHA_BOUNDS = (1.0001, 8.0)  # s = 1 / (alpha - 1) from 0.14 to 10^4; a fit at a bound is flagged
+
+
 def powerlaw_mle(values: np.ndarray, min_tail: int = 50) -> dict[str, float]:
     """Discrete power law P(x) = x^-alpha / zeta(alpha, x_min) for x >= x_min, fitted by exact likelihood; x_min
     minimises the KS distance between the tail's empirical CDF and the fitted one (Clauset et al. 2009).
-    Candidates are the distinct values leaving at least `min_tail` points in the tail."""
+    Candidates are the distinct values leaving at least `min_tail` points in the tail. `at_bound` is 1 when
+    the chosen alpha sits at a search bound (then it is a bound, not an estimate)."""
     from scipy.optimize import minimize_scalar
     from scipy.special import zeta
 
@@ -98,7 +102,7 @@ def powerlaw_mle(values: np.ndarray, min_tail: int = 50) -> dict[str, float]:
         tail = x[np.searchsorted(x, x_min):]
         n, log_sum = len(tail), float(np.log(tail).sum())
         fit = minimize_scalar(lambda a: n * math.log(zeta(a, x_min)) + a * log_sum,  # noqa: B023
-                              bounds=(1.0001, 6.0), method="bounded")
+                              bounds=ALPHA_BOUNDS, method="bounded")
         alpha = float(fit.x)
         support, first = np.unique(tail, return_index=True)
         empirical = first / n  # P(X < x) at each distinct tail value
@@ -106,6 +110,7 @@ def powerlaw_mle(values: np.ndarray, min_tail: int = 50) -> dict[str, float]:
         ks = float(np.abs(empirical - cdf).max())
         if ks < best["ks"]:
             best = {"alpha": alpha, "x_min": float(x_min), "ks": ks, "tail": n}
+    best["at_bound"] = float(min(abs(best["alpha"] - b) for b in ALPHA_BOUNDS) < 1e-3) if best["tail"] else 0.0
     return best
 
 
@@ -199,6 +204,7 @@ def profile(corpus: Corpus, orders: tuple[int, ...] = ORDERS, max_gap: int = MAX
         "zipf_exponent_ols": zipf_ols(ranked, r_max), "zipf_ols_ranks": [1, r_max],
         "zipf_exponent_mle": 1.0 / (mle["alpha"] - 1.0) if math.isfinite(mle["alpha"]) else math.nan,
         "powerlaw_alpha": mle["alpha"], "powerlaw_x_min": mle["x_min"], "powerlaw_ks": mle["ks"],
+        "powerlaw_alpha_at_bound": bool(mle["at_bound"]),
         "powerlaw_tail_items": mle["tail"], "top1pct_mass": float(ranked[:top].sum() / ranked.sum()),
         "unigram_entropy_bits": _entropy(ranked) / math.log(2),
     }
@@ -206,11 +212,14 @@ def profile(corpus: Corpus, orders: tuple[int, ...] = ORDERS, max_gap: int = MAX
         shuffled.items, corpus.num_items)
     out["permutation_entropy"], out["permutation_entropy_per_user"] = {}, {}
     out["permutation_entropy_shuffled"], out["permutation_entropy_users"] = {}, {}
+    out["permutation_entropy_per_user_shuffled"] = {}  # short sequences alone pull the per-user mean down
     for m in orders:
         pooled, per_user, users = permutation_entropy(ranks, corpus.offsets, m)
         out["permutation_entropy"][str(m)], out["permutation_entropy_per_user"][str(m)] = pooled, per_user
         out["permutation_entropy_users"][str(m)] = users
-        out["permutation_entropy_shuffled"][str(m)] = permutation_entropy(ranks_shuffled, corpus.offsets, m)[0]
+        pooled_shuffled, per_user_shuffled, _ = permutation_entropy(ranks_shuffled, corpus.offsets, m)
+        out["permutation_entropy_shuffled"][str(m)] = pooled_shuffled
+        out["permutation_entropy_per_user_shuffled"][str(m)] = per_user_shuffled
         bar.update()
     compressed, compressed_shuffled = bits_per_symbol(corpus), bits_per_symbol(shuffled)
     out |= {"bits_per_symbol_lzma": compressed["lzma"], "bits_per_symbol_zlib": compressed["zlib"],

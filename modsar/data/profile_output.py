@@ -22,6 +22,12 @@ def _finish(fig, ax, xlabel: str, ylabel: str, path: Path, legend_size: int = 7)
     return save_figure(fig, path)
 
 
+def _signed(value: float) -> str:
+    """4 decimals, without the '-0.0000' of a tiny negative estimate."""
+    text = f"{value:.4f}"
+    return text[1:] if text == "-0.0000" else text
+
+
 def summary(profiles: list[dict[str, Any]]) -> str:
     """The printed profile: one column per corpus, each measure beside its shuffled baseline."""
     def pair(p: dict[str, Any], key: str, digits: int = 3) -> str:
@@ -35,20 +41,21 @@ def summary(profiles: list[dict[str, Any]]) -> str:
                                  for p in profiles]),
         ("Zipf s, power-law MLE (alpha, x_min, KS)", [
             f"{p['zipf_exponent_mle']:.3f} ({p['powerlaw_alpha']:.3f}, {p['powerlaw_x_min']:g}, {p['powerlaw_ks']:.3f})"
-            for p in profiles]),
+            + (" alpha at its search bound" if p.get("powerlaw_alpha_at_bound") else "") for p in profiles]),
         ("top-1% mass", [f"{p['top1pct_mass']:.3f}" for p in profiles]),
         ("unigram entropy, bits", [f"{p['unigram_entropy_bits']:.3f}" for p in profiles]),
         ("lzma bits / symbol (shuffled)", [pair(p, "bits_per_symbol_lzma") for p in profiles]),
         ("zlib bits / symbol (shuffled)", [pair(p, "bits_per_symbol_zlib") for p in profiles]),
     ]
     for m in profiles[0]["permutation_entropy"]:
-        lines.append((f"permutation entropy m={m}: pooled (shuffled) / per user", [
+        lines.append((f"permutation entropy m={m}: pooled / per user (shuffled)", [
             f"{p['permutation_entropy'][m]:.4f} ({p['permutation_entropy_shuffled'][m]:.4f}) / "
-            f"{p['permutation_entropy_per_user'][m]:.4f}" for p in profiles]))
+            f"{p['permutation_entropy_per_user'][m]:.4f} ({p['permutation_entropy_per_user_shuffled'][m]:.4f})"
+            for p in profiles]))
     for i, (gap, _) in enumerate(profiles[0]["mi_decay"]):
         if gap in (1, 2, 3, 5, 10, 20) or i == len(profiles[0]["mi_decay"]) - 1:
             lines.append((f"MI at gap {gap}, bits (shuffled)", [
-                f"{p['mi_decay'][i][1]:.4f} ({p['mi_decay_shuffled'][i][1]:.4f})" for p in profiles]))
+                f"{_signed(p['mi_decay'][i][1])} ({_signed(p['mi_decay_shuffled'][i][1])})" for p in profiles]))
     width = max(len(name) for name, _ in lines)
     columns = [max(len(p["dataset"]), *(len(values[j]) for _, values in lines)) for j, p in enumerate(profiles)]
     header = " " * width + "  " + "  ".join(p["dataset"].ljust(w) for p, w in zip(profiles, columns, strict=True))
@@ -77,7 +84,8 @@ def long_table(profiles: list[dict[str, Any]]):
             add(f"bits_per_symbol_{codec}", None, p[f"bits_per_symbol_{codec}"], p[f"bits_per_symbol_{codec}_shuffled"])
         for m, value in p["permutation_entropy"].items():
             add("permutation_entropy", int(m), value, p["permutation_entropy_shuffled"][m])
-            add("permutation_entropy_per_user", int(m), p["permutation_entropy_per_user"][m])
+            add("permutation_entropy_per_user", int(m), p["permutation_entropy_per_user"][m],
+                p["permutation_entropy_per_user_shuffled"][m])
         for (gap, value), (_, shuffled), (_, plug_in), (_, miller_madow) in zip(
                 p["mi_decay"], p["mi_decay_shuffled"], p["mi_decay_plugin"], p["mi_decay_miller_madow"], strict=True):
             add("mi_decay", gap, value, shuffled)
@@ -102,7 +110,14 @@ def plot(profiles: list[dict[str, Any]], corpora: list[Corpus], out: Path) -> li
         fit_r = np.arange(lo, hi + 1)
         level = math.exp(np.mean(np.log(ranked[lo - 1:hi]) + p["zipf_exponent_ols"] * np.log(fit_r)))
         ax.loglog(fit_r, level * fit_r ** -p["zipf_exponent_ols"], "-", color=f"C{i}", lw=1,
-                  label=f"OLS s = {p['zipf_exponent_ols']:.2f} (ranks {lo}-{hi}); MLE s = {p['zipf_exponent_mle']:.2f}")
+                  label=f"OLS s = {p['zipf_exponent_ols']:.2f} (ranks {lo}-{hi})")
+        tail = int(p["powerlaw_tail_items"])
+        if tail and math.isfinite(p["zipf_exponent_mle"]):  # the MLE's counts >= x_min: the top `tail` ranks
+            mle_r = np.arange(1, tail + 1)
+            s_mle = p["zipf_exponent_mle"]
+            level = math.exp(np.mean(np.log(ranked[:tail]) + s_mle * np.log(mle_r)))
+            ax.loglog(mle_r, level * mle_r ** -s_mle, "--", color=f"C{i}", lw=1,
+                      label=f"MLE s = {s_mle:.2f} (counts >= {p['powerlaw_x_min']:g})")
     written.append(_finish(fig, ax, "rank", "count", out / "rank_frequency.png", 6))
 
     fig, ax = plt.subplots(figsize=(5, 3.4))
@@ -121,5 +136,7 @@ def plot(profiles: list[dict[str, Any]], corpora: list[Corpus], out: Path) -> li
                 label=f"{p['dataset']} mean per user")
         ax.plot(orders, list(p["permutation_entropy_shuffled"].values()), ":", color=f"C{i}",
                 label=f"{p['dataset']} shuffled")
+        ax.plot(orders, list(p["permutation_entropy_per_user_shuffled"].values()), "-.", lw=0.8, color=f"C{i}",
+                label=f"{p['dataset']} per user, shuffled")
     written.append(_finish(fig, ax, "order m", "normalised permutation entropy", out / "permutation_entropy.png", 6))
     return written

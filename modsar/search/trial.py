@@ -22,6 +22,7 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
     import torch
 
     from modsar.model import registry
+    from modsar.results import PROTOCOL_FACTS
     from modsar.train import TrainingDiverged, load_resume_state, resolve_device, run_trial
 
     registry.load_plugins(list(plugins))  # the driver's plugin backbones, registered in this worker too
@@ -53,6 +54,7 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
                   "trial_done": facts["last"], "epoch_time_s": facts["epoch_time_s"],
                   "eval_time_s": facts["eval_time_s"], "loss": facts["loss"], "epoch_gflop": facts["epoch_gflop"],
                   "gflops": facts["gflops"], "mfu": facts["mfu"],
+                  **{k: facts[k] for k in PROTOCOL_FACTS if k in facts},
                   "num_parameters": facts["num_parameters"], "torch_threads": torch.get_num_threads(),
                   "wall_time_s": time.perf_counter() - started, "monitor": monitor, "device": str(device), **node}
         if checkpoint is not None:
