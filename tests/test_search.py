@@ -518,3 +518,29 @@ def test_a_local_search_binds_only_to_loopback(tmp_path):
                               "AFTER ['127.0.0.1', '::ffff:127.0.0.1']"], seen["modsar"]
     rows = read_rows(str(tmp_path / "results"), "loopback")
     assert len(rows) == 1 and rows["status"].eq("finished").all()
+
+
+def test_a_temporal_split_search_records_and_reports_its_protocol(local_ray, data_dir, tmp_path, capsys):
+    """A search under data.split=temporal on a timestamped log: every row records the split, its cut times and
+    target counts, and the report states them."""
+    import numpy as np
+
+    from modsar.data.store import prepare_dataset
+
+    rng = np.random.default_rng(0)
+    users, items = np.repeat(np.arange(1, 41), 15), rng.integers(1, 31, 600)
+    times = rng.permutation(600) * 60 + 1_000_000_000
+    source = tmp_path / "ratings.csv"
+    source.write_text("userId,movieId,rating,timestamp\n" + "".join(
+        f"{u},{i},4.0,{t}\n" for u, i, t in zip(users, items, times, strict=True)))
+    prepare_dataset("timed", sources=[source], fmt="ml-csv", root=data_dir)
+    out = tmp_path / "results"
+    assert search("--space", str(SPACES / "seeds.yaml"), "--dataset", "timed", "--results", str(out),
+                  "--experiment", "t", "data.split=temporal") == 0
+    rows = read_rows(str(out), "t")
+    assert len(rows) == 2 and (rows["data.split"] == "temporal").all() and (rows["status"] == "finished").all()
+    assert (rows["split_valid_cut"] < rows["split_test_cut"]).all() and (rows["test_targets"] > 0).all()
+    assert (rows["test_targets"] < 40).all()  # one global cut: not every user has an event after it
+    capsys.readouterr()
+    assert main(["report", "--results", str(out), "--experiment", "t"]) == 0
+    assert "protocol: data.split=temporal" in capsys.readouterr().out
