@@ -63,6 +63,8 @@ VARIANTS: dict[str, list[str]] = {
                 "model.positions_from=start"],
     "s_ffn64": [*TOKENS_POST, "model.init=sasrec_plus", "model.attn_output_dropout=false", "model.ffn_size=64",
                 "model.activation=relu"],
+    "defaults_bf16": [*TOKENS_POST, "model.init=sasrec_plus", "model.attn_output_dropout=false",
+                      "train.precision=bf16"],  # the 0.2 defaults with the CE's products in bfloat16
     "s_sasrec": ["data.batching=tokens", "model.norm=sasrec", "model.init=sasrec_plus",
                  "model.attn_output_dropout=false"],
     "s_sasrec_exact": ["data.batching=tokens", "model.norm=sasrec", "model.init=sasrec_plus",
