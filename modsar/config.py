@@ -280,6 +280,9 @@ def validate(cfg: Config, where: str = "config") -> None:
     def bad(msg: str) -> NoReturn:
         raise ModsarError(f"{where}: {msg}")
 
+    if cfg.train.precision == "bf16" and (cfg.loss.name != "ce" or not cfg.loss.fused):
+        bad("train.precision=bf16 runs the fused full-softmax CE's products in bfloat16, and this run has none "
+            f"(loss.name={cfg.loss.name}, loss.fused={str(cfg.loss.fused).lower()}); use train.precision=fp32")
     for key, value in cfg.flat().items():
         if isinstance(value, float) and not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
             bad(f"'{key}' must be a finite number of float32 range; got {value}")  # YAML reads .nan, .inf

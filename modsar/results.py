@@ -80,7 +80,7 @@ def trial_facts(result) -> dict[str, Any]:
     return {"best_epoch": result.best_epoch, "epochs_run": result.epochs_run, "wall_time_s": result.wall_time_s,
             "epoch_time_s": result.epoch_time_s, "eval_time_s": result.eval_time_s, "device": result.device,
             "num_parameters": result.num_parameters, "checkpoint": result.checkpoint,
-            "epoch_gflop": result.epoch_gflop, "gflops": result.gflops, "mfu": result.mfu, **result.protocol,
+            "epoch_gflop": result.epoch_gflop, "output_gflop": result.output_gflop, "gflops": result.gflops, "mfu": result.mfu, **result.protocol,
             "curve": json.dumps([[h["epoch"], h[f"valid.{result.monitor}"]] for h in result.history])}
 
 

@@ -30,7 +30,7 @@ from modsar.data.views import viewed
 from modsar.errors import ModsarError
 from modsar.evaluate import Evaluator, model_scorer
 from modsar.flops import epoch_flops, utilisation
-from modsar.heap import bound_heap
+from modsar.heap import bound_heap, roomy_heap
 from modsar.model import registry
 from modsar.model.interface import Recommender
 from modsar.model.losses import training_loss
@@ -73,6 +73,7 @@ class TrialResult:
     checkpoint: str | None = None
     monitor: str = "ndcg@10"
     epoch_gflop: float = math.nan  # model GFLOP of one training epoch (modsar.flops)
+    output_gflop: float = math.nan  # of which in the output layer (scoring + loss)
     gflops: float = math.nan  # of which achieved per second of training
     mfu: float = math.nan  # gflops over this device's measured matmul rate in the training dtype
     protocol: dict[str, Any] = field(default_factory=dict)  # targets evaluated; a temporal split's cut times
@@ -321,7 +322,8 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
 
     def validate() -> dict[str, float]:
         model.eval()
-        metrics = evaluator(model_scorer(model), "valid")
+        with roomy_heap():
+            metrics = evaluator(model_scorer(model), "valid")
         model.train()
         return metrics
 
@@ -342,16 +344,16 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
                   unit="epoch", disable=not progress, dynamic_ncols=True, initial=first_epoch - 1,
                   total=cfg.train.max_epochs)
     protocol = split_facts(split)
-    _, model_flops = epoch_flops(model, cfg, int(batches.row_lengths.sum()), batches.num_targets, dataset.num_items)
+    output_flops, model_flops = epoch_flops(model, cfg, int(batches.row_lengths.sum()), batches.num_targets, dataset.num_items)
     dtype = torch.bfloat16 if cfg.train.precision == "bf16" else torch.float32
 
     def speed() -> dict[str, float]:
         """Model GFLOP per epoch, achieved GFLOP/s and MFU over the epochs so far."""
+        flops = {"epoch_gflop": model_flops / 1e9, "output_gflop": output_flops / 1e9}
         if not state.epoch_times:
-            return {"epoch_gflop": model_flops / 1e9, "gflops": math.nan, "mfu": math.nan}
+            return {**flops, "gflops": math.nan, "mfu": math.nan}
         seconds = float(np.mean(state.epoch_times))
-        return {"epoch_gflop": model_flops / 1e9, "gflops": model_flops / seconds / 1e9,
-                "mfu": utilisation(model_flops, seconds, device, dtype)}
+        return {**flops, "gflops": model_flops / seconds / 1e9, "mfu": utilisation(model_flops, seconds, device, dtype)}
 
     def outcome(test: dict[str, float]) -> TrialResult:
         return TrialResult(**speed(), protocol=protocol, valid=state.best_valid, test=test, best_epoch=state.best_epoch, epochs_run=epoch,
@@ -405,5 +407,6 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
             raise RuntimeError("no validation pass ran: there is no best epoch to test")
         model.load_state_dict(state.best_weights)
         model.eval()
-        test = evaluator(model_scorer(model), "test")
+        with roomy_heap():
+            test = evaluator(model_scorer(model), "test")
     return outcome(test)

@@ -145,3 +145,18 @@ def test_a_malformed_ml_csv_line_is_still_named(tmp_path, line, error):
     path = write(tmp_path / "ratings.csv", f"userId,movieId,rating,timestamp\n1,10,4.0,300\n{line}\n")
     with pytest.raises(ModsarError, match=error):
         read_interactions(path)
+
+
+def test_files_the_fast_reader_cannot_vouch_for_go_to_the_line_reader(tmp_path):
+    """Quoted ids are refused with the line named; a repeated header column is read as the line reader reads
+    it (its first occurrence), never a crash."""
+    from modsar.data.importers import fast_ml_csv
+
+    quoted = write(tmp_path / "ratings.csv", 'userId,movieId,rating,timestamp\n"1",10,4.0,5\n')
+    assert fast_ml_csv(quoted) is None
+    with pytest.raises(ModsarError, match=r"ratings\.csv:2: id '\"1\"' is not an integer id"):
+        read_interactions(quoted)
+    repeated = write(tmp_path / "twice.csv", "userId,movieId,userId,timestamp\n1,10,7,5\n")
+    assert fast_ml_csv(repeated) is None
+    log, _ = read_interactions(repeated)
+    assert log.user.tolist() == [1] and log.item.tolist() == [10]

@@ -115,3 +115,25 @@ def test_training_loss_fused_equals_plain_on_every_backbone(backbone, extra, pad
     assert len(grads[0]) == len(grads[1]) > 3
     for got, want in zip(*grads, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_float64_inputs_get_float64_gradients_and_no_grad_skips_them():
+    g = torch.Generator().manual_seed(2)
+    h = torch.randn(5, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(9, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    t = torch.randint(0, 9, (5,), generator=g)
+    loss = linear_cross_entropy(h, w, t)
+    loss.backward()
+    assert h.grad.dtype == w.grad.dtype == torch.float64
+    torch.testing.assert_close(loss.double(), plain(h.detach(), w.detach(), None, t), rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        assert not linear_cross_entropy(h, w, t).requires_grad
+
+
+@pytest.mark.parametrize("loss", [{"name": "bce"}, {"name": "ce", "fused": False}])
+def test_bf16_is_refused_where_there_is_no_fused_ce(loss):
+    from modsar.errors import ModsarError
+
+    with pytest.raises(ModsarError, match=r"train\.precision=bf16 runs the fused full-softmax CE"):
+        Config.from_dict({"train": {"precision": "bf16"}, "loss": loss})
+    assert Config.from_dict({"train": {"precision": "bf16"}}).train.precision == "bf16"

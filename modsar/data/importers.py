@@ -256,11 +256,13 @@ def fast_ml_csv(path: Path) -> Interactions | None:
     import pyarrow.compute as pc
     import pyarrow.csv as pacsv
 
-    try:  # a .gz name is decompressed by pyarrow itself
-        table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(column_types=ML_CSV_TYPES))
+    try:  # a .gz name is decompressed by pyarrow itself; quotes are not MovieLens's, so they fail as ids do
+        table = pacsv.read_csv(path, parse_options=pacsv.ParseOptions(quote_char=False),
+                               convert_options=pacsv.ConvertOptions(column_types=ML_CSV_TYPES))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
         return None
-    if not {"userId", "movieId"} <= set(table.column_names) or not table.num_rows:
+    names = table.column_names
+    if not {"userId", "movieId"} <= set(names) or len(set(names)) < len(names) or not table.num_rows:
         return None
     columns = {key: table[name] for name, key in (("userId", "user"), ("movieId", "item"), ("timestamp", "timestamp"),
                                                   ("rating", "rating")) if name in table.column_names}

@@ -41,9 +41,13 @@ def _buffers(rows: int, items: int, dtype: torch.dtype, device: torch.device):
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,  # type: ignore[override]
-                target: torch.Tensor, row_scale: torch.Tensor, rows: int, dtype: torch.dtype) -> torch.Tensor:
-        need_h, need_w = hidden.requires_grad, weight.requires_grad
-        need_b = bias is not None and bias.requires_grad
+                target: torch.Tensor, row_scale: torch.Tensor, rows: int, dtype: torch.dtype,
+                grad: bool) -> torch.Tensor:
+        ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
+        need_h, need_w = grad and hidden.requires_grad, grad and weight.requires_grad
+        need_b = grad and bias is not None and bias.requires_grad
+        hidden, weight = hidden.float(), weight.float()  # float32 sums whatever comes in (no-ops for float32)
+        bias = None if bias is None else bias.float()
         grad_h = torch.empty_like(hidden) if need_h else None
         grad_w = torch.zeros_like(weight) if need_w else None
         grad_b = torch.zeros_like(bias) if need_b and bias is not None else None
@@ -92,8 +96,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor):  # type: ignore[override]
         saved = iter(ctx.saved_tensors)
-        grads = [next(saved) * grad_loss if has else None for has in ctx.has]
-        return grads[0], grads[1], grads[2], None, None, None, None
+        grads = [(next(saved) * grad_loss).to(dtype) if has else None for has, dtype in zip(ctx.has, ctx.dtypes,
+                                                                                             strict=True)]
+        return grads[0], grads[1], grads[2], None, None, None, None, None
 
 
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
@@ -109,4 +114,4 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
     else:
         row_scale = row_weight.float() / row_weight.float().sum().clamp(min=1e-12)
     return _LinearCrossEntropy.apply(hidden, weight, bias, target, row_scale, rows or chunk_rows(weight.size(0)),
-                                     dtype)
+                                     dtype, torch.is_grad_enabled())  # under no_grad: the loss alone

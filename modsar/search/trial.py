@@ -53,6 +53,7 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
         report = {"epoch": epoch, **{f"valid.{k}": v for k, v in metrics.items()}, **best, **restored,
                   "trial_done": facts["last"], "epoch_time_s": facts["epoch_time_s"],
                   "eval_time_s": facts["eval_time_s"], "loss": facts["loss"], "epoch_gflop": facts["epoch_gflop"],
+                  "output_gflop": facts["output_gflop"],
                   "gflops": facts["gflops"], "mfu": facts["mfu"],
                   **{k: facts[k] for k in PROTOCOL_FACTS if k in facts},
                   "num_parameters": facts["num_parameters"], "torch_threads": torch.get_num_threads(),
