@@ -1,12 +1,13 @@
-"""Seconds of one all-user full-ranking validation pass (seen items removed), split into its parts, for several
-eval batch sizes, in one process, alternating rounds.
+"""Seconds of one all-user full-ranking validation pass (seen items removed) for several eval batch sizes, in
+one process, alternating rounds; the metrics must be identical for every batch size.
 
-    python benchmarks/eval_speed.py --dataset video --threads 2 --batch-sizes 256,1024,4096 --rounds 2
+    python benchmarks/eval_speed.py --dataset video --threads 2 --batch-sizes 128,256,512 --rounds 2
 
-Parts: the encoder forward at each user's last position, the item scores (B x N matmul, ~94 GFLOP on Video),
-and the ranking (a target's rank is how many candidates score >= it; seen items are subtracted through their
-(row, item) pairs, not a dense B x N mask). `evaluate` itself is timed too, so the parts can be checked
-against the whole; the metrics must be identical for every batch size.
+A pass is: the encoder forward at each user's last position (users in order of history length), the item
+scores (a B x N matmul, ~94 GFLOP on Video), and the ranking (a target's rank is how many candidates score >=
+it; seen items are subtracted through their (row, item) pairs, not a dense B x N mask). Batch sizes above what
+16M scores allow (707 users on Video) are capped to it, as in training runs. Run it on an old checkout
+(PYTHONPATH=<checkout>) for a before/after ratio.
 """
 
 from __future__ import annotations
