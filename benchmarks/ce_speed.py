@@ -24,7 +24,7 @@ from modsar.data.batches import TrainBatches
 from modsar.data.split import make_split
 from modsar.data.store import load_dataset
 from modsar.model.losses import training_loss
-from modsar.train import batch_loss, build_model, make_optimizer, seed_everything
+from modsar.train import batch_loss, build_model, make_optimizer, output_dtype, seed_everything
 
 BASE = ["data.max_len=50", "model.hidden_size=64", "model.num_layers=2", "model.num_heads=1", "model.dropout=0.2",
         "model.attn_dropout=0.2", "data.batch_size=128", "train.optimizer=adam", "train.lr=0.001", "loss.name=ce"]
@@ -62,7 +62,7 @@ def main() -> None:
             seed_everything(0)
             model = build_model(cfg, dataset.num_items, dataset.num_users, 50).train()
             optimizer = make_optimizer(model, cfg)
-            dtype = torch.bfloat16 if cfg.train.precision == "bf16" else torch.float32
+            dtype = output_dtype(cfg)
             tick = time.perf_counter()
             for b in made:
                 loss = batch_loss(model, b, cfg, 1.0)

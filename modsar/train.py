@@ -202,13 +202,18 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[Recommender,
     return model.to(device).eval(), cfg, payload
 
 
+def output_dtype(cfg: Config) -> torch.dtype:
+    """The dtype of the fused CE's matrix products (`train.precision`); everything else stays float32."""
+    return torch.bfloat16 if cfg.train.precision == "bf16" else torch.float32
+
+
 def batch_loss(model: Recommender, batch: Batch, cfg: Config, per_batch: float) -> torch.Tensor:
     """The training loss of one batch. `loss.normalize=epoch` divides its sum by `per_batch` (the labelled
     positions of an average batch) instead of by its own count, so every position of the epoch weighs the same
     however the batches group them; the epoch's mean loss is then the mean over all its positions."""
     hidden = model(batch.inputs, batch.users)
-    dtype = torch.bfloat16 if cfg.train.precision == "bf16" else torch.float32
-    loss = training_loss(model, hidden, batch.labels, batch.users, cfg.loss, cfg.data.padding_free, dtype=dtype)
+    loss = training_loss(model, hidden, batch.labels, batch.users, cfg.loss, cfg.data.padding_free,
+                         dtype=output_dtype(cfg))
     if cfg.loss.normalize == "epoch":
         loss = loss * ((batch.labels > 0).sum() / per_batch)
     regularizer = getattr(model, "regularizer", None)  # a backbone's own extra term (DuoRec's contrastive views)
@@ -345,7 +350,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
                   total=cfg.train.max_epochs)
     protocol = split_facts(split)
     output_flops, model_flops = epoch_flops(model, cfg, int(batches.row_lengths.sum()), batches.num_targets, dataset.num_items)
-    dtype = torch.bfloat16 if cfg.train.precision == "bf16" else torch.float32
+    dtype = output_dtype(cfg)
 
     def speed() -> dict[str, float]:
         """Model GFLOP per epoch, achieved GFLOP/s and MFU over the epochs so far."""
