@@ -73,6 +73,7 @@ def _source_hash(source: dict) -> str:
 
 
 PROTOCOL_FACTS = ("valid_targets", "test_targets", "split_valid_cut", "split_test_cut")  # train.split_facts
+SPEED_FACTS = ("epoch_gflop", "output_gflop", "gflops", "mfu")  # TrialResult fields (modsar.flops)
 
 
 def trial_facts(result) -> dict[str, Any]:
@@ -80,7 +81,7 @@ def trial_facts(result) -> dict[str, Any]:
     return {"best_epoch": result.best_epoch, "epochs_run": result.epochs_run, "wall_time_s": result.wall_time_s,
             "epoch_time_s": result.epoch_time_s, "eval_time_s": result.eval_time_s, "device": result.device,
             "num_parameters": result.num_parameters, "checkpoint": result.checkpoint,
-            "epoch_gflop": result.epoch_gflop, "output_gflop": result.output_gflop, "gflops": result.gflops, "mfu": result.mfu, **result.protocol,
+            **{k: getattr(result, k) for k in SPEED_FACTS}, **result.protocol,
             "curve": json.dumps([[h["epoch"], h[f"valid.{result.monitor}"]] for h in result.history])}
 
 

@@ -265,7 +265,7 @@ def fast_ml_csv(path: Path) -> Interactions | None:
     if not {"userId", "movieId"} <= set(names) or len(set(names)) < len(names) or not table.num_rows:
         return None
     columns = {key: table[name] for name, key in (("userId", "user"), ("movieId", "item"), ("timestamp", "timestamp"),
-                                                  ("rating", "rating")) if name in table.column_names}
+                                                  ("rating", "rating")) if name in names}
     if any(c.null_count for c in columns.values()):
         return None
     arrays = {k: c.to_numpy() for k, c in columns.items()}

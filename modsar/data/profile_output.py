@@ -94,6 +94,13 @@ def long_table(profiles: list[dict[str, Any]]):
     return pd.DataFrame(rows)
 
 
+def _zipf_line(ranked: np.ndarray, lo: int, hi: int, s: float) -> tuple[np.ndarray, np.ndarray]:
+    """(ranks lo..hi, c * rank^-s), the level c fitted in log space to the counts over those ranks."""
+    r = np.arange(lo, hi + 1)
+    level = math.exp(np.mean(np.log(ranked[lo - 1:hi]) + s * np.log(r)))
+    return r, level * r ** -s
+
+
 def plot(profiles: list[dict[str, Any]], corpora: list[Corpus], out: Path) -> list[Path]:
     """rank_frequency.png (with both fits), mi_decay.png and permutation_entropy.png, one line per corpus."""
     from modsar.outputs import pyplot
@@ -107,17 +114,12 @@ def plot(profiles: list[dict[str, Any]], corpora: list[Corpus], out: Path) -> li
         r = np.arange(1, len(ranked) + 1)
         ax.loglog(r, ranked, ".", ms=2, color=f"C{i}", label=f"{p['dataset']} (top 1%: {p['top1pct_mass']:.0%})")
         lo, hi = p["zipf_ols_ranks"]
-        fit_r = np.arange(lo, hi + 1)
-        level = math.exp(np.mean(np.log(ranked[lo - 1:hi]) + p["zipf_exponent_ols"] * np.log(fit_r)))
-        ax.loglog(fit_r, level * fit_r ** -p["zipf_exponent_ols"], "-", color=f"C{i}", lw=1,
+        ax.loglog(*_zipf_line(ranked, lo, hi, p["zipf_exponent_ols"]), "-", color=f"C{i}", lw=1,
                   label=f"OLS s = {p['zipf_exponent_ols']:.2f} (ranks {lo}-{hi})")
         tail = int(p["powerlaw_tail_items"])
         if tail and math.isfinite(p["zipf_exponent_mle"]):  # the MLE's counts >= x_min: the top `tail` ranks
-            mle_r = np.arange(1, tail + 1)
-            s_mle = p["zipf_exponent_mle"]
-            level = math.exp(np.mean(np.log(ranked[:tail]) + s_mle * np.log(mle_r)))
-            ax.loglog(mle_r, level * mle_r ** -s_mle, "--", color=f"C{i}", lw=1,
-                      label=f"MLE s = {s_mle:.2f} (counts >= {p['powerlaw_x_min']:g})")
+            ax.loglog(*_zipf_line(ranked, 1, tail, p["zipf_exponent_mle"]), "--", color=f"C{i}", lw=1,
+                      label=f"MLE s = {p['zipf_exponent_mle']:.2f} (counts >= {p['powerlaw_x_min']:g})")
     written.append(_finish(fig, ax, "rank", "count", out / "rank_frequency.png", 6))
 
     fig, ax = plt.subplots(figsize=(5, 3.4))

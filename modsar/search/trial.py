@@ -22,7 +22,7 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
     import torch
 
     from modsar.model import registry
-    from modsar.results import PROTOCOL_FACTS
+    from modsar.results import PROTOCOL_FACTS, SPEED_FACTS
     from modsar.train import TrainingDiverged, load_resume_state, resolve_device, run_trial
 
     registry.load_plugins(list(plugins))  # the driver's plugin backbones, registered in this worker too
@@ -52,10 +52,8 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
             best.update({f"best.{k}": v for k, v in metrics.items()}, best_epoch=epoch)
         report = {"epoch": epoch, **{f"valid.{k}": v for k, v in metrics.items()}, **best, **restored,
                   "trial_done": facts["last"], "epoch_time_s": facts["epoch_time_s"],
-                  "eval_time_s": facts["eval_time_s"], "loss": facts["loss"], "epoch_gflop": facts["epoch_gflop"],
-                  "output_gflop": facts["output_gflop"],
-                  "gflops": facts["gflops"], "mfu": facts["mfu"],
-                  **{k: facts[k] for k in PROTOCOL_FACTS if k in facts},
+                  "eval_time_s": facts["eval_time_s"], "loss": facts["loss"],
+                  **{k: facts[k] for k in (*SPEED_FACTS, *PROTOCOL_FACTS) if k in facts},
                   "num_parameters": facts["num_parameters"], "torch_threads": torch.get_num_threads(),
                   "wall_time_s": time.perf_counter() - started, "monitor": monitor, "device": str(device), **node}
         if checkpoint is not None:
