@@ -87,7 +87,9 @@ def check_config(cfg, bad: Callable[[str], NoReturn]) -> None:
         bad(f"{name} rotates pairs of dimensions (RoPE): the head size hidden_size / num_heads = "
             f"{m.hidden_size // m.num_heads} must be even")
     for key, value, what in [("local_heads", m.local_heads, "local window heads"),
-                             ("user_embedding", m.user_embedding, "SSE-PT user embeddings"),
+                             ("user_fusion", m.user_fusion != "none", "user embeddings"),
+                             ("pos_dim", m.pos_dim, "a separate position channel"),
+                             ("pos_fusion", m.pos_fusion != "add", "a separate position channel"),
                              ("item_sse_prob", m.item_sse_prob, "SSE"), ("user_sse_prob", m.user_sse_prob, "SSE")]:
         if value:
             bad(f"'model.{key}' ({what}) exists only in the modular backbone, not in {name}")

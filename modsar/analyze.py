@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+import torch.nn.functional as F
 from tqdm import tqdm
 
 from modsar.data.batches import eval_inputs
@@ -59,7 +60,7 @@ from modsar.model import registry
 from modsar.model.skips import SkipSite, residual_scale, skip_input, skip_vector
 from modsar.train import load_checkpoint, resolve_device
 
-DIAGNOSTICS = ("sparsity", "rank", "hrli", "shuffle", "mixing", "residual-scaling", "nonfinal", "recovery")
+DIAGNOSTICS = ("sparsity", "rank", "hrli", "shuffle", "mixing", "residual-scaling", "nonfinal", "recovery", "user")
 ALPHAS = tuple(round(a / 10, 1) for a in range(11))
 EPSILONS = (0.0, 0.005, 0.01, 0.02, 0.05)
 CONVENTIONS = {  # stored beside every figure, so a table read without this module still says what it is
@@ -75,6 +76,9 @@ CONVENTIONS = {  # stored beside every figure, so a table read without this modu
     "nonfinal": "joint proportion over test users: miss@10 at L and hit@10 from the state o positions earlier",
     "recovery": "Rec(alpha) over R = {miss@10 at L, hit@10 at L-1..3, alpha=1}; alpha* = best Rec with "
                 "HR@10 >= (1-epsilon) HR@10(1), smallest on ties",
+    "user": "NDCG@10 on test with each user's id replaced by another test user's (a seeded cycle: nobody keeps "
+            "their own); drop = (own - swapped) / own. user_fusion=token: the attention probability on the user "
+            "token, mean over heads and real item positions of all test users",
 }
 
 
@@ -162,8 +166,9 @@ def attention_windows(probe: Probe, rows: np.ndarray, window: int = 20):
         inputs, users = probe.batch(probe.inputs, chunk)
         _, maps = probe.model(inputs, users, need_weights=True)
         real = (inputs > 0).sum(1).cpu().numpy()
+        prefix = getattr(probe.model, "prefix_tokens", 0)  # a user token: the item-to-item block is the window
         for layer, probs in enumerate(maps):
-            mean = probs.float().mean(1).cpu().numpy()  # head average
+            mean = probs[..., prefix:, prefix:].float().mean(1).cpu().numpy()  # head average
             for b, row in enumerate(chunk):
                 yield int(row), layer, attention_window(mean[b], int(real[b]), window)
 
@@ -260,6 +265,7 @@ def mixing_ratios(probe: Probe, alpha: float = 1.0, detail: bool = False) -> dic
     no_first: dict[str, list] = {k: [] for k in kinds}
     at: dict[tuple, list] = {}
     captured: list = []  # (site, skip input x) in call order: one per layer
+    prefix = getattr(model, "prefix_tokens", 0)
 
     def keep(site):
         return lambda module, args, kwargs: captured.append((site, skip_input(args, kwargs)))
@@ -271,7 +277,7 @@ def mixing_ratios(probe: Probe, alpha: float = 1.0, detail: bool = False) -> dic
                 captured.clear()
                 inputs, users = probe.batch(probe.inputs, sl)
                 _, maps = model(inputs, users, need_weights=True)
-                real = inputs > 0
+                real = F.pad(inputs > 0, (prefix, 0))  # a user token is a key, never a position measured
                 first = real & ~torch.cat([real[:, :1] & False, real[:, :-1]], dim=1)  # each row's first item
                 count = real.sum(1)
                 for layer, ((site, x), probs) in enumerate(zip(captured, maps, strict=True)):
@@ -436,6 +442,46 @@ def _residual_scaling(run: _Run) -> None:
             run.add("residual-scaling", key, value, alpha=alpha)
 
 
+class SwappedUsers:
+    """A scorer that hands the model another test user's id for every user (a seeded cycle over test users)."""
+
+    def __init__(self, probe: Probe, seed: int = 0) -> None:
+        ids = probe.user_ids.unique()
+        order = ids[torch.from_numpy(np.random.default_rng(seed).permutation(len(ids)))]
+        self.other = torch.arange(int(probe.user_ids.max()) + 1)
+        self.other[order] = order.roll(-1)
+        self.scorer = model_scorer(probe.model)
+
+    def __call__(self, inputs: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
+        return self.scorer(inputs, self.other.to(users.device)[users])
+
+
+@torch.no_grad()
+def user_token_mass(probe: Probe) -> dict[str, float]:
+    """Mean attention probability on the user token (column 0) per layer and pooled, over heads and the real
+    item positions of every test user."""
+    sums: dict[int, list[torch.Tensor]] = {}
+    for sl in probe.batches():
+        inputs, users = probe.batch(probe.inputs, sl)
+        _, maps = probe.model(inputs, users, need_weights=True)
+        real = inputs > 0
+        for layer, probs in enumerate(maps):
+            sums.setdefault(layer, []).append(probs[:, :, 1:, 0].float().mean(1)[real])
+    out = {str(layer): float(torch.cat(v).mean()) for layer, v in sums.items()}
+    return out | {"all": float(torch.cat([x for v in sums.values() for x in v]).mean())}
+
+
+def _user(run: _Run) -> None:
+    own = run.probe.metrics()["ndcg@10"]
+    swapped = run.probe.evaluate(SwappedUsers(run.probe))["ndcg@10"]
+    run.add("user", "ndcg@10 own user", own)
+    run.add("user", "ndcg@10 swapped users", swapped)
+    run.add("user", "ndcg@10 drop swapped", (own - swapped) / own if own else math.nan)
+    if getattr(run.probe.model, "prefix_tokens", 0):
+        for layer, value in user_token_mass(run.probe).items():
+            run.add("user", "attention mass on the user token", value, layer)
+
+
 def _nonfinal(run: _Run) -> None:
     final = hits_at(run.probe, "test")
     run.add("nonfinal", "hr@10 at L", float(final.mean()))
@@ -466,7 +512,7 @@ def _recovery(run: _Run) -> None:
 STEPS: tuple[tuple[tuple[str, ...], Callable[[_Run], None]], ...] = (
     (("sparsity", "rank"), _sparsity_and_rank), (("hrli",), _hrli), (("shuffle",), _shuffle),
     (("mixing",), _mixing), (("residual-scaling",), _residual_scaling), (("nonfinal",), _nonfinal),
-    (("recovery",), _recovery))
+    (("recovery",), _recovery), (("user",), _user))
 
 
 ATTENTION_ONLY = ("sparsity", "rank", "mixing", "residual-scaling", "recovery")  # maps, or the attention skip
@@ -487,6 +533,9 @@ def paper_labels(analyses: list[Analysis]) -> None:
 def _supported(probe: Probe, label: str, diagnostics: list[str]) -> tuple[list[str], list[str]]:
     """The diagnostics this backbone defines, and a note for each group it does not."""
     entry, notes = registry.lookup(probe.cfg.model.backbone), []
+    if "user" in diagnostics and probe.cfg.model.user_fusion == "none":
+        notes.append(f"{label}: user not defined: the model has no user (model.user_fusion=none)")
+        diagnostics = [d for d in diagnostics if d != "user"]
     skipped = [d for d in diagnostics if d in ATTENTION_ONLY]
     if skipped and entry.recurrent:
         notes.append(f"{label}: {', '.join(skipped)} not defined for recurrent models ({probe.cfg.model.backbone} "

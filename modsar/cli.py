@@ -82,6 +82,7 @@ EPILOG_ANALYZE = """examples:
   modsar analyze --experiment vanilla-video --experiment local_attn-video --diagnostic sparsity,rank \\
       --out results/tables-2-3          # Vanilla-AE vs Local-AE vs Vanilla-AR: heatmaps, spectra, S and k
   modsar analyze --checkpoint sasrec.pt --diagnostic hrli,shuffle,mixing,residual-scaling,nonfinal,recovery
+  modsar analyze --experiment bluesky-beauty --diagnostic user   # user fusion: swapped-user drop, token mass
 
 Prints ModSAR Tables 2-3 (S, k per layer and on average) and the residual-dominance summary side by side;
 --out adds Parquet tables of every figure and PNG heatmaps, singular-value spectra and alpha sweeps.
@@ -246,7 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--results", default="results", help="results root (with --experiment)")
     analyze.add_argument("--diagnostic", default="sparsity,rank,hrli,shuffle,mixing,residual-scaling",
                          help="comma-separated: sparsity, rank, hrli, shuffle, mixing, residual-scaling, "
-                              "nonfinal, recovery (default: %(default)s)")
+                              "nonfinal, recovery, user (how much a model uses the user: NDCG@10 with users "
+                              "swapped, attention on a user token) (default: %(default)s)")
     analyze.add_argument("--users", type=int, default=2000,
                          help="test users whose attention maps are measured (seeded sample; default %(default)s)")
     analyze.add_argument("--window", type=int, default=20, help="W: the last W positions per attention map "

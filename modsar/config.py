@@ -53,15 +53,22 @@ class ModelConfig:
     activation: str = choice("gelu", "gelu", "relu")
     norm: str = choice("auto", "auto", "pre", "post", "sasrec", "normed_skip")  # auto: the backbone's own
     #   (modular: post); modular only: sasrec = SASRec's block, normed_skip = the ModSAR code's layernorm_first
-    positional: str = choice("auto", "auto", "learned", "sinusoidal", "none", "rope", "relative")  # modular: learned
+    positional: str = choice("auto", "auto", "learned", "sinusoidal", "none", "target_aligned", "rope",
+                             "relative")  # modular: learned; target_aligned: relative keys by distance to the target
+    pos_dim: int = 0  # learned/sinusoidal with pos_fusion concat|project: the position channel's width (< d);
+    #                   target_aligned: each head's query dimensions that meet the distance codes (0 = all)
+    pos_fusion: str = choice("add", "add", "concat", "project")  # absolute positions: added to the item vector,
+    #                   concatenated beside it (items get d - pos_dim), or [item; position] projected to d
     dropout: float = 0.2  # embedding and hidden (residual branch) dropout
     attn_dropout: float = 0.2  # dropout on attention probabilities
     attn_output_dropout: bool = False  # `dropout` on the attention output before the sum (GPT, BERT; not SASRec)
     ffn_inner_dropout: bool = True  # `dropout` between the FFN's two layers (SASRec, ModSAR code; BERT has none)
     local_heads: int = 0  # LOCKER-style window heads (the last `local_heads` of `num_heads`)
     local_window: int = 2  # AE: |i - j| <= w ; AR: 0 <= i - j <= w
-    user_embedding: bool = False  # SSE-PT: concatenate a user vector to every item vector
-    user_size: int = 0  # 0 = hidden_size // 2 (the item vector gets the rest)
+    user_fusion: str = choice("none", "none", "concat", "token", "bias")  # how the user enters (modular only):
+    #   concat = SSE-PT's vector beside every item vector, token = a first token every position attends to,
+    #   bias = a per-layer projection of the user vector added to every attention query
+    user_size: int = 0  # concat: the user vector's width; 0 = hidden_size // 2 (the item vector gets the rest)
     embedding_norm: bool = False  # LayerNorm on item + position embedding before dropout (BERT4Rec)
     scale_embedding: bool = True  # multiply item vectors by sqrt(d) (SASRec); BERT4Rec adds them unscaled
     head: str = choice("dot", "dot", "bert4rec")  # dot: h . E ; bert4rec: LN(GELU(W h + b)) . E + item bias
@@ -157,8 +164,12 @@ class Config:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], where: str = "config") -> Config:
+        """A full tree as `to_dict`/`stored` write it (checkpoints, search.json), older trees included."""
+        flat = flatten(values)
+        if "model.user_embedding" in flat:  # before 0.3: SSE-PT's switch, now user_fusion=concat
+            flat["model.user_fusion"] = "concat" if flat.pop("model.user_embedding") else "none"
         cfg = cls()
-        apply_overrides(cfg, flatten(values), where)
+        apply_overrides(cfg, flat, where)
         return cfg
 
 
@@ -202,10 +213,15 @@ def _coerce(value: Any, annotation: str, key: str, where: str) -> Any:
     return value
 
 
+RENAMED = {"model.user_embedding": "model.user_fusion (true = concat, false = none)"}
+
+
 def set_value(cfg: Config, key: str, value: Any, where: str = "config") -> None:
     """Set one dotted key, validating the name, the type and the allowed choices."""
     if not isinstance(key, str):  # YAML reads `1:` or `null:` as a non-string key
         raise ModsarError(f"{where}: key {key!r} is not a config name; use dotted names like model.hidden_size")
+    if key in RENAMED:
+        raise ModsarError(f"{where}: '{key}' is now {RENAMED[key]}")
     parts = key.split(".")
     node: Any = cfg
     for depth, part in enumerate(parts):
@@ -313,12 +329,15 @@ def validate(cfg: Config, where: str = "config") -> None:
     for key in ("dropout", "attn_dropout", "item_sse_prob", "user_sse_prob"):
         if not 0.0 <= getattr(m, key) < 1.0:
             bad(f"'model.{key}' must be in [0, 1); got {getattr(m, key)}")
-    if m.user_sse_prob and not m.user_embedding:
-        bad("'model.user_sse_prob' needs 'model.user_embedding=true' (there is no user id to replace)")
-    if m.user_embedding:
+    if m.user_sse_prob and m.user_fusion == "none":
+        bad("'model.user_sse_prob' needs a user in the model ('model.user_fusion' concat, token or bias)")
+    if m.user_fusion == "concat":
         user = m.user_size or m.hidden_size // 2
         if not 0 < user < m.hidden_size:
             bad(f"'model.user_size' must be between 1 and hidden_size - 1; got {user}")
+    elif m.user_size:
+        bad(f"'model.user_size' is the width of user_fusion=concat's vector; user_fusion={m.user_fusion} uses the "
+            "hidden size; leave it at 0")
     if not 0.0 < cfg.mask_prob < 1.0:
         bad(f"'mask_prob' must be in (0, 1); got {cfg.mask_prob}")
     if cfg.loss.num_negatives < 1:
@@ -350,6 +369,7 @@ def validate(cfg: Config, where: str = "config") -> None:
                              ("train.threads", cfg.train.threads, "0 = torch's default"),
                              ("model.ffn_size", m.ffn_size, "0 = 4 * hidden_size"),
                              ("model.user_size", m.user_size, "0 = hidden_size // 2"),
+                             ("model.pos_dim", m.pos_dim, "0 = the hidden size, added"),
                              ("model.gru_size", m.gru_size, "0 = hidden_size"),
                              ("loss.cl_weight", cfg.loss.cl_weight, "0 = no contrastive term")]:
         if value < 0:

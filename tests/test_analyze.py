@@ -12,11 +12,13 @@ import torch
 from modsar.analyze import (
     DIAGNOSTICS,
     Probe,
+    SwappedUsers,
     attention_stats,
     contributions,
     hrli,
     mixing_ratios,
     run,
+    user_token_mass,
 )
 from modsar.cli import main
 from modsar.config import load_config
@@ -35,7 +37,8 @@ def checkpoints(tmp_path_factory):
               "ae": ["task=ae", "model.num_heads=2"],
               "local_ae": ["task=ae", "model.num_heads=1", "model.local_heads=1", "model.local_window=2"],
               "llama": ["model.backbone=llama", "model.dropout=0", "model.num_heads=2"],
-              "electra": ["model.backbone=hf:electra", "model.num_heads=2"]}
+              "electra": ["model.backbone=hf:electra", "model.num_heads=2"],
+              "token": ["model.user_fusion=token", "model.positional=target_aligned", "model.num_heads=2"]}
     paths = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MODSAR_DATA", str(root / "data"))
@@ -186,7 +189,8 @@ def test_mixing_per_layer_and_position(checkpoints):
 def test_hf_backbone_gets_every_diagnostic(checkpoints):
     data, paths = checkpoints
     analysis = run(paths["llama"], list(DIAGNOSTICS), str(data), attention_users=100, alphas=(0.2, 1.0))
-    assert set(analysis.table["diagnostic"]) == set(DIAGNOSTICS) and not analysis.notes
+    assert set(analysis.table["diagnostic"]) == set(DIAGNOSTICS) - {"user"}  # llama has no user
+    assert analysis.notes == ["llama Vanilla-AR: user not defined: the model has no user (model.user_fusion=none)"]
     assert analysis.label == "llama Vanilla-AR" and (analysis.table["norm"] == "pre").all()
     maps = analysis.maps
     assert maps.loc[maps["key"] > maps["query"], "value"].max() == 0  # causal LLaMA
@@ -359,3 +363,31 @@ def test_cli_takes_the_best_validation_checkpoint_of_a_train_experiment(checkpoi
                  "--data-dir", str(data), "--out", str(out)]) == 0
     table = pq.read_table(out / "diagnostics.parquet").to_pandas()
     assert set(table["checkpoint"]) == {str(paths["post"]), str(paths["ae"])}  # the better AR, the only AE
+
+
+def test_user_diagnostic_swaps_every_user_and_weighs_the_token(checkpoints):
+    data, paths = checkpoints
+    probe = Probe(paths["token"], str(data))
+    swap = SwappedUsers(probe)
+    ids = probe.user_ids
+    assert (swap.other[ids] != ids).all() and sorted(swap.other[ids].tolist()) == sorted(ids.tolist())
+    analysis = run(paths["token"], ["user", "mixing"], str(data))
+    rows = analysis.table.set_index(["quantity", "layer"])["value"]
+    assert rows[("ndcg@10 own user", "all")] == probe.metrics()["ndcg@10"]
+    assert rows[("ndcg@10 swapped users", "all")] == probe.evaluate(swap)["ndcg@10"]
+    assert 0 < rows[("attention mass on the user token", "all")] < 1
+    with torch.no_grad():  # uniform attention: query t of a row sees the token and t + 1 items -> 1 / (t + 2)
+        for block in probe.model.blocks:
+            block.attn.qkv.weight.zero_()
+            block.attn.qkv.bias.zero_()
+            block.attn.rel_keys.weight.zero_()
+    lengths = (probe.inputs > 0).sum(1)
+    expected = torch.cat([1.0 / torch.arange(2, n + 2) for n in lengths.tolist()]).mean()
+    assert user_token_mass(probe)["all"] == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_user_diagnostic_is_not_defined_without_a_user(checkpoints):
+    data, paths = checkpoints
+    analysis = run(paths["post"], ["user", "hrli"], str(data))
+    assert "user" not in set(analysis.table["diagnostic"]) and "hrli" in set(analysis.table["diagnostic"])
+    assert any("user not defined" in note for note in analysis.notes)

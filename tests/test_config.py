@@ -56,6 +56,39 @@ def test_bad_values_name_the_key(override, message):
         load_config(None, [override])
 
 
+@pytest.mark.parametrize("overrides,message", [
+    (["model.user_embedding=true"], "'model.user_embedding' is now model.user_fusion (true = concat, false = none)"),
+    (["model.pos_dim=8"], "'model.pos_dim=8' needs a position channel of its own: set model.pos_fusion=concat"),
+    (["model.pos_fusion=concat"], "'model.pos_dim' with pos_fusion=concat must be >= 1 and below 64"),
+    (["model.pos_fusion=concat", "model.pos_dim=20", "model.user_fusion=concat", "model.user_size=44"],
+     "must be >= 1 and below 20 (the item vector needs the rest); got 20"),
+    (["model.pos_fusion=project", "model.pos_dim=65"], "at most the hidden size 64"),
+    (["model.positional=target_aligned", "model.num_heads=2", "model.pos_dim=40"],
+     "at most the head size hidden_size / num_heads = 32"),
+    (["model.positional=target_aligned", "model.pos_fusion=project"], "'model.pos_fusion=project' places an absolute"),
+    (["model.positional=target_aligned", "model.positions_from=start"], "'model.positions_from' counts absolute"),
+    (["model.positional=none", "model.pos_dim=4"], "model.positional=none has none; leave it at 0"),
+    (["model.user_fusion=token", "model.user_size=16"], "'model.user_size' is the width of user_fusion=concat's"),
+    (["model.user_sse_prob=0.2"], "'model.user_sse_prob' needs a user in the model"),
+    (["model.backbone=bsarec", "model.user_fusion=bias"], "bsarec has no user embedding; 'model.user_fusion=bias'"),
+    (["model.backbone=gru4rec", "model.pos_dim=8"], "gru4rec has no 'model.pos_dim'"),
+    (["model.backbone=llama", "model.dropout=0", "model.user_fusion=token"], "'model.user_fusion' (user embeddings) exists only in the"),
+    (["model.backbone=llama", "model.dropout=0", "model.positional=target_aligned"], "llama uses rope positions"),
+])
+def test_position_and_user_choices_that_cannot_hold_are_refused(overrides, message):
+    with pytest.raises(ModsarError, match=re.escape(message)):
+        load_config(None, overrides)
+
+
+def test_stored_trees_from_before_user_fusion_still_load():
+    """Checkpoints and search.json bases written with SSE-PT's old switch read as user_fusion."""
+    for old, new in ((True, "concat"), (False, "none")):
+        tree = Config().to_dict()
+        del tree["model"]["user_fusion"]
+        tree["model"]["user_embedding"] = old
+        assert Config.from_dict(tree).model.user_fusion == new
+
+
 def test_bad_yaml_file(tmp_path):
     with pytest.raises(ModsarError, match="not valid YAML at line 2"):
         load_config(write(tmp_path / "c.yaml", "a: 1\n b: [\n"))

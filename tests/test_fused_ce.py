@@ -86,7 +86,7 @@ def test_chunks_hold_about_the_budget():
 
 
 BACKBONES = [("modular", {}), ("modular", {"head": "bert4rec", "embedding_norm": True}),
-             ("modular", {"user_embedding": True}), ("gru4rec", {}), ("bsarec", {}), ("duorec", {}),
+             ("modular", {"user_fusion": "concat"}), ("gru4rec", {}), ("bsarec", {}), ("duorec", {}),
              ("llama", {})]
 
 

@@ -14,10 +14,10 @@ from modsar.model.modular import ModularSAR
 N_ITEMS, N_USERS, MAX_LEN, K = 40, 6, 12, 30
 
 
-def modular(user_embedding: bool) -> ModularSAR:
+def modular(ssept: bool) -> ModularSAR:
     torch.manual_seed(0)
     cfg = ModelConfig(hidden_size=16, num_layers=2, dropout=0.0, attn_dropout=0.0,
-                      user_embedding=user_embedding)
+                      user_fusion="concat" if ssept else "none")
     model = ModularSAR(cfg, N_ITEMS, N_USERS, MAX_LEN, "ar").eval()
     with torch.no_grad():  # O(1) scores and user offsets, so a dropped term cannot hide under the tolerance
         model.item_emb.weight.normal_()
@@ -93,9 +93,9 @@ def hand_sampled_ce(model, hidden: torch.Tensor, labels: torch.Tensor, users: to
 
 
 @pytest.mark.parametrize("padding_free", [True, False], ids=["padding-free", "dense"])
-@pytest.mark.parametrize("user_embedding", [False, True], ids=["modular", "modular-ssept"])
-def test_sampled_ce_equals_the_softmax_written_out(user_embedding, padding_free):
-    model = modular(user_embedding)
+@pytest.mark.parametrize("ssept", [False, True], ids=["modular", "modular-ssept"])
+def test_sampled_ce_equals_the_softmax_written_out(ssept, padding_free):
+    model = modular(ssept)
     inputs, labels, users = batch()
     hidden = model(inputs, users)
     cfg, draw = LossConfig("sampled_ce", num_negatives=K), torch.Generator().manual_seed(5)
@@ -116,7 +116,7 @@ def test_sampled_ce_equals_the_softmax_written_out(user_embedding, padding_free)
 def test_sampled_ce_never_builds_a_positions_by_negatives_by_d_tensor(monkeypatch):
     """Every tensor sampled_ce creates is at most positions x K (or an embedding table): the (P, K, d) gather
     of the old per-row path would show up as a 3-D float tensor with P * K * d elements."""
-    model = modular(user_embedding=True)
+    model = modular(ssept=True)
     inputs, labels, users = batch()
     hidden = model(inputs, users)
     positions = int((labels > 0).sum())

@@ -1,7 +1,13 @@
 """The modular self-attentive recommender: SASRec (AR) and BERT4Rec (AE) are two settings of one model.
 
-Feature: item embedding * sqrt(d) [+ concatenated SSE-PT user vector] + positions (learned | sinusoidal |
-none) [-> LayerNorm, as BERT4Rec]. Modeling: `num_layers` transformer blocks, whose attention is bidirectional
+Feature: item embedding * sqrt(d) + positions [+ the user] [-> LayerNorm, as BERT4Rec]. Positions are absolute
+(learned | sinusoidal: added, or a `pos_dim`-wide channel concatenated or projected in), none, or
+`target_aligned`: no absolute code at all; each attention query scores every key by the key's distance to the
+query's target (Shaw et al.'s relative keys, one learned table per layer), so under AR the item just before
+the predicted one always carries the same code, whichever slot the query sits in. The user enters by
+`user_fusion`: concat (SSE-PT's vector beside every item), token (a first token every position may attend to)
+or bias (a per-layer projection of the user added to every query: which keys matter depends on the user).
+Modeling: `num_layers` transformer blocks, whose attention is bidirectional
 (`ae`) or causal (`ar`): post-norm (default), pre-norm, or one of two blocks whose skip is the normed input
 (`norm=normed_skip`, the ModSAR code's layernorm_first: LN(x) + Attn(LN(x)); `norm=sasrec`, the SASRec code:
 queries from LN(x), keys and values from x); the last `local_heads` heads only see a LOCKER-style window
@@ -17,6 +23,7 @@ item instead, as tail-padded code does).
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -27,8 +34,9 @@ from modsar.model.skips import SkipSite, modular_sites
 
 
 def attention_mask(inputs: torch.Tensor, causal: bool, num_heads: int, local_heads: int,
-                   window: int) -> torch.Tensor:
-    """Boolean (B, H, T, T) mask, True = may attend. Real queries never see padding keys.
+                   window: int, prefix: int = 0) -> torch.Tensor:
+    """Boolean (B, H, T, T) mask, True = may attend. Real queries never see padding keys; the first `prefix`
+    columns (user tokens) are seen by every query, local heads included, and see as a global query would.
 
     Padding queries see themselves only, so no row is empty (no NaN) and they influence nothing.
     """
@@ -42,66 +50,111 @@ def attention_mask(inputs: torch.Tensor, causal: bool, num_heads: int, local_hea
         near = offset <= window if causal else offset.abs() <= window
         heads = torch.arange(num_heads, device=inputs.device) >= num_heads - local_heads
         allowed = allowed & (near | ~heads[:, None, None])
+    if prefix:  # user tokens are global: no window hides them, and (AE) they read every real item
+        allowed = allowed.clone()
+        allowed[..., :prefix] = True
+        if not causal:
+            allowed[..., :prefix, :] = (inputs > 0)[:, None, None, :]
     return allowed | torch.eye(T, dtype=torch.bool, device=inputs.device)
 
 
+def code_count(causal: bool, positions: int) -> int:
+    """Rows of a target-aligned code table: distances 1..P (AR) or -(P-1)..P-1 (AE), the user code, and 0."""
+    return (positions if causal else 2 * positions - 1) + 2
+
+
+def target_codes(width: int, prefix: int, causal: bool, positions: int, device: torch.device) -> torch.Tensor:
+    """(width, width) code of every key for every query: the key's distance to the query's target.
+
+    AR: query t predicts item t + 1, so key j is t + 1 - j back (1 = the item just before the target).
+    AE: query m predicts the item masked at m, so key j is m - j away (0 = the mask token itself, negative =
+    after it). Codes count distances from 1 up; 0 marks keys a causal query never sees, the last code the
+    first `prefix` columns (user tokens, whichever side). Nothing depends on a slot, so padding and shifts
+    inside the window change no code a real query reads.
+    """
+    i = torch.arange(width, device=device)
+    distance = i[:, None] - i[None, :] + int(causal)
+    lowest, highest = (1, positions) if causal else (1 - positions, positions - 1)
+    codes = distance.clamp(lowest, highest) - lowest + 1
+    if causal:
+        codes = codes.masked_fill(distance < 1, 0)
+    codes[:prefix, :] = codes[:, :prefix] = code_count(causal, positions) - 1
+    return codes
+
+
 class SelfAttention(nn.Module):
-    def __init__(self, d: int, heads: int, attn_dropout: float) -> None:
+    """Multi-head attention; with `codes` > 0, also Shaw-style relative keys: query q_i meets key j as
+    q_i . k_j + q_i[:code_dim] . R[code_ij] (each head's first `code_dim` query dimensions carry position)."""
+
+    def __init__(self, d: int, heads: int, attn_dropout: float, codes: int = 0, code_dim: int = 0) -> None:
         super().__init__()
         self.heads, self.attn_dropout = heads, attn_dropout
         self.qkv = nn.Linear(d, 3 * d)
         self.proj = nn.Linear(d, d)
+        self.rel_keys = nn.Embedding(codes, code_dim) if codes else None
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False,
-                query: torch.Tensor | None = None):
-        """Self-attention over x; with `query`, queries come from it and keys/values from x (SASRec's block)."""
+                query: torch.Tensor | None = None, codes: torch.Tensor | None = None,
+                query_bias: torch.Tensor | None = None):
+        """Self-attention over x; with `query`, queries come from it and keys/values from x (SASRec's block);
+        `codes` (T, T) index the relative keys; `query_bias` (B, d) is added to every query (user bias)."""
         B, T, d = x.shape
+        dh = d // self.heads
         if query is None:
-            q, k, v = self.qkv(x).view(B, T, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+            q, k, v = self.qkv(x).view(B, T, 3, self.heads, dh).permute(2, 0, 3, 1, 4)
         else:
             w, b = self.qkv.weight, self.qkv.bias
-            q = F.linear(query, w[:d], b[:d]).view(B, T, self.heads, d // self.heads).transpose(1, 2)
-            k, v = F.linear(x, w[d:], b[d:]).view(B, T, 2, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+            q = F.linear(query, w[:d], b[:d]).view(B, T, self.heads, dh).transpose(1, 2)
+            k, v = F.linear(x, w[d:], b[d:]).view(B, T, 2, self.heads, dh).permute(2, 0, 3, 1, 4)
+        if query_bias is not None:
+            q = q + query_bias.view(B, self.heads, 1, dh)
+        bias: torch.Tensor = mask  # boolean, or the relative scores with -inf where the mask forbids
+        if self.rel_keys is not None and codes is not None:
+            by_code = q[..., : self.rel_keys.embedding_dim] @ self.rel_keys.weight.T  # (B, H, T, codes)
+            relative = by_code.gather(-1, codes.expand(B, self.heads, T, T)) / math.sqrt(dh)
+            bias = relative.masked_fill(~mask, float("-inf"))
         p = self.attn_dropout if self.training else 0.0
         if need_weights:  # explicit path so the probabilities can be returned for analysis
-            scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))
-            probs = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
+            scores = scores.masked_fill(~mask, float("-inf")) if bias.dtype == torch.bool else scores + bias
+            probs = scores.softmax(-1)
             y = F.dropout(probs, p, self.training) @ v
         else:
             probs = None
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)
         return self.proj(y.transpose(1, 2).reshape(B, T, d)), probs
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, codes: int = 0, code_dim: int = 0, user_dim: int = 0) -> None:
         super().__init__()
         d = cfg.hidden_size
         self.style = cfg.norm if cfg.norm in ("pre", "sasrec", "normed_skip") else "post"
         self.pre_norm = self.style == "pre"
         self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.attn = SelfAttention(d, cfg.num_heads, cfg.attn_dropout)
+        self.attn = SelfAttention(d, cfg.num_heads, cfg.attn_dropout, codes, code_dim)
+        self.user_query = nn.Linear(user_dim, d, bias=False) if user_dim else None  # user_fusion=bias
         act = nn.GELU() if cfg.activation == "gelu" else nn.ReLU()
         inner = nn.Dropout(cfg.dropout) if cfg.ffn_inner_dropout else nn.Identity()
         self.ffn = nn.Sequential(nn.Linear(d, cfg.ffn_size or 4 * d), act, inner, nn.Linear(cfg.ffn_size or 4 * d, d))
         self.drop = nn.Dropout(cfg.dropout)
         self.attn_drop = nn.Dropout(cfg.dropout) if cfg.attn_output_dropout else nn.Identity()
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False,
+                codes: torch.Tensor | None = None, user: torch.Tensor | None = None):
+        bias = self.user_query(user) if self.user_query is not None and user is not None else None
+        attend = partial(self.attn, mask=mask, need_weights=need_weights, codes=codes, query_bias=bias)
         if self.style == "pre":
-            a, probs = self.attn(self.norm1(x), mask, need_weights)
+            a, probs = attend(self.norm1(x))
             x = x + self.attn_drop(a)
             x = x + self.drop(self.ffn(self.norm2(x)))
         elif self.style in ("sasrec", "normed_skip"):  # the normed input is the skip, in both sub-layers
             q = self.norm1(x)  # SASRec: only the queries read it, keys and values read x
-            if self.style == "sasrec":
-                a, probs = self.attn(x, mask, need_weights, query=q)
-            else:
-                a, probs = self.attn(q, mask, need_weights)
+            a, probs = attend(x, query=q) if self.style == "sasrec" else attend(q)
             x = self.norm2(q + self.attn_drop(a))
             x = x + self.drop(self.ffn(x))
         else:
-            a, probs = self.attn(x, mask, need_weights)
+            a, probs = attend(x)
             x = self.norm1(x + self.attn_drop(a))
             x = self.norm2(x + self.drop(self.ffn(x)))
         return x, probs
@@ -162,20 +215,29 @@ class ModularSAR(nn.Module):
     def __init__(self, cfg: ModelConfig, num_items: int, num_users: int, max_len: int, task: str) -> None:
         super().__init__()
         self.cfg, self.num_items, self.causal = cfg, num_items, task == "ar"
-        d = cfg.hidden_size
-        self.user_dim = (cfg.user_size or d // 2) if cfg.user_embedding else 0
-        self.item_dim = d - self.user_dim
+        d = self.hidden_size = cfg.hidden_size
+        self.fusion = cfg.user_fusion
+        self.user_dim = (cfg.user_size or d // 2) if self.fusion == "concat" else 0  # SSE-PT's share of d
         self.positions = max_len + 1  # AE reads max_len history items + the mask token
-        self.item_emb = nn.Embedding(num_items + 2, self.item_dim, padding_idx=0)  # 0 pad, N+1 mask
-        self.user_emb = nn.Embedding(num_users + 1, self.user_dim) if self.user_dim else None
         self.positional = "learned" if cfg.positional == "auto" else cfg.positional
+        self.absolute = self.positional in ("learned", "sinusoidal")
+        pos_width = cfg.pos_dim if self.absolute and cfg.pos_fusion != "add" else d
+        self.item_dim = d - self.user_dim - (pos_width if self.absolute and cfg.pos_fusion == "concat" else 0)
+        self.item_emb = nn.Embedding(num_items + 2, self.item_dim, padding_idx=0)  # 0 pad, N+1 mask
+        self.user_emb = nn.Embedding(num_users + 1, self.user_dim or d) if self.fusion != "none" else None
+        self.prefix_tokens = int(self.fusion == "token")  # columns before the items in every attention map
         if self.positional == "learned":
-            self.pos_emb = nn.Embedding(self.positions, d)
+            self.pos_emb = nn.Embedding(self.positions, pos_width)
         elif self.positional == "sinusoidal":
-            self.register_buffer("pos_table", sinusoidal_table(self.positions, d), persistent=False)
+            self.register_buffer("pos_table", sinusoidal_table(self.positions, pos_width), persistent=False)
+        self.pos_project = nn.Linear(self.item_dim + pos_width, self.item_dim, bias=False) \
+            if self.absolute and cfg.pos_fusion == "project" else None
+        codes = code_count(self.causal, self.positions) if self.positional == "target_aligned" else 0
+        code_dim = cfg.pos_dim or d // cfg.num_heads
         self.embed_norm = nn.LayerNorm(d, eps=1e-12) if cfg.embedding_norm else nn.Identity()
         self.drop = nn.Dropout(cfg.dropout)
-        blocks = [Block(cfg) for _ in range(cfg.num_layers)]
+        user_query = d if self.fusion == "bias" else 0
+        blocks = [Block(cfg, codes, code_dim, user_query) for _ in range(cfg.num_layers)]
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = nn.LayerNorm(d) if blocks and blocks[0].style != "post" else nn.Identity()
         self.head = OutputHead(self.item_dim, num_items) if cfg.head == "bert4rec" else None
@@ -209,27 +271,52 @@ class ModularSAR(nn.Module):
             if isinstance(module, nn.Embedding) and module.padding_idx is not None:
                 module.weight.data[module.padding_idx].zero_()
 
-    def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
-        """inputs (B, T) left-padded item ids -> hidden states (B, T, d) [, per-layer attention (B, H, T, T)]."""
+    def embed(self, inputs: torch.Tensor, users: torch.Tensor | None) -> torch.Tensor:
+        """(B, T) ids -> (B, T, d): item vectors [; a concatenated or projected position channel] [; SSE-PT's
+        user vector] [+ positions over all d, as SASRec and SSE-PT add them]."""
         B, T = inputs.shape
         x = self.item_emb(inputs) * (math.sqrt(self.item_dim) if self.cfg.scale_embedding else 1.0)
-        if self.user_emb is not None:
-            x = torch.cat([x, self.user_emb(users)[:, None, :].expand(B, T, self.user_dim)], dim=-1)
+        p = self.absolute_positions(inputs) if self.absolute else None
+        if p is not None and self.cfg.pos_fusion != "add":
+            x = torch.cat([x, p.expand(B, T, -1)], dim=-1)
+            x = self.pos_project(x) if self.pos_project is not None else x
+        if self.fusion == "concat":
+            x = torch.cat([x, self.users(users)[:, None, :].expand(B, T, self.user_dim)], dim=-1)
+        return x + p if p is not None and self.cfg.pos_fusion == "add" else x
+
+    def absolute_positions(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Position vectors (T, w) counted back from the most recent item, or (B, T, w) from each row's first."""
+        T = inputs.size(1)
         if self.cfg.positions_from == "start":  # count from each row's first real item (left padding gets 0)
             pos = (torch.arange(T, device=inputs.device) - (inputs == 0).sum(1, keepdim=True)).clamp(min=0)
         else:
             pos = torch.arange(self.positions - T, self.positions, device=inputs.device)
-        if self.positional == "learned":
-            x = x + self.pos_emb(pos)
-        elif self.positional == "sinusoidal":
-            x = x + self.get_buffer("pos_table")[pos]
+        return self.pos_emb(pos) if self.positional == "learned" else self.get_buffer("pos_table")[pos]
+
+    def users(self, ids: torch.Tensor | None) -> torch.Tensor:
+        """The user vectors of a batch (a model with a user_fusion is always called with its users)."""
+        assert self.user_emb is not None and ids is not None, "user_fusion needs the batch's user ids"
+        return self.user_emb(ids)
+
+    def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
+        """inputs (B, T) left-padded item ids -> hidden states (B, T, d) [, per-layer attention (B, H, T', T'),
+        T' = T + `prefix_tokens`: a user token is column 0 of every map]."""
+        x, keys = self.embed(inputs, users), inputs
+        if self.prefix_tokens:  # the user as a first token, scaled as item vectors are
+            token = self.users(users) * (math.sqrt(self.item_dim) if self.cfg.scale_embedding else 1.0)
+            x = torch.cat([token[:, None, :], x], dim=1)
+            keys = F.pad(inputs, (1, 0), value=1)
         x = self.drop(self.embed_norm(x))
-        mask = attention_mask(inputs, self.causal, self.cfg.num_heads, self.cfg.local_heads, self.cfg.local_window)
+        mask = attention_mask(keys, self.causal, self.cfg.num_heads, self.cfg.local_heads, self.cfg.local_window,
+                              self.prefix_tokens)
+        codes = target_codes(keys.size(1), self.prefix_tokens, self.causal, self.positions, inputs.device) \
+            if self.positional == "target_aligned" else None
+        user = self.users(users) if self.fusion == "bias" else None
         attentions = []
         for block in self.blocks:
-            x, probs = block(x, mask, need_weights)
+            x, probs = block(x, mask, need_weights, codes, user)
             attentions.append(probs)
-        x = self.final_norm(x)
+        x = self.final_norm(x)[:, self.prefix_tokens:]
         return (x, attentions) if need_weights else x
 
     def output_layer(self, hidden: torch.Tensor) -> OutputLayer:
@@ -260,7 +347,7 @@ class ModularSAR(nn.Module):
             scores = item_scores(h, self.item_emb, self.num_items, items)
         else:
             scores = self.head(h, self.item_emb, items)
-        if self.user_emb is not None and users is not None:
-            offset = (hidden[..., self.item_dim:] * self.user_emb(users)).sum(-1, keepdim=True)
+        if self.fusion == "concat" and users is not None:
+            offset = (hidden[..., self.hidden_size - self.user_dim:] * self.users(users)).sum(-1, keepdim=True)
             scores = scores + offset
         return scores

@@ -175,7 +175,29 @@ def _check_modular(cfg: Config, bad: Bad) -> None:
     m: ModelConfig = cfg.model
     if m.positional in ("rope", "relative"):
         bad(f"'model.positional={m.positional}' exists only in HF backbones (llama, transfo_xl); the modular "
-            "backbone has learned, sinusoidal or none")
+            "backbone has learned, sinusoidal, none or target_aligned")
+    absolute = m.positional in ("auto", "learned", "sinusoidal")
+    if not absolute and m.pos_fusion != "add":
+        bad(f"'model.pos_fusion={m.pos_fusion}' places an absolute position vector, and model.positional="
+            f"{m.positional} has none; leave pos_fusion at add")
+    if not absolute and m.positions_from != "end":
+        bad(f"'model.positions_from' counts absolute positions, and model.positional={m.positional} has none; "
+            "leave it at end")
+    head = m.hidden_size // m.num_heads
+    if m.positional == "target_aligned" and m.pos_dim > head:
+        bad(f"'model.pos_dim' ({m.pos_dim}) is each head's query channel that meets the distance codes under "
+            f"target_aligned: at most the head size hidden_size / num_heads = {head}")
+    if m.positional == "none" and m.pos_dim:
+        bad("'model.pos_dim' is the width of a position channel, and model.positional=none has none; leave it at 0")
+    if absolute and m.pos_fusion == "add" and m.pos_dim not in (0, m.hidden_size):
+        bad(f"'model.pos_dim={m.pos_dim}' needs a position channel of its own: set model.pos_fusion=concat "
+            "(beside the item vector) or project ([item; position] projected to the hidden size)")
+    if absolute and m.pos_fusion != "add":
+        room = m.hidden_size - ((m.user_size or m.hidden_size // 2) if m.user_fusion == "concat" else 0)
+        if not 0 < m.pos_dim < (room if m.pos_fusion == "concat" else m.hidden_size + 1):
+            limit = f"below {room} (the item vector needs the rest)" if m.pos_fusion == "concat" else \
+                f"at most the hidden size {m.hidden_size}"
+            bad(f"'model.pos_dim' with pos_fusion={m.pos_fusion} must be >= 1 and {limit}; got {m.pos_dim}")
 
 
 def _refuse_unused(cfg: Config, bad: Bad, keys: tuple[str, ...], why: str) -> None:
@@ -192,14 +214,14 @@ def _refuse_unused(cfg: Config, bad: Bad, keys: tuple[str, ...], why: str) -> No
 def _check_bsarec(cfg: Config, bad: Bad) -> None:
     m: ModelConfig = cfg.model
     _refuse_unused(cfg, bad, ("head", "positions_from", "init", "attn_output_dropout", "ffn_inner_dropout",
-                              "scale_embedding", "local_heads"),
+                              "scale_embedding", "local_heads", "pos_dim", "pos_fusion"),
                    "its layers, embedding LayerNorm, N(0, 0.02) init and dot-product output are fixed, as its code")
     if m.norm not in ("auto", "post"):
         bad(f"bsarec's layers are post-LN (as its code); 'model.norm={m.norm}' is not offered for it")
     if m.positional not in ("auto", "learned"):
         bad(f"bsarec has learned positions (as its code); 'model.positional={m.positional}' is not offered for it")
-    if m.user_embedding:
-        bad("bsarec has no user embedding; 'model.user_embedding=true' is for the modular backbone (SSE-PT)")
+    if m.user_fusion != "none":
+        bad(f"bsarec has no user embedding; 'model.user_fusion={m.user_fusion}' is for the modular backbone")
     if m.bsa_cutoff < 0:
         bad(f"'model.bsa_cutoff' must be >= 0 (the low-pass keeps the lowest c // 2 + 1 bins); got {m.bsa_cutoff}")
     if not 0.0 <= m.bsa_alpha <= 1.0:
@@ -208,10 +230,11 @@ def _check_bsarec(cfg: Config, bad: Bad) -> None:
 
 def _check_gru4rec(cfg: Config, bad: Bad) -> None:
     _refuse_unused(cfg, bad, ("norm", "positional", "local_heads", "head", "embedding_norm", "positions_from",
-                              "init", "attn_output_dropout", "ffn_inner_dropout", "ffn_size", "activation"),
+                              "init", "attn_output_dropout", "ffn_inner_dropout", "ffn_size", "activation",
+                              "pos_dim", "pos_fusion"),
                    "a recurrent model: no attention, positions, norms or feed-forward layers")
-    if cfg.model.user_embedding:
-        bad("gru4rec has no user embedding; 'model.user_embedding=true' is for the modular backbone (SSE-PT)")
+    if cfg.model.user_fusion != "none":
+        bad(f"gru4rec has no user embedding; 'model.user_fusion={cfg.model.user_fusion}' is for the modular backbone")
 
 
 def _check_hf(cfg: Config, bad: Bad) -> None:
