@@ -91,6 +91,19 @@ transfo_xl); for any other hf:<type>, mixing and alpha are skipped with a note.
 
 Conventions (window, head averaging, padding, where alpha acts) are in modsar/analyze.py and in every row."""
 
+EPILOG_GENERATE = """examples:
+  modsar generate --checkpoint results/train-ml-100k/checkpoints/ar-1234abcd.pt --steps 10
+  modsar generate --checkpoint C --steps 10 --strategy nucleus --top-p 0.9 --seed 1 --out results/gen-nucleus
+  modsar generate --checkpoint C --steps 20 --strategy topk --top-k 5 --exclude history --json
+
+Every test user's history is continued for H steps with the model's own picks (AE: by appending a mask
+token), then compared with the user's true future: the log from the test target on. Under leave-one-out the
+future is one item; train with data.split=temporal for a real multi-item future. Metrics (defined in
+modsar/generate.py): alignment (hits, recall, NDCG, exact order), diversity (distinct ratio, immediate repeats,
+distinct-2), entropy of generated vs true future items, catalogue coverage, the share of top-1% popular
+items (mode collapse) and unseen transitions (oscillation). --json prints them; --out adds rollouts.parquet,
+steps.parquet, metrics.json and generate.png."""
+
 EPILOG_SUBMIT = """examples:
   modsar submit --address http://HEAD:8265 --follow -- search --space local_attn --dataset beauty \\
       --results /mnt/shared/modsar/results --gpus-per-trial 0.25 --quiet
@@ -261,6 +274,26 @@ def build_parser() -> argparse.ArgumentParser:
                                        "PNG plots here")
     _add_data_dir(analyze)
 
+    gen = sub.add_parser("generate", help="H-step rollouts from each test user's history vs the true future",
+                         epilog=EPILOG_GENERATE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    gen.add_argument("--checkpoint", required=True, help="a best.pt written by modsar train or search")
+    gen.add_argument("--steps", type=int, required=True, help="H, items generated per user")
+    gen.add_argument("--strategy", default="greedy", help="greedy | topk | nucleus (default: %(default)s)")
+    gen.add_argument("--top-k", type=int, default=10, help="topk: sample among the k best items (default 10)")
+    gen.add_argument("--top-p", type=float, default=0.9, help="nucleus: the smallest set of items holding this "
+                     "probability mass (default 0.9)")
+    gen.add_argument("--temperature", type=float, default=1.0, help="topk/nucleus: softmax temperature")
+    gen.add_argument("--exclude", default="none", help="items a pick may not be: none | history | rollout (earlier "
+                     "picks) | all (default: %(default)s)")
+    gen.add_argument("--seed", type=int, default=0, help="sampling and --users sample seed (default 0)")
+    gen.add_argument("--users", type=int, default=0, help="a seeded sample of this many test users (0 = all)")
+    gen.add_argument("--batch-size", type=int, default=512, help="users per forward pass (default 512)")
+    gen.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    gen.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    gen.add_argument("--quiet", action="store_true", help="no progress bar")
+    gen.add_argument("--out", help="write rollouts.parquet, steps.parquet, metrics.json and generate.png here")
+    _add_data_dir(gen)
+
     sub_submit = sub.add_parser("submit", help="run a modsar command on a Ray cluster (Ray Job Submission)",
                                 epilog=EPILOG_SUBMIT, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub_submit.add_argument("--address", default=os.environ.get("RAY_DASHBOARD_ADDRESS"),
@@ -274,9 +307,46 @@ def build_parser() -> argparse.ArgumentParser:
                             help="-- <modsar command ...>, or: status JOB | logs JOB | stop JOB")
     for command, handler in ((prep, _prepare), (stats, _stats), (prof, _profile), (listing, _list), (train, _train),
                              (search, _search), (spaces, _spaces), (results, _results), (report, _report),
-                             (analyze, _analyze), (sub_submit, _submit)):
+                             (analyze, _analyze), (gen, _generate), (sub_submit, _submit)):
         command.set_defaults(handler=handler)
     return parser
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from modsar import generate
+    from modsar.data.split import make_split
+    from modsar.data.store import load_dataset
+    from modsar.data.views import viewed
+    from modsar.train import load_checkpoint, resolve_device
+
+    if not Path(args.checkpoint).is_file():
+        raise ModsarError(f"checkpoint '{args.checkpoint}' does not exist")
+    if args.users < 0 or args.batch_size < 1:
+        raise ModsarError("--users must be >= 0 and --batch-size >= 1")
+    sampler = generate.Sampler(args.strategy, args.top_k, args.top_p, args.temperature)
+    device = resolve_device(args.device)
+    model, cfg, payload = load_checkpoint(args.checkpoint, str(device))
+    split = make_split(cfg, viewed(load_dataset(cfg.dataset, args.data_dir), cfg.data.view))
+    result = generate.generate(model, split, cfg.task, payload["max_len"], args.steps, sampler, args.exclude,
+                               args.seed, args.users, args.batch_size, device, progress=not args.quiet)
+    facts = {"checkpoint": str(args.checkpoint), "dataset": cfg.dataset, "task": cfg.task, "split": cfg.data.split,
+             "strategy": args.strategy, "top_k": args.top_k, "top_p": args.top_p, "temperature": args.temperature,
+             "exclude": args.exclude, "seed": args.seed}
+    if args.json:
+        print(json.dumps({**facts, **result.metrics}, indent=2))
+    else:
+        print(f"{cfg.task.upper()} {cfg.dataset} ({cfg.data.split} split), {args.strategy} rollouts of "
+              f"{args.steps} steps for {result.metrics['users']} test users "
+              f"({result.metrics['future_items_per_user']:.2f} true future items each):")
+        width = max(map(len, result.metrics))
+        for key, value in result.metrics.items():
+            if key not in ("users", "steps"):
+                print(f"  {key:<{width}}  {value:.4f}" if isinstance(value, float) else f"  {key:<{width}}  {value}")
+    if args.out:
+        written = generate.write(result, args.out, facts)
+        if not args.json:
+            print(f"wrote {len(written)} file(s) to {args.out}: {', '.join(p.name for p in written)}")
+    return 0
 
 
 def _best_checkpoints(rows) -> list[str]:

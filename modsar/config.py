@@ -125,6 +125,8 @@ class EvalConfig:
     filter_seen: str = choice("none", "none", "history")  # remove the user's earlier items from the ranking
     sampled_negatives: int = 0  # 0 = exact full ranking over all items; N = rank against N fixed negatives
     sample_seed: int = 12345
+    generate_steps: int = 0  # > 0: greedy rollouts of this many steps from every test user's history after
+    #                          testing (modsar.generate); their metrics become the row's generate.* columns
 
 
 @dataclass
@@ -370,6 +372,7 @@ def validate(cfg: Config, where: str = "config") -> None:
                              ("model.ffn_size", m.ffn_size, "0 = 4 * hidden_size"),
                              ("model.user_size", m.user_size, "0 = hidden_size // 2"),
                              ("model.pos_dim", m.pos_dim, "0 = the hidden size, added"),
+                             ("eval.generate_steps", cfg.eval.generate_steps, "0 = no rollouts"),
                              ("model.gru_size", m.gru_size, "0 = hidden_size"),
                              ("loss.cl_weight", cfg.loss.cl_weight, "0 = no contrastive term")]:
         if value < 0:

@@ -82,6 +82,7 @@ def trial_facts(result) -> dict[str, Any]:
             "epoch_time_s": result.epoch_time_s, "eval_time_s": result.eval_time_s, "device": result.device,
             "num_parameters": result.num_parameters, "checkpoint": result.checkpoint,
             **{k: getattr(result, k) for k in SPEED_FACTS}, **result.protocol,
+            **{f"generate.{k}": v for k, v in result.generation.items()},
             "curve": json.dumps([[h["epoch"], h[f"valid.{result.monitor}"]] for h in result.history])}
 
 

@@ -77,6 +77,7 @@ class TrialResult:
     gflops: float = math.nan  # of which achieved per second of training
     mfu: float = math.nan  # gflops over this device's measured matmul rate in the training dtype
     protocol: dict[str, Any] = field(default_factory=dict)  # targets evaluated; a temporal split's cut times
+    generation: dict[str, float] = field(default_factory=dict)  # eval.generate_steps: rollout metrics on test
 
 
 def resolve_device(name: str) -> torch.device:
@@ -360,8 +361,8 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
         seconds = float(np.mean(state.epoch_times))
         return {**flops, "gflops": model_flops / seconds / 1e9, "mfu": utilisation(model_flops, seconds, device, dtype)}
 
-    def outcome(test: dict[str, float]) -> TrialResult:
-        return TrialResult(**speed(), protocol=protocol, valid=state.best_valid, test=test, best_epoch=state.best_epoch, epochs_run=epoch,
+    def outcome(test: dict[str, float], generation: dict[str, float] | None = None) -> TrialResult:
+        return TrialResult(**speed(), protocol=protocol, generation=generation or {}, valid=state.best_valid, test=test, best_epoch=state.best_epoch, epochs_run=epoch,
                            wall_time_s=time.perf_counter() - started,
                            epoch_time_s=float(np.mean(state.epoch_times)) if state.epoch_times else math.nan,
                            eval_time_s=float(np.mean(state.eval_times)) if state.eval_times else math.nan,
@@ -414,4 +415,16 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
         model.eval()
         with roomy_heap():
             test = evaluator(model_scorer(model), "test")
+            generation = rollout_metrics(model, split, cfg, max_len, device)
+        return outcome(test, generation)
     return outcome(test)
+
+
+def rollout_metrics(model: Recommender, split, cfg: Config, max_len: int, device: torch.device) -> dict[str, float]:
+    """eval.generate_steps > 0: greedy rollouts from every test user's history (seeded by the trial's seed)."""
+    if not cfg.eval.generate_steps:
+        return {}
+    from modsar.generate import Sampler, generate
+
+    return generate(model, split, cfg.task, max_len, cfg.eval.generate_steps, Sampler("greedy"), seed=cfg.seed,
+                    device=device).metrics

@@ -261,7 +261,7 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
 
     from modsar.data.split import LeaveOneOut, make_split
     from modsar.evaluate import Evaluator, model_scorer
-    from modsar.train import load_checkpoint
+    from modsar.train import load_checkpoint, rollout_metrics
 
     every = read_rows(rows_dir(plan), plan.request.experiment_name)
     column = f"valid.{plan.monitor}"
@@ -272,7 +272,7 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
     winners = {key: group.sort_values([column, "trial_id"], ascending=[False, True]).iloc[0].to_dict()
                for key, group in candidates.groupby(MODEL)}  # (task, backbone) -> the best row
     for earlier in rows[rows["selected"].astype(bool)].to_dict("records"):  # unmark before marking: a crash
-        earlier.update({k: None for k in earlier if k.startswith("test.")}, selected=False)  # leaves none
+        earlier.update({k: None for k in earlier if k.startswith(("test.", "generate."))}, selected=False)  # leaves none
         rewrite_row(plan, earlier)
     for key, seeds in every[every["role"] == "seed"].groupby(MODEL):  # re-runs of an earlier winner
         winner = rows[rows["trial_id"] == winners[key]["trial_id"]] if key in winners else rows.iloc[:0]
@@ -294,7 +294,9 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
             splits[protocol] = make_split(cfg, viewed(stored, cfg.data.view))
         split = splits[protocol]
         test = Evaluator.of(split, cfg, payload["max_len"], torch.device("cpu"))(model_scorer(model), "test")
+        generation = rollout_metrics(model, split, cfg, payload["max_len"], torch.device("cpu"))
         best.update({f"test.{k}": v for k, v in test.items()}, selected=True)
+        best.update({f"generate.{k}": v for k, v in generation.items()})
         rewrite_row(plan, best)
         selected[model_key(task, backbone, backbones)] = {
             "trial_id": best["trial_id"], column: best[column],

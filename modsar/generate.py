@@ -1,0 +1,317 @@
+"""`modsar generate`: H-step rollouts from each test user's history, measured against the held-out future
+(the data-first paper §5).
+
+A rollout feeds the model its own picks: AR reads the window and scores the next item at the last position;
+AE appends a mask token and scores it, then writes its pick in the mask's place. The true future of a user
+is the log from the test target on (its next H items): one item under leave-one-out, every later event under
+`data.split=temporal`, where the future is real. Metrics (per user, then the mean, unless said otherwise):
+- alignment: `alignment_hits` = |G & F| (distinct generated items found among the true future items),
+  `alignment_recall` = that / |F|, `alignment_ndcg` = sum over steps s of [g_s in F, first time] / log2(s + 2),
+  over the ideal min(|F|, H) hits; `alignment_exact` = share of steps s < |F| with g_s = f_s (order too).
+- diversity: `distinct_ratio` = distinct items / H, `immediate_repeat_rate` = share of steps repeating the
+  previous pick, `distinct_2` = distinct consecutive pairs / (H - 1).
+- `entropy_generated` / `entropy_future` (bits): of the item distribution over all users' generated / true
+  future items; `entropy_generated_matched` reads only the first |F| steps of each rollout, so it counts as
+  many items as the future does (entropy grows with the sample).
+- `coverage` / `coverage_future`: share of the catalogue generated / in the future at least once.
+- mode collapse: `top1pct_share_generated` / `top1pct_share_future` = share of items that are in the top 1%
+  by training popularity (the ceil(N / 100) most frequent training items).
+- oscillation: `unseen_transition_rate` (and `_future`) = share of consecutive pairs, from the last history
+  item on, that are two different items never adjacent (either order) in any training sequence.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from modsar.data.batches import eval_inputs
+from modsar.data.split import LeaveOneOut, history_index
+from modsar.errors import ModsarError
+from modsar.evaluate import trim_left_padding
+from modsar.model.interface import Recommender
+
+STRATEGIES = ("greedy", "topk", "nucleus")
+EXCLUDE = ("none", "history", "rollout", "all")  # items a pick may not be: the history, earlier picks, both
+
+
+@dataclass
+class Sampler:
+    """How the next item is picked from a row of scores."""
+
+    strategy: str = "greedy"
+    top_k: int = 10
+    top_p: float = 0.9
+    temperature: float = 1.0
+
+    def check(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ModsarError(f"--strategy must be one of {', '.join(STRATEGIES)}; got {self.strategy!r}")
+        if self.top_k < 1:
+            raise ModsarError(f"--top-k must be >= 1; got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ModsarError(f"--top-p must be in (0, 1]; got {self.top_p}")
+        if not (self.temperature > 0 and math.isfinite(self.temperature)):
+            raise ModsarError(f"--temperature must be a positive number; got {self.temperature}")
+
+    def pick(self, scores: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """0-based columns (B,) from scores (B, N), -inf marking excluded items."""
+        if self.strategy == "greedy":
+            return scores.argmax(1)
+        logits = scores.float() / self.temperature
+        if self.strategy == "topk":
+            values, columns = logits.topk(min(self.top_k, logits.size(1)), dim=1)
+            chosen = torch.multinomial(values.softmax(1), 1, generator=generator)
+            return columns.gather(1, chosen)[:, 0]
+        values, columns = logits.sort(1, descending=True)
+        probs = values.softmax(1)
+        before = probs.cumsum(1) - probs  # mass ahead of each item: keep the smallest prefix reaching top_p
+        probs = probs.masked_fill(before >= self.top_p, 0.0)
+        chosen = torch.multinomial(probs, 1, generator=generator)
+        return columns.gather(1, chosen)[:, 0]
+
+
+@torch.no_grad()
+def rollout(model: Recommender, task: str, windows: torch.Tensor, users: torch.Tensor, steps: int, sampler: Sampler,
+            *, mask_id: int, seen: tuple[np.ndarray, np.ndarray] | None = None, exclude_rollout: bool = False,
+            seed: int = 0, batch_size: int = 512, device: torch.device | None = None,
+            progress: bool = False) -> np.ndarray:
+    """(n, steps) generated item ids for left-padded history windows (n, max_len) and 1-based users (n,).
+    `seen` = (row, 0-based column) pairs never to be picked (the history under --exclude history)."""
+    device = device or torch.device("cpu")
+    generator = torch.Generator(device=device).manual_seed(seed) if sampler.strategy != "greedy" else None
+    out = np.zeros((len(windows), steps), dtype=np.int64)
+    seen_rows = torch.from_numpy(seen[0]) if seen is not None else None
+    bar = tqdm(total=len(windows) * steps, desc="generate", unit="item", disable=not progress, dynamic_ncols=True)
+    for lo in range(0, len(windows), batch_size):
+        window = windows[lo:lo + batch_size].to(device)
+        user = users[lo:lo + batch_size].to(device)
+        banned = torch.zeros(len(window), model.num_items, dtype=torch.bool, device=device)
+        if seen is not None and seen_rows is not None:
+            inside = (seen_rows >= lo) & (seen_rows < lo + len(window))
+            banned[(seen_rows[inside] - lo).to(device), torch.from_numpy(seen[1])[inside].to(device)] = True
+        for step in range(steps):
+            inputs = trim_left_padding(window)
+            if task == "ae":
+                inputs = torch.cat([inputs, torch.full((len(inputs), 1), mask_id, device=device)], dim=1)
+            scores = model.score(model(inputs, user)[:, -1], user).float()
+            scores = scores.nan_to_num(nan=float("-inf")).masked_fill(banned, float("-inf"))
+            picked = sampler.pick(scores, generator)
+            if exclude_rollout:
+                banned[torch.arange(len(picked), device=device), picked] = True
+            out[lo:lo + len(window), step] = (picked + 1).cpu().numpy()
+            window = torch.cat([window[:, 1:], (picked + 1)[:, None]], dim=1)  # the pick joins the history
+            bar.update(len(window))
+    bar.close()
+    return out
+
+
+def true_future(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, steps: int) -> np.ndarray:
+    """(n, steps) the user's items from the test target on (0 where the log ends first)."""
+    idx = history_end[:, None] + np.arange(steps)[None, :]
+    inside = idx < split.offsets[users + 1][:, None]
+    return np.where(inside, split.items[np.minimum(idx, len(split.items) - 1)], 0)
+
+
+def training_facts(split: LeaveOneOut) -> tuple[np.ndarray, np.ndarray]:
+    """Training popularity per item id (N + 1,) and the sorted keys a * (N + 1) + b of every pair of items
+    adjacent in a training sequence (both orders)."""
+    n = split.num_items + 1
+    train = np.arange(len(split.items)) < split.train_ends[split.owner]
+    counts = np.bincount(split.items[train], minlength=n)
+    adjacent = train[1:] & train[:-1] & (split.owner[1:] == split.owner[:-1])
+    a, b = split.items[:-1][adjacent], split.items[1:][adjacent]
+    return counts, np.unique(np.concatenate([a * n + b, b * n + a]))
+
+
+def top_popular(popularity: np.ndarray, num_items: int) -> np.ndarray:
+    """(N + 1,) True for the ceil(N / 100) most frequent training items (ties: the lower id)."""
+    popular = np.zeros(num_items + 1, dtype=bool)
+    popular[1:][np.argsort(-popularity[1:], kind="stable")[: max(1, math.ceil(num_items / 100))]] = True
+    return popular
+
+
+def entropy_bits(items: np.ndarray, num_items: int) -> float:
+    counts = np.bincount(items[items > 0], minlength=num_items + 1)
+    p = counts[counts > 0] / counts.sum() if counts.sum() else np.zeros(0)
+    return float(-(p * np.log2(p)).sum())
+
+
+def unseen_transitions(chains: np.ndarray, pairs: np.ndarray, num_items: int) -> float:
+    """Share of consecutive pairs (two real, different items) in the rows of `chains` never adjacent in training."""
+    a, b = chains[:, :-1].ravel(), chains[:, 1:].ravel()
+    real = (a > 0) & (b > 0) & (a != b)
+    if not real.any():
+        return math.nan
+    return float(1.0 - np.isin(a[real] * (num_items + 1) + b[real], pairs).mean())
+
+
+def distinct_per_row(values: np.ndarray) -> np.ndarray:
+    """Distinct values in each row of a 2-D array (sorted rows: 1 + the number of changes)."""
+    if values.shape[1] == 0:
+        return np.zeros(len(values), dtype=np.int64)
+    ordered = np.sort(values, axis=1)
+    return 1 + (ordered[:, 1:] != ordered[:, :-1]).sum(1)
+
+
+def first_occurrences(generated: np.ndarray) -> np.ndarray:
+    """(n, H) True where an item appears in its row for the first time (one vectorised pass per step)."""
+    first = np.ones_like(generated, dtype=bool)
+    for s in range(1, generated.shape[1]):
+        first[:, s] = ~(generated[:, :s] == generated[:, s:s + 1]).any(1)
+    return first
+
+
+def rollout_metrics(generated: np.ndarray, future: np.ndarray, last_history: np.ndarray, popularity: np.ndarray,
+                    pairs: np.ndarray, num_items: int) -> dict[str, float]:
+    """The module docstring's metrics for rollouts (n, H) against true futures (n, H; 0 = none)."""
+    n, steps = generated.shape
+    have = future > 0
+    lengths = have.sum(1)
+    first = first_occurrences(generated)
+    in_future = (generated[:, :, None] == np.where(have, future, -1)[:, None, :]).any(2)
+    hits = (in_future & first).sum(1)
+    discount = 1.0 / np.log2(np.arange(steps) + 2.0)
+    ideal = np.cumsum(discount)[np.maximum(np.minimum(lengths, steps) - 1, 0)]
+    evaluable = lengths > 0
+    popular = top_popular(popularity, num_items)
+    matched = generated[have]
+    bigrams = generated[:, :-1] * (num_items + 1) + generated[:, 1:]
+    distinct_2 = distinct_per_row(bigrams) / (steps - 1) if steps > 1 else np.full(n, math.nan)
+    mean = lambda x: float(np.mean(x)) if len(x) else math.nan  # noqa: E731
+    return {
+        "users": int(n), "steps": int(steps), "users_with_future": int(evaluable.sum()),
+        "future_items_per_user": mean(lengths),
+        "alignment_hits": mean(hits[evaluable]),
+        "alignment_recall": mean(hits[evaluable] / lengths[evaluable]),
+        "alignment_ndcg": mean(((in_future & first) * discount).sum(1)[evaluable] / ideal[evaluable]),
+        "alignment_exact": float((generated == future)[have].mean()) if have.any() else math.nan,
+        "distinct_ratio": mean(first.sum(1) / steps),
+        "immediate_repeat_rate": float((generated[:, 1:] == generated[:, :-1]).mean()) if steps > 1 else math.nan,
+        "distinct_2": mean(distinct_2),
+        "entropy_generated": entropy_bits(generated.ravel(), num_items),
+        "entropy_generated_matched": entropy_bits(matched, num_items),
+        "entropy_future": entropy_bits(future[have], num_items),
+        "coverage": float(len(np.unique(generated)) / num_items),
+        "coverage_future": float(len(np.unique(future[have])) / num_items),
+        "top1pct_share_generated": float(popular[generated].mean()),
+        "top1pct_share_future": float(popular[future[have]].mean()) if have.any() else math.nan,
+        "unseen_transition_rate": unseen_transitions(np.concatenate([last_history[:, None], generated], 1),
+                                                     pairs, num_items),
+        "unseen_transition_rate_future": unseen_transitions(
+            np.concatenate([last_history[:, None], future], 1), pairs, num_items),
+    }
+
+
+def per_step(generated: np.ndarray, future: np.ndarray, popularity: np.ndarray, num_items: int) -> pd.DataFrame:
+    """Per step s: share of users whose pick is among their future items, whose pick equals f_s, whose pick
+    is a top-1% item, and the distinct share of picks so far."""
+    popular = top_popular(popularity, num_items)
+    have = (future > 0).any(1)
+    distinct = first_occurrences(generated).cumsum(1)
+    rows = []
+    for s in range(generated.shape[1]):
+        g = generated[:, s]
+        rows.append({"step": s + 1, "hit_in_future": float((g[:, None] == future).any(1)[have].mean()),
+                     "exact": float((g == future[:, s])[future[:, s] > 0].mean()) if (future[:, s] > 0).any()
+                     else math.nan,
+                     "top1pct_share": float(popular[g].mean()),
+                     "distinct_so_far": float(distinct[:, s].mean() / (s + 1))})
+    return pd.DataFrame(rows)
+
+
+@dataclass
+class Generation:
+    metrics: dict[str, float]
+    rollouts: pd.DataFrame  # user, step, item, future_item
+    steps: pd.DataFrame  # per_step
+
+
+def generate(model: Recommender, split: LeaveOneOut, task: str, max_len: int, steps: int, sampler: Sampler,
+             exclude: str = "none", seed: int = 0, max_users: int = 0, batch_size: int = 512,
+             device: torch.device | None = None, progress: bool = False) -> Generation:
+    """Rollouts for the test users (a seeded sample of `max_users` when > 0), with their metrics."""
+    if steps < 1:
+        raise ModsarError(f"--steps must be >= 1; got {steps}")
+    if exclude not in EXCLUDE:
+        raise ModsarError(f"--exclude must be one of {', '.join(EXCLUDE)}; got {exclude!r}")
+    sampler.check()
+    users, history_end, _ = split.targets("test")
+    if max_users and max_users < len(users):
+        keep = np.sort(np.random.default_rng(seed).choice(len(users), max_users, replace=False))
+        users, history_end = users[keep], history_end[keep]
+    if not len(users):
+        raise ModsarError("there are no test users to generate for")
+    order = np.argsort(history_end - split.starts[users], kind="stable")  # similar lengths share a batch
+    users, history_end = users[order], history_end[order]
+    windows = eval_inputs(split, users, history_end, "ar", max_len)
+    seen = history_index(split, users, history_end) if exclude in ("history", "all") else None
+    if seen is not None:
+        seen = (seen[0], seen[1] - 1)
+    model.eval()
+    generated = rollout(model, task, windows, torch.from_numpy(users + 1), steps, sampler,
+                        mask_id=split.num_items + 1, seen=seen, exclude_rollout=exclude in ("rollout", "all"),
+                        seed=seed, batch_size=batch_size, device=device, progress=progress)
+    future = true_future(split, users, history_end, steps)
+    popularity, pairs = training_facts(split)
+    last = split.items[history_end - 1]
+    metrics = rollout_metrics(generated, future, last, popularity, pairs, split.num_items)
+    rollouts = pd.DataFrame({"user": np.repeat(users + 1, steps), "step": np.tile(np.arange(1, steps + 1), len(users)),
+                             "item": generated.ravel(), "future_item": future.ravel()})
+    return Generation(metrics, rollouts, per_step(generated, future, popularity, split.num_items))
+
+
+def write(generation: Generation, out: str | Path, facts: dict) -> list[Path]:
+    """rollouts.parquet, steps.parquet, metrics.json and generate.png under `out` (each written to a temporary
+    name, then renamed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, frame in (("rollouts.parquet", generation.rollouts), ("steps.parquet", generation.steps)):
+        tmp = folder / f".{name}.tmp"
+        frame.to_parquet(tmp, index=False)
+        tmp.replace(folder / name)
+        paths.append(folder / name)
+    tmp = folder / ".metrics.json.tmp"
+    tmp.write_text(json.dumps({**facts, **generation.metrics}, indent=2) + "\n")
+    tmp.replace(folder / "metrics.json")
+    paths.append(folder / "metrics.json")
+    m, s = generation.metrics, generation.steps
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    left.plot(s["step"], s["hit_in_future"], marker="o", label="pick among the true future")
+    left.plot(s["step"], s["exact"], marker=".", label="pick = true item at that step")
+    left.plot(s["step"], s["distinct_so_far"], ls="--", label="distinct picks so far / steps")
+    left.set_xlabel("step")
+    left.set_ylim(0, 1)
+    left.legend(fontsize=8)
+    left.set_title("alignment and diversity per step")
+    right.plot(s["step"], s["top1pct_share"], marker="o", label="generated")
+    right.axhline(m["top1pct_share_future"], color="k", ls=":", label="true future")
+    right.set_xlabel("step")
+    right.set_ylabel("share in the top-1% popular items")
+    right.set_ylim(0, 1)
+    right.legend(fontsize=8)
+    right.set_title("mode collapse")
+    for axis in (left, right):
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.suptitle(f"{facts.get('strategy', '')} rollouts, {m['users']} users, H={m['steps']}", fontsize=10)
+    fig.tight_layout()
+    tmp = folder / ".generate.png.tmp"
+    fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)
+    tmp.replace(folder / "generate.png")
+    paths.append(folder / "generate.png")
+    return paths

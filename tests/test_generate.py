@@ -1,0 +1,163 @@
+"""modsar generate: rollouts feed the model its own picks (AR and AE), samplers keep to their sets, the
+future is the log from the test target on, and every metric matches a hand-computed case."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from modsar.cli import main
+from modsar.config import load_config
+from modsar.data.split import LeaveOneOut
+from modsar.generate import Sampler, rollout, rollout_metrics, training_facts, true_future
+from modsar.train import run_trial
+
+N = 9
+
+
+class NextItem(nn.Module):
+    """Scores item (last real input + 1) mod N highest, the last input second: a known continuation.
+    AE inputs end in the mask token (N + 1); the item before it counts as the last."""
+
+    num_items = N
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.item_emb = nn.Embedding(N + 2, 1)
+        self.seen: list[torch.Tensor] = []
+
+    def forward(self, inputs: torch.Tensor, users=None, need_weights: bool = False) -> torch.Tensor:
+        self.seen.append(inputs.clone())
+        last = torch.where(inputs[:, -1] == N + 1, inputs[:, -2], inputs[:, -1])
+        return last[:, None, None].float().expand(len(inputs), inputs.size(1), 1)
+
+    def score(self, hidden: torch.Tensor, users=None, items=None) -> torch.Tensor:
+        last = hidden[:, 0].long()
+        scores = torch.zeros(len(hidden), N)
+        scores[torch.arange(len(hidden)), last % N] = 2.0  # column of item last + 1 (1-based ids, wrapping)
+        scores[torch.arange(len(hidden)), last - 1] = 1.0
+        return scores
+
+
+@pytest.mark.parametrize("task", ["ar", "ae"])
+def test_rollout_feeds_the_model_its_own_picks(task):
+    model = NextItem()
+    windows = torch.tensor([[0, 0, 3], [5, 6, 7]])
+    out = rollout(model, task, windows, torch.tensor([1, 2]), 4, Sampler("greedy"), mask_id=N + 1)
+    assert out.tolist() == [[4, 5, 6, 7], [8, 9, 1, 2]]
+    last_inputs = model.seen[-1]
+    if task == "ae":
+        assert (last_inputs[:, -1] == N + 1).all() and last_inputs[:, -2].tolist() == [6, 1]
+    else:
+        assert last_inputs[1].tolist() == [8, 9, 1]  # the window slides: max_len items, the picks at the end
+
+
+def test_excluded_items_are_never_picked():
+    model = NextItem()
+    windows = torch.tensor([[0, 2, 3]])
+    # history excluded: 4 stays allowed; then rollout exclusion stops 4 -> 5 -> ... from ever repeating
+    seen = (np.array([0, 0]), np.array([1, 2]))  # 0-based columns of items 2 and 3
+    out = rollout(model, "ar", windows, torch.tensor([1]), 3, Sampler("greedy"), mask_id=N + 1, seen=seen)
+    assert out.tolist() == [[4, 5, 6]]
+    seen = (np.array([0]), np.array([3]))  # item 4 banned: the runner-up (the last item, 3) is picked, and again
+    out = rollout(model, "ar", windows, torch.tensor([1]), 2, Sampler("greedy"), mask_id=N + 1, seen=seen)
+    assert out.tolist() == [[3, 3]]
+    out = rollout(model, "ar", windows, torch.tensor([1]), 2, Sampler("greedy"), mask_id=N + 1, seen=seen,
+                  exclude_rollout=True)
+    assert out[0, 0] == 3 and out[0, 1] not in (3, 4)
+
+
+def test_samplers_keep_to_their_sets_and_are_seeded():
+    scores = torch.tensor([[5.0, 4.0, 1.0, -2.0, float("-inf")]]).expand(2000, 5)
+    g = torch.Generator().manual_seed(0)
+    assert (Sampler("greedy").pick(scores, None) == 0).all()
+    assert set(Sampler("topk", top_k=2).pick(scores, g).tolist()) == {0, 1}
+    assert set(Sampler("topk", top_k=1).pick(scores, g).tolist()) == {0}
+    p = torch.softmax(scores[0], 0)  # nucleus 0.9: item 0 holds .72, items 0-1 .99 -> {0, 1}
+    assert p[0] < 0.9 < p[0] + p[1]
+    picks = Sampler("nucleus", top_p=0.9).pick(scores, g)
+    assert set(picks.tolist()) == {0, 1}
+    assert abs((picks == 0).float().mean() - p[0] / (p[0] + p[1])) < 0.05
+    assert set(Sampler("nucleus", top_p=0.5).pick(scores, g).tolist()) == {0}
+    one = Sampler("topk", top_k=3).pick(scores, torch.Generator().manual_seed(7))
+    two = Sampler("topk", top_k=3).pick(scores, torch.Generator().manual_seed(7))
+    assert torch.equal(one, two)
+
+
+def test_the_future_is_the_log_from_the_test_target_on():
+    split = LeaveOneOut(np.array([1, 2, 3, 4, 5, 6, 7, 8]), np.array([0, 5, 8]), 8)
+    users, end, _ = split.targets("test")
+    assert true_future(split, users, end, 3).tolist() == [[5, 0, 0], [8, 0, 0]]
+    early = np.array([2, 6])  # a history ending earlier (as a temporal cut would): everything after it
+    assert true_future(split, users, early, 3).tolist() == [[3, 4, 5], [7, 8, 0]]
+
+
+def test_training_facts_use_only_training_items():
+    split = LeaveOneOut(np.array([1, 2, 3, 4, 2, 3, 5, 9, 9]), np.array([0, 5, 9]), 9)
+    counts, pairs = training_facts(split)
+    # user 1 trains on 1 2 3, user 2 on 3 5 (its 9 9 are validation and test)
+    assert counts.tolist() == [0, 1, 1, 2, 0, 1, 0, 0, 0, 0]
+    keys = {int(k) for k in pairs}
+    assert keys == {1 * 10 + 2, 2 * 10 + 1, 2 * 10 + 3, 3 * 10 + 2, 3 * 10 + 5, 5 * 10 + 3}
+
+
+def test_rollout_metrics_by_hand():
+    generated = np.array([[5, 5, 7, 2],
+                          [1, 2, 3, 4]])
+    future = np.array([[7, 9, 0, 0],
+                       [3, 8, 1, 6]])
+    last = np.array([4, 9])
+    popularity = np.zeros(101)  # N = 100: the top 1% is one item, the most popular: 5
+    popularity[5], popularity[1], popularity[2] = 10, 3, 2
+    pairs = np.array([4 * 101 + 5, 5 * 101 + 4, 1 * 101 + 2, 2 * 101 + 1])  # 4-5 and 1-2 were adjacent
+    m = rollout_metrics(generated, future, last, popularity, pairs, 100)
+    # user 1: distinct picks 5, 7, 2; 7 is in the future {7, 9} at step 3 -> 1 hit, recall 1/2,
+    #   NDCG = (1/log2(4)) / (1 + 1/log2(3)); exact: steps 1-2 vs 7, 9: none
+    # user 2: picks 1, 2, 3, 4; future {3, 8, 1, 6}: hits 1 (step 1) and 3 (step 3) -> 2, recall 2/4,
+    #   NDCG = (1 + 1/log2(4)) / (1 + 1/log2(3) + 1/2 + 1/log2(5)); exact: none of 1=3, 2=8, 3=1, 4=6
+    ndcg1 = (1 / math.log2(4)) / (1 + 1 / math.log2(3))
+    ndcg2 = (1 + 1 / math.log2(4)) / (1 + 1 / math.log2(3) + 0.5 + 1 / math.log2(5))
+    assert m["alignment_hits"] == pytest.approx(1.5)
+    assert m["alignment_recall"] == pytest.approx((0.5 + 0.5) / 2)
+    assert m["alignment_ndcg"] == pytest.approx((ndcg1 + ndcg2) / 2)
+    assert m["alignment_exact"] == 0.0
+    assert m["distinct_ratio"] == pytest.approx((3 / 4 + 4 / 4) / 2)
+    assert m["immediate_repeat_rate"] == pytest.approx(1 / 6)
+    assert m["distinct_2"] == pytest.approx((3 / 3 + 3 / 3) / 2)  # (5,5) (5,7) (7,2) | (1,2) (2,3) (3,4)
+    gen_counts = np.array([2 / 8, 1 / 8, 2 / 8, 1 / 8, 1 / 8, 1 / 8])  # 5:2, 7:1, 2:2, 1:1, 3:1, 4:1
+    assert m["entropy_generated"] == pytest.approx(float(-(gen_counts * np.log2(gen_counts)).sum()))
+    fut = np.array([1, 1, 1, 1, 1, 1]) / 6  # 7, 9, 3, 8, 1, 6: all distinct
+    assert m["entropy_future"] == pytest.approx(float(-(fut * np.log2(fut)).sum()))
+    matched = np.array([2 / 6, 1 / 6, 1 / 6, 1 / 6, 1 / 6])  # first |F| steps: 5 5 | 1 2 3 4
+    assert m["entropy_generated_matched"] == pytest.approx(float(-(matched * np.log2(matched)).sum()))
+    assert m["coverage"] == pytest.approx(6 / 100) and m["coverage_future"] == pytest.approx(6 / 100)
+    assert m["top1pct_share_generated"] == pytest.approx(2 / 8) and m["top1pct_share_future"] == 0.0
+    # transitions with the last history item: 4-5 seen, 5-5 same, 5-7 new, 7-2 new | 9-1 new, 1-2 seen, 2-3, 3-4 new
+    assert m["unseen_transition_rate"] == pytest.approx(5 / 7)
+    # future: 4-7, 7-9 | 9-3, 3-8, 8-1, 1-6: none seen
+    assert m["unseen_transition_rate_future"] == 1.0
+
+
+def test_generate_cli_and_train_rows(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MODSAR_DATA", str(tmp_path / "data"))
+    checkpoint = tmp_path / "ar.pt"
+    cfg = load_config(None, ["train.max_epochs=2", "model.hidden_size=16", "eval.generate_steps=3"])
+    result = run_trial(cfg, checkpoint_path=checkpoint, progress=False)
+    assert result.generation["steps"] == 3 and 0 <= result.generation["alignment_recall"] <= 1
+    assert main(["generate", "--checkpoint", str(checkpoint), "--steps", "3", "--json", "--quiet",
+                 "--out", str(tmp_path / "gen")]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    for key in ("alignment_hits", "distinct_ratio", "entropy_generated", "entropy_future", "coverage",
+                "top1pct_share_generated", "top1pct_share_future"):
+        assert key in printed
+    assert printed["alignment_hits"] == result.generation["alignment_hits"]  # greedy: the row's rollouts
+    assert sorted(p.name for p in (tmp_path / "gen").iterdir()) == ["generate.png", "metrics.json",
+                                                                     "rollouts.parquet", "steps.parquet"]
+    assert main(["generate", "--checkpoint", str(checkpoint), "--steps", "3", "--strategy", "beam"]) == 2
+    assert "--strategy must be one of greedy, topk, nucleus; got 'beam'" in capsys.readouterr().err
+    assert main(["generate", "--checkpoint", str(tmp_path / "none.pt"), "--steps", "3"]) == 2
