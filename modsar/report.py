@@ -44,12 +44,19 @@ KEY = ["dataset", "space", "arm"]  # arm: the task ("ae", "ar"), or the model wh
 
 def with_arms(rows: pd.DataFrame) -> pd.DataFrame:
     """Rows with their `arm`: the task, or (in a (dataset, space) whose rows have several backbones, a comparison of
-    models such as residual_models) the model's paper name, reported one row per model instead of AE/AR pairs."""
+    models such as residual_models) the model's paper name, reported one row per model instead of AE/AR pairs;
+    a space with `arms` (bluesky) adds their values: "AR positional=target_aligned, user_fusion=token"."""
     if not len(rows):
         return rows.assign(arm=pd.Series(dtype=str))
     backbone = rows.get("model.backbone", pd.Series("modular", index=rows.index)).fillna("modular")
     several = backbone.groupby([rows["dataset"], rows["space"]]).transform("nunique") > 1
     names = [paper_name(b, t) if many else t for b, t, many in zip(backbone, rows["task"], several, strict=True)]
+    arms = rows.get("space_arms", pd.Series(None, index=rows.index))
+    for i, (name, keys) in enumerate(zip(names, arms, strict=True)):
+        if isinstance(keys, str) and (keys := json.loads(keys)):
+            row = rows.iloc[i]
+            values = ", ".join(f"{key.split('.')[-1]}={row[key]}" for key in keys)
+            names[i] = f"{name.upper() if name in TASKS else name} {values}"
     return rows.assign(arm=names)
 
 

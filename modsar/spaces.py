@@ -14,6 +14,8 @@ Schema (every key is checked; nothing is evaluated as code, YAML is read with ``
       mask_prob: {grid: [0.2, 0.4], when: {task: ae}}  # only sampled when the condition holds
     scheduler: {max_t: 40, grace_period: 5, reduction_factor: 2}   # ASHA, in validation passes
     budget: {search: grid, num_samples: 1, max_epochs: 200, eval_every: 5}
+    arms: [model.positional]   # optional: params whose values are models compared with each other: the search
+                               # selects (and tests) the best trial of every task x backbone x arms value
 
 A condition names another param and a value or a list of values; a param whose condition does not hold
 keeps the base/default value. Grid search enumerates the conditional product exactly (AE gets the
@@ -34,7 +36,7 @@ from modsar.errors import ModsarError
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 DISTRIBUTIONS = ("grid", "choice", "uniform", "loguniform", "randint")
-TOP_KEYS = {"description", "paper", "base", "params", "scheduler", "budget"}
+TOP_KEYS = {"description", "paper", "base", "params", "scheduler", "budget", "arms"}
 SCHEDULER_KEYS = {"max_t", "grace_period", "reduction_factor"}
 BUDGET_KEYS = {"search", "num_samples", "max_epochs", "eval_every"}
 SEARCHES = ("grid", "random", "optuna")
@@ -66,6 +68,7 @@ class SearchSpace:
     params: list[Param]
     scheduler: dict[str, int]
     budget: dict[str, Any]
+    arms: list[str] = field(default_factory=list)  # params whose values are compared models (see the schema)
 
     def base_config(self, overrides: dict[str, Any] | None = None) -> Config:
         cfg = Config()
@@ -223,8 +226,16 @@ def parse_space(data: Any, name: str, path: str) -> SearchSpace:
     for key, value in [*scheduler.items(), *((k, v) for k, v in budget.items() if k != "search")]:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             _fail(where, f"'{key}' must be a positive integer; got {value!r}")
+    arms = data.get("arms") or []
+    if not isinstance(arms, list) or not all(isinstance(a, str) for a in arms):
+        _fail(where, f"'arms' must be a list of param names, e.g. [model.positional]; got {arms!r}")
+    for arm in arms:
+        param = next((p for p in params if p.key == arm), None)
+        if arm in ("task", "model.backbone") or param is None or not param.categorical:
+            _fail(f"{where}: arms", f"'{arm}' must be a grid or choice param other than task and model.backbone "
+                  "(a search always selects per task and backbone)")
     space = SearchSpace(name, path, str(data.get("description", "")).strip(), str(data.get("paper", "")).strip(),
-                        base, params, scheduler, budget)
+                        base, params, scheduler, budget, list(arms))
     return space
 
 
@@ -264,6 +275,8 @@ def describe(space: SearchSpace) -> str:
         cond = f" when {p.when}" if p.when else ""
         also = f" (also {', '.join(p.also)})" if p.also else ""
         lines.append(f"  {p.key}: {p.kind} {p.values}{cond}{also}")
+    if space.arms:
+        lines.append(f"  arms (each value selected and tested, per task): {', '.join(space.arms)}")
     sched = ", ".join(f"{k}={v}" for k, v in space.scheduler.items())
     lines.append(f"  ASHA: {sched or 'defaults'}; budget: {space.budget}")
     return "\n".join(lines)

@@ -213,7 +213,8 @@ def test_task_with_a_condition_and_negative_samples_are_refused(tmp_path, capsys
 
 @pytest.mark.parametrize("space", sorted(p.stem for p in (Path(__file__).parent.parent / "search_spaces").glob("*.yaml")))
 def test_every_bundled_space_passes_its_check(space, capsys):
-    assert main(["spaces", space, "--check", "--dataset", "synthetic"]) == 0
+    timed = load_space(space).base.get("data.split") == "temporal"  # synthetic has no timestamps (checked below)
+    assert main(["spaces", space, "--check", "--dataset", "synthetic", *(["data.split=loo"] if timed else [])]) == 0
     out = capsys.readouterr().out.strip()
     assert out.startswith(f"space '{space}' (grid search: AE ") and "configurations are valid on dataset synthetic" in out
 
@@ -544,3 +545,42 @@ def test_a_temporal_split_search_records_and_reports_its_protocol(local_ray, dat
     capsys.readouterr()
     assert main(["report", "--results", str(out), "--experiment", "t"]) == 0
     assert "protocol: data.split=temporal" in capsys.readouterr().out
+
+
+def test_arms_select_and_test_every_compared_model(local_ray, data_dir, tmp_path, capsys):
+    """A space with `arms` selects the best trial of every task x arm value, tests it with its rollouts
+    (eval.generate_steps), and the report shows one row per arm."""
+    space = tmp_path / "arms.yaml"
+    space.write_text("""description: arms
+base: {train.max_epochs: 2, model.hidden_size: 16, eval.generate_steps: 2}
+params:
+  task: {grid: [ar]}
+  model.positional: {grid: [learned, target_aligned]}
+  model.user_fusion: {grid: [none, token]}
+  train.lr: {grid: [0.001, 0.000001]}
+arms: [model.positional]
+scheduler: {max_t: 2, grace_period: 2}
+budget: {search: grid, max_epochs: 2, eval_every: 1}
+""")
+    out = tmp_path / "results"
+    assert search("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment", "a") == 0
+    rows = read_rows(str(out), "a")
+    assert len(rows) == 8
+    selected = rows[rows["selected"].astype(bool)]
+    assert sorted(selected["model.positional"]) == ["learned", "target_aligned"]
+    for _, group in rows.groupby("model.positional"):  # the best of each arm, by validation
+        assert group.loc[group["valid.ndcg@10"].idxmax(), "selected"]
+    assert selected["test.ndcg@10"].notna().all() and (selected["generate.steps"] == 2).all()
+    assert rows[~rows["selected"].astype(bool)]["generate.steps"].isna().all()
+    capsys.readouterr()
+    assert main(["report", "--results", str(out), "--experiment", "a"]) == 0
+    printed = capsys.readouterr().out
+    assert "AR positional=learned" in printed and "AR positional=target_aligned" in printed
+
+
+def test_arms_must_be_categorical_params(tmp_path, capsys):
+    space = tmp_path / "bad.yaml"
+    space.write_text("description: x\nparams:\n  task: {grid: [ar]}\n  train.lr: {uniform: [0.001, 0.01]}\n"
+                     "arms: [train.lr]\n")
+    assert main(["spaces", str(space), "--check"]) == 2
+    assert "'train.lr' must be a grid or choice param other than task and model.backbone" in capsys.readouterr().err

@@ -66,7 +66,7 @@ def row_from_results(plan: Plan, trial_id: str, config: dict, results: list[dict
              "num_parameters": _count(last.get("num_parameters")), "node_id": last.get("node_id"),
              "torch_threads": _count(last.get("torch_threads")),
              "checkpoint": checkpoint, "curve": json.dumps(curve), "reports": len(results),
-             "search_algorithm": plan.search,
+             "search_algorithm": plan.search, "space_arms": json.dumps(plan.space.arms) if plan.space.arms else None,
              "trial_index": int(tag.split("_")[0]) if tag.split("_")[0].isdigit() else None}  # creation order
     row = result_row(cfg, experiment=plan.request.experiment_name, trial_id=trial_id, status=status,
                      valid=valid, test=test, facts=facts, error=error, space=plan.space.name,

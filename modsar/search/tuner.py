@@ -244,10 +244,11 @@ def run_search(req: SearchRequest) -> dict[str, Any]:
 MODEL = ["task", "model.backbone"]  # what a selection picks one trial of: a direction of one backbone
 
 
-def model_key(task: str, backbone: str, backbones: int) -> str:
+def model_key(task: str, backbone: str, backbones: int, arms: tuple = ()) -> str:
     """The name of a selection: the task alone ("ae", "ar") when the experiment has one backbone, as every
-    AE-vs-AR space; "<backbone>/<task>" when it compares backbones (the residual_models space)."""
-    return task if backbones == 1 else f"{backbone}/{task}"
+    AE-vs-AR space; "<backbone>/<task>" when it compares backbones (the residual_models space); then the values
+    of the space's `arms`, if any ("ar/target_aligned/token")."""
+    return "/".join([task if backbones == 1 else f"{backbone}/{task}", *map(str, arms)])
 
 
 def select_and_test(plan: Plan) -> dict[str, dict]:
@@ -269,12 +270,13 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
         return {}
     rows = every[every["role"] == "search"]
     candidates = rows[rows["status"].isin(["finished", "stopped"]) & rows[column].notna()]
+    by = MODEL + plan.space.arms
     winners = {key: group.sort_values([column, "trial_id"], ascending=[False, True]).iloc[0].to_dict()
-               for key, group in candidates.groupby(MODEL)}  # (task, backbone) -> the best row
+               for key, group in candidates.groupby(by)}  # (task, backbone, *arms) -> the best row
     for earlier in rows[rows["selected"].astype(bool)].to_dict("records"):  # unmark before marking: a crash
         earlier.update({k: None for k in earlier if k.startswith(("test.", "generate."))}, selected=False)  # leaves none
         rewrite_row(plan, earlier)
-    for key, seeds in every[every["role"] == "seed"].groupby(MODEL):  # re-runs of an earlier winner
+    for key, seeds in every[every["role"] == "seed"].groupby(by):  # re-runs of an earlier winner
         winner = rows[rows["trial_id"] == winners[key]["trial_id"]] if key in winners else rows.iloc[:0]
         for seed_row in seeds.to_dict("records"):
             if not len(winner) or differing_keys(pd.concat([winner, pd.DataFrame([seed_row])])):
@@ -285,7 +287,7 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
     splits: dict[tuple, LeaveOneOut] = {}  # one protocol per search (spaces cannot vary it); keyed to be sure
     selected = {}
     backbones = rows["model.backbone"].nunique()
-    for (task, backbone), best in winners.items():
+    for (task, backbone, *arms), best in winners.items():
         with _local_copy(best["checkpoint"]) as path:
             model, cfg, payload = load_checkpoint(path)
         protocol = (cfg.data.view, cfg.data.split, cfg.data.split_valid, cfg.data.split_test, cfg.data.split_dates,
@@ -298,7 +300,7 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
         best.update({f"test.{k}": v for k, v in test.items()}, selected=True)
         best.update({f"generate.{k}": v for k, v in generation.items()})
         rewrite_row(plan, best)
-        selected[model_key(task, backbone, backbones)] = {
+        selected[model_key(task, backbone, backbones, tuple(arms))] = {
             "trial_id": best["trial_id"], column: best[column],
             **{f"test.{k}": test[k] for k in (plan.monitor, "recall@10", "ndcg@10") if k in test}}
     return selected
