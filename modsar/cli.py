@@ -283,8 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-p", type=float, default=0.9, help="nucleus: the smallest set of items holding this "
                      "probability mass (default 0.9)")
     gen.add_argument("--temperature", type=float, default=1.0, help="topk/nucleus: softmax temperature")
-    gen.add_argument("--exclude", default="none", help="items a pick may not be: none | history | rollout (earlier "
-                     "picks) | all (default: %(default)s)")
+    gen.add_argument("--exclude", default="auto", help="items a pick may not be: none | history | rollout (earlier "
+                     "picks) | all; auto (default) = all where the checkpoint's evaluation filters seen items "
+                     "(eval.filter_seen=history), else none")
     gen.add_argument("--seed", type=int, default=0, help="sampling and --users sample seed (default 0)")
     gen.add_argument("--users", type=int, default=0, help="a seeded sample of this many test users (0 = all)")
     gen.add_argument("--batch-size", type=int, default=512, help="users per forward pass (default 512)")
@@ -327,11 +328,12 @@ def _generate(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     model, cfg, payload = load_checkpoint(args.checkpoint, str(device))
     split = make_split(cfg, viewed(load_dataset(cfg.dataset, args.data_dir), cfg.data.view))
-    result = generate.generate(model, split, cfg.task, payload["max_len"], args.steps, sampler, args.exclude,
+    exclude = generate.resolve_exclude(args.exclude, cfg.eval.filter_seen)
+    result = generate.generate(model, split, cfg.task, payload["max_len"], args.steps, sampler, exclude,
                                args.seed, args.users, args.batch_size, device, progress=not args.quiet)
     facts = {"checkpoint": str(args.checkpoint), "dataset": cfg.dataset, "task": cfg.task, "split": cfg.data.split,
              "strategy": args.strategy, "top_k": args.top_k, "top_p": args.top_p, "temperature": args.temperature,
-             "exclude": args.exclude, "seed": args.seed}
+             "exclude": exclude, "seed": args.seed}
     if args.json:
         print(json.dumps({**facts, **result.metrics}, indent=2))
     else:

@@ -39,7 +39,14 @@ from modsar.evaluate import trim_left_padding
 from modsar.model.interface import Recommender
 
 STRATEGIES = ("greedy", "topk", "nucleus")
-EXCLUDE = ("none", "history", "rollout", "all")  # items a pick may not be: the history, earlier picks, both
+EXCLUDE = ("auto", "none", "history", "rollout", "all")  # items a pick may not be: the history, earlier picks,
+#   both; auto = as the checkpoint's evaluation ranks: eval.filter_seen=history -> all (picks join the history)
+
+
+def resolve_exclude(exclude: str, filter_seen: str) -> str:
+    if exclude not in EXCLUDE:
+        raise ModsarError(f"--exclude must be one of {', '.join(EXCLUDE)}; got {exclude!r}")
+    return ("all" if filter_seen == "history" else "none") if exclude == "auto" else exclude
 
 
 @dataclass
@@ -240,7 +247,7 @@ def generate(model: Recommender, split: LeaveOneOut, task: str, max_len: int, st
     """Rollouts for the test users (a seeded sample of `max_users` when > 0), with their metrics."""
     if steps < 1:
         raise ModsarError(f"--steps must be >= 1; got {steps}")
-    if exclude not in EXCLUDE:
+    if exclude not in EXCLUDE[1:]:
         raise ModsarError(f"--exclude must be one of {', '.join(EXCLUDE)}; got {exclude!r}")
     sampler.check()
     users, history_end, _ = split.targets("test")

@@ -421,10 +421,11 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
 
 
 def rollout_metrics(model: Recommender, split, cfg: Config, max_len: int, device: torch.device) -> dict[str, float]:
-    """eval.generate_steps > 0: greedy rollouts from every test user's history (seeded by the trial's seed)."""
+    """eval.generate_steps > 0: greedy rollouts from every test user's history (seeded by the trial's seed),
+    never picking a seen item where the evaluation filters them (`--exclude auto` of modsar generate)."""
     if not cfg.eval.generate_steps:
         return {}
-    from modsar.generate import Sampler, generate
+    from modsar.generate import Sampler, generate, resolve_exclude
 
-    return generate(model, split, cfg.task, max_len, cfg.eval.generate_steps, Sampler("greedy"), seed=cfg.seed,
-                    device=device).metrics
+    return generate(model, split, cfg.task, max_len, cfg.eval.generate_steps, Sampler("greedy"),
+                    resolve_exclude("auto", cfg.eval.filter_seen), seed=cfg.seed, device=device).metrics

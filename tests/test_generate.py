@@ -161,3 +161,12 @@ def test_generate_cli_and_train_rows(tmp_path, monkeypatch, capsys):
     assert main(["generate", "--checkpoint", str(checkpoint), "--steps", "3", "--strategy", "beam"]) == 2
     assert "--strategy must be one of greedy, topk, nucleus; got 'beam'" in capsys.readouterr().err
     assert main(["generate", "--checkpoint", str(tmp_path / "none.pt"), "--steps", "3"]) == 2
+
+
+def test_auto_exclusion_follows_the_evaluation_filter():
+    from modsar.generate import resolve_exclude
+
+    assert resolve_exclude("auto", "history") == "all" and resolve_exclude("auto", "none") == "none"
+    assert resolve_exclude("history", "none") == "history"
+    with pytest.raises(Exception, match="--exclude must be one of auto, none, history, rollout, all"):
+        resolve_exclude("future", "none")
