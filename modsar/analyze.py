@@ -23,6 +23,9 @@ Conventions (each output row names the ones it depends on; definitions in shared
   (also without each sequence's first position), and per layer at positions L, L-1, L-2, where L is the
   position the prediction is read from (AR: the last item; AE: the [MASK]); a sequence counts at L-o only
   if it has more than o real positions.
+- A user token (model.user_fusion=token) is column 0 of every map: attention windows read the item-to-item
+  block (rows then sum to 1 minus the token's share), mixing counts the token as one of the "others" j != i
+  but never as a position i; `user` reports the token's share itself.
 - HF backbones: everything; mixing, residual scaling and recovery need the layers' skip and value/output
   weights, known for the six architectures above (any other hf:<type> skips them with a note).
 """

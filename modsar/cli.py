@@ -284,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "probability mass (default 0.9)")
     gen.add_argument("--temperature", type=float, default=1.0, help="topk/nucleus: softmax temperature")
     gen.add_argument("--exclude", default="auto", help="items a pick may not be: none | history | rollout (earlier "
-                     "picks) | all; auto (default) = all where the checkpoint's evaluation filters seen items "
+                     "picks) | all; auto (default) = history where the checkpoint's evaluation filters seen items "
                      "(eval.filter_seen=history), else none")
     gen.add_argument("--seed", type=int, default=0, help="sampling and --users sample seed (default 0)")
     gen.add_argument("--users", type=int, default=0, help="a seeded sample of this many test users (0 = all)")
@@ -352,8 +352,8 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _best_checkpoints(rows) -> list[str]:
-    """A search's selected AE and AR checkpoints (per backbone, where it compared backbones); for `modsar train`
-    experiments, the best-validation checkpoint per task and backbone."""
+    """A search's selected AE and AR checkpoints (per backbone, where it compared backbones, and per arm of a space
+    with `arms`); for `modsar train` experiments, the best-validation checkpoint per task and backbone."""
     if not len(rows):
         return []
     chosen = rows[rows["selected"].astype(bool)]
@@ -365,8 +365,11 @@ def _best_checkpoints(rows) -> list[str]:
         trained = trained.assign(score=[row[f"valid.{m}"] for (_, row), m in zip(trained.iterrows(), monitor,
                                                                                   strict=True)])
         chosen = trained.sort_values("score", ascending=False)
+    arm_lists = chosen["space_arms"].dropna() if "space_arms" in chosen else []
+    arms = sorted({arm for keys in arm_lists for arm in json.loads(keys)})  # compared models: one checkpoint each
+    key = ["task", "model.backbone", *[a for a in arms if a in chosen]]
     paths = []
-    for _, row in chosen.drop_duplicates(["task", "model.backbone"]).sort_values(["task", "model.backbone"]).iterrows():
+    for _, row in chosen.drop_duplicates(key).sort_values(key).iterrows():
         path = Path(str(row["checkpoint"]))
         paths.append(str(path / "best.pt" if path.is_dir() else path))
     return paths

@@ -4,10 +4,12 @@
 A rollout feeds the model its own picks: AR reads the window and scores the next item at the last position;
 AE appends a mask token and scores it, then writes its pick in the mask's place. The true future of a user
 is the log from the test target on (its next H items): one item under leave-one-out, every later event under
-`data.split=temporal`, where the future is real. Metrics (per user, then the mean, unless said otherwise):
-- alignment: `alignment_hits` = |G & F| (distinct generated items found among the true future items),
-  `alignment_recall` = that / |F|, `alignment_ndcg` = sum over steps s of [g_s in F, first time] / log2(s + 2),
-  over the ideal min(|F|, H) hits; `alignment_exact` = share of steps s < |F| with g_s = f_s (order too).
+`data.split=temporal`, where the future is real. Where the history is excluded from the picks, the future
+keeps only items not in the history (its next H such items): the rest could never be generated.
+Metrics (per rollout, then the mean over rollouts with a future, unless said otherwise):
+- alignment: `alignment_hits` = |set(G) & set(F)| (distinct generated items found among the future's),
+  `alignment_recall` = that / |set(F)|, `alignment_ndcg` = sum over steps s of [g_s in F, first time] /
+  log2(s + 2) over the ideal min(|set(F)|, H) hits; `alignment_exact` = share of steps s < |F| with g_s = f_s.
 - diversity: `distinct_ratio` = distinct items / H, `immediate_repeat_rate` = share of steps repeating the
   previous pick, `distinct_2` = distinct consecutive pairs / (H - 1).
 - `entropy_generated` / `entropy_future` (bits): of the item distribution over all users' generated / true
@@ -15,9 +17,12 @@ is the log from the test target on (its next H items): one item under leave-one-
   many items as the future does (entropy grows with the sample).
 - `coverage` / `coverage_future`: share of the catalogue generated / in the future at least once.
 - mode collapse: `top1pct_share_generated` / `top1pct_share_future` = share of items that are in the top 1%
-  by training popularity (the ceil(N / 100) most frequent training items).
+  by training popularity (the ceil(N / 100) most frequent training items), pooled over all picks / all future
+  items; `top1pct_share_generated_matched` pools only the first |F| picks of each rollout, as the future does.
 - oscillation: `unseen_transition_rate` (and `_future`) = share of consecutive pairs, from the last history
-  item on, that are two different items never adjacent (either order) in any training sequence.
+  item on, that are two different items never adjacent (either order) in any training sequence (stricter than
+  "never in one sequence": compare the two rates, not either with zero).
+Rollouts run in batches of users of similar history length, as evaluation does.
 """
 
 from __future__ import annotations
@@ -35,18 +40,18 @@ from tqdm import tqdm
 from modsar.data.batches import eval_inputs
 from modsar.data.split import LeaveOneOut, history_index
 from modsar.errors import ModsarError
-from modsar.evaluate import trim_left_padding
 from modsar.model.interface import Recommender
 
 STRATEGIES = ("greedy", "topk", "nucleus")
 EXCLUDE = ("auto", "none", "history", "rollout", "all")  # items a pick may not be: the history, earlier picks,
-#   both; auto = as the checkpoint's evaluation ranks: eval.filter_seen=history -> all (picks join the history)
+#   both; auto = as the checkpoint's evaluation ranks: eval.filter_seen=history -> history (earlier picks stay
+#   allowed, so repetition and collapse remain measurable)
 
 
 def resolve_exclude(exclude: str, filter_seen: str) -> str:
     if exclude not in EXCLUDE:
         raise ModsarError(f"--exclude must be one of {', '.join(EXCLUDE)}; got {exclude!r}")
-    return ("all" if filter_seen == "history" else "none") if exclude == "auto" else exclude
+    return ("history" if filter_seen == "history" else "none") if exclude == "auto" else exclude
 
 
 @dataclass
@@ -91,40 +96,61 @@ def rollout(model: Recommender, task: str, windows: torch.Tensor, users: torch.T
             seed: int = 0, batch_size: int = 512, device: torch.device | None = None,
             progress: bool = False) -> np.ndarray:
     """(n, steps) generated item ids for left-padded history windows (n, max_len) and 1-based users (n,).
-    `seen` = (row, 0-based column) pairs never to be picked (the history under --exclude history)."""
+
+    `seen` = (row, 0-based column) pairs, sorted by row, never to be picked (the history); `exclude_rollout`
+    bans each pick for the rest of its rollout. Greedy picks depend on nothing else; sampled picks also on
+    the seed and on how rows fall into batches (one generator draws for the whole run, batch after batch).
+    """
     device = device or torch.device("cpu")
     generator = torch.Generator(device=device).manual_seed(seed) if sampler.strategy != "greedy" else None
+    lengths = (windows > 0).sum(1).numpy()
     out = np.zeros((len(windows), steps), dtype=np.int64)
-    seen_rows = torch.from_numpy(seen[0]) if seen is not None else None
     bar = tqdm(total=len(windows) * steps, desc="generate", unit="item", disable=not progress, dynamic_ncols=True)
     for lo in range(0, len(windows), batch_size):
-        window = windows[lo:lo + batch_size].to(device)
-        user = users[lo:lo + batch_size].to(device)
-        banned = torch.zeros(len(window), model.num_items, dtype=torch.bool, device=device)
-        if seen is not None and seen_rows is not None:
-            inside = (seen_rows >= lo) & (seen_rows < lo + len(window))
-            banned[(seen_rows[inside] - lo).to(device), torch.from_numpy(seen[1])[inside].to(device)] = True
+        hi = min(lo + batch_size, len(windows))
+        window, user = windows[lo:hi].to(device), users[lo:hi].to(device)
+        banned = torch.zeros(hi - lo, model.num_items, dtype=torch.bool, device=device)
+        if seen is not None:
+            a, b = np.searchsorted(seen[0], [lo, hi])
+            banned[torch.from_numpy(seen[0][a:b] - lo).to(device), torch.from_numpy(seen[1][a:b]).to(device)] = True
+        longest, picks = int(lengths[lo:hi].max()), torch.zeros(hi - lo, steps, dtype=torch.long, device=device)
         for step in range(steps):
-            inputs = trim_left_padding(window)
+            inputs = window[:, -min(window.size(1), longest + step):]  # no column that is padding in every row
             if task == "ae":
                 inputs = torch.cat([inputs, torch.full((len(inputs), 1), mask_id, device=device)], dim=1)
             scores = model.score(model(inputs, user)[:, -1], user).float()
             scores = scores.nan_to_num(nan=float("-inf")).masked_fill(banned, float("-inf"))
+            if (seen is not None or exclude_rollout) and bool(torch.isinf(scores).all(1).any()):
+                raise ModsarError(f"a user has no item left to pick at step {step + 1}: the excluded items cover the "
+                                  "catalogue; use fewer --steps or --exclude history (or none)")
             picked = sampler.pick(scores, generator)
             if exclude_rollout:
                 banned[torch.arange(len(picked), device=device), picked] = True
-            out[lo:lo + len(window), step] = (picked + 1).cpu().numpy()
+            picks[:, step] = picked + 1
             window = torch.cat([window[:, 1:], (picked + 1)[:, None]], dim=1)  # the pick joins the history
-            bar.update(len(window))
+            bar.update(hi - lo)
+        out[lo:hi] = picks.cpu().numpy()
     bar.close()
     return out
 
 
-def true_future(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, steps: int) -> np.ndarray:
-    """(n, steps) the user's items from the test target on (0 where the log ends first)."""
-    idx = history_end[:, None] + np.arange(steps)[None, :]
-    inside = idx < split.offsets[users + 1][:, None]
-    return np.where(inside, split.items[np.minimum(idx, len(split.items) - 1)], 0)
+def true_future(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, steps: int,
+                novel: bool = False) -> np.ndarray:
+    """(n, steps) each user's items from the test target on, 0 where the log ends first; `novel` keeps only items
+    not in the user's history (all a rollout that never repeats the history can produce)."""
+    counts = split.offsets[users + 1] - history_end
+    rows = np.repeat(np.arange(len(users)), counts)
+    first = np.repeat(np.cumsum(counts) - counts, counts)
+    items = split.items[np.arange(counts.sum()) - first + np.repeat(history_end, counts)]
+    if novel:
+        seen_rows, seen_items = history_index(split, users, history_end)
+        n = split.num_items + 1
+        keep = ~np.isin(rows * n + items, seen_rows * n + seen_items)
+        rows, items = rows[keep], items[keep]
+    rank = np.arange(len(rows)) - np.searchsorted(rows, rows)  # place within the row (rows are sorted)
+    out = np.zeros((len(users), steps), dtype=np.int64)
+    out[rows[rank < steps], rank[rank < steps]] = items[rank < steps]
+    return out
 
 
 def training_facts(split: LeaveOneOut) -> tuple[np.ndarray, np.ndarray]:
@@ -180,26 +206,28 @@ def rollout_metrics(generated: np.ndarray, future: np.ndarray, last_history: np.
                     pairs: np.ndarray, num_items: int) -> dict[str, float]:
     """The module docstring's metrics for rollouts (n, H) against true futures (n, H; 0 = none)."""
     n, steps = generated.shape
-    have = future > 0
+    have = future > 0  # futures are packed to the left: step s has a true item iff s < |F|
     lengths = have.sum(1)
     first = first_occurrences(generated)
     in_future = (generated[:, :, None] == np.where(have, future, -1)[:, None, :]).any(2)
-    hits = (in_future & first).sum(1)
+    hits = (in_future & first).sum(1)  # distinct generated items among the future's
+    targets = (first_occurrences(future) & have).sum(1)  # distinct future items
     discount = 1.0 / np.log2(np.arange(steps) + 2.0)
-    ideal = np.cumsum(discount)[np.maximum(np.minimum(lengths, steps) - 1, 0)]
+    ideal = np.cumsum(discount)[np.maximum(np.minimum(targets, steps) - 1, 0)]
     evaluable = lengths > 0
     popular = top_popular(popularity, num_items)
     matched = generated[have]
     bigrams = generated[:, :-1] * (num_items + 1) + generated[:, 1:]
     distinct_2 = distinct_per_row(bigrams) / (steps - 1) if steps > 1 else np.full(n, math.nan)
+    exact = ((generated == future) & have).sum(1)
     mean = lambda x: float(np.mean(x)) if len(x) else math.nan  # noqa: E731
     return {
         "users": int(n), "steps": int(steps), "users_with_future": int(evaluable.sum()),
         "future_items_per_user": mean(lengths),
         "alignment_hits": mean(hits[evaluable]),
-        "alignment_recall": mean(hits[evaluable] / lengths[evaluable]),
+        "alignment_recall": mean(hits[evaluable] / targets[evaluable]),
         "alignment_ndcg": mean(((in_future & first) * discount).sum(1)[evaluable] / ideal[evaluable]),
-        "alignment_exact": float((generated == future)[have].mean()) if have.any() else math.nan,
+        "alignment_exact": mean(exact[evaluable] / lengths[evaluable]),
         "distinct_ratio": mean(first.sum(1) / steps),
         "immediate_repeat_rate": float((generated[:, 1:] == generated[:, :-1]).mean()) if steps > 1 else math.nan,
         "distinct_2": mean(distinct_2),
@@ -209,6 +237,7 @@ def rollout_metrics(generated: np.ndarray, future: np.ndarray, last_history: np.
         "coverage": float(len(np.unique(generated)) / num_items),
         "coverage_future": float(len(np.unique(future[have])) / num_items),
         "top1pct_share_generated": float(popular[generated].mean()),
+        "top1pct_share_generated_matched": float(popular[matched].mean()) if len(matched) else math.nan,
         "top1pct_share_future": float(popular[future[have]].mean()) if have.any() else math.nan,
         "unseen_transition_rate": unseen_transitions(np.concatenate([last_history[:, None], generated], 1),
                                                      pairs, num_items),
@@ -244,33 +273,37 @@ class Generation:
 def generate(model: Recommender, split: LeaveOneOut, task: str, max_len: int, steps: int, sampler: Sampler,
              exclude: str = "none", seed: int = 0, max_users: int = 0, batch_size: int = 512,
              device: torch.device | None = None, progress: bool = False) -> Generation:
-    """Rollouts for the test users (a seeded sample of `max_users` when > 0), with their metrics."""
+    """Rollouts from every test target's history (a seeded sample of `max_users` targets when > 0), with their
+    metrics; rollouts in the order of `split.targets("test")`."""
     if steps < 1:
         raise ModsarError(f"--steps must be >= 1; got {steps}")
     if exclude not in EXCLUDE[1:]:
-        raise ModsarError(f"--exclude must be one of {', '.join(EXCLUDE)}; got {exclude!r}")
+        raise ModsarError(f"--exclude must be one of {', '.join(EXCLUDE[1:])}; got {exclude!r}")
     sampler.check()
-    users, history_end, _ = split.targets("test")
+    users, history_end, targets = split.targets("test")
+    index = np.arange(len(users))  # which test target a rollout continues (a user has several under `every`)
     if max_users and max_users < len(users):
-        keep = np.sort(np.random.default_rng(seed).choice(len(users), max_users, replace=False))
-        users, history_end = users[keep], history_end[keep]
-    if not len(users):
+        index = np.sort(np.random.default_rng(seed).choice(len(users), max_users, replace=False))
+    if not len(index):
         raise ModsarError("there are no test users to generate for")
-    order = np.argsort(history_end - split.starts[users], kind="stable")  # similar lengths share a batch
-    users, history_end = users[order], history_end[order]
-    windows = eval_inputs(split, users, history_end, "ar", max_len)
-    seen = history_index(split, users, history_end) if exclude in ("history", "all") else None
-    if seen is not None:
-        seen = (seen[0], seen[1] - 1)
+    by_length = np.argsort(history_end[index] - split.starts[users[index]], kind="stable")
+    order = index[by_length]  # the targets, users of similar history length next to each other
+    windows = eval_inputs(split, users[order], history_end[order], "ar", max_len)
+    history = exclude in ("history", "all")
+    seen = history_index(split, users[order], history_end[order]) if history else None
     model.eval()
-    generated = rollout(model, task, windows, torch.from_numpy(users + 1), steps, sampler,
-                        mask_id=split.num_items + 1, seen=seen, exclude_rollout=exclude in ("rollout", "all"),
-                        seed=seed, batch_size=batch_size, device=device, progress=progress)
-    future = true_future(split, users, history_end, steps)
+    generated = rollout(model, task, windows, torch.from_numpy(users[order] + 1), steps, sampler,
+                        mask_id=split.num_items + 1, seen=(seen[0], seen[1] - 1) if seen is not None else None,
+                        exclude_rollout=exclude in ("rollout", "all"), seed=seed, batch_size=batch_size,
+                        device=device, progress=progress)
+    generated = generated[np.argsort(by_length)]  # back to the targets' order
+    users, history_end, targets = users[index], history_end[index], targets[index]
+    future = true_future(split, users, history_end, steps, novel=history)
     popularity, pairs = training_facts(split)
-    last = split.items[history_end - 1]
-    metrics = rollout_metrics(generated, future, last, popularity, pairs, split.num_items)
-    rollouts = pd.DataFrame({"user": np.repeat(users + 1, steps), "step": np.tile(np.arange(1, steps + 1), len(users)),
+    metrics = rollout_metrics(generated, future, split.items[history_end - 1], popularity, pairs, split.num_items)
+    rollouts = pd.DataFrame({"user": np.repeat(users + 1, steps), "target_index": np.repeat(index, steps),
+                             "target_item": np.repeat(targets, steps),
+                             "step": np.tile(np.arange(1, steps + 1), len(users)),
                              "item": generated.ravel(), "future_item": future.ravel()})
     return Generation(metrics, rollouts, per_step(generated, future, popularity, split.num_items))
 

@@ -238,6 +238,30 @@ def model_verdicts(cells: dict, datasets: list[str], space: str, metric: str) ->
     return lines
 
 
+GENERATE = {"alignment_recall": "align R", "alignment_ndcg": "align N", "distinct_ratio": "distinct",
+            "immediate_repeat_rate": "repeat", "entropy_generated_matched": "H gen", "entropy_future": "H true",
+            "coverage": "cover", "top1pct_share_generated_matched": "top1% gen", "top1pct_share_future": "top1% true",
+            "unseen_transition_rate": "unseen gen", "unseen_transition_rate_future": "unseen true"}
+
+
+def generation_table(title: str, rows: pd.DataFrame) -> Table | None:
+    """The rollouts of every selected trial that has them (eval.generate_steps): one row per dataset, space, arm."""
+    columns = [f"generate.{k}" for k in GENERATE]
+    if not all(c in rows for c in columns):
+        return None
+    done = with_arms(rows[(rows["role"] == "search") & rows["selected"].astype(bool)
+                          & rows["generate.steps"].notna()])
+    if not len(done):
+        return None
+    body = []
+    for _, row in done.sort_values(["dataset", "space", "arm"]).iterrows():
+        body.append([Styled(row["dataset"]), Styled(str(row["space"])),
+                     Styled(row["arm"].upper() if row["arm"] in TASKS else row["arm"]),
+                     Styled(str(int(row["generate.steps"])))]
+                    + [Styled("–" if pd.isna(row[c]) else f"{row[c]:.3f}") for c in columns])
+    return Table(title, [["Dataset", "Space", "Model", "H", *GENERATE.values()]], body)
+
+
 def significance_table(cells: dict, datasets: list[str], spaces: list[str], metrics: list[str]) -> Table | None:
     body = []
     for dataset in datasets:
@@ -568,6 +592,9 @@ def _build(rows: pd.DataFrame, metrics: list[str] | None, headline: str, experim
         tables.append(design_table(f"{prefix}Table 6: HuggingFace backbones", cells, datasets, hf, metrics, True))
     for space in comparisons:
         tables.append(models_table(f"{prefix}{space}: one row per model", cells, datasets, space, metrics))
+    if (rollouts := generation_table(f"{prefix}Generative evaluation: greedy rollouts of the selected models "
+                                     "(modsar/generate.py; H = steps, H gen/true in bits)", rows)) is not None:
+        tables.append(rollouts)
     all_spaces = (["vanilla"] if "vanilla" in present else []) + modular + hf
     sig = significance_table(cells, datasets, all_spaces, metrics)
     if sig:

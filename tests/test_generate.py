@@ -95,6 +95,40 @@ def test_the_future_is_the_log_from_the_test_target_on():
     assert true_future(split, users, end, 3).tolist() == [[5, 0, 0], [8, 0, 0]]
     early = np.array([2, 6])  # a history ending earlier (as a temporal cut would): everything after it
     assert true_future(split, users, early, 3).tolist() == [[3, 4, 5], [7, 8, 0]]
+    again = LeaveOneOut(np.array([1, 2, 1, 3, 2, 4, 5]), np.array([0, 7]), 5)  # 1 and 2 come back later
+    assert true_future(again, np.array([0]), np.array([2]), 4).tolist() == [[1, 3, 2, 4]]
+    assert true_future(again, np.array([0]), np.array([2]), 4, novel=True).tolist() == [[3, 4, 5, 0]]
+
+
+def test_a_future_with_repeats_counts_each_item_once():
+    """A rollout that reproduces a future with repeated items is perfectly aligned."""
+    generated, future = np.array([[7, 7, 9, 9]]), np.array([[7, 7, 9, 9]])
+    m = rollout_metrics(generated, future, np.array([1]), np.zeros(11), np.zeros(0, dtype=np.int64), 10)
+    assert m["alignment_hits"] == 2 and m["alignment_recall"] == 1.0 and m["alignment_exact"] == 1.0
+    assert m["alignment_ndcg"] == pytest.approx(1.0 / (1 + 1 / math.log2(3)) * (1 + 1 / math.log2(4)))
+
+
+def test_rollouts_come_back_in_target_order_with_their_targets():
+    """Batched by history length, reported in the order of split.targets, each row naming its target."""
+    from modsar.generate import generate
+
+    split = LeaveOneOut(np.array([1, 2, 3, 4, 5, 6, 7, 2, 3, 4, 8, 9, 5, 6, 7]), np.array([0, 7, 11, 15]), 9)
+    result = generate(NextItem(), split, "ar", 5, 2, Sampler("greedy"), batch_size=1)
+    r = result.rollouts
+    assert r["user"].tolist() == [1, 1, 2, 2, 3, 3] and r["target_index"].tolist() == [0, 0, 1, 1, 2, 2]
+    assert r["target_item"].tolist() == [7, 7, 8, 8, 7, 7]
+    assert r["item"].tolist() == [7, 8, 5, 6, 7, 8]  # last history item + 1, + 2
+    assert r["future_item"].tolist() == [7, 0, 8, 0, 7, 0]
+    assert result.metrics["alignment_exact"] == pytest.approx((1 + 0 + 1) / 3)
+
+
+def test_no_item_left_is_one_clear_error():
+    from modsar.errors import ModsarError
+
+    seen = (np.zeros(N, dtype=np.int64), np.arange(N))  # every item in the history
+    with pytest.raises(ModsarError, match="no item left to pick at step 1"):
+        rollout(NextItem(), "ar", torch.tensor([[0, 2, 3]]), torch.tensor([1]), 2, Sampler("topk"),
+                mask_id=N + 1, seen=seen)
 
 
 def test_training_facts_use_only_training_items():
@@ -137,6 +171,7 @@ def test_rollout_metrics_by_hand():
     assert m["entropy_generated_matched"] == pytest.approx(float(-(matched * np.log2(matched)).sum()))
     assert m["coverage"] == pytest.approx(6 / 100) and m["coverage_future"] == pytest.approx(6 / 100)
     assert m["top1pct_share_generated"] == pytest.approx(2 / 8) and m["top1pct_share_future"] == 0.0
+    assert m["top1pct_share_generated_matched"] == pytest.approx(2 / 6)  # the first |F| picks: 5 5 | 1 2 3 4
     # transitions with the last history item: 4-5 seen, 5-5 same, 5-7 new, 7-2 new | 9-1 new, 1-2 seen, 2-3, 3-4 new
     assert m["unseen_transition_rate"] == pytest.approx(5 / 7)
     # future: 4-7, 7-9 | 9-3, 3-8, 8-1, 1-6: none seen
@@ -166,7 +201,7 @@ def test_generate_cli_and_train_rows(tmp_path, monkeypatch, capsys):
 def test_auto_exclusion_follows_the_evaluation_filter():
     from modsar.generate import resolve_exclude
 
-    assert resolve_exclude("auto", "history") == "all" and resolve_exclude("auto", "none") == "none"
+    assert resolve_exclude("auto", "history") == "history" and resolve_exclude("auto", "none") == "none"
     assert resolve_exclude("history", "none") == "history"
     with pytest.raises(Exception, match="--exclude must be one of auto, none, history, rollout, all"):
         resolve_exclude("future", "none")

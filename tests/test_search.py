@@ -576,6 +576,10 @@ budget: {search: grid, max_epochs: 2, eval_every: 1}
     assert main(["report", "--results", str(out), "--experiment", "a"]) == 0
     printed = capsys.readouterr().out
     assert "AR positional=learned" in printed and "AR positional=target_aligned" in printed
+    assert "Generative evaluation" in printed and "top1% gen" in printed
+    from modsar.cli import _best_checkpoints  # analyze --experiment: one checkpoint per arm
+
+    assert len(_best_checkpoints(rows)) == 2
 
 
 def test_arms_must_be_categorical_params(tmp_path, capsys):

@@ -143,3 +143,21 @@ def test_user_bias_is_a_query_offset():
     q, k, _ = (h @ attn.qkv.weight.T + attn.qkv.bias).split(16, dim=-1)
     q = q + model.user_emb(users)[0] @ model.blocks[0].user_query.weight.T
     torch.testing.assert_close(maps[0][0, 0], F.softmax(q @ k.T / 4.0, -1), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("overrides", [{"positional": "target_aligned"}, {"user_fusion": "token", "local_heads": 1},
+                                       {"user_fusion": "bias"}, {"positional": "target_aligned", "pos_dim": 4,
+                                                                 "user_fusion": "token", "norm": "sasrec"}],
+                         ids=["target-aligned", "token-local", "bias", "all-sasrec"])
+@pytest.mark.parametrize("task", ["ar", "ae"])
+def test_the_fast_attention_path_equals_the_explicit_one(task, overrides):
+    """SDPA with the float mask computes what the explicit softmax (checked by hand above) computes."""
+    model = make(task, **overrides)
+    with torch.no_grad():
+        for block in model.blocks:
+            if block.attn.rel_keys is not None:
+                block.attn.rel_keys.weight.normal_()
+            if block.user_query is not None:
+                block.user_query.weight.normal_()
+    x, users = torch.tensor([[0, 0, 4, 9, 2, 7], [3, 1, 5, 8, 6, 2]]), torch.tensor([1, 4])
+    torch.testing.assert_close(model(x, users), model(x, users, need_weights=True)[0], rtol=0, atol=1e-5)

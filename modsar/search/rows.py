@@ -72,6 +72,7 @@ def row_from_results(plan: Plan, trial_id: str, config: dict, results: list[dict
                      valid=valid, test=test, facts=facts, error=error, space=plan.space.name,
                      dataset_manifest=plan.manifest)
     row["role"] = role
+    row.update({k: v for k, v in last.items() if k.startswith("generate.")})  # a seed re-run's rollouts
     row.update({k: v for k, v in sampled.items() if row.get(k) != v})
     if last.get("host"):
         row["host"] = last["host"]

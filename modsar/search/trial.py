@@ -78,7 +78,8 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
         shutil.rmtree(folder, ignore_errors=True)
     if test:  # seed re-runs of selected configs (no scheduler): one more report carries the test metrics
         tune.report({"epoch": result.epochs_run, **best, "trial_done": True, "monitor": monitor, **node,
-                     "num_parameters": result.num_parameters, **{f"test.{k}": v for k, v in result.test.items()}})
+                     "num_parameters": result.num_parameters, **{f"test.{k}": v for k, v in result.test.items()},
+                     **{f"generate.{k}": v for k, v in result.generation.items()}})
 
 
 

@@ -340,8 +340,10 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
                 sampled[p.key] = row[p.key].item() if hasattr(row[p.key], "item") else row[p.key]
         task = sampled.get("task", plan.base["task"])
         backbone = sampled.get("model.backbone", plan.base["model"]["backbone"])
-        mine = (rows[(rows["role"] == "seed") & (rows["task"] == task) & (rows["model.backbone"] == backbone)]
-                if "role" in rows else rows.iloc[:0])
+        same = (rows["task"] == task) & (rows["model.backbone"] == backbone)
+        for arm in plan.space.arms:  # a seed of another arm of this task is not one of these
+            same &= rows[arm] == row[arm]
+        mine = rows[(rows["role"] == "seed") & same] if "role" in rows else rows.iloc[:0]
         for failed in mine[mine["status"] == "error"].to_dict("records"):  # retried below, as search trials are
             rewrite_row(plan, {**failed, "role": "superseded"})
         done = set(mine[mine["status"] != "error"]["seed"])
