@@ -27,6 +27,10 @@ VARIANTS = {
     "defaults_plain": ["loss.fused=false"],  # the 0.2 defaults with the plain logits + cross_entropy
     "defaults": [],  # the 0.2 defaults: fused chunked CE, float32
     "defaults_bf16": ["train.precision=bf16"],
+    # issue 16: what a target-aligned code table and the user inside attention cost beside learned positions
+    "target_aligned": ["model.positional=target_aligned"],
+    "user_token": ["model.user_fusion=token"],
+    "user_bias": ["model.user_fusion=bias"],
 }
 
 
