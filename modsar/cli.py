@@ -351,9 +351,10 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _best_checkpoints(rows) -> list[str]:
+def _best_checkpoints(rows) -> list[tuple[str, str]]:
     """A search's selected AE and AR checkpoints (per backbone, where it compared backbones, and per arm of a space
-    with `arms`); for `modsar train` experiments, the best-validation checkpoint per task and backbone."""
+    with `arms`); for `modsar train` experiments, the best-validation checkpoint per task and backbone. Each comes
+    with the arm values that tell it from the others ("positional=target_aligned, user_fusion=token"; "" if none)."""
     if not len(rows):
         return []
     chosen = rows[rows["selected"].astype(bool)]
@@ -368,11 +369,12 @@ def _best_checkpoints(rows) -> list[str]:
     arm_lists = chosen["space_arms"].dropna() if "space_arms" in chosen else []
     arms = sorted({arm for keys in arm_lists for arm in json.loads(keys)})  # compared models: one checkpoint each
     key = ["task", "model.backbone", *[a for a in arms if a in chosen]]
-    paths = []
+    found = []
     for _, row in chosen.drop_duplicates(key).sort_values(key).iterrows():
         path = Path(str(row["checkpoint"]))
-        paths.append(str(path / "best.pt" if path.is_dir() else path))
-    return paths
+        arm = ", ".join(f"{k.split('.')[-1]}={row[k]}" for k in key[2:])
+        found.append((str(path / "best.pt" if path.is_dir() else path), arm))
+    return found
 
 
 def _analyze(args: argparse.Namespace) -> int:
@@ -384,8 +386,9 @@ def _analyze(args: argparse.Namespace) -> int:
         raise ModsarError("--users must be >= 1, --window >= 2 and --sigma >= 0")
     targets = [(path, Path(path).stem) for path in args.checkpoint or []]
     for experiment in args.experiment or []:
-        targets += [(path, experiment) for path in _best_checkpoints(read_rows(args.results, experiment))]
-        if not targets or targets[-1][1] != experiment:
+        targets += [(path, f"{experiment}, {arm}" if arm else experiment)
+                    for path, arm in _best_checkpoints(read_rows(args.results, experiment))]
+        if not targets or not targets[-1][1].startswith(experiment):
             raise ModsarError(f"experiment '{experiment}' has no selected trials or trained checkpoints under "
                               f"{args.results}; run `modsar search` to the end (it selects the best AE and AR) "
                               "or `modsar train`")
@@ -401,6 +404,10 @@ def _analyze(args: argparse.Namespace) -> int:
         if labels.count(a.label) > 1:  # two models of one kind: say which is which
             same_data = [d for d, label in zip(datasets, labels, strict=True) if label == a.label].count(dataset)
             a.label = f"{a.label} ({dataset if same_data == 1 else source})"
+    for i, a in enumerate(analyses):  # still two of one name (one checkpoint given twice): never average them
+        if [b.label for b in analyses].count(a.label) > 1:
+            a.label = f"{a.label} #{i + 1}"
+    for a in analyses:
         for frame in (a.table, a.maps, a.spectra):
             if len(frame):
                 frame["model"] = a.label

@@ -579,7 +579,7 @@ budget: {search: grid, max_epochs: 2, eval_every: 1}
     assert "Generative evaluation" in printed and "top1% gen" in printed
     from modsar.cli import _best_checkpoints  # analyze --experiment: one checkpoint per arm
 
-    assert len(_best_checkpoints(rows)) == 2
+    assert sorted(arm for _, arm in _best_checkpoints(rows)) == ["positional=learned", "positional=target_aligned"]
 
 
 def test_arms_must_be_categorical_params(tmp_path, capsys):
