@@ -141,7 +141,7 @@ def test_user_bias_is_a_query_offset():
     h = model.drop(model.embed_norm(model.embed(x, users)))[0]
     attn = model.blocks[0].attn
     q, k, _ = (h @ attn.qkv.weight.T + attn.qkv.bias).split(16, dim=-1)
-    q = q + model.user_emb(users)[0] @ model.blocks[0].user_query.weight.T
+    q = q + 4.0 * model.user_emb(users)[0] @ model.blocks[0].user_query.weight.T  # users scaled by sqrt(d) = 4
     torch.testing.assert_close(maps[0][0, 0], F.softmax(q @ k.T / 4.0, -1), rtol=0, atol=1e-5)
 
 

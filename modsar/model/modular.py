@@ -226,6 +226,9 @@ class ModularSAR(nn.Module):
         self.item_emb = nn.Embedding(num_items + 2, self.item_dim, padding_idx=0)  # 0 pad, N+1 mask
         self.user_emb = nn.Embedding(num_users + 1, self.user_dim or d) if self.fusion != "none" else None
         self.prefix_tokens = int(self.fusion == "token")  # columns before the items in every attention map
+        # token and bias users are scaled as item vectors are: a bias W u from two N(0, 0.02) factors would start
+        # ~1e-3 small, and its gradients (each a product with the other factor) would keep it there
+        self.user_scale = math.sqrt(self.item_dim) if cfg.scale_embedding else 1.0
         if self.positional == "learned":
             self.pos_emb = nn.Embedding(self.positions, pos_width)
         elif self.positional == "sinusoidal":
@@ -303,7 +306,7 @@ class ModularSAR(nn.Module):
         T' = T + `prefix_tokens`: a user token is column 0 of every map]."""
         x, keys = self.embed(inputs, users), inputs
         if self.prefix_tokens:  # the user as a first token, scaled as item vectors are
-            token = self.users(users) * (math.sqrt(self.item_dim) if self.cfg.scale_embedding else 1.0)
+            token = self.users(users) * self.user_scale
             x = torch.cat([token[:, None, :], x], dim=1)
             keys = F.pad(inputs, (1, 0), value=1)
         x = self.drop(self.embed_norm(x))
@@ -311,7 +314,7 @@ class ModularSAR(nn.Module):
                               self.prefix_tokens)
         codes = target_codes(keys.size(1), self.prefix_tokens, self.causal, self.positions, inputs.device) \
             if self.positional == "target_aligned" else None
-        user = self.users(users) if self.fusion == "bias" else None
+        user = self.users(users) * self.user_scale if self.fusion == "bias" else None
         attentions = []
         for block in self.blocks:
             x, probs = block(x, mask, need_weights, codes, user)
