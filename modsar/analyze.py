@@ -46,9 +46,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from modsar.data.batches import eval_inputs
-from modsar.data.split import history_index, make_split
-from modsar.data.store import load_dataset
-from modsar.data.views import viewed
+from modsar.data.split import history_index
 from modsar.diagnostics import (
     attention_window,
     effective_rank,
@@ -61,7 +59,7 @@ from modsar.errors import ModsarError
 from modsar.evaluate import Evaluator, model_scorer, target_ranks, trim_left_padding
 from modsar.model import registry
 from modsar.model.skips import SkipSite, residual_scale, skip_input, skip_vector
-from modsar.train import load_checkpoint, resolve_device
+from modsar.train import checkpoint_split, load_checkpoint, resolve_device
 
 DIAGNOSTICS = ("sparsity", "rank", "hrli", "shuffle", "mixing", "residual-scaling", "nonfinal", "recovery", "user")
 ALPHAS = tuple(round(a / 10, 1) for a in range(11))
@@ -106,8 +104,7 @@ class Probe:
         self.device = resolve_device(device)
         self.model, self.cfg, payload = load_checkpoint(checkpoint, str(self.device))
         self.max_len = payload["max_len"]
-        data = viewed(load_dataset(self.cfg.dataset, data_dir), self.cfg.data.view)
-        self.split = make_split(self.cfg, data)
+        self.split = checkpoint_split(self.cfg, data_dir)
         self.users, self.end, self.targets = self.split.targets("test")  # every test user, in evaluation order
         if not len(self.users):
             raise ModsarError(f"{checkpoint}: dataset '{self.cfg.dataset}' has no test users to analyse")

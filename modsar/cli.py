@@ -315,10 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _generate(args: argparse.Namespace) -> int:
     from modsar import generate
-    from modsar.data.split import make_split
-    from modsar.data.store import load_dataset
-    from modsar.data.views import viewed
-    from modsar.train import load_checkpoint, resolve_device
+    from modsar.train import checkpoint_split, load_checkpoint, resolve_device
 
     if not Path(args.checkpoint).is_file():
         raise ModsarError(f"checkpoint '{args.checkpoint}' does not exist")
@@ -327,7 +324,7 @@ def _generate(args: argparse.Namespace) -> int:
     sampler = generate.Sampler(args.strategy, args.top_k, args.top_p, args.temperature)
     device = resolve_device(args.device)
     model, cfg, payload = load_checkpoint(args.checkpoint, str(device))
-    split = make_split(cfg, viewed(load_dataset(cfg.dataset, args.data_dir), cfg.data.view))
+    split = checkpoint_split(cfg, args.data_dir)
     exclude = generate.resolve_exclude(args.exclude, cfg.eval.filter_seen)
     result = generate.generate(model, split, cfg.task, payload["max_len"], args.steps, sampler, exclude,
                                args.seed, args.users, args.batch_size, device, progress=not args.quiet)

@@ -203,6 +203,11 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[Recommender,
     return model.to(device).eval(), cfg, payload
 
 
+def checkpoint_split(cfg: Config, data_dir: str | None = None):
+    """The split a checkpoint was trained and evaluated on: its dataset, view and protocol."""
+    return make_split(cfg, viewed(load_dataset(cfg.dataset, data_dir), cfg.data.view))
+
+
 def output_dtype(cfg: Config) -> torch.dtype:
     """The dtype of the fused CE's matrix products (`train.precision`); everything else stays float32."""
     return torch.bfloat16 if cfg.train.precision == "bf16" else torch.float32
