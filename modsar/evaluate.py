@@ -171,6 +171,6 @@ def model_scorer(model: Recommender, offset: int = 0) -> Scorer:
 
 def popularity_scorer(split: LeaveOneOut, device: torch.device) -> Scorer:
     """Most-popular baseline: every user gets the items ranked by training-interaction count."""
-    train = split.items[np.arange(len(split.items)) < split.train_ends[split.owner]]
+    train = split.items[split.in_training]
     counts = torch.from_numpy(np.bincount(train, minlength=split.num_items + 1)[1:].astype(np.float32)).to(device)
     return lambda inputs, users: counts.expand(len(users), -1).clone()

@@ -157,7 +157,7 @@ def training_facts(split: LeaveOneOut) -> tuple[np.ndarray, np.ndarray]:
     """Training popularity per item id (N + 1,) and the sorted keys a * (N + 1) + b of every pair of items
     adjacent in a training sequence (both orders)."""
     n = split.num_items + 1
-    train = np.arange(len(split.items)) < split.train_ends[split.owner]
+    train = split.in_training
     counts = np.bincount(split.items[train], minlength=n)
     adjacent = train[1:] & train[:-1] & (split.owner[1:] == split.owner[:-1])
     a, b = split.items[:-1][adjacent], split.items[1:][adjacent]
@@ -186,14 +186,6 @@ def unseen_transitions(chains: np.ndarray, pairs: np.ndarray, num_items: int) ->
     return float(1.0 - np.isin(a[real] * (num_items + 1) + b[real], pairs).mean())
 
 
-def distinct_per_row(values: np.ndarray) -> np.ndarray:
-    """Distinct values in each row of a 2-D array (sorted rows: 1 + the number of changes)."""
-    if values.shape[1] == 0:
-        return np.zeros(len(values), dtype=np.int64)
-    ordered = np.sort(values, axis=1)
-    return 1 + (ordered[:, 1:] != ordered[:, :-1]).sum(1)
-
-
 def first_occurrences(generated: np.ndarray) -> np.ndarray:
     """(n, H) True where an item appears in its row for the first time (one vectorised pass per step)."""
     first = np.ones_like(generated, dtype=bool)
@@ -218,7 +210,7 @@ def rollout_metrics(generated: np.ndarray, future: np.ndarray, last_history: np.
     popular = top_popular(popularity, num_items)
     matched = generated[have]
     bigrams = generated[:, :-1] * (num_items + 1) + generated[:, 1:]
-    distinct_2 = distinct_per_row(bigrams) / (steps - 1) if steps > 1 else np.full(n, math.nan)
+    distinct_2 = first_occurrences(bigrams).sum(1) / (steps - 1) if steps > 1 else np.full(n, math.nan)
     exact = ((generated == future) & have).sum(1)
     mean = lambda x: float(np.mean(x)) if len(x) else math.nan  # noqa: E731
     return {

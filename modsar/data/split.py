@@ -54,6 +54,11 @@ class LeaveOneOut:
         n = self.lengths
         return self.starts + np.where(n >= 3, n - 2, n)
 
+    @property
+    def in_training(self) -> np.ndarray:
+        """Whether each position of `items` is training data (before its user's `train_ends`)."""
+        return np.arange(len(self.items)) < self.train_ends[self.owner]
+
     def targets(self, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(users, history_end, target) for `split` in {valid, test}; history = items[starts[u]:history_end]."""
         users = self.eval_users
