@@ -561,6 +561,10 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
     if unknown:
         raise ModsarError(f"unknown diagnostic '{unknown[0]}'; choose from {', '.join(DIAGNOSTICS)}")
     probe = Probe(checkpoint, data_dir, attention_users, device)
+    if probe.cfg.model.time_bias != "none":  # the probes move, drop and shuffle items; their times would have to follow
+        raise ModsarError(f"{checkpoint}: modsar analyze does not yet carry timestamps through its perturbed inputs, "
+                          f"so it refuses a model.time_bias={probe.cfg.model.time_bias} checkpoint; its accuracy is in "
+                          "the run's rows (modsar results), its rollouts in modsar generate")
     label = model_label(probe.cfg)
     diagnostics, notes = _supported(probe, label, diagnostics)
     state = _Run(probe, set(diagnostics), tuple(alphas), window, sigma)

@@ -35,6 +35,7 @@ class DataConfig:
     eval_batch_size: int = 256
     padding_free: bool = True  # batches only as wide as their longest row; output layer only at real positions
     batching: str = choice("tokens", "tokens", "length", "random")  # who shares a batch: see modsar.data.batches
+    samples: str = choice("sequences", "sequences", "prefixes")  # a row: a user's window, or one prefix (RecBole)
     view: str = choice("user", "user", "item")  # item: each item's users in time order (modsar.data.views)
     split: str = choice("loo", "loo", "temporal")  # leave-one-out, or one global time cut (modsar.data.split)
     split_valid: float = 0.8  # temporal: the validation cut, a quantile of all timestamps
@@ -68,6 +69,10 @@ class ModelConfig:
     user_fusion: str = choice("none", "none", "concat", "token", "bias")  # how the user enters (modular only):
     #   concat = SSE-PT's vector beside every item vector, token = a first token every position attends to,
     #   bias = a per-layer projection of the user vector added to every attention query
+    time_bias: str = choice("none", "none", "gap", "session")  # modular, timestamped data: a learned per-head
+    #   attention bias by the time between query and key (gap: log2 buckets of the seconds apart) or by the
+    #   session boundaries between them (session: pauses longer than session_gap); see modsar.model.modular
+    session_gap: float = 1800.0  # time_bias=session: seconds of inactivity that start a new session
     user_size: int = 0  # concat: the user vector's width; 0 = hidden_size // 2 (the item vector gets the rest)
     embedding_norm: bool = False  # LayerNorm on item + position embedding before dropout (BERT4Rec)
     scale_embedding: bool = True  # multiply item vectors by sqrt(d) (SASRec); BERT4Rec adds them unscaled
@@ -359,6 +364,11 @@ def validate(cfg: Config, where: str = "config") -> None:
         except ValueError:
             bad(f"'data.split_dates' must be two ISO dates, the validation cut first (\"2000-11-20,2000-12-01\"); "
                 f"got {cfg.data.split_dates!r}")
+    if m.session_gap <= 0:
+        bad(f"'model.session_gap' must be > 0 seconds; got {m.session_gap}")
+    if cfg.data.samples == "prefixes" and cfg.task != "ar":
+        bad("'data.samples=prefixes' labels each training prefix's next item, a causal objective; task=ae masks "
+            "whole windows: use data.samples=sequences, or task=ar")
     if cfg.data.max_len < 0:
         bad(f"'data.max_len' must be >= 1, or 0 for the dataset default; got {cfg.data.max_len}")
     if not cfg.eval.ks or min(cfg.eval.ks) < 1:

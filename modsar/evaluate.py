@@ -18,12 +18,13 @@ import numpy as np
 import torch
 
 from modsar.config import Config, EvalConfig
-from modsar.data.batches import eval_inputs
+from modsar.data.batches import eval_inputs, eval_times
 from modsar.data.split import LeaveOneOut, history_index
 from modsar.model.interface import Recommender
 
 SCORES_BUDGET = 1 << 24  # scores held at once (16M floats, 64 MiB): fewer users per batch on huge catalogues
-Scorer = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (inputs (B,T), users (B,)) -> scores (B,N)
+# (inputs (B, T), users (B,)) -> scores (B, N); an evaluation with `timed` also passes the times (B, T)
+Scorer = Callable[..., torch.Tensor]
 
 
 def ranks_from_scores(scores: torch.Tensor, targets: torch.Tensor,
@@ -90,11 +91,11 @@ def fixed_negatives(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarr
 
 @torch.no_grad()
 def target_ranks(scorer: Scorer, split: LeaveOneOut, which: str, cfg: EvalConfig, task: str, max_len: int,
-                 batch_size: int, device: torch.device, in_order: bool = False) -> torch.Tensor:
+                 batch_size: int, device: torch.device, in_order: bool = False, timed: bool = False) -> torch.Tensor:
     """0-based pessimistic rank of every evaluable user's `valid` or `test` target, in user order.
 
     The scorer sees the users in order of history length (`in_order`: in user order, as a scorer that
-    pairs each call with its own rows needs)."""
+    pairs each call with its own rows needs); `timed` also passes the windows' times (time_bias models)."""
     users, history_end, targets = split.targets(which)
     negatives = (fixed_negatives(split, users, history_end, targets, cfg.sampled_negatives,
                                  cfg.sample_seed + (which == "test"))
@@ -110,7 +111,11 @@ def target_ranks(scorer: Scorer, split: LeaveOneOut, which: str, cfg: EvalConfig
         inputs = trim_left_padding(eval_inputs(split, users[sl], history_end[sl], task, max_len)).to(device)
         user_ids = torch.from_numpy(users[sl] + 1).to(device)
         target = torch.from_numpy(targets[sl]).to(device)
-        scores = scorer(inputs, user_ids).float()
+        if timed:
+            times = eval_times(split, users[sl], history_end[sl], task, max_len)[:, -inputs.size(1):].to(device)
+            scores = scorer(inputs, user_ids, times).float()
+        else:
+            scores = scorer(inputs, user_ids).float()
         if negatives is not None:  # column 0 is the target, then its negatives
             candidates = torch.cat([target[:, None], torch.from_numpy(negatives[sl]).to(device)], dim=1)
             ranks[sl] = ranks_from_scores(scores.gather(1, candidates - 1), torch.ones_like(target)).cpu()
@@ -124,9 +129,9 @@ def target_ranks(scorer: Scorer, split: LeaveOneOut, which: str, cfg: EvalConfig
 
 
 def evaluate(scorer: Scorer, split: LeaveOneOut, which: str, cfg: EvalConfig, task: str, max_len: int,
-             batch_size: int, device: torch.device, in_order: bool = False) -> dict[str, float]:
+             batch_size: int, device: torch.device, in_order: bool = False, timed: bool = False) -> dict[str, float]:
     """Mean metrics over all evaluable users of the `valid` or `test` split."""
-    ranks = target_ranks(scorer, split, which, cfg, task, max_len, batch_size, device, in_order)
+    ranks = target_ranks(scorer, split, which, cfg, task, max_len, batch_size, device, in_order, timed)
     return {key: value / max(len(ranks), 1) for key, value in metric_sums(ranks, cfg.ks).items()}
 
 
@@ -142,15 +147,17 @@ class Evaluator:
     batch_size: int
     device: torch.device
     in_order: bool = False  # users in stored order instead of by history length (see target_ranks)
+    timed: bool = False  # scorers also take the windows' times (model.time_bias)
 
     @classmethod
     def of(cls, split: LeaveOneOut, cfg: Config, max_len: int, device: torch.device,
            batch_size: int | None = None, in_order: bool = False) -> Evaluator:
-        return cls(split, cfg.eval, cfg.task, max_len, batch_size or cfg.data.eval_batch_size, device, in_order)
+        return cls(split, cfg.eval, cfg.task, max_len, batch_size or cfg.data.eval_batch_size, device, in_order,
+                   cfg.model.time_bias != "none")
 
     def __call__(self, scorer: Scorer, which: str) -> dict[str, float]:
         return evaluate(scorer, self.split, which, self.cfg, self.task, self.max_len, self.batch_size, self.device,
-                        self.in_order)
+                        self.in_order, self.timed)
 
 
 def trim_left_padding(inputs: torch.Tensor) -> torch.Tensor:
@@ -162,8 +169,8 @@ def trim_left_padding(inputs: torch.Tensor) -> torch.Tensor:
 def model_scorer(model: Recommender, offset: int = 0) -> Scorer:
     """Scores from the hidden state at the final position, or `offset` positions before it."""
 
-    def score(inputs: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
-        hidden = model(inputs, users)[:, -1 - offset]
+    def score(inputs: torch.Tensor, users: torch.Tensor, times: torch.Tensor | None = None) -> torch.Tensor:
+        hidden = (model(inputs, users) if times is None else model(inputs, users, times=times))[:, -1 - offset]
         return model.score(hidden, users)
 
     return score

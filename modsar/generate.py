@@ -35,9 +35,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+import torch.nn.functional as F
 from tqdm import tqdm
 
-from modsar.data.batches import eval_inputs
+from modsar.data.batches import eval_inputs, eval_times
 from modsar.data.split import LeaveOneOut, history_index
 from modsar.errors import ModsarError
 from modsar.model.interface import Recommender
@@ -94,8 +95,11 @@ class Sampler:
 def rollout(model: Recommender, task: str, windows: torch.Tensor, users: torch.Tensor, steps: int, sampler: Sampler,
             *, mask_id: int, seen: tuple[np.ndarray, np.ndarray] | None = None, exclude_rollout: bool = False,
             seed: int = 0, batch_size: int = 512, device: torch.device | None = None,
-            progress: bool = False) -> np.ndarray:
+            progress: bool = False, times: torch.Tensor | None = None) -> np.ndarray:
     """(n, steps) generated item ids for left-padded history windows (n, max_len) and 1-based users (n,).
+
+    `times` (n, max_len), the windows' relative times, for a time_bias model: a generated item takes the time
+    of the last history item (the rollout asks what comes right after; no future time is known).
 
     `seen` = (row, 0-based column) pairs, sorted by row, never to be picked (the history); `exclude_rollout`
     bans each pick for the rest of its rollout. Greedy picks depend on nothing else; sampled picks also on
@@ -109,6 +113,7 @@ def rollout(model: Recommender, task: str, windows: torch.Tensor, users: torch.T
     for lo in range(0, len(windows), batch_size):
         hi = min(lo + batch_size, len(windows))
         window, user = windows[lo:hi].to(device), users[lo:hi].to(device)
+        clock = times[lo:hi].to(device) if times is not None else None
         banned = torch.zeros(hi - lo, model.num_items, dtype=torch.bool, device=device)
         if seen is not None:
             a, b = np.searchsorted(seen[0], [lo, hi])
@@ -118,7 +123,13 @@ def rollout(model: Recommender, task: str, windows: torch.Tensor, users: torch.T
             inputs = window[:, -min(window.size(1), longest + step):]  # no column that is padding in every row
             if task == "ae":
                 inputs = torch.cat([inputs, torch.full((len(inputs), 1), mask_id, device=device)], dim=1)
-            scores = model.score(model(inputs, user)[:, -1], user).float()
+            if clock is None:
+                hidden = model(inputs, user)
+            else:
+                when = clock[:, -min(window.size(1), longest + step):]
+                when = F.pad(when, (0, 1)) if task == "ae" else when
+                hidden = model(inputs, user, times=when)
+            scores = model.score(hidden[:, -1], user).float()
             scores = scores.nan_to_num(nan=float("-inf")).masked_fill(banned, float("-inf"))
             if (seen is not None or exclude_rollout) and bool(torch.isinf(scores).all(1).any()):
                 raise ModsarError(f"a user has no item left to pick at step {step + 1}: the excluded items cover the "
@@ -128,6 +139,7 @@ def rollout(model: Recommender, task: str, windows: torch.Tensor, users: torch.T
                 banned[torch.arange(len(picked), device=device), picked] = True
             picks[:, step] = picked + 1
             window = torch.cat([window[:, 1:], (picked + 1)[:, None]], dim=1)  # the pick joins the history
+            clock = torch.cat([clock[:, 1:], clock[:, -1:]], dim=1) if clock is not None else None
             bar.update(hi - lo)
         out[lo:hi] = picks.cpu().numpy()
     bar.close()
@@ -281,13 +293,15 @@ def generate(model: Recommender, split: LeaveOneOut, task: str, max_len: int, st
     by_length = np.argsort(history_end[index] - split.starts[users[index]], kind="stable")
     order = index[by_length]  # the targets, users of similar history length next to each other
     windows = eval_inputs(split, users[order], history_end[order], "ar", max_len)
+    times = eval_times(split, users[order], history_end[order], "ar", max_len) if getattr(model, "timed", False) \
+        else None
     history = exclude in ("history", "all")
     seen = history_index(split, users[order], history_end[order]) if history else None
     model.eval()
     generated = rollout(model, task, windows, torch.from_numpy(users[order] + 1), steps, sampler,
                         mask_id=split.num_items + 1, seen=(seen[0], seen[1] - 1) if seen is not None else None,
                         exclude_rollout=exclude in ("rollout", "all"), seed=seed, batch_size=batch_size,
-                        device=device, progress=progress)
+                        device=device, progress=progress, times=times)
     generated = generated[np.argsort(by_length)]  # back to the targets' order
     users, history_end, targets = users[index], history_end[index], targets[index]
     future = true_future(split, users, history_end, steps, novel=history)

@@ -68,11 +68,12 @@ def viewed_sizes(cfg: Config, sizes: dict[str, int], where: str) -> dict[str, in
     """`sizes` as cfg's data view sees them (the item view swaps users and items); refuses a view or split
     that needs timestamps on a dataset without them, as `modsar train` would, before any trial starts."""
     needs = [k for k, v in (("data.view=item", cfg.data.view == "item"),
-                            ("data.split=temporal", cfg.data.split == "temporal")) if v]
+                            ("data.split=temporal", cfg.data.split == "temporal"),
+                            (f"model.time_bias={cfg.model.time_bias}", cfg.model.time_bias != "none")) if v]
     if needs and not sizes.get("has_timestamp", 1):
         raise ModsarError(f"{where}: {' and '.join(needs)} need{'s' * (len(needs) == 1)} timestamps, and the "
                           "dataset has none (its source gives only the order within each user); use a timestamped "
-                          "dataset or the defaults data.view=user data.split=loo")
+                          "dataset or the defaults data.view=user data.split=loo model.time_bias=none")
     if cfg.data.view == "item":
         return {**sizes, "num_items": sizes["num_users"], "num_users": sizes["num_items"]}
     return sizes

@@ -217,7 +217,8 @@ def batch_loss(model: Recommender, batch: Batch, cfg: Config, per_batch: float) 
     """The training loss of one batch. `loss.normalize=epoch` divides its sum by `per_batch` (the labelled
     positions of an average batch) instead of by its own count, so every position of the epoch weighs the same
     however the batches group them; the epoch's mean loss is then the mean over all its positions."""
-    hidden = model(batch.inputs, batch.users)
+    hidden = model(batch.inputs, batch.users) if batch.times is None else model(batch.inputs, batch.users,
+                                                                                  times=batch.times)
     loss = training_loss(model, hidden, batch.labels, batch.users, cfg.loss, cfg.data.padding_free,
                          dtype=output_dtype(cfg))
     if cfg.loss.normalize == "epoch":
@@ -316,6 +317,10 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     dataset = viewed(dataset or load_dataset(cfg.dataset, data_root), cfg.data.view)
     split = make_split(cfg, dataset)
     validate_for_dataset(cfg, dataset.num_items, "config")
+    if cfg.model.time_bias != "none" and split.timestamp is None:
+        raise ModsarError(f"model.time_bias={cfg.model.time_bias} needs timestamps, and dataset '{cfg.dataset}' has "
+                          "none (its source gives only the order within each user); use a timestamped dataset or "
+                          "model.time_bias=none")
     if not len(split.eval_users):
         raise ModsarError(f"dataset '{cfg.dataset}' has no user with 3+ interactions: nothing to validate or test")
     max_len = cfg.data.max_len or dataset.default_max_len
@@ -325,7 +330,8 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     batches = TrainBatches(split, cfg.task, max_len, cfg.data.batch_size, cfg.mask_prob, cfg.data.padding_free,
                            cfg.model.item_sse_prob, cfg.model.user_sse_prob, seed=cfg.seed,
                            batching=cfg.data.batching, sse_style=cfg.model.sse_style,
-                           partners=needs_partners(cfg))
+                           partners=needs_partners(cfg), samples=cfg.data.samples,
+                           times=cfg.model.time_bias != "none")
     if not len(batches):
         raise ModsarError(f"dataset '{cfg.dataset}' has no user with 2+ training items: nothing to train on")
 

@@ -74,6 +74,7 @@ def test_bad_values_name_the_key(override, message):
     (["model.backbone=gru4rec", "model.pos_dim=8"], "gru4rec has no 'model.pos_dim'"),
     (["model.backbone=llama", "model.dropout=0", "model.user_fusion=token"], "'model.user_fusion' (user embeddings) exists only in the"),
     (["model.backbone=llama", "model.dropout=0", "model.positional=target_aligned"], "llama uses rope positions"),
+    (["task=ae", "data.samples=prefixes"], "'data.samples=prefixes' labels each training prefix's next item"),
 ])
 def test_position_and_user_choices_that_cannot_hold_are_refused(overrides, message):
     with pytest.raises(ModsarError, match=re.escape(message)):

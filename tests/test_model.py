@@ -34,6 +34,8 @@ VARIANTS = {
     "user-token": {"user_fusion": "token", "num_heads": 2, "local_heads": 1},
     "user-token-target-aligned": {"user_fusion": "token", "positional": "target_aligned"},
     "user-bias": {"user_fusion": "bias", "user_sse_prob": 0.3},
+    "time-gap": {"time_bias": "gap", "num_heads": 2},
+    "time-session-user-token": {"time_bias": "session", "session_gap": 600.0, "user_fusion": "token"},
     "bert4rec-table4": {"norm": "post", "embedding_norm": True, "scale_embedding": False, "head": "bert4rec",
                         "positions_from": "start"},
 }
@@ -42,7 +44,23 @@ VARIANTS = {
 def make(task: str, **overrides) -> ModularSAR:
     torch.manual_seed(0)
     cfg = ModelConfig(**{"hidden_size": 16, "num_layers": 2, "dropout": 0.0, "attn_dropout": 0.0, **overrides})
-    return ModularSAR(cfg, N_ITEMS, N_USERS, MAX_LEN, task).eval()
+    model = ModularSAR(cfg, N_ITEMS, N_USERS, MAX_LEN, task).eval()
+    for table in model.time_tables or []:  # trained-looking biases: zero ones would make every check trivial
+        torch.nn.init.normal_(table.weight, std=2.0)  # type: ignore[union-attr]
+    return model
+
+
+def clock(x: torch.Tensor) -> torch.Tensor:
+    """Times for a batch (seconds before each row's last item; padding 0): gaps from seconds to days."""
+    g = torch.Generator().manual_seed(2)
+    gaps = torch.exp(torch.rand(x.shape, generator=g) * 12)  # 1 s .. 2 days
+    times = gaps.cumsum(1)
+    return torch.where(x > 0, times - times[:, -1:], 0.0)
+
+
+def run(model: ModularSAR, x: torch.Tensor, users: torch.Tensor, times: torch.Tensor | None = None) -> torch.Tensor:
+    """The model's states; time_bias variants read `times` (default: clock(x))."""
+    return model(x, users, times=clock(x) if times is None else times) if model.timed else model(x, users)
 
 
 def batch(T: int = 10, B: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
@@ -57,11 +75,11 @@ def test_ar_future_leak(variant):
     """Changing items after t leaves every AR output at positions <= t unchanged."""
     model = make("ar", **VARIANTS[variant])
     x, users = batch()
-    base = model(x, users)
+    base = run(model, x, users)
     for t in range(3, x.size(1) - 1):
         changed = x.clone()
         changed[:, t + 1:] = (changed[:, t + 1:] % N_ITEMS) + 1
-        out = model(changed, users)
+        out = run(model, changed, users)
         torch.testing.assert_close(out[:, : t + 1], base[:, : t + 1], rtol=0, atol=1e-6)
         assert not torch.allclose(out[:, t + 1:], base[:, t + 1:])
 
@@ -71,10 +89,10 @@ def test_ae_is_bidirectional(variant):
     """AE output at an early position changes when a later item changes."""
     model = make("ae", **VARIANTS[variant])
     x, users = batch()
-    base = model(x, users)
+    base = run(model, x, users)
     changed = x.clone()
     changed[:, 5] = (changed[:, 5] % N_ITEMS) + 1
-    out = model(changed, users)
+    out = run(model, changed, users)
     assert (out[:, 4] - base[:, 4]).abs().max() > 1e-4  # left neighbour sees the right side
     assert (out[:, 6] - base[:, 6]).abs().max() > 1e-4
 
@@ -85,7 +103,9 @@ def test_padding_invariance(task, variant):
     model = make(task, **VARIANTS[variant])
     x, users = batch(T=8)
     padded = torch.cat([torch.zeros(3, 4, dtype=torch.long), x], dim=1)
-    torch.testing.assert_close(model(padded, users)[:, 4:][x > 0], model(x, users)[x > 0], rtol=0, atol=1e-5)
+    times = torch.cat([torch.zeros(3, 4), clock(x)], dim=1)
+    torch.testing.assert_close(run(model, padded, users, times)[:, 4:][x > 0], run(model, x, users)[x > 0],
+                               rtol=0, atol=1e-5)
 
 
 def test_local_window_heads_see_only_their_window():

@@ -209,6 +209,23 @@ def test_same_target_partners_are_training_prefixes_of_the_same_next_item():
     assert all(v not in {6, 8, 9, 10, 11} for prefixes in seen.values() for _, p in prefixes for v in p)
 
 
+def test_same_target_partners_of_prefix_samples():
+    """samples=prefixes (DuoRec's own recipe): every prefix row gets another prefix with its next item."""
+    split = toy_split()
+    batches = TrainBatches(split, "ar", max_len=2, batch_size=8, partners=True, seed=0, samples="prefixes")
+    seen = {}
+    for _ in range(50):
+        b = batches.make(np.arange(len(batches.users)))
+        for row in range(len(b.users)):
+            key = (int(b.users[row]), tuple(v for v in b.inputs[row].tolist() if v), int(b.labels[row, -1]))
+            seen.setdefault(key, set()).add((int(b.partner_users[row]), tuple(v for v in b.partners[row].tolist() if v)))
+    assert seen == {(1, (1,), 2): {(1, (1,))},  # nobody else has next item 2: its own prefix
+                    (1, (1, 2), 3): {(2, (7,)), (3, (2,))}, (2, (7,), 3): {(1, (1, 2)), (3, (2,))},
+                    (3, (2,), 3): {(1, (1, 2)), (2, (7,))},
+                    (1, (2, 3), 4): {(3, (2, 3))}, (3, (2, 3), 4): {(1, (2, 3))},
+                    (4, (5,), 12): {(4, (5,))}}
+
+
 def test_gbce_matches_its_formula_at_t0_and_t1():
     """gbce = (beta softplus(-s+) + sum softplus(s-)) / (1 + k), beta = alpha (t (1 - 1/alpha) + 1/alpha),
     alpha = k / (N - 1); t = 0 is BCE with logits against [1, 0, ..., 0], t = 1 raises sigma(s+) to alpha."""

@@ -159,3 +159,51 @@ def test_token_batches_hold_an_average_batchs_positions_and_every_user_once():
              for order in ("length", "random")}
     tokens = sum(b.inputs.numel() for b in epoch)
     assert tokens < 1.1 * slots["length"] < slots["random"]  # still narrow: similar lengths share a batch
+
+
+def test_prefix_samples_are_every_training_prefix_once_labelled_at_the_end():
+    """samples=prefixes: one row per training prefix items[start:p] -> items[p] (RecBole's augmentation), each
+    labelled at its last column only, the window the last max_len items before p; nothing held out."""
+    split = small_split()  # training parts: [1 2 3 4], [7 8], [9], [12 13]
+    batches = TrainBatches(split, "ar", 2, 3, samples="prefixes", seed=1)
+    rows = []
+    for batch in batches:
+        assert (batch.labels[:, :-1] == 0).all() and (batch.labels[:, -1] > 0).all()
+        rows += [(u, tuple(v for v in x if v), y) for u, x, y in
+                 zip(batch.users.tolist(), batch.inputs.tolist(), batch.labels[:, -1].tolist(), strict=True)]
+    assert sorted(rows) == [(1, (1,), 2), (1, (1, 2), 3), (1, (2, 3), 4), (2, (7,), 8), (4, (12,), 13)]
+    assert batches.num_targets == 5 and len(batches) == 2  # batch_size rows per batch, not a token budget
+
+
+def test_prefix_samples_cover_the_same_positions_as_sequences():
+    """With windows wide enough for every history and no absolute positions (which count back from a row's last
+    item, so they do differ: a prefix row puts its last item where evaluation does), a causal model's states are
+    the same either way: the summed CE over prefix rows equals that over whole-sequence rows."""
+    from modsar.config import ModelConfig
+    from modsar.model.modular import ModularSAR
+
+    split = synthetic_split()
+    longest = int((split.train_ends - split.starts).max())
+    torch.manual_seed(0)
+    model = ModularSAR(ModelConfig(hidden_size=16, num_heads=2, dropout=0.0, attn_dropout=0.0, positional="none"), split.num_items,
+                       split.num_users, longest, "ar").eval()
+
+    def summed_ce(samples: str) -> tuple[float, int]:
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for batch in TrainBatches(split, "ar", longest, 512, samples=samples):
+                h = model(batch.inputs, batch.users)[batch.labels > 0]
+                scores = model.score(h)
+                total += torch.nn.functional.cross_entropy(scores, batch.labels[batch.labels > 0] - 1,
+                                                           reduction="sum").item()
+                count += int((batch.labels > 0).sum())
+        return total, count
+
+    (by_sequence, n_seq), (by_prefix, n_pre) = summed_ce("sequences"), summed_ce("prefixes")
+    assert n_seq == n_pre > 10_000
+    assert by_prefix == pytest.approx(by_sequence, rel=1e-5)
+
+
+def test_prefix_samples_refuse_ae():
+    with pytest.raises(ValueError, match="AR objective"):
+        TrainBatches(small_split(), "ae", 10, 8, samples="prefixes")

@@ -10,6 +10,14 @@ wide as its longest row, and `batching` says who shares a batch:
   random  `batch_size` random users (as SASRec code): equal weights, but most batches are max_len wide
 Without `padding_free` every batch is `batch_size` random users, `max_len` wide.
 
+`samples` says what one row is:
+  sequences  a user's training window, labelled at every position (one pass trains every prefix at once)
+  prefixes   one training prefix items[start:p], labelled at its last position only with items[p] (AR only):
+             RecBole's data augmentation, the recipe DuoRec, CL4SRec and RecBole's SASRec train with. An
+             epoch then holds one row per labelled position, so it takes ~L times more optimizer steps,
+             and a per-sample term (DuoRec's contrastive views) covers every prefix, not each user's last;
+             rows are batched `batch_size` at a time (`tokens` cuts by rows here, as `length` does)
+
 AR: input = the last L training items before the last one, labels = the same window shifted by one.
 AE: window of the last L + 1 training items, a fresh cloze mask every epoch (at least one mask per row).
 At evaluation AR reads the last L history items; AE reads the last L history items plus a mask token, so
@@ -34,13 +42,15 @@ class Batch:
     users: torch.Tensor  # (B,) 1-based user ids (SSE-replaced during training when asked)
     partners: torch.Tensor | None = None  # (B, T') AR: per row, another training prefix with the same next item
     partner_users: torch.Tensor | None = None  # (B,) their users
+    times: torch.Tensor | None = None  # (B, T) float32 seconds relative to each row's last item (time_bias models)
 
     def to(self, device: torch.device) -> Batch:
         def move(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.to(device, non_blocking=True)
 
         return Batch(self.inputs.to(device, non_blocking=True), self.labels.to(device, non_blocking=True),
-                     self.users.to(device, non_blocking=True), move(self.partners), move(self.partner_users))
+                     self.users.to(device, non_blocking=True), move(self.partners), move(self.partner_users),
+                     move(self.times))
 
 
 class TrainBatches:
@@ -48,18 +58,33 @@ class TrainBatches:
 
     def __init__(self, split: LeaveOneOut, task: str, max_len: int, batch_size: int, mask_prob: float = 0.2,
                  padding_free: bool = True, item_sse_prob: float = 0.0, user_sse_prob: float = 0.0,
-                 seed: int = 0, batching: str = "tokens", sse_style: str = "token", partners: bool = False) -> None:
+                 seed: int = 0, batching: str = "tokens", sse_style: str = "token", partners: bool = False,
+                 samples: str = "sequences", times: bool = False) -> None:
+        if samples == "prefixes" and task != "ar":
+            raise ValueError("samples='prefixes' labels each prefix's next item: an AR objective")
         self.split, self.task, self.max_len, self.batch_size = split, task, max_len, batch_size
         self.mask_prob, self.padding_free, self.batching = mask_prob, padding_free, batching
         self.item_sse_prob, self.user_sse_prob, self.sse_style = item_sse_prob, user_sse_prob, sse_style
+        self.samples, self.times = samples, times
+        if times and split.timestamp is None:
+            raise ValueError("times=True needs a split with timestamps")
         self.rng = np.random.default_rng(seed)
         ends = split.train_ends
-        self.users = np.flatnonzero(ends - split.starts >= 2)  # a training row needs an input and a label
-        self.starts, self.ends = split.starts[self.users], ends[self.users]
+        trained = np.flatnonzero(ends - split.starts >= 2)  # a training row needs an input and a label
+        # row r reads items[starts[r]:ends[r] - 1] and predicts items[starts[r] + 1:ends[r]]; a user's rows share
+        # one start, so prefix rows differ only in their end (the prefix p -> items[p] ends at p + 1)
+        if samples == "prefixes":
+            counts = ends[trained] - split.starts[trained] - 1
+            self.users = np.repeat(trained, counts)
+            self.ends = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(
+                split.starts[trained] + 2, counts)
+        else:
+            self.users, self.ends = trained, ends[trained]
+        self.starts = split.starts[self.users]
         width = max_len if task == "ar" else max_len + 1
         self.row_lengths = np.minimum(self.ends - self.starts - (1 if task == "ar" else 0), width)
         self.mask_token = split.num_items + 1
-        self.partner_index = SameTarget(split, self.users) if partners else None
+        self.partner_index = SameTarget(split, trained) if partners else None
 
     def __len__(self) -> int:
         return -(-len(self.users) // self.batch_size)
@@ -67,6 +92,8 @@ class TrainBatches:
     @property
     def num_targets(self) -> int:
         """Training positions with a label per epoch (AR: exact; AE: expected)."""
+        if self.samples == "prefixes":
+            return len(self.users)
         if self.task == "ar":
             return int(self.row_lengths.sum())
         return int(np.maximum(1, np.round(self.row_lengths * self.mask_prob)).sum())
@@ -85,7 +112,7 @@ class TrainBatches:
         for i in range(0, len(perm), chunk):
             part = perm[i:i + chunk]
             part = part[np.argsort(self.row_lengths[part], kind="stable")]
-            if self.batching == "tokens":  # cut where the running position count crosses a multiple of the budget
+            if self.batching == "tokens" and self.samples == "sequences":  # cut where the running position count crosses a multiple of the budget
                 group = (np.cumsum(self.row_lengths[part]) - 1) // budget
                 cuts = np.flatnonzero(np.diff(group)) + 1
                 batches += np.split(part, cuts)
@@ -103,6 +130,8 @@ class TrainBatches:
         if self.task == "ar":
             inputs = left_padded_windows(items, starts, ends - 1, width)
             labels = left_padded_windows(items, starts + 1, ends, width)
+            if self.samples == "prefixes":  # the prefix's next item only: every shorter prefix is its own row
+                labels[:, :-1] = 0
         else:
             labels = left_padded_windows(items, starts, ends, width)
             inputs = labels.copy()
@@ -121,11 +150,16 @@ class TrainBatches:
                 drawn = self.rng.random(inputs.shape) < p
             swap = (inputs > 0) & (inputs != self.mask_token) & drawn
             inputs = np.where(swap, self.rng.integers(1, self.split.num_items + 1, inputs.shape), inputs)
+        times = None
+        if self.times:  # AR: the inputs' own times; AE: a masked slot reads the time of the item before it
+            times = relative_times(self.split, starts, ends - (self.task == "ar"), width,
+                                   inputs == self.mask_token if self.task == "ae" else None)
         users = self.users[rows] + 1
         if self.user_sse_prob > 0:
             swap = self.rng.random(len(users)) < self.user_sse_prob
             users = np.where(swap, self.rng.integers(1, self.split.num_users + 1, len(users)), users)
-        batch = Batch(torch.from_numpy(inputs), torch.from_numpy(labels), torch.from_numpy(users))
+        batch = Batch(torch.from_numpy(inputs), torch.from_numpy(labels), torch.from_numpy(users),
+                      times=None if times is None else torch.from_numpy(times))
         if self.partner_index is not None:
             prefixes, owners = self.partner_index.draw(self.ends[rows] - 1, self.max_len, self.rng)
             batch.partners, batch.partner_users = torch.from_numpy(prefixes), torch.from_numpy(owners + 1)
@@ -166,6 +200,34 @@ class SameTarget:
         begin = np.maximum(self.starts[owners], ends - max_len)
         width = int((ends - begin).max()) if len(own) else 1
         return left_padded_windows(self.items, begin, ends, width), owners
+
+
+def relative_times(split: LeaveOneOut, starts: np.ndarray, ends: np.ndarray, width: int,
+                   hidden: np.ndarray | None = None) -> np.ndarray:
+    """(B, width) float32 seconds of each window item of left_padded_windows(items, starts, ends, width) before
+    the window's last item (<= 0; padding 0): relative, so float32 keeps second precision over years.
+
+    `hidden` (B, width) marks slots whose own time must not be read (AE's masks: an item's time says something
+    about it); each takes the time of the nearest readable slot before it, or after it where none is before."""
+    assert split.timestamp is not None, "relative_times needs a timestamped split"
+    t = left_padded_windows(split.timestamp, starts, ends, width)
+    real = np.arange(width)[None, :] >= width - np.minimum(ends - starts, width)[:, None]
+    if hidden is not None:
+        readable, column = real & ~hidden, np.arange(width)
+        before = np.maximum.accumulate(np.where(readable, column, -1), axis=1)
+        after = np.minimum.accumulate(np.where(readable, column, width)[:, ::-1], axis=1)[:, ::-1]
+        source = np.where(before >= 0, before, np.where(after < width, after, column))
+        t = np.where(readable.any(1, keepdims=True), np.take_along_axis(t, source, axis=1), 0.0)
+    return np.where(real, t - t[:, -1:], 0.0).astype(np.float32)
+
+
+def eval_times(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, task: str,
+               max_len: int) -> torch.Tensor:
+    """The relative times of `eval_inputs`' windows; AE's appended mask token takes the last history item's."""
+    times = relative_times(split, split.starts[users], history_end, max_len)
+    if task == "ae":
+        times = np.concatenate([times, np.zeros((len(users), 1), np.float32)], axis=1)
+    return torch.from_numpy(times)
 
 
 def eval_inputs(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, task: str,

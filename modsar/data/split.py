@@ -9,7 +9,7 @@ No test item and no validation item ever reaches a training input or label.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,12 +19,15 @@ class LeaveOneOut:
     items: np.ndarray  # int64, all users' items, user-major, chronological
     offsets: np.ndarray  # int64 (U + 1,): user u (1-based) owns items[offsets[u-1]:offsets[u]]
     num_items: int
+    timestamp: np.ndarray | None = None  # float64 seconds aligned with items, where the dataset has them
 
     @classmethod
-    def from_log(cls, user: np.ndarray, item: np.ndarray, num_users: int, num_items: int) -> LeaveOneOut:
+    def from_log(cls, user: np.ndarray, item: np.ndarray, num_users: int, num_items: int,
+                 timestamp: np.ndarray | None = None) -> LeaveOneOut:
         counts = np.bincount(user, minlength=num_users + 1)[1:]
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        return cls(item.astype(np.int64), offsets, num_items)
+        return cls(item.astype(np.int64), offsets, num_items,
+                   None if timestamp is None else timestamp.astype(np.float64))
 
     @property
     def num_users(self) -> int:
@@ -76,10 +79,15 @@ class TemporalSplit(LeaveOneOut):
     in the window (one target per user), `every=True` every event in it. Targets without any earlier event
     are left out (nothing to condition on). `items` must be chronological within each user."""
 
-    timestamp: np.ndarray = field(default_factory=lambda: np.zeros(0))  # float64, aligned with items
     valid_cut: float = 0.0
     test_cut: float = 0.0
     every: bool = False
+
+    @property
+    def stamps(self) -> np.ndarray:
+        """The timestamps (a temporal split always has them)."""
+        assert self.timestamp is not None, "a temporal split is built from a timed log"
+        return self.timestamp
 
     @classmethod
     def from_timed_log(cls, user: np.ndarray, item: np.ndarray, timestamp: np.ndarray, num_users: int,
@@ -108,7 +116,7 @@ class TemporalSplit(LeaveOneOut):
     @property
     def train_ends(self) -> np.ndarray:
         """Each user's events before the validation cut (chronological, so a prefix)."""
-        before = np.bincount(self.owner, weights=self.timestamp < self.valid_cut, minlength=self.num_users)
+        before = np.bincount(self.owner, weights=self.stamps < self.valid_cut, minlength=self.num_users)
         return self.starts + before.astype(np.int64)
 
     @property
@@ -118,7 +126,7 @@ class TemporalSplit(LeaveOneOut):
 
     def _history_ends(self) -> np.ndarray:
         """For every position, the index of its user's first event with the same timestamp (its history end)."""
-        owner, ts = self.owner, self.timestamp
+        owner, ts = self.owner, self.stamps
         index = np.arange(len(ts))
         new_run = np.ones(len(ts), dtype=bool)
         new_run[1:] = (owner[1:] != owner[:-1]) | (ts[1:] != ts[:-1])
@@ -128,11 +136,11 @@ class TemporalSplit(LeaveOneOut):
         lo, hi = {"valid": (self.valid_cut, self.test_cut), "test": (self.test_cut, np.inf)}[split]
         owner = self.owner
         ends = self._history_ends()
-        positions = np.flatnonzero((self.timestamp >= lo) & (self.timestamp < hi) & (ends > self.starts[owner]))
+        positions = np.flatnonzero((self.stamps >= lo) & (self.stamps < hi) & (ends > self.starts[owner]))
         if not self.every:  # the first such event of each user
             positions = positions[np.unique(owner[positions], return_index=True)[1]]
         users, history_end = owner[positions], ends[positions]
-        if len(positions) and not (self.timestamp[history_end - 1] < self.timestamp[positions]).all():
+        if len(positions) and not (self.stamps[history_end - 1] < self.stamps[positions]).all():
             raise AssertionError("temporal split: a history reaches the time of its target")  # never, by construction
         return users, history_end, self.items[positions]
 
@@ -159,7 +167,7 @@ def make_split(cfg, dataset) -> LeaveOneOut:
     from modsar.errors import ModsarError
 
     if cfg.data.split == "loo":
-        return LeaveOneOut.from_log(dataset.user, dataset.item, dataset.num_users, dataset.num_items)
+        return LeaveOneOut.from_log(dataset.user, dataset.item, dataset.num_users, dataset.num_items, dataset.timestamp)
     if dataset.timestamp is None:
         raise ModsarError(f"data.split=temporal needs timestamps, and dataset '{dataset.name}' has none; use "
                           "data.split=loo or prepare a timestamped log (ml-csv, ml-dat, inter with timestamps)")

@@ -1,9 +1,13 @@
 """DuoRec (Qiu et al., WSDM 2022): the SASRec encoder plus a contrastive regulariser against representation
 degeneration.
 
-The encoder is the modular backbone under `task=ar`; the loss is ModSAR's next-item loss at every position
-plus `loss.cl_weight` times an InfoNCE between two views of each training sequence's representation (its
-state at the last position, whose target is the sequence's last training item, as DuoRec's one sample):
+The encoder is the modular backbone under `task=ar`; the loss is ModSAR's next-item loss plus `loss.cl_weight`
+times an InfoNCE between two views of each training row's representation (its state at the last position,
+whose target is the row's last label). DuoRec's own recipe is `data.samples=prefixes`: every training prefix
+is a row, so every prefix gets its views, with as many optimizer steps per epoch as RecBole takes. Under
+`data.samples=sequences` a row is a user's whole window (next-item loss at every position) and only its last
+prefix is contrasted, once per epoch: ~L times fewer contrastive steps, which on Toys leaves the dot-product
+views (tau 1) unresolved for 30+ epochs (benchmarks/RESULTS.md, issue 14). The views:
   un    the sequence vs the same sequence encoded again (another dropout mask: unsupervised augmentation)
   su    the sequence vs another training prefix with the same next item (supervised augmentation; drawn
         from the whole training set, the sample itself excluded; a target no other prefix has falls back to

@@ -23,9 +23,11 @@ class Recommender(Protocol):
     num_items: int  # items are ids 1..num_items; 0 pads, num_items + 1 is the AE mask token
     item_emb: nn.Embedding  # rows 0..num_items + 1, tied to the output scores
 
-    def __call__(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
+    def __call__(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False,
+                 **context: torch.Tensor):
         """Left-padded ids (B, T) -> hidden states (B, T, d); with need_weights, also per-layer attention
-        probabilities [(B, H, T, T)] (backbones whose entry says attention_maps=True)."""
+        probabilities [(B, H, T, T)] (backbones whose entry says attention_maps=True). `context` carries what
+        only some models read (`times=` for the modular backbone's time_bias); callers pass it only to those."""
         ...
 
     def score(self, hidden: torch.Tensor, users: torch.Tensor | None = None,

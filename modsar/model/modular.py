@@ -4,7 +4,12 @@ Feature: item embedding * sqrt(d) + positions [+ the user] [-> LayerNorm, as BER
 (learned | sinusoidal: added, or a `pos_dim`-wide channel concatenated or projected in), none, or
 `target_aligned`: no absolute code at all; each attention query scores every key by the key's distance to the
 query's target (Shaw et al.'s relative keys, one learned table per layer), so under AR the item just before
-the predicted one always carries the same code, whichever slot the query sits in. The user enters by
+the predicted one always carries the same code, whichever slot the query sits in. `time_bias` (timestamped data) adds
+a learned per-head, per-layer bias to every attention score by how far apart in time query and key are: `gap`
+buckets |t_q - t_k| by powers of two from a minute, `session` counts the pauses longer than `session_gap`
+between them (TiSASRec's idea as a bias table). A query's time is its own item's: under AR the position that
+predicts item t + 1 reads item t's time, never the target's; an AE mask reads the time of the item before it.
+The user enters by
 `user_fusion`: concat (SSE-PT's vector beside every item), token (a first token every position may attend to)
 or bias (a per-layer projection of the user added to every query: which keys matter depends on the user).
 Modeling: `num_layers` transformer blocks, whose attention is bidirectional
@@ -82,6 +87,31 @@ def target_codes(width: int, prefix: int, causal: bool, positions: int, device: 
     return codes
 
 
+GAP_BUCKETS = 24  # under a minute, then [1, 2), [2, 4), ... minutes; the last bucket holds ~8 years and more
+SESSION_BUCKETS = 16  # 0..14 session boundaries apart, then 15 or more
+
+
+def time_buckets(times: torch.Tensor, kind: str, session_gap: float, prefix: int) -> torch.Tensor:
+    """(B, T) seconds -> (B, T', T') bucket of every key for every query, T' = T + prefix; the first `prefix`
+    columns and rows (user tokens) get a bucket of their own, the last. Padding buckets are never read."""
+    if kind == "gap":
+        apart = (times[:, :, None] - times[:, None, :]).abs()
+        buckets = (torch.log2(apart.clamp(min=60.0) / 60.0).floor() + 1).masked_fill(apart < 60.0, 0)
+        buckets, count = buckets.clamp(max=GAP_BUCKETS - 1).long(), GAP_BUCKETS
+    else:  # session: how many pauses longer than session_gap lie between the two items
+        pauses = F.pad((times.diff(dim=1) > session_gap).long().cumsum(1), (1, 0))
+        buckets = (pauses[:, :, None] - pauses[:, None, :]).abs().clamp(max=SESSION_BUCKETS - 1)
+        count = SESSION_BUCKETS
+    if prefix:
+        buckets = F.pad(buckets, (prefix, 0, prefix, 0), value=count)
+    return buckets
+
+
+def time_bucket_count(kind: str) -> int:
+    """Rows of a time-bias table: the buckets of `kind` and the user-token bucket."""
+    return (GAP_BUCKETS if kind == "gap" else SESSION_BUCKETS) + 1
+
+
 class SelfAttention(nn.Module):
     """Multi-head attention; with `codes` > 0, also Shaw-style relative keys: query q_i meets key j as
     q_i . k_j + q_i[:code_dim] . R[code_ij] (each head's first `code_dim` query dimensions carry position)."""
@@ -95,9 +125,10 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False,
                 query: torch.Tensor | None = None, codes: torch.Tensor | None = None,
-                query_bias: torch.Tensor | None = None):
+                query_bias: torch.Tensor | None = None, score_bias: torch.Tensor | None = None):
         """Self-attention over x; with `query`, queries come from it and keys/values from x (SASRec's block);
-        `codes` (T, T) index the relative keys; `query_bias` (B, d) is added to every query (user bias)."""
+        `codes` (T, T) index the relative keys; `query_bias` (B, d) is added to every query (user bias);
+        `score_bias` (B, H, T, T) to every score (time bias)."""
         B, T, d = x.shape
         dh = d // self.heads
         if query is None:
@@ -108,11 +139,12 @@ class SelfAttention(nn.Module):
             k, v = F.linear(x, w[d:], b[d:]).view(B, T, 2, self.heads, dh).permute(2, 0, 3, 1, 4)
         if query_bias is not None:
             q = q + query_bias.view(B, self.heads, 1, dh)
-        bias: torch.Tensor = mask  # boolean, or the relative scores with -inf where the mask forbids
         if self.rel_keys is not None and codes is not None:
             by_code = q[..., : self.rel_keys.embedding_dim] @ self.rel_keys.weight.T  # (B, H, T, codes)
             relative = by_code.gather(-1, codes.expand(B, self.heads, T, T)) / math.sqrt(dh)
-            bias = relative.masked_fill(~mask, float("-inf"))
+            score_bias = relative if score_bias is None else relative + score_bias
+        # boolean, or the added scores with -inf where the mask forbids
+        bias: torch.Tensor = mask if score_bias is None else score_bias.masked_fill(~mask, float("-inf"))
         p = self.attn_dropout if self.training else 0.0
         if need_weights:  # explicit path so the probabilities can be returned for analysis
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
@@ -141,9 +173,11 @@ class Block(nn.Module):
         self.attn_drop = nn.Dropout(cfg.dropout) if cfg.attn_output_dropout else nn.Identity()
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False,
-                codes: torch.Tensor | None = None, user: torch.Tensor | None = None):
+                codes: torch.Tensor | None = None, user: torch.Tensor | None = None,
+                time_bias: torch.Tensor | None = None):
         bias = self.user_query(user) if self.user_query is not None and user is not None else None
-        attend = partial(self.attn, mask=mask, need_weights=need_weights, codes=codes, query_bias=bias)
+        attend = partial(self.attn, mask=mask, need_weights=need_weights, codes=codes, query_bias=bias,
+                         score_bias=time_bias)
         if self.style == "pre":
             a, probs = attend(self.norm1(x))
             x = x + self.attn_drop(a)
@@ -244,7 +278,12 @@ class ModularSAR(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = nn.LayerNorm(d) if blocks and blocks[0].style != "post" else nn.Identity()
         self.head = OutputHead(self.item_dim, num_items) if cfg.head == "bert4rec" else None
+        self.timed = cfg.time_bias != "none"  # forward needs the inputs' times
+        tables = [nn.Embedding(time_bucket_count(cfg.time_bias), cfg.num_heads) for _ in blocks] if self.timed else []
+        self.time_tables = nn.ModuleList(tables) if self.timed else None
         self.apply(self._init)
+        for table in tables:  # zero: training starts from the plain model
+            nn.init.zeros_(table.weight)
         # init normal: N(0, 0.02) everywhere (BERT, GPT-2). xavier: xavier_normal on every matrix, embeddings
         # included (SASRec's PyTorch code); xavier_uniform: the same, uniform (the ModSAR code).
         # xavier_attention: q, k, v projections xavier_uniform over the stacked (3d, d) matrix and the rest
@@ -301,9 +340,10 @@ class ModularSAR(nn.Module):
         assert self.user_emb is not None and ids is not None, "user_fusion needs the batch's user ids"
         return self.user_emb(ids)
 
-    def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
-        """inputs (B, T) left-padded item ids -> hidden states (B, T, d) [, per-layer attention (B, H, T', T'),
-        T' = T + `prefix_tokens`: a user token is column 0 of every map]."""
+    def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False,
+                times: torch.Tensor | None = None):
+        """inputs (B, T) left-padded item ids [and their times (B, T), seconds] -> hidden states (B, T, d)
+        [, per-layer attention (B, H, T', T'), T' = T + `prefix_tokens`: a user token is column 0 of every map]."""
         x, keys = self.embed(inputs, users), inputs
         if self.prefix_tokens:  # the user as a first token, scaled as item vectors are
             token = self.users(users) * self.user_scale
@@ -315,9 +355,15 @@ class ModularSAR(nn.Module):
         codes = target_codes(keys.size(1), self.prefix_tokens, self.causal, self.positions, inputs.device) \
             if self.positional == "target_aligned" else None
         user = self.users(users) * self.user_scale if self.fusion == "bias" else None
+        buckets = None
+        if self.time_tables is not None:
+            if times is None:
+                raise ValueError("model.time_bias needs the inputs' times: call model(inputs, users, times=...)")
+            buckets = time_buckets(times, self.cfg.time_bias, self.cfg.session_gap, self.prefix_tokens)
         attentions = []
-        for block in self.blocks:
-            x, probs = block(x, mask, need_weights, codes, user)
+        for i, block in enumerate(self.blocks):
+            time_bias = self.time_tables[i](buckets).permute(0, 3, 1, 2) if self.time_tables is not None else None
+            x, probs = block(x, mask, need_weights, codes, user, time_bias)
             attentions.append(probs)
         x = self.final_norm(x)[:, self.prefix_tokens:]
         return (x, attentions) if need_weights else x

@@ -108,6 +108,9 @@ def check_config(cfg: Config, bad: Bad) -> None:
         bad(_unknown(cfg.model.backbone))
     if cfg.task not in entry.tasks:
         bad(f"backbone {cfg.model.backbone} implements task {' and '.join(entry.tasks)} only; got task={cfg.task}")
+    if cfg.model.time_bias != "none" and cfg.model.backbone != "modular":
+        bad(f"'model.time_bias={cfg.model.time_bias}' is an attention bias of the modular backbone (SASRec / BERT4Rec); "
+            f"backbone {cfg.model.backbone} has none: leave it at none")
     if entry.check is not None:
         entry.check(cfg, bad)
 
