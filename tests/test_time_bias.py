@@ -46,13 +46,13 @@ def test_session_buckets_count_pauses_between_items():
 
 def biased_only(task: str, kind: str) -> ModularSAR:
     """One layer, one head, q = k = 0: the attention probabilities are the softmax of the time bias alone;
-    bucket b of the table is worth b (gap) so the query prefers far-away keys."""
+    bucket b of the table is worth b / 8 (gap), times the table's scale sqrt(d), so the query prefers far keys."""
     cfg = ModelConfig(hidden_size=8, num_layers=1, num_heads=1, dropout=0.0, attn_dropout=0.0, time_bias=kind)
     model = ModularSAR(cfg, 20, 3, 10, task).eval()
     with torch.no_grad():
         model.blocks[0].attn.qkv.weight[:16].zero_()
         model.blocks[0].attn.qkv.bias[:16].zero_()
-        model.time_tables[0].weight.copy_(torch.arange(len(model.time_tables[0].weight), dtype=torch.float)[:, None])
+        model.time_tables[0].weight.copy_(torch.arange(len(model.time_tables[0].weight), dtype=torch.float)[:, None] / 8)
     return model
 
 
@@ -65,7 +65,7 @@ def test_the_bias_is_the_score_the_table_names(task):
     buckets = time_buckets(times, "gap", 1800.0, 0)[0].float()
     for i in range(1, 5):
         keys = list(range(1, i + 1)) if task == "ar" else [1, 2, 3, 4]
-        expected = torch.softmax(buckets[i, keys], 0)
+        expected = torch.softmax(buckets[i, keys] / 8 * model.time_scale, 0)  # the table is scaled by sqrt(d)
         torch.testing.assert_close(maps[0][0, 0, i, keys], expected)
     # the SDPA path (no maps) gives the states the explicit path gives
     torch.testing.assert_close(model(x, None, times=times), model(x, None, need_weights=True, times=times)[0])

@@ -3,11 +3,10 @@ degeneration.
 
 The encoder is the modular backbone under `task=ar`; the loss is ModSAR's next-item loss plus `loss.cl_weight`
 times an InfoNCE between two views of each training row's representation (its state at the last position,
-whose target is the row's last label). DuoRec's own recipe is `data.samples=prefixes`: every training prefix
-is a row, so every prefix gets its views, with as many optimizer steps per epoch as RecBole takes. Under
+whose target is the row's last label). DuoRec's own code trains as `data.samples=prefixes` does: every
+training prefix is a row with its own views, and an epoch takes as many optimizer steps as RecBole's. Under
 `data.samples=sequences` a row is a user's whole window (next-item loss at every position) and only its last
-prefix is contrasted, once per epoch: ~L times fewer contrastive steps, which on Toys leaves the dot-product
-views (tau 1) unresolved for 30+ epochs (benchmarks/RESULTS.md, issue 14). The views:
+prefix is contrasted, once per epoch (benchmarks/RESULTS.md, issue 14, compares the two). The views:
   un    the sequence vs the same sequence encoded again (another dropout mask: unsupervised augmentation)
   su    the sequence vs another training prefix with the same next item (supervised augmentation; drawn
         from the whole training set, the sample itself excluded; a target no other prefix has falls back to

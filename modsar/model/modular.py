@@ -281,6 +281,9 @@ class ModularSAR(nn.Module):
         self.timed = cfg.time_bias != "none"  # forward needs the inputs' times
         tables = [nn.Embedding(time_bucket_count(cfg.time_bias), cfg.num_heads) for _ in blocks] if self.timed else []
         self.time_tables = nn.ModuleList(tables) if self.timed else None
+        # a zero-initialised bias moves about lr per Adam step, so ~250 steps (ML-100K's whole run) leave it under
+        # 0.3 logits; scaled as item vectors are, it can reach a few logits in the same steps
+        self.time_scale = math.sqrt(d)
         self.apply(self._init)
         for table in tables:  # zero: training starts from the plain model
             nn.init.zeros_(table.weight)
@@ -362,7 +365,8 @@ class ModularSAR(nn.Module):
             buckets = time_buckets(times, self.cfg.time_bias, self.cfg.session_gap, self.prefix_tokens)
         attentions = []
         for i, block in enumerate(self.blocks):
-            time_bias = self.time_tables[i](buckets).permute(0, 3, 1, 2) if self.time_tables is not None else None
+            time_bias = self.time_tables[i](buckets).permute(0, 3, 1, 2) * self.time_scale \
+                if self.time_tables is not None else None
             x, probs = block(x, mask, need_weights, codes, user, time_bias)
             attentions.append(probs)
         x = self.final_norm(x)[:, self.prefix_tokens:]
