@@ -31,6 +31,11 @@ VARIANTS = {
     "target_aligned": ["model.positional=target_aligned"],
     "user_token": ["model.user_fusion=token"],
     "user_bias": ["model.user_fusion=bias"],
+    # issue 16: the time-gap and session biases (timestamped datasets only, e.g. --dataset ml-100k)
+    "time_gap": ["model.time_bias=gap"],
+    "time_session": ["model.time_bias=session"],
+    # issue 14: one row per training prefix (RecBole's recipe) instead of one per user window
+    "prefixes": ["data.samples=prefixes"],
 }
 
 
