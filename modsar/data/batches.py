@@ -12,11 +12,12 @@ Without `padding_free` every batch is `batch_size` random users, `max_len` wide.
 
 `samples` says what one row is:
   sequences  a user's training window, labelled at every position (one pass trains every prefix at once)
-  prefixes   one training prefix items[start:p], labelled at its last position only with items[p] (AR only):
-             RecBole's data augmentation, the recipe DuoRec, CL4SRec and RecBole's SASRec train with. An
-             epoch then holds one row per labelled position, so it takes ~L times more optimizer steps,
-             and a per-sample term (DuoRec's contrastive views) covers every prefix, not each user's last;
-             rows are batched `batch_size` at a time (`tokens` cuts by rows here, as `length` does)
+  prefixes   one training prefix items[start:p] (its last max_len items), labelled at its last position only
+             with items[p] (AR only): RecBole's data augmentation, the recipe DuoRec, CL4SRec and RecBole's
+             SASRec train with. Every prefix is a row, those before a long history's last window too, so an
+             epoch takes ~L times more optimizer steps and encodes far more tokens, and a per-sample term
+             (DuoRec's contrastive views) covers every prefix, not each user's last; rows are batched
+             `batch_size` at a time (`tokens` cuts by rows here, as `length` does)
 
 AR: input = the last L training items before the last one, labels = the same window shifted by one.
 AE: window of the last L + 1 training items, a fresh cloze mask every epoch (at least one mask per row).
