@@ -554,6 +554,22 @@ def _supported(probe: Probe, label: str, diagnostics: list[str]) -> tuple[list[s
     return diagnostics, notes
 
 
+def refuse_timed(checkpoint: str | Path, time_bias: str) -> None:
+    """The probes move, drop and shuffle items, and their times would have to follow: not built yet."""
+    if time_bias != "none":
+        raise ModsarError(f"{checkpoint}: modsar analyze does not yet carry timestamps through its perturbed inputs, "
+                          f"so it refuses a model.time_bias={time_bias} checkpoint; its accuracy is in the run's rows "
+                          "(modsar results), its rollouts in modsar generate")
+
+
+def stored_time_bias(checkpoint: str | Path) -> str:
+    """A checkpoint's model.time_bias, read from its stored config without building the model."""
+    from modsar.config import Config
+    from modsar.train import load_checkpoint_payload
+
+    return Config.from_stored(load_checkpoint_payload(checkpoint)["config"], where=str(checkpoint)).model.time_bias
+
+
 def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = None, attention_users: int = 2000,
         alphas=ALPHAS, window: int = 20, sigma: float = 0.0, device: str = "cpu", progress: bool = False) -> Analysis:
     """Run the chosen diagnostics on one checkpoint; quantities a backbone does not define are noted."""
@@ -561,10 +577,7 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
     if unknown:
         raise ModsarError(f"unknown diagnostic '{unknown[0]}'; choose from {', '.join(DIAGNOSTICS)}")
     probe = Probe(checkpoint, data_dir, attention_users, device)
-    if probe.cfg.model.time_bias != "none":  # the probes move, drop and shuffle items; their times would have to follow
-        raise ModsarError(f"{checkpoint}: modsar analyze does not yet carry timestamps through its perturbed inputs, "
-                          f"so it refuses a model.time_bias={probe.cfg.model.time_bias} checkpoint; its accuracy is in "
-                          "the run's rows (modsar results), its rollouts in modsar generate")
+    refuse_timed(checkpoint, probe.cfg.model.time_bias)
     label = model_label(probe.cfg)
     diagnostics, notes = _supported(probe, label, diagnostics)
     state = _Run(probe, set(diagnostics), tuple(alphas), window, sigma)

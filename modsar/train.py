@@ -186,6 +186,15 @@ def load_resume_state(folder: str | Path) -> dict | None:
 
 
 def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[Recommender, Config, dict]:
+    payload = load_checkpoint_payload(path, device)
+    cfg = Config.from_stored(payload["config"], where=str(path))
+    model = build_model(cfg, payload["num_items"], payload["num_users"], payload["max_len"])
+    model.load_state_dict(payload["state_dict"])
+    return model.to(device).eval(), cfg, payload
+
+
+def load_checkpoint_payload(path: str | Path, device: str = "cpu") -> dict:
+    """A checkpoint's stored dict, checked to be ModSAR's; one clear line for anything else."""
     try:
         payload = torch.load(path, map_location=device, weights_only=True)
     except FileNotFoundError:
@@ -197,10 +206,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[Recommender,
     if missing:
         raise ModsarError(f"{path}: not a ModSAR checkpoint (no {', '.join(sorted(missing))}); pass a .pt "
                           "written by modsar train or modsar search")
-    cfg = Config.from_stored(payload["config"], where=str(path))
-    model = build_model(cfg, payload["num_items"], payload["num_users"], payload["max_len"])
-    model.load_state_dict(payload["state_dict"])
-    return model.to(device).eval(), cfg, payload
+    return payload
 
 
 def checkpoint_split(cfg: Config, data_dir: str | None = None):

@@ -35,6 +35,7 @@ VARIANTS = {
     "user-token-target-aligned": {"user_fusion": "token", "positional": "target_aligned"},
     "user-bias": {"user_fusion": "bias", "user_sse_prob": 0.3},
     "time-gap": {"time_bias": "gap", "num_heads": 2},
+    "time-gap-target-aligned": {"time_bias": "gap", "positional": "target_aligned", "num_heads": 2},
     "time-session-user-token": {"time_bias": "session", "session_gap": 600.0, "user_fusion": "token"},
     "bert4rec-table4": {"norm": "post", "embedding_norm": True, "scale_embedding": False, "head": "bert4rec",
                         "positions_from": "start"},

@@ -157,6 +157,21 @@ def test_time_bias_is_refused_where_it_cannot_hold():
     assert math.isfinite(float(model(torch.tensor([[1, 2]]), times=torch.tensor([[-5.0, 0.0]])).detach().sum()))
 
 
+@pytest.mark.parametrize("init", ["sasrec_plus", "normal", "xavier", "xavier_uniform", "xavier_attention"])
+def test_time_tables_start_at_zero_under_every_init(init):
+    """Training starts from the plain model whatever init the rest gets (xavier re-initialises every Embedding)."""
+    model = ModularSAR(ModelConfig(time_bias="gap", init=init), 10, 2, 5, "ar")
+    assert all(float(table.weight.detach().abs().max()) == 0.0 for table in model.time_tables)
+
+
+def test_evaluating_a_timed_model_without_timestamps_is_one_clear_error():
+    split = timed_split()
+    split.timestamp = None
+    users, end, _ = split.targets("test")
+    with pytest.raises(ModsarError, match=r"reads timestamps \(model\.time_bias\), and the dataset it is evaluated on has none"):
+        eval_times(split, users, end, "ar", 4)
+
+
 @pytest.fixture(scope="module")
 def timed_checkpoint(tmp_path_factory):
     """A session-bias AR model briefly trained on a generated timestamped MovieLens-format log (60 users, sessions
@@ -183,31 +198,89 @@ def timed_checkpoint(tmp_path_factory):
     return root, result
 
 
+def shaken(model: ModularSAR) -> ModularSAR:
+    """The model with its time tables drawn N(0, 2): a few training steps move them too little for checks to bite."""
+    torch.manual_seed(4)
+    for table in model.time_tables:
+        torch.nn.init.normal_(table.weight, std=2.0)
+    return model
+
+
 def test_a_timed_model_trains_evaluates_and_generates_with_its_times(timed_checkpoint):
-    """The evaluator's NDCG@10 is the one computed by hand from model(history, times=eval_times(history)); the
-    trained bias tables moved from zero, so the scores differ with every time set to the last item's."""
+    """The run records metrics and rollouts; the evaluator ranks every validation target exactly as
+    model(history, times=eval_times(history)) ranks it by hand, in batches of 7 (trimmed differently), and the
+    times matter: all-zero times rank differently."""
     from modsar.data.batches import eval_inputs
+    from modsar.evaluate import model_scorer, target_ranks
     from modsar.train import checkpoint_split, load_checkpoint
 
     root, result = timed_checkpoint
     assert result.generation["distinct_ratio"] > 0 and set(result.test) >= {"ndcg@10"}
     model, cfg, payload = load_checkpoint(root / "best.pt")
+    model = shaken(model)
     split = checkpoint_split(cfg, str(root / "data"))
     users, end, target = split.targets("valid")
-    inputs = eval_inputs(split, users, end, "ar", payload["max_len"])
+    max_len = payload["max_len"]
 
-    def scores(times: torch.Tensor) -> torch.Tensor:
+    def by_hand(times: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            return model.score(model(inputs, torch.from_numpy(users + 1), times=times)[:, -1])
+            scores = model.score(model(eval_inputs(split, users, end, "ar", max_len), torch.from_numpy(users + 1),
+                                       times=times)[:, -1])
+        own = scores.gather(1, torch.from_numpy(target - 1)[:, None])
+        return (scores >= own).sum(1) - 1  # ties count against the target
 
-    times = eval_times(split, users, end, "ar", payload["max_len"])
-    timed = scores(times)
-    own = timed.gather(1, torch.from_numpy(target - 1)[:, None])
-    rank = (timed >= own).sum(1) - 1  # ties count against the target
-    ndcg = float(torch.where(rank < 10, 1 / torch.log2(rank + 2.0), 0.0).mean())
-    assert ndcg == pytest.approx(result.valid["ndcg@10"], abs=1e-6)
-    assert all(table.weight.abs().max() > 1e-4 for table in model.time_tables)
-    assert (scores(torch.zeros_like(times)) - timed).abs().max() > 1e-6  # above float noise: a few steps in
+    times = eval_times(split, users, end, "ar", max_len)
+    evaluated = target_ranks(model_scorer(model), split, "valid", cfg.eval, "ar", max_len, 7, torch.device("cpu"),
+                             in_order=True, timed=True)
+    assert torch.equal(evaluated, by_hand(times))
+    assert not torch.equal(by_hand(torch.zeros_like(times)), by_hand(times))
+
+
+@pytest.mark.parametrize("task", ["ar", "ae"])
+def test_timed_rollouts_give_each_pick_the_last_history_time(task):
+    """Greedy rollouts equal a manual loop in which every generated item joins the window with the time of the
+    last history item (AE: a mask token with that time follows the window), and the model is passed exactly
+    those times at every step."""
+    from modsar.generate import Sampler, rollout
+
+    torch.manual_seed(0)
+    model = shaken(ModularSAR(ModelConfig(hidden_size=16, num_heads=2, dropout=0.0, attn_dropout=0.0,
+                                          time_bias="gap"), 20, 3, 6, task).eval())
+    windows = torch.tensor([[0, 0, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6], [0, 0, 0, 0, 7, 8]])
+    times = torch.tensor([[0.0, 0, -9e4, -500, -90, 0], [-4e5, -3e5, -2e5, -6e3, -70, 0], [0, 0, 0, 0, -1e3, 0]])
+    users = torch.tensor([1, 2, 3])
+    seen_times: list[torch.Tensor] = []
+    hook = model.register_forward_pre_hook(lambda _, args, kwargs: seen_times.append(kwargs["times"].clone()),
+                                           with_kwargs=True)
+    got = rollout(model, task, windows, users, 4, Sampler("greedy"), mask_id=21, times=times, exclude_rollout=True)
+    hook.remove()
+    window, clock = windows.clone(), times.clone()
+    banned = torch.zeros(3, 20, dtype=torch.bool)
+    for step in range(4):
+        inputs, when = window, clock
+        if task == "ae":
+            inputs = torch.cat([inputs, torch.full((3, 1), 21)], 1)
+            when = torch.cat([when, torch.zeros(3, 1)], 1)
+        with torch.no_grad():
+            scores = model.score(model(inputs, users, times=when)[:, -1]).masked_fill(banned, float("-inf"))
+        pick = scores.argmax(1) + 1
+        banned[torch.arange(3), pick - 1] = True
+        assert got[:, step].tolist() == pick.tolist()
+        assert torch.equal(seen_times[step], when[:, -seen_times[step].size(1):])  # what the rollout passed
+        window = torch.cat([window[:, 1:], pick[:, None]], 1)
+        clock = torch.cat([clock[:, 1:], torch.zeros(3, 1)], 1)  # relative to the last history item: 0
+
+
+def test_modsar_generate_runs_on_a_timed_checkpoint(timed_checkpoint, capsys):
+    import json
+
+    from modsar.cli import main
+
+    root, _ = timed_checkpoint
+    assert main(["generate", "--checkpoint", str(root / "best.pt"), "--steps", "2", "--json", "--data-dir",
+                 str(root / "data"), "--out", str(root / "gen")]) == 0
+    facts = json.loads(capsys.readouterr().out)
+    assert {"alignment_hits", "distinct_ratio", "entropy_generated", "top1pct_share_generated"} <= set(facts)
 
 
 def test_analyze_refuses_a_timed_checkpoint(timed_checkpoint):
@@ -216,3 +289,6 @@ def test_analyze_refuses_a_timed_checkpoint(timed_checkpoint):
     root, _ = timed_checkpoint
     with pytest.raises(ModsarError, match=r"refuses a model\.time_bias=session checkpoint"):
         run(root / "best.pt", ["hrli"], data_dir=str(root / "data"))
+    from modsar.cli import main
+
+    assert main(["analyze", "--checkpoint", str(root / "best.pt"), "--data-dir", str(root / "data")]) == 2

@@ -43,7 +43,7 @@ class Batch:
     users: torch.Tensor  # (B,) 1-based user ids (SSE-replaced during training when asked)
     partners: torch.Tensor | None = None  # (B, T') AR: per row, another training prefix with the same next item
     partner_users: torch.Tensor | None = None  # (B,) their users
-    times: torch.Tensor | None = None  # (B, T) float32 seconds relative to each row's last item (time_bias models)
+    times: torch.Tensor | None = None  # (B, T) float64 seconds relative to each row's last item (time_bias models)
 
     def to(self, device: torch.device) -> Batch:
         def move(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -205,8 +205,9 @@ class SameTarget:
 
 def relative_times(split: LeaveOneOut, starts: np.ndarray, ends: np.ndarray, width: int,
                    hidden: np.ndarray | None = None) -> np.ndarray:
-    """(B, width) float32 seconds of each window item of left_padded_windows(items, starts, ends, width) before
-    the window's last item (<= 0; padding 0): relative, so float32 keeps second precision over years.
+    """(B, width) float64 seconds of each window item of left_padded_windows(items, starts, ends, width) before
+    the window's last item (<= 0; padding 0). float64: float32 holds whole seconds only up to ~194 days, and a
+    10-year window would round a 50 s gap to 32 s (a different bucket).
 
     `hidden` (B, width) marks slots whose own time must not be read (AE's masks: an item's time says something
     about it); each takes the time of the nearest readable slot before it, or after it where none is before."""
@@ -219,15 +220,20 @@ def relative_times(split: LeaveOneOut, starts: np.ndarray, ends: np.ndarray, wid
         after = np.minimum.accumulate(np.where(readable, column, width)[:, ::-1], axis=1)[:, ::-1]
         source = np.where(before >= 0, before, np.where(after < width, after, column))
         t = np.where(readable.any(1, keepdims=True), np.take_along_axis(t, source, axis=1), 0.0)
-    return np.where(real, t - t[:, -1:], 0.0).astype(np.float32)
+    return np.where(real, t - t[:, -1:], 0.0).astype(np.float64)
 
 
 def eval_times(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, task: str,
                max_len: int) -> torch.Tensor:
     """The relative times of `eval_inputs`' windows; AE's appended mask token takes the last history item's."""
+    if split.timestamp is None:
+        from modsar.errors import ModsarError
+
+        raise ModsarError("this model reads timestamps (model.time_bias), and the dataset it is evaluated on has "
+                          "none; use the timestamped dataset it was trained on (check --data-dir)")
     times = relative_times(split, split.starts[users], history_end, max_len)
     if task == "ae":
-        times = np.concatenate([times, np.zeros((len(users), 1), np.float32)], axis=1)
+        times = np.concatenate([times, np.zeros((len(users), 1), np.float64)], axis=1)
     return torch.from_numpy(times)
 
 

@@ -94,6 +94,7 @@ SESSION_BUCKETS = 16  # 0..14 session boundaries apart, then 15 or more
 def time_buckets(times: torch.Tensor, kind: str, session_gap: float, prefix: int) -> torch.Tensor:
     """(B, T) seconds -> (B, T', T') bucket of every key for every query, T' = T + prefix; the first `prefix`
     columns and rows (user tokens) get a bucket of their own, the last. Padding buckets are never read."""
+    times = times.double()  # seconds apart over years: float32 would merge buckets
     if kind == "gap":
         apart = (times[:, :, None] - times[:, None, :]).abs()
         buckets = (torch.log2(apart.clamp(min=60.0) / 60.0).floor() + 1).masked_fill(apart < 60.0, 0)
@@ -281,12 +282,10 @@ class ModularSAR(nn.Module):
         self.timed = cfg.time_bias != "none"  # forward needs the inputs' times
         tables = [nn.Embedding(time_bucket_count(cfg.time_bias), cfg.num_heads) for _ in blocks] if self.timed else []
         self.time_tables = nn.ModuleList(tables) if self.timed else None
-        # a zero-initialised bias moves about lr per Adam step, so ~250 steps (ML-100K's whole run) leave it under
-        # 0.3 logits; scaled as item vectors are, it can reach a few logits in the same steps
+        # a zero-initialised bias moves about lr per Adam step, so ~250 steps (ML-100K's whole run) left it within
+        # 0.4 logits; scaled as item vectors are, it can reach a few logits in the same steps
         self.time_scale = math.sqrt(d)
         self.apply(self._init)
-        for table in tables:  # zero: training starts from the plain model
-            nn.init.zeros_(table.weight)
         # init normal: N(0, 0.02) everywhere (BERT, GPT-2). xavier: xavier_normal on every matrix, embeddings
         # included (SASRec's PyTorch code); xavier_uniform: the same, uniform (the ModSAR code).
         # xavier_attention: q, k, v projections xavier_uniform over the stacked (3d, d) matrix and the rest
@@ -306,6 +305,8 @@ class ModularSAR(nn.Module):
             # as the ModSAR code: beside sqrt(d)-scaled items, AE needs a strong position signal to find neighbours;
             # unscaled (BERT4Rec) items keep positions at their own normal(0.02), as BERT4Rec does
             nn.init.xavier_uniform_(self.pos_emb.weight)
+        for table in tables:  # zero, after every init above: training starts from the plain model
+            nn.init.zeros_(table.weight)
 
     @staticmethod
     def _init(module: nn.Module) -> None:
