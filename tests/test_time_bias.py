@@ -292,3 +292,19 @@ def test_analyze_refuses_a_timed_checkpoint(timed_checkpoint):
     from modsar.cli import main
 
     assert main(["analyze", "--checkpoint", str(root / "best.pt"), "--data-dir", str(root / "data")]) == 2
+
+
+def test_an_ae_timed_model_trains_and_the_time_space_checks_on_timestamped_data(timed_checkpoint, capsys):
+    """AE with a gap bias runs end to end (masks with borrowed times, the appended mask at evaluation and in
+    rollouts), and the bluesky_time space is accepted on a dataset with timestamps."""
+    from modsar.cli import main
+    from modsar.train import run_trial
+
+    root, _ = timed_checkpoint
+    cfg = load_config(None, ["task=ae", "model.time_bias=gap", "model.num_heads=2", "model.hidden_size=16",
+                             "train.max_epochs=2", "train.patience=0", "eval.generate_steps=2", "train.threads=1"])
+    cfg.dataset = "timed"
+    result = run_trial(cfg, progress=False, data_root=root / "data")
+    assert math.isfinite(result.test["ndcg@10"]) and result.generation["distinct_ratio"] > 0
+    assert main(["spaces", "bluesky_time", "--check", "--dataset", "timed", "--data-dir", str(root / "data")]) == 0
+    assert "all 12 configurations are valid on dataset timed" in capsys.readouterr().out
