@@ -20,7 +20,7 @@ import torch
 from modsar.config import Config, EvalConfig
 from modsar.data.batches import eval_inputs, eval_times
 from modsar.data.split import LeaveOneOut, history_index
-from modsar.model.interface import Recommender
+from modsar.model.interface import Recommender, encode
 
 SCORES_BUDGET = 1 << 24  # scores held at once (16M floats, 64 MiB): fewer users per batch on huge catalogues
 # (inputs (B, T), users (B,)) -> scores (B, N); an evaluation with `timed` also passes the times (B, T)
@@ -170,7 +170,7 @@ def model_scorer(model: Recommender, offset: int = 0) -> Scorer:
     """Scores from the hidden state at the final position, or `offset` positions before it."""
 
     def score(inputs: torch.Tensor, users: torch.Tensor, times: torch.Tensor | None = None) -> torch.Tensor:
-        hidden = (model(inputs, users) if times is None else model(inputs, users, times=times))[:, -1 - offset]
+        hidden = encode(model, inputs, users, times)[:, -1 - offset]
         return model.score(hidden, users)
 
     return score

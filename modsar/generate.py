@@ -41,7 +41,7 @@ from tqdm import tqdm
 from modsar.data.batches import eval_inputs, eval_times
 from modsar.data.split import LeaveOneOut, history_index
 from modsar.errors import ModsarError
-from modsar.model.interface import Recommender
+from modsar.model.interface import Recommender, encode
 
 STRATEGIES = ("greedy", "topk", "nucleus")
 EXCLUDE = ("auto", "none", "history", "rollout", "all")  # items a pick may not be: the history, earlier picks,
@@ -123,13 +123,10 @@ def rollout(model: Recommender, task: str, windows: torch.Tensor, users: torch.T
             inputs = window[:, -min(window.size(1), longest + step):]  # no column that is padding in every row
             if task == "ae":
                 inputs = torch.cat([inputs, torch.full((len(inputs), 1), mask_id, device=device)], dim=1)
-            if clock is None:
-                hidden = model(inputs, user)
-            else:
-                when = clock[:, -min(window.size(1), longest + step):]
-                when = F.pad(when, (0, 1)) if task == "ae" else when
-                hidden = model(inputs, user, times=when)
-            scores = model.score(hidden[:, -1], user).float()
+            when = None if clock is None else clock[:, -min(window.size(1), longest + step):]
+            if when is not None and task == "ae":
+                when = F.pad(when, (0, 1))  # the mask token: the last history item's time
+            scores = model.score(encode(model, inputs, user, when)[:, -1], user).float()
             scores = scores.nan_to_num(nan=float("-inf")).masked_fill(banned, float("-inf"))
             if (seen is not None or exclude_rollout) and bool(torch.isinf(scores).all(1).any()):
                 raise ModsarError(f"a user has no item left to pick at step {step + 1}: the excluded items cover the "

@@ -32,7 +32,7 @@ from modsar.evaluate import Evaluator, model_scorer
 from modsar.flops import epoch_flops, utilisation
 from modsar.heap import bound_heap, roomy_heap
 from modsar.model import registry
-from modsar.model.interface import Recommender
+from modsar.model.interface import Recommender, encode
 from modsar.model.losses import training_loss
 from modsar.optim import BertAdamW
 
@@ -223,8 +223,7 @@ def batch_loss(model: Recommender, batch: Batch, cfg: Config, per_batch: float) 
     """The training loss of one batch. `loss.normalize=epoch` divides its sum by `per_batch` (the labelled
     positions of an average batch) instead of by its own count, so every position of the epoch weighs the same
     however the batches group them; the epoch's mean loss is then the mean over all its positions."""
-    hidden = model(batch.inputs, batch.users) if batch.times is None else model(batch.inputs, batch.users,
-                                                                                  times=batch.times)
+    hidden = encode(model, batch.inputs, batch.users, batch.times)
     loss = training_loss(model, hidden, batch.labels, batch.users, cfg.loss, cfg.data.padding_free,
                          dtype=output_dtype(cfg))
     if cfg.loss.normalize == "epoch":

@@ -220,7 +220,7 @@ def relative_times(split: LeaveOneOut, starts: np.ndarray, ends: np.ndarray, wid
         after = np.minimum.accumulate(np.where(readable, column, width)[:, ::-1], axis=1)[:, ::-1]
         source = np.where(before >= 0, before, np.where(after < width, after, column))
         t = np.where(readable.any(1, keepdims=True), np.take_along_axis(t, source, axis=1), 0.0)
-    return np.where(real, t - t[:, -1:], 0.0).astype(np.float64)
+    return np.where(real, t - t[:, -1:], 0.0)
 
 
 def eval_times(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, task: str,

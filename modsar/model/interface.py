@@ -52,3 +52,9 @@ class Recommender(Protocol):
     def to(self, *args, **kwargs) -> Recommender: ...
     def state_dict(self, *args, **kwargs) -> dict[str, Any]: ...
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False) -> Any: ...
+
+
+def encode(model: Recommender, inputs: torch.Tensor, users: torch.Tensor | None,
+           times: torch.Tensor | None = None) -> torch.Tensor:
+    """Hidden states; `times` go only to a model that reads them (model.time_bias): other backbones take none."""
+    return model(inputs, users) if times is None else model(inputs, users, times=times)
