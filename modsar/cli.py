@@ -392,13 +392,14 @@ def _analyze(args: argparse.Namespace) -> int:
     for path, _ in targets:
         if not Path(path).is_file():
             raise ModsarError(f"checkpoint '{path}' does not exist")
-    timed = [(path, source) for path, source in targets if analyze.stored_time_bias(path) != "none"]
+    biases = [analyze.stored_time_bias(path) for path, _ in targets]
+    timed = [(target, bias) for target, bias in zip(targets, biases, strict=True) if bias != "none"]
     if timed and (args.checkpoint or len(timed) == len(targets)):  # a named checkpoint, or nothing else to do
-        analyze.refuse_timed(timed[0][0], analyze.stored_time_bias(timed[0][0]))
-    for _, source in timed:  # an experiment's timed arms: the others are still analysed
+        analyze.refuse_timed(timed[0][0][0], timed[0][1])
+    for (_, source), _ in timed:  # an experiment's timed arms: the others are still analysed
         print(f"skipping {source}: modsar analyze does not yet carry timestamps through its perturbations "
               "(model.time_bias)", file=sys.stderr)
-    targets = [t for t in targets if t not in timed]
+    targets = [t for t, bias in zip(targets, biases, strict=True) if bias == "none"]
     analyses = [analyze.run(path, diagnostics, args.data_dir, args.users, window=args.window, sigma=args.sigma,
                             device=args.device, progress=not args.quiet) for path, _ in targets]
     analyze.paper_labels(analyses)
