@@ -20,7 +20,7 @@ from modsar.data.split import LeaveOneOut
 from modsar.errors import ModsarError
 from modsar.model import registry
 from modsar.model.bsarec import BSARec, low_pass_matrix
-from modsar.model.duorec import DuoRec, info_nce
+from modsar.model.duorec import DuoRec, final_states, info_nce
 from modsar.model.gru4rec import GRU4Rec
 from modsar.model.losses import gbce_beta, training_loss
 
@@ -167,6 +167,21 @@ def test_duorec_regularizer_contrasts_the_named_views(views):
     expected = 0.3 * sum(info_nce(a, c, targets, 0.5) for a, c in pairs)
     torch.testing.assert_close(model.regularizer(b, hidden, cfg), expected)
     assert model.regularizer(b, hidden, LossConfig(cl_weight=0.0)) is None
+
+
+def test_partner_states_encoded_by_length_equal_one_padded_pass():
+    """Partners are encoded in length-sorted groups, each only as wide as its longest row: the same final
+    states, in row order, as one pass over the whole padded batch, and gradients flow through them."""
+    model = make(DuoRec, "ar")
+    x = torch.randint(1, N_ITEMS + 1, (7, 9), generator=torch.Generator().manual_seed(3))
+    for row, length in enumerate([9, 1, 4, 2, 9, 3, 6]):
+        x[row, : 9 - length] = 0
+    users = torch.arange(1, 8)
+    expected = model(x, users)[:, -1]
+    got = final_states(model, x, users, group=2)
+    torch.testing.assert_close(got, expected)
+    got.sum().backward()
+    assert model.item_emb.weight.grad is not None and model.item_emb.weight.grad.abs().sum() > 0
 
 
 def test_duorec_dropout_view_is_a_second_forward_pass():

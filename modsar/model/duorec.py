@@ -16,6 +16,8 @@ prefix is contrasted, once per epoch (benchmarks/RESULTS.md, issue 14, compares 
         the next-item loss only
 InfoNCE over the batch's 2B views: each view's positive is its partner, its negatives the other views
 except those with the same target (a same-target "negative" is a false one).
+Partners are drawn at random, so a batch of them is as wide as its longest; they are encoded in groups of
+similar length (`final_states`), which spends nothing on padding and gives the same states.
 """
 
 from __future__ import annotations
@@ -44,6 +46,23 @@ def info_nce(first: torch.Tensor, second: torch.Tensor, targets: torch.Tensor, t
     return F.cross_entropy(logits.masked_fill(same, float("-inf")), partner)
 
 
+PARTNER_GROUP = 64  # rows per length-sorted group of partner prefixes
+
+
+def final_states(model: ModularSAR, inputs: torch.Tensor, users: torch.Tensor | None,
+                 group: int = PARTNER_GROUP) -> torch.Tensor:
+    """(B, d) states at the last position of left-padded rows of any lengths, encoded `group` rows at a time in
+    order of length, each group only as wide as its longest row (a row's state does not depend on the padding
+    beside it), then put back in row order."""
+    order = (inputs > 0).sum(1).argsort()
+    parts = []
+    for rows in order.split(group):
+        part = inputs[rows]
+        width = int((part > 0).sum(1).max().clamp(min=1))
+        parts.append(model(part[:, -width:], None if users is None else users[rows])[:, -1])
+    return torch.cat(parts)[order.argsort()]
+
+
 class DuoRec(ModularSAR):
     """The modular encoder (SASRec's settings come from the config) with DuoRec's contrastive term."""
 
@@ -58,7 +77,7 @@ class DuoRec(ModularSAR):
         supervised = None
         if views in ("su", "us", "us_x"):
             assert batch.partners is not None, "TrainBatches(partners=True) builds the same-target prefixes"
-            supervised = self(batch.partners, batch.partner_users)[:, -1]
+            supervised = final_states(self, batch.partners, batch.partner_users)
         nce = lambda a, b: info_nce(a, b, targets, cfg.cl_temperature, cfg.cl_similarity)  # noqa: E731
         if views == "un":
             loss = nce(plain, unsupervised)
