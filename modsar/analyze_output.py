@@ -86,6 +86,13 @@ def reliance(analyses: list[Analysis]) -> pd.DataFrame:
     return frame.dropna(axis=1, how="all")
 
 
+def with_dataset(a: Analysis) -> str:
+    """The analysis's unique label with its dataset: "SASRec (toys)", "Vanilla-AR (toys)", "Vanilla-AR (ar-1a2b, toys)"."""
+    if a.label.endswith(f"({a.dataset})"):
+        return a.label
+    return f"{a.label[:-1]}, {a.dataset})" if a.label.endswith(")") else f"{a.label} ({a.dataset})"
+
+
 def residual_table_2(analyses: list[Analysis]) -> pd.DataFrame:
     """SASRec and DuoRec mixing rows (pooled over positions and layers) with the paper's where it has them."""
     rows = {}
@@ -95,7 +102,7 @@ def residual_table_2(analyses: list[Analysis]) -> pd.DataFrame:
             continue
         ours = [_value(a.table, "mixing", q) for q in ("mixing_attn", "mixing_res", "mixing_ln")]
         paper = PAPER_TABLE_2.get(("SASRec" if name == "Vanilla-AR" else name, a.dataset), (np.nan,) * 3)
-        rows[f"{name} ({a.dataset})"] = dict(zip(["Attn", "+Res", "+LN", "paper Attn", "paper +Res", "paper +LN"],
+        rows[with_dataset(a)] = dict(zip(["Attn", "+Res", "+LN", "paper Attn", "paper +Res", "paper +LN"],
                                                  [*ours, *paper], strict=True))
     return pd.DataFrame.from_dict(rows, orient="index")
 

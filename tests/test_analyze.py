@@ -5,12 +5,14 @@ get what they define, and the command writes its tables and plots."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import torch
 
 from modsar.analyze import (
     DIAGNOSTICS,
+    Analysis,
     Probe,
     SwappedUsers,
     attention_stats,
@@ -20,6 +22,7 @@ from modsar.analyze import (
     run,
     user_token_mass,
 )
+from modsar.analyze_output import residual_table_2
 from modsar.cli import main
 from modsar.config import load_config
 from modsar.data.split import history_index
@@ -111,6 +114,20 @@ def test_nonfinal_and_recovery_follow_their_definitions(checkpoints):
     assert value[("hr@10 (test)", 1.0)] == pytest.approx(probe.metrics()["recall@10"])
     chosen = value[("alpha* (validation, epsilon=0.01)", 1.0)]
     assert chosen in (0.0, 0.5, 1.0) and value[("epsilon=0.01: alpha* validation", 1.0)] == chosen
+
+
+def test_residual_table_2_keeps_one_row_per_checkpoint():
+    """Two SASRec checkpoints on one dataset (named apart by their files) are two Table 2 rows, not one."""
+    def analysis(label: str, res: float) -> Analysis:
+        table = pd.DataFrame({"diagnostic": "mixing", "quantity": ["mixing_attn", "mixing_res", "mixing_ln"],
+                              "layer": "all", "alpha": 1.0, "value": [0.7, res, res], "n": 10})
+        return Analysis(label, "toys", "ar", table)
+
+    table = residual_table_2([analysis("Vanilla-AR (ar-1)", 0.06), analysis("Vanilla-AR (ar-2)", 0.2),
+                              analysis("SASRec (toys)", 0.1)])
+    assert list(table.index) == ["Vanilla-AR (ar-1, toys)", "Vanilla-AR (ar-2, toys)", "SASRec (toys)"]
+    assert list(table["+Res"]) == [0.06, 0.2, 0.1]
+    assert list(table["paper +Res"]) == [0.123] * 3
 
 
 def test_select_alpha_rule():
