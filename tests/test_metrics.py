@@ -185,3 +185,20 @@ def test_scores_held_at_once_stay_within_the_budget(monkeypatch):
     seen.clear()
     assert ev.target_ranks(scorer, *args).tolist() == full.tolist()
     assert max(seen) == 3 and sum(seen) == 20
+
+
+def test_evaluation_scores_equal_the_training_product_and_rank_alike():
+    """Without gradients on CPU, item scores come from the item-major product as a (B, N) view: the same values
+    as the row-major product training uses, and the same pessimistic ranks."""
+    from modsar.model.modular import item_scores
+
+    g = torch.Generator().manual_seed(0)
+    table = torch.nn.Embedding(302, 16)
+    hidden = torch.randn(37, 16, generator=g)
+    targets = torch.randint(1, 301, (37,), generator=g)
+    trained = item_scores(hidden, table, 300)
+    with torch.no_grad():
+        evaluated = item_scores(hidden, table, 300)
+    assert evaluated.shape == (37, 300) and not evaluated.is_contiguous()  # the item-major product's view
+    torch.testing.assert_close(evaluated, trained.detach(), rtol=1e-6, atol=1e-6)
+    assert torch.equal(ranks_from_scores(evaluated, targets), ranks_from_scores(trained.detach(), targets))
