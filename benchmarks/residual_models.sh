@@ -14,4 +14,4 @@ done
 experiments=()
 for d in $datasets; do experiments+=(--experiment "$prefix-$d"); done
 modsar analyze "${experiments[@]}" --diagnostic hrli,shuffle,mixing,nonfinal --out "results/$prefix-analysis"
-modsar report --space residual_models
+modsar report "${experiments[@]}" --out "results/$prefix-report"
