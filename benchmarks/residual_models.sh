@@ -13,5 +13,5 @@ for d in $datasets; do
 done
 experiments=()
 for d in $datasets; do experiments+=(--experiment "$prefix-$d"); done
-modsar analyze "${experiments[@]}" --diagnostic hrli,shuffle,mixing,nonfinal --out "results/$prefix-analysis"
+modsar analyze "${experiments[@]}" --diagnostic hrli,shuffle,mixing,residual-scaling,nonfinal,recovery --out "results/$prefix-analysis"
 modsar report "${experiments[@]}" --out "results/$prefix-report"
