@@ -103,7 +103,7 @@ def residual_table_2(analyses: list[Analysis]) -> pd.DataFrame:
         ours = [_value(a.table, "mixing", q) for q in ("mixing_attn", "mixing_res", "mixing_ln")]
         paper = PAPER_TABLE_2.get(("SASRec" if name == "Vanilla-AR" else name, a.dataset), (np.nan,) * 3)
         rows[with_dataset(a)] = dict(zip(["Attn", "+Res", "+LN", "paper Attn", "paper +Res", "paper +LN"],
-                                                 [*ours, *paper], strict=True))
+                                         [*ours, *paper], strict=True))
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
