@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from modsar.config import Config, EvalConfig
 from modsar.data.batches import eval_inputs, eval_times
@@ -170,6 +171,10 @@ def model_scorer(model: Recommender, offset: int = 0) -> Scorer:
     """Scores from the hidden state at the final position, or `offset` positions before it."""
 
     def score(inputs: torch.Tensor, users: torch.Tensor, times: torch.Tensor | None = None) -> torch.Tensor:
+        if offset >= inputs.size(1):  # a batch of short histories (trimmed to its longest): no row has a state
+            pad = offset + 1 - inputs.size(1)  # `offset` back, and callers count such rows as misses
+            inputs = F.pad(inputs, (pad, 0))
+            times = None if times is None else F.pad(times, (pad, 0))
         hidden = encode(model, inputs, users, times)[:, -1 - offset]
         return model.score(hidden, users)
 

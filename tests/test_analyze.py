@@ -17,6 +17,7 @@ from modsar.analyze import (
     SwappedUsers,
     attention_stats,
     contributions,
+    hits_at,
     hrli,
     mixing_ratios,
     run,
@@ -25,7 +26,7 @@ from modsar.analyze import (
 from modsar.analyze_output import residual_table_2
 from modsar.cli import main
 from modsar.config import load_config
-from modsar.data.split import history_index
+from modsar.data.split import LeaveOneOut, history_index
 from modsar.model.skips import modular_sites, residual_scale
 from modsar.train import run_trial
 
@@ -114,6 +115,20 @@ def test_nonfinal_and_recovery_follow_their_definitions(checkpoints):
     assert value[("hr@10 (test)", 1.0)] == pytest.approx(probe.metrics()["recall@10"])
     chosen = value[("alpha* (validation, epsilon=0.01)", 1.0)]
     assert chosen in (0.0, 0.5, 1.0) and value[("epsilon=0.01: alpha* validation", 1.0)] == chosen
+
+
+def test_states_further_back_than_every_history_count_as_misses(checkpoints):
+    """Users are evaluated in batches of similar history length, each trimmed to its longest row: a batch of
+    3-item histories has no state 3 positions back. Those users are misses (not an IndexError), and a state that
+    exists is still ranked."""
+    data, paths = checkpoints
+    probe = Probe(paths["pre"], str(data))
+    n = probe.model.num_items
+    users = np.repeat(np.arange(1, 41), 5)  # 40 users of 5 items: validation histories of 3
+    items = (np.arange(200) * 7) % n + 1
+    probe.split = LeaveOneOut.from_log(users, items, 40, n)
+    assert not hits_at(probe, "valid", offset=3, k=n).any()  # k = every item: only the missing state can miss
+    assert hits_at(probe, "valid", offset=2, k=n).all()
 
 
 def test_residual_table_2_keeps_one_row_per_checkpoint():
