@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from modsar.config import LossConfig
 from modsar.data.batches import Batch
+from modsar.evaluate import trim_left_padding
 from modsar.model.modular import ModularSAR
 
 
@@ -57,9 +58,7 @@ def final_states(model: ModularSAR, inputs: torch.Tensor, users: torch.Tensor | 
     order = (inputs > 0).sum(1).argsort()
     parts = []
     for rows in order.split(group):
-        part = inputs[rows]
-        width = int((part > 0).sum(1).max().clamp(min=1))
-        parts.append(model(part[:, -width:], None if users is None else users[rows])[:, -1])
+        parts.append(model(trim_left_padding(inputs[rows]), None if users is None else users[rows])[:, -1])
     return torch.cat(parts)[order.argsort()]
 
 
