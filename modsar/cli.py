@@ -201,6 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--gpus-per-trial", type=float, default=0.0, help="GPUs per trial; fractions share a GPU")
     search.add_argument("--max-concurrent", type=int, help="trials at once (default: what the resources allow)")
     search.add_argument("--max-failures", type=int, default=0, help="retries of a failing trial")
+    search.add_argument("--fresh-actors", action="store_true",
+                        help="start a new Ray actor for every trial. By default a finished trial's actor (torch "
+                        "imported, dataset loaded) runs the next one, and Tune gives it even a trial that waits "
+                        "for an actor starting on another node: in a short search on a cluster whose other nodes "
+                        "start slowly, one node can run every trial. Kept as started under --resume")
     search.add_argument("--seed", type=int, default=0, help="seed of the trials and of the random/optuna sampler")
     search.add_argument("--seeds", type=int, default=0, metavar="K",
                         help="afterwards re-run the selected AE and AR configs on seeds 0..K-1")
@@ -495,7 +500,7 @@ def _search(args: argparse.Namespace) -> int:
                         time_budget_s=args.time_budget, max_t=args.max_t, grace_period=args.grace_period,
                         reduction_factor=args.reduction_factor, cpus_per_trial=args.cpus_per_trial,
                         gpus_per_trial=args.gpus_per_trial, max_concurrent=args.max_concurrent,
-                        max_failures=args.max_failures, seed=args.seed, seeds=args.seeds,
+                        max_failures=args.max_failures, fresh_actors=args.fresh_actors, seed=args.seed, seeds=args.seeds,
                         overrides=list(args.overrides), address=args.address, data_dir=args.data_dir,
                         quiet=args.quiet, resume=args.resume, overwrite=args.overwrite, dashboard=args.dashboard,
                         mlflow=args.mlflow)

@@ -101,9 +101,9 @@ def test_submit_search_to_two_node_cluster(cluster, tmp_path, monkeypatch, capsy
     assert main(["data", "prepare", "synthetic", "--data-dir", str(data)]) == 0
     code = main(["submit", "--address", address, "--follow", "--env", f"MODSAR_DATA={data}", "--", "search", "--space",
                  str(SPACE), "--dataset", "synthetic", "--results", str(results), "--experiment", "mn", "--quiet",
-                 # 8x the steps per epoch: trials long enough that the worker node's actor (slower to start on a
-                 # loaded machine) gets one before the head's reused actor has run them all
-                 "data.batch_size=32"])
+                 # a reused actor on the head would take the trial staged for the worker's slower-starting actor
+                 # (CI, loaded, once ran all 12 on the head); a fresh actor per trial keeps each on its node
+                 "--fresh-actors"])
     captured = capsys.readouterr()
     out = captured.out
     assert code == 0 and out.strip().splitlines()[-1].endswith("SUCCEEDED"), out[-2000:] + captured.err[-2000:]

@@ -32,6 +32,7 @@ class SearchRequest:
     gpus_per_trial: float = 0.0
     max_concurrent: int | None = None
     max_failures: int = 0
+    fresh_actors: bool = False  # a new actor per trial; see `--fresh-actors`
     seed: int = 0
     seeds: int = 0
     overrides: list[str] = field(default_factory=list)

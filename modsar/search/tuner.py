@@ -186,7 +186,10 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
                                   num_samples=plan.num_samples,
                                   time_budget_s=req.time_budget_s / len(plan.space.tasks()) if req.time_budget_s else None,
                                   max_concurrent_trials=concurrent if search_alg is None else None,
-                                  reuse_actors=True)
+                                  # reuse saves an actor start (torch import, dataset load) per trial, but
+                                  # Tune hands a finished trial's actor to a trial still waiting for its
+                                  # own, so a slow-starting node can be left without work
+                                  reuse_actors=not req.fresh_actors)
     run_config = tune.RunConfig(
         name=f"{RAY_DIR}-{task}", storage_path=storage, verbose=0, callbacks=[*make_callbacks(plan), SchedulerState(scheduler)],
         failure_config=tune.FailureConfig(max_failures=req.max_failures),
