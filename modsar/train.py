@@ -263,13 +263,7 @@ def train_epoch(model: Recommender, optimizer: torch.optim.Optimizer, batches: T
         loss.backward()
         if cfg.train.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
-        try:
-            optimizer.step()
-        except RuntimeError as exc:  # e.g. lr 3e38 / bias correction: the update itself overflows float32
-            if "overflow" not in str(exc):
-                raise
-            raise TrainingDiverged(f"the optimizer step overflowed at epoch {epoch} ({exc}); lower train.lr or "
-                                   "train.weight_decay") from None
+        optimizer.step()  # an update that overflows (lr 3e38) leaves inf weights: the next loss is NaN
         total, count = total + loss.item(), count + 1
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -299,7 +293,9 @@ def make_optimizer(model: Recommender, cfg: Config) -> torch.optim.Optimizer:
     if cfg.train.optimizer == "adamw_bert":
         return BertAdamW(groups, lr=lr, weight_decay=decay, betas=betas)
     optimizer_cls = torch.optim.AdamW if cfg.train.optimizer == "adamw" else torch.optim.Adam
-    return optimizer_cls(groups, lr=lr, weight_decay=decay, betas=betas)
+    # fused: one kernel over all parameters. On CPU torch's default is a Python loop per tensor, 7x slower
+    # (8 vs 1.1 ms a step on Video's 1.6M parameters, ~6% of a bf16 CE epoch); on CUDA fused beats foreach
+    return optimizer_cls(groups, lr=lr, weight_decay=decay, betas=betas, fused=True)
 
 
 def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCallback | None = None,
