@@ -246,9 +246,13 @@ def plot(analyses: list[Analysis], out: Path) -> list[Path]:
     reliance_rows = _rows_of(analyses, "hrli")
     if reliance_rows:  # the residual paper's Figure 2: HRLI@1 vs HRL2I@1, grouped by model, one panel per dataset
         datasets = sorted({a.dataset for a, _ in reliance_rows})
-        fig, axes = plt.subplots(1, len(datasets), figsize=(max(4.0, 1.1 * len(reliance_rows) / len(datasets) + 2)
-                                                             * len(datasets), 3.4), squeeze=False)
-        for ax, dataset in zip(axes[0], datasets, strict=True):
+        cols = min(3, len(datasets))  # the paper's five datasets: two rows, not one 40-inch strip
+        grid_rows = -(-len(datasets) // cols)
+        width = max(4.0, 1.1 * len(reliance_rows) / len(datasets) + 2)
+        fig, axes = plt.subplots(grid_rows, cols, figsize=(width * cols, 3.4 * grid_rows), squeeze=False)
+        for ax in axes.flat[len(datasets):]:
+            ax.set_visible(False)
+        for ax, dataset in zip(axes.flat, datasets, strict=False):
             mine = sorted([a for a, _ in reliance_rows if a.dataset == dataset], key=paper_order)
             x = np.arange(len(mine))
             for offset, (quantity, name) in zip((-0.2, 0.2), (("hrli@1", "HRLI@1"), ("hrl2i@1", "HRL2I@1")),

@@ -4,6 +4,8 @@ get what they define, and the command writes its tables and plots."""
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
@@ -23,7 +25,7 @@ from modsar.analyze import (
     run,
     user_token_mass,
 )
-from modsar.analyze_output import residual_table_2
+from modsar.analyze_output import plot, residual_table_2
 from modsar.cli import main
 from modsar.config import load_config
 from modsar.data.split import LeaveOneOut, history_index
@@ -423,3 +425,19 @@ def test_user_diagnostic_is_not_defined_without_a_user(checkpoints):
     analysis = run(paths["post"], ["user", "hrli"], str(data))
     assert "user" not in set(analysis.table["diagnostic"]) and "hrli" in set(analysis.table["diagnostic"])
     assert any("user not defined" in note for note in analysis.notes)
+
+
+def test_figure_2_puts_five_datasets_on_a_three_by_two_grid(tmp_path):
+    """One HRLI@1 / HRL2I@1 panel per dataset, three to a row: the paper's five datasets make two rows (the
+    sixth cell empty), not a strip five panels wide."""
+    def analysis(model: str, dataset: str) -> Analysis:
+        table = pd.DataFrame({"diagnostic": "hrli", "quantity": ["hrli@1", "hrl2i@1"], "layer": "all",
+                              "alpha": 1.0, "value": [0.9, 0.01], "n": 100})
+        return Analysis(label=f"{model} ({dataset})", dataset=dataset, task="ar", table=table)
+
+    datasets = ["beauty", "sports", "toys", "video", "diginetica"]
+    plot([analysis(m, d) for d in datasets for m in ("SASRec", "GRU4Rec")], tmp_path)
+    with open(tmp_path / "last_item_reliance.png", "rb") as png:
+        width, height = struct.unpack(">II", png.read(24)[16:24])  # the IHDR chunk
+    assert height == round(2 * 3.4 * 120)  # two rows of 3.4 inches at 120 dpi
+    assert width == round(3 * 4.2 * 120)  # three panels of max(4, 1.1 * 2 models + 2) = 4.2 inches
