@@ -341,10 +341,16 @@ def hits_at(probe: Probe, which: str, alpha: float = 1.0, offset: int = 0, k: in
     return (ranks < k) & (window > offset)
 
 
-def recovery_curve(probe: Probe, which: str, alphas) -> tuple[dict[float, float], dict[float, float]]:
-    """(Rec(alpha), HR@10(alpha)) with R fixed at alpha = 1 (diagnostics.md §2.7)."""
+def recoverable_set(probe: Probe, which: str) -> tuple[np.ndarray, np.ndarray]:
+    """(miss@10 at L, hit@10 at L-1, L-2 or L-3) per user at alpha = 1: R is where both hold (§2.7)."""
     miss = ~hits_at(probe, which, 1.0)
-    earlier = hits_at(probe, which, 1.0, 1) | hits_at(probe, which, 1.0, 2) | hits_at(probe, which, 1.0, 3)
+    return miss, hits_at(probe, which, 1.0, 1) | hits_at(probe, which, 1.0, 2) | hits_at(probe, which, 1.0, 3)
+
+
+def recovery_curve(probe: Probe, which: str, alphas,
+                   sets: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict[float, float], dict[float, float]]:
+    """(Rec(alpha), HR@10(alpha)) with R fixed at alpha = 1 (diagnostics.md §2.7)."""
+    miss, earlier = sets if sets is not None else recoverable_set(probe, which)
     rec, hr = {}, {}
     for alpha in alphas:
         final = hits_at(probe, which, alpha)
@@ -384,6 +390,7 @@ class _Run:
     alphas: tuple[float, ...]
     window: int
     sigma: float
+    scalable: bool = True  # the layers have an attention skip that alpha can scale (recovery needs it)
     rows: list[dict[str, Any]] = field(default_factory=list)
     maps: pd.DataFrame = field(default_factory=pd.DataFrame)
     spectra: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -491,8 +498,12 @@ def _nonfinal(run: _Run) -> None:
 
 
 def _recovery(run: _Run) -> None:
+    sets = recoverable_set(run.probe, "test")
+    run.add("recovery", "share of test users in R (miss at L, hit at L-1..3)", float((sets[0] & sets[1]).mean()))
+    if not run.scalable:  # R exists for any model; Rec(alpha) needs a skip to scale
+        return
     rec_val, hr_val = recovery_curve(run.probe, "valid", run.alphas)
-    rec_test, hr_test = recovery_curve(run.probe, "test", run.alphas)
+    rec_test, hr_test = recovery_curve(run.probe, "test", run.alphas, sets)
     for alpha in run.alphas:
         run.add("recovery", "recovery rate (test)", rec_test[alpha], alpha=alpha)
         run.add("recovery", "hr@10 (test)", hr_test[alpha], alpha=alpha)
@@ -515,7 +526,7 @@ STEPS: tuple[tuple[tuple[str, ...], Callable[[_Run], None]], ...] = (
     (("recovery",), _recovery), (("user",), _user))
 
 
-ATTENTION_ONLY = ("sparsity", "rank", "mixing", "residual-scaling", "recovery")  # maps, or the attention skip
+ATTENTION_ONLY = ("sparsity", "rank", "mixing", "residual-scaling")  # maps, or the attention skip
 
 
 def paper_labels(analyses: list[Analysis]) -> None:
@@ -530,6 +541,12 @@ def paper_labels(analyses: list[Analysis]) -> None:
                     frame["model"] = a.label
 
 
+def _scalable(probe: Probe) -> bool:
+    """Whether the model's layers have an attention skip the residual analyses can decompose and scale."""
+    entry = registry.lookup(probe.cfg.model.backbone)
+    return not entry.recurrent and entry.residual_sites and probe.model.skip_sites() is not None
+
+
 def _supported(probe: Probe, label: str, diagnostics: list[str]) -> tuple[list[str], list[str]]:
     """The diagnostics this backbone defines, and a note for each group it does not."""
     entry, notes = registry.lookup(probe.cfg.model.backbone), []
@@ -540,17 +557,21 @@ def _supported(probe: Probe, label: str, diagnostics: list[str]) -> tuple[list[s
     if skipped and entry.recurrent:
         notes.append(f"{label}: {', '.join(skipped)} not defined for recurrent models ({probe.cfg.model.backbone} "
                      "has no attention); last-item reliance, shuffles and non-final predictions are")
-        return [d for d in diagnostics if d not in skipped], notes
+        diagnostics = [d for d in diagnostics if d not in skipped]
     skipped = [d for d in diagnostics if d in ("sparsity", "rank", "mixing")]
     if skipped and not entry.attention_maps:
         notes.append(f"{label}: skipped {', '.join(skipped)}: {probe.cfg.model.backbone} has no attention maps")
         diagnostics = [d for d in diagnostics if d not in skipped]
-    skipped = [d for d in diagnostics if d in ("mixing", "residual-scaling", "recovery")]
-    if skipped and (not entry.residual_sites or probe.model.skip_sites() is None):
+    skipped = [d for d in diagnostics if d in ("mixing", "residual-scaling")]
+    if skipped and not _scalable(probe):
         notes.append(f"{label}: skipped {', '.join(skipped)}: they need the layers' attention skip, known for the "
                      f"modular, duorec and bsarec backbones and HF llama, gpt2, bert, roberta, albert, transfo_xl; not for "
                      f"{probe.cfg.model.backbone}")
         diagnostics = [d for d in diagnostics if d not in skipped]
+    if "recovery" in diagnostics and not _scalable(probe):
+        has = "no attention skip" if entry.recurrent else "no attention skip ModSAR knows"
+        notes.append(f"{label}: recovery gives only its set R (misses at L that hit at L-1..3): Rec(alpha) scales "
+                     f"the layers' attention skip, and {probe.cfg.model.backbone} has {has}")
     return diagnostics, notes
 
 
@@ -580,7 +601,7 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
     refuse_timed(checkpoint, probe.cfg.model.time_bias)
     label = model_label(probe.cfg)
     diagnostics, notes = _supported(probe, label, diagnostics)
-    state = _Run(probe, set(diagnostics), tuple(alphas), window, sigma)
+    state = _Run(probe, set(diagnostics), tuple(alphas), window, sigma, _scalable(probe))
     steps = [(names, step) for names, step in STEPS if state.wanted & set(names)]
     with tqdm(total=len(state.wanted), desc=f"analyze {label}", unit="diagnostic", disable=not progress,
               dynamic_ncols=True) as bar:

@@ -265,8 +265,8 @@ def plot(analyses: list[Analysis], out: Path) -> list[Path]:
         fig.tight_layout()
         written.append(save_figure(fig, out / "last_item_reliance.png"))
 
-    curves = _rows_of(analyses, "recovery")
-    if curves:
+    curves = [(a, c) for a, c in _rows_of(analyses, "recovery") if c["quantity"].eq("recovery rate (test)").any()]
+    if curves:  # a model without a skip to scale has only its set R: no curve
         fig, ax = plt.subplots(figsize=(5, 3.4))
         for i, (a, c) in enumerate(curves):
             for quantity, style in (("recovery rate (test)", "-"), ("hr@10 (test)", ":")):

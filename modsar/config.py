@@ -176,7 +176,7 @@ class Config:
         if "model.user_embedding" in flat:  # before 0.3: SSE-PT's switch, now user_fusion=concat
             flat["model.user_fusion"] = "concat" if flat.pop("model.user_embedding") else "none"
         cfg = cls()
-        apply_overrides(cfg, flat, where)
+        apply_overrides(cfg, flat, where, stored=True)
         return cfg
 
 
@@ -252,10 +252,10 @@ def set_value(cfg: Config, key: str, value: Any, where: str = "config") -> None:
         setattr(node, part, value)
 
 
-def apply_overrides(cfg: Config, values: dict[str, Any], where: str = "config") -> Config:
+def apply_overrides(cfg: Config, values: dict[str, Any], where: str = "config", stored: bool = False) -> Config:
     for key, value in values.items():
         set_value(cfg, key, value, where)
-    validate(cfg, where)
+    validate(cfg, where, stored)
     return cfg
 
 
@@ -296,8 +296,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return cfg
 
 
-def validate(cfg: Config, where: str = "config") -> None:
-    """Cross-field checks a single field's type cannot express."""
+def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
+    """Cross-field checks a single field's type cannot express. `stored`: a record an earlier run wrote (a
+    checkpoint, a search's base), which keeps another backbone's settings: they were no-ops there, and refusing
+    them would make old results unreadable; what a user asks for now is refused instead."""
     m = cfg.model
 
     def bad(msg: str) -> NoReturn:
@@ -328,7 +330,7 @@ def validate(cfg: Config, where: str = "config") -> None:
         bad(f"'model.hidden_size' ({m.hidden_size}) must be divisible by 'model.num_heads' ({m.num_heads})")
     from modsar.model import registry  # torch-free: names, checks, capabilities
 
-    registry.check_config(cfg, bad)
+    registry.check_config(cfg, bad, stored)
     if not 0 <= m.local_heads <= m.num_heads:
         bad(f"'model.local_heads' must be between 0 and model.num_heads ({m.num_heads}); got {m.local_heads}")
     if m.local_window < 0:

@@ -33,6 +33,7 @@ AR_MODELS = {
     "bsarec": (BSARec, {}),
     "bsarec-frequency-only": (BSARec, {"bsa_alpha": 1.0, "bsa_cutoff": 5}),
     "bsarec-cutoff-0": (BSARec, {"bsa_alpha": 0.5, "bsa_cutoff": 0}),
+    "bsarec-positions-from-start": (BSARec, {"positions_from": "start"}),
 }
 
 
@@ -61,6 +62,28 @@ def test_ar_future_leak(name):
         out = model(changed, users)
         torch.testing.assert_close(out[:, : t + 1], base[:, : t + 1], rtol=0, atol=1e-6)
         assert not torch.allclose(out[:, t + 1:], base[:, t + 1:])
+
+
+@pytest.mark.parametrize("name, overrides, consistent", [
+    ("gru4rec", {}, True),
+    ("duorec", {"positions_from": "start"}, True),
+    ("bsarec", {"positions_from": "start"}, True),
+    ("bsarec", {"positions_from": "end"}, False),  # the official positions: a prefix's slots move as items follow
+])
+def test_ar_state_is_a_function_of_the_prefix(name, overrides, consistent):
+    """The state at t inside a sequence equals the last state of the prefix x_0..x_t encoded alone, exactly when
+    positions count from the first item (or there are none); BSARec's official end-aligned positions do not."""
+    model = make(AR_MODELS[name][0], "ar", **overrides)
+    x, users = batch()
+    full = model(x, users)
+    gaps = []
+    for t in range(4, x.size(1) - 1):
+        prefix = torch.cat([torch.zeros(3, x.size(1) - 1 - t, dtype=torch.long), x[:, : t + 1]], dim=1)
+        gaps.append((model(prefix, users)[:, -1] - full[:, t]).abs().max().item())
+    if consistent:
+        assert max(gaps) < 1e-5
+    else:
+        assert min(gaps) > 1e-2
 
 
 @pytest.mark.parametrize("name", sorted(AR_MODELS))
@@ -167,6 +190,25 @@ def test_duorec_regularizer_contrasts_the_named_views(views):
     expected = 0.3 * sum(info_nce(a, c, targets, 0.5) for a, c in pairs)
     torch.testing.assert_close(model.regularizer(b, hidden, cfg), expected)
     assert model.regularizer(b, hidden, LossConfig(cl_weight=0.0)) is None
+
+
+def test_duorec_training_loss_is_ce_plus_lambda_info_nce():
+    """The loss a DuoRec batch trains on (train.batch_loss): full-softmax CE over every labelled position plus
+    lambda times the InfoNCE of the last states, each written out here from the scores and states."""
+    from modsar.train import batch_loss
+
+    model = make(DuoRec, "ar")
+    b = duorec_batch()
+    cfg = Config.from_dict({"model": {"backbone": "duorec"}, "task": "ar",
+                            "loss": {"cl_weight": 0.3, "cl_views": "su", "cl_temperature": 0.5}})
+    hidden = model(b.inputs, b.users)
+    real = b.labels > 0
+    ce = torch.nn.functional.cross_entropy(model.score(hidden[real]), b.labels[real] - 1)
+    partner = model(b.partners, b.partner_users)[:, -1]
+    expected = ce + 0.3 * info_nce(hidden[:, -1], partner, b.labels[:, -1], 0.5)
+    got = batch_loss(model, b, cfg, per_batch=float(real.sum()))
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    assert (got - ce).item() > 1e-3  # the contrastive term is really there
 
 
 def test_partner_states_encoded_by_length_equal_one_padded_pass():
@@ -302,6 +344,15 @@ def test_registry_refuses_what_the_models_cannot_do():
         load_config(None, ["model.backbone=bsarec", "model.init=xavier"])
     with pytest.raises(ModsarError, match="gbce_t"):
         load_config(None, ["loss.name=gbce", "loss.gbce_t=2"])
+    for setting, owner in registry.OWNED_SETTINGS.items():  # another backbone's knob: refused, not ignored
+        value = {"loss.cl_views": "un", "loss.cl_similarity": "cos", "model.gru_size": "32", "model.bsa_cutoff": "5"}.get(setting, "0.5")
+        with pytest.raises(ModsarError, match=rf"'{setting}=.*' is read by model.backbone={owner} only"):
+            load_config(None, ["model.backbone=modular", f"{setting}={value}"])
+        load_config(None, [f"model.backbone={owner}", "task=ar", f"{setting}={value}"])
+    with pytest.raises(ModsarError, match=r"'loss\.gbce_t' calibrates loss\.name=gbce only"):
+        load_config(None, ["loss.name=bce", "loss.gbce_t=0.5"])
+    stored = Config.from_dict({"model": {"backbone": "gru4rec"}, "task": "ar", "loss": {"cl_views": "un"}})
+    assert stored.loss.cl_views == "un"  # an earlier run's record still loads (the setting was a no-op there)
     assert registry.lookup("gru4rec").recurrent and not registry.lookup("bsarec").recurrent
     for name in ("gru4rec", "duorec", "bsarec"):
         cfg = Config.from_dict({"model": {"backbone": name, "hidden_size": 8, "num_heads": 1}})
@@ -346,7 +397,7 @@ def test_bsarec_attention_branch_decomposes_exactly(task):
 
 @pytest.fixture(scope="module")
 def zoo_checkpoints(tmp_path_factory):
-    """GRU4Rec, DuoRec and BSARec briefly trained on the synthetic data (one data root for the module)."""
+    """GRU4Rec, DuoRec and BSARec (on gBCE) briefly trained on the synthetic data (one data root for the module)."""
     from modsar.train import run_trial
 
     root = tmp_path_factory.mktemp("zoo")
@@ -354,16 +405,16 @@ def zoo_checkpoints(tmp_path_factory):
     paths = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MODSAR_DATA", str(root / "data"))
-        for name in ("gru4rec", "duorec", "bsarec"):
-            paths[name] = root / f"{name}.pt"
-            run_trial(load_config(None, [*common, f"model.backbone={name}"]), checkpoint_path=paths[name],
+        for name, extra in [("gru4rec", []), ("duorec", []), ("bsarec", ["loss.name=gbce", "loss.num_negatives=8"])]:
+            paths[name] = root / f"{name}.pt"  # BSARec trains on gBCE: the loss through the whole trainer
+            run_trial(load_config(None, [*common, f"model.backbone={name}", *extra]), checkpoint_path=paths[name],
                       progress=False, evaluate_test=False)
     return root / "data", paths
 
 
 def test_diagnostics_on_the_zoo(zoo_checkpoints):
-    """Every model gets last-item reliance, shuffles and non-final predictions; the attention models also mixing,
-    residual scaling and recovery; GRU4Rec says plainly that those are not defined for a recurrent model."""
+    """Every model gets last-item reliance, shuffles, non-final predictions and recovery's set R; the attention
+    models also mixing, residual scaling and Rec(alpha); GRU4Rec says plainly why it has not those."""
     from modsar.analyze import run
 
     data, paths = zoo_checkpoints
@@ -372,15 +423,24 @@ def test_diagnostics_on_the_zoo(zoo_checkpoints):
         analysis = run(paths[name], wanted, str(data), alphas=(0.5, 1.0))
         assert analysis.label == label
         got = set(analysis.table["diagnostic"])
+        value = {(q, a): v for q, a, v in zip(analysis.table["quantity"], analysis.table["alpha"],
+                                              analysis.table["value"], strict=True)}
+        # R = miss at L and a hit at L-1, L-2 or L-3: at least each joint non-final share, at most their sum
+        share_r, nonfinal = value[("share of test users in R (miss at L, hit at L-1..3)", 1.0)], \
+            [value[(f"miss at L, hit at L-{o}", 1.0)] for o in (1, 2, 3)]
+        assert max(nonfinal) <= share_r <= sum(nonfinal)
         if name == "gru4rec":
-            assert got == {"hrli", "shuffle", "nonfinal"}
-            assert analysis.notes == [f"{label}: mixing, residual-scaling, recovery not defined for recurrent models "
-                                      "(gru4rec has no attention); last-item reliance, shuffles and non-final "
-                                      "predictions are"]
+            assert got == {"hrli", "shuffle", "nonfinal", "recovery"}
+            assert set(analysis.table.loc[analysis.table["diagnostic"] == "recovery", "quantity"]) == {
+                "share of test users in R (miss at L, hit at L-1..3)"}  # R only: there is no skip to scale
+            assert analysis.notes == [
+                f"{label}: mixing, residual-scaling not defined for recurrent models (gru4rec has no attention); "
+                "last-item reliance, shuffles and non-final predictions are",
+                f"{label}: recovery gives only its set R (misses at L that hit at L-1..3): Rec(alpha) scales the "
+                "layers' attention skip, and gru4rec has no attention skip"]
         else:
             assert got == set(wanted) and not analysis.notes
-            value = {(q, a): v for q, a, v in zip(analysis.table["quantity"], analysis.table["alpha"],
-                                                  analysis.table["value"], strict=True)}
+            assert max(nonfinal) < share_r < sum(nonfinal)  # the three sets overlap only in part
             assert value[("mixing_res", 0.5)] > value[("mixing_res", 1.0)]  # scaling the skip down mixes more
 
 

@@ -595,3 +595,27 @@ def test_arms_must_be_categorical_params(tmp_path, capsys):
                      "arms: [train.lr]\n")
     assert main(["spaces", str(space), "--check"]) == 2
     assert "'train.lr' must be a grid or choice param other than task and model.backbone" in capsys.readouterr().err
+
+
+def test_the_residual_models_space_runs_the_five_models(local_ray, data_dir, tmp_path, capsys):
+    """The bundled residual_models space, one epoch each: a row per model with its own settings, one selected
+    and tested per model (not one per task), and report and analyze put the five side by side."""
+    out = tmp_path / "results"
+    assert search("--space", "residual_models", "--dataset", "synthetic", "--results", str(out), "--experiment", "z",
+                  "--max-epochs", "1", "model.hidden_size=16", "data.max_len=20") == 0
+    rows = read_rows(str(out), "z").set_index("model.backbone", append=True).reset_index(level=0, drop=True)
+    rows = rows.set_index("task", append=True)
+    assert sorted(rows.index) == sorted([("bsarec", "ar"), ("duorec", "ar"), ("gru4rec", "ar"), ("modular", "ae"),
+                                         ("modular", "ar")])
+    assert rows["selected"].all() and rows["test.ndcg@10"].notna().all()  # every model is its own selection
+    assert rows.loc[("duorec", "ar"), "loss.cl_views"] == "un" and rows.loc[("modular", "ar"), "loss.cl_views"] == "us_x"
+    assert rows.loc[("gru4rec", "ar"), "model.gru_size"] == 128 and rows.loc[("gru4rec", "ar"), "model.dropout"] == 0.3
+    assert rows.loc[("modular", "ar"), "model.positions_from"] == "start"
+    assert rows.loc[("bsarec", "ar"), "model.positions_from"] == "end"  # BSARec's official positions
+    capsys.readouterr()
+    assert main(["report", "--results", str(out), "--experiment", "z"]) == 0
+    assert "synthetic / residual_models:" in capsys.readouterr().out
+    assert main(["analyze", "--results", str(out), "--experiment", "z", "--diagnostic", "hrli", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    for name in ("SASRec", "DuoRec", "BSARec", "BERT4Rec", "GRU4Rec"):
+        assert name in text

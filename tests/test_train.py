@@ -32,7 +32,7 @@ def quick(*overrides: str) -> Config:
 
 
 @pytest.mark.parametrize("padding_free", [True, False])
-@pytest.mark.parametrize("loss", ["ce", "sampled_ce", "bce", "bpr"])
+@pytest.mark.parametrize("loss", ["ce", "sampled_ce", "bce", "bpr", "gbce"])
 def test_every_loss_lowers_on_synthetic(loss, padding_free):
     cfg = quick(f"loss.name={loss}", "loss.num_negatives=16", f"data.padding_free={padding_free}")
     data = load_dataset("synthetic")

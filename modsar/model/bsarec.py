@@ -7,6 +7,10 @@ Each layer mixes two post-LN branches of the same input x, then a post-LN feed-f
     attention  A(x) = LN(x + Dropout(W_O Attn(x)))
     layer      y = alpha F(x) + (1 - alpha) A(x);  out = LN(y + Dropout(FFN(y)))
 with alpha = `model.bsa_alpha`, c = `model.bsa_cutoff`. Embedding: item + learned position -> LN -> dropout.
+Positions count back from the window's last slot, as the official left-padded code (`model.positions_from=end`),
+or from each row's first item (`start`). Under AR only `start` makes a position's state a function of its own
+prefix alone: with `end` the same prefix gets other position vectors when more items follow it (the official
+code's train/inference offset, shared with SASRec's public code); the output never reads a later item either way.
 
 The filter works on a fixed window of N = max_len positions (max_len + 1 under AE, which adds the mask token),
 as the official code's left-padded sequences. One deliberate difference: padding enters the FFT as zeros,
@@ -112,7 +116,10 @@ class BSARec(nn.Module):
     def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
         """inputs (B, T) left-padded item ids -> hidden states (B, T, d) [, per-layer attention (B, H, T, T)]."""
         T = inputs.size(1)
-        pos = torch.arange(self.positions - T, self.positions, device=inputs.device)  # the last item: position N-1
+        if self.cfg.positions_from == "start":  # each row's first real item is position 0; padding gets 0 too
+            pos = (torch.arange(T, device=inputs.device) - (inputs == 0).sum(1, keepdim=True)).clamp(min=0)
+        else:  # the official code: the window's last slot is position N-1
+            pos = torch.arange(self.positions - T, self.positions, device=inputs.device)
         x = self.drop(self.embed_norm(self.item_emb(inputs) + self.pos_emb(pos)))
         real = inputs > 0
         mask = attention_mask(inputs, self.causal, self.cfg.num_heads, self.cfg.local_heads, self.cfg.local_window)

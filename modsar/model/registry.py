@@ -101,11 +101,36 @@ def lookup(name: str) -> BackboneEntry:
     return entry
 
 
-def check_config(cfg: Config, bad: Bad) -> None:
-    """The backbone exists, implements the task, and accepts the model settings (called by config.validate)."""
+# settings only one backbone reads: changed elsewhere they would be a silent no-op, which misleads a search
+OWNED_SETTINGS = {"model.gru_size": "gru4rec", "model.bsa_cutoff": "bsarec", "model.bsa_alpha": "bsarec",
+                  "loss.cl_weight": "duorec", "loss.cl_temperature": "duorec", "loss.cl_views": "duorec",
+                  "loss.cl_similarity": "duorec"}
+
+
+def _refuse_foreign(cfg: Config, bad: Bad) -> None:
+    from modsar.config import Config as Defaults
+
+    default = Defaults()
+    for key, owner in OWNED_SETTINGS.items():
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if owner != cfg.model.backbone and value != getattr(getattr(default, section), name):
+            bad(f"'{key}={value}' is read by model.backbone={owner} only, and this run's backbone is "
+                f"{cfg.model.backbone}: leave it at {getattr(getattr(default, section), name)!r} (in a space that "
+                f"varies the backbone, set it under when: {{model.backbone: {owner}}})")
+    if cfg.loss.name != "gbce" and cfg.loss.gbce_t != default.loss.gbce_t:
+        bad(f"'loss.gbce_t' calibrates loss.name=gbce only, and this run's loss is {cfg.loss.name}: leave it at "
+            f"{default.loss.gbce_t}")
+
+
+def check_config(cfg: Config, bad: Bad, stored: bool = False) -> None:
+    """The backbone exists, implements the task, and accepts the model settings (called by config.validate;
+    `stored` records keep other backbones' settings, see there)."""
     entry = find(cfg.model.backbone)
     if entry is None:
         bad(_unknown(cfg.model.backbone))
+    if not stored:
+        _refuse_foreign(cfg, bad)
     if cfg.task not in entry.tasks:
         bad(f"backbone {cfg.model.backbone} implements task {' and '.join(entry.tasks)} only; got task={cfg.task}")
     if cfg.model.time_bias != "none" and cfg.model.backbone != "modular":
@@ -216,7 +241,7 @@ def _refuse_unused(cfg: Config, bad: Bad, keys: tuple[str, ...], why: str) -> No
 
 def _check_bsarec(cfg: Config, bad: Bad) -> None:
     m: ModelConfig = cfg.model
-    _refuse_unused(cfg, bad, ("head", "positions_from", "init", "attn_output_dropout", "ffn_inner_dropout",
+    _refuse_unused(cfg, bad, ("head", "init", "attn_output_dropout", "ffn_inner_dropout",
                               "scale_embedding", "local_heads", "pos_dim", "pos_fusion"),
                    "its layers, embedding LayerNorm, N(0, 0.02) init and dot-product output are fixed, as its code")
     if m.norm not in ("auto", "post"):
