@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from modsar.analyze import Analysis
+from modsar.errors import ModsarError
 from modsar.model.registry import PAPER_NAMES
 from modsar.outputs import pyplot, save_figure, write_parquet
 
@@ -36,6 +37,35 @@ def paper_order(a: Analysis) -> tuple:
     names = list(PAPER_NAMES.values())
     name = model_name(a)
     return (names.index(name) if name in names else len(names), a.task, "Vanilla" not in name, a.dataset)
+
+
+def load(folder: Path) -> list[Analysis]:
+    """The analyses an earlier `modsar analyze --out` folder holds, to show again beside others without
+    recomputing them (a full-ranking analysis of a large dataset takes minutes per model). Labels lose the
+    dataset suffix they were given to be told apart; notes are not stored."""
+    path = folder / "diagnostics.parquet"
+    if not path.is_file():
+        raise ModsarError(f"{folder}: no diagnostics.parquet; pass a folder written by `modsar analyze --out`")
+    try:
+        table = pd.read_parquet(path)
+        extra = {name: pd.read_parquet(folder / f"{name}.parquet") if (folder / f"{name}.parquet").is_file()
+                 else pd.DataFrame() for name in ("attention_maps", "spectra")}
+    except Exception as error:  # a truncated or foreign file: say which
+        raise ModsarError(f"{path}: not readable as a modsar analyze table ({type(error).__name__})") from None
+    missing = {"model", "dataset", "task", "diagnostic", "quantity", "layer", "alpha", "value"} - set(table)
+    if missing:
+        raise ModsarError(f"{path}: not a modsar analyze table (no {', '.join(sorted(missing))} column)")
+
+    def of(frame: pd.DataFrame, model: str) -> pd.DataFrame:
+        return frame[frame["model"] == model].reset_index(drop=True) if "model" in frame else pd.DataFrame()
+
+    analyses = []
+    for model, rows in table.groupby("model", sort=False):
+        dataset, suffix = str(rows["dataset"].iloc[0]), f" ({rows['dataset'].iloc[0]})"
+        label = str(model)[: -len(suffix)] if str(model).endswith(suffix) else str(model)
+        analyses.append(Analysis(label, dataset, str(rows["task"].iloc[0]), rows.reset_index(drop=True),
+                                 of(extra["attention_maps"], str(model)), of(extra["spectra"], str(model))))
+    return analyses
 
 
 def _value(table: pd.DataFrame, diagnostic: str, quantity: str, layer: str = "all", alpha: float = 1.0):

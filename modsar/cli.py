@@ -83,6 +83,8 @@ EPILOG_ANALYZE = """examples:
       --out results/tables-2-3          # Vanilla-AE vs Local-AE vs Vanilla-AR: heatmaps, spectra, S and k
   modsar analyze --checkpoint sasrec.pt --diagnostic hrli,shuffle,mixing,residual-scaling,nonfinal,recovery
   modsar analyze --experiment bluesky-beauty --diagnostic user   # user fusion: swapped-user drop, token mass
+  modsar analyze --from results/toys-analysis --from results/beauty-analysis --out results/both
+                                  # earlier --out folders side by side (one Figure 2 panel per dataset), no recompute
 
 Prints ModSAR Tables 2-3 (S, k per layer and on average) and the residual-dominance summary side by side;
 --out adds Parquet tables of every figure and PNG heatmaps, singular-value spectra and alpha sweeps.
@@ -255,13 +257,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     analyze = sub.add_parser("analyze", help="attention sparsity/rank and last-item-reliance diagnostics",
                              epilog=EPILOG_ANALYZE, formatter_class=argparse.RawDescriptionHelpFormatter)
-    target = analyze.add_mutually_exclusive_group(required=True)
+    target = analyze.add_mutually_exclusive_group()
     target.add_argument("--checkpoint", action="append",
                         help="a best.pt written by modsar train or search (repeat to compare models side by side)")
     target.add_argument("--experiment", action="append",
                         help="the selected AE and AR trials of this search, or the best checkpoint per task of a "
                              "`modsar train` experiment (repeatable: e.g. vanilla-video and local_attn-video give "
                              "Vanilla-AE, Local-AE, Vanilla-AR, ...)")
+    analyze.add_argument("--from", dest="from_dirs", action="append", metavar="DIR",
+                         help="an earlier `modsar analyze --out` folder: its models are shown beside the others "
+                              "from its Parquet tables, not recomputed (its notes are not stored); repeatable, "
+                              "e.g. one folder per dataset for one Figure 2 with a panel each")
     analyze.add_argument("--results", default="results", help="results root (with --experiment)")
     analyze.add_argument("--diagnostic", default="sparsity,rank,hrli,shuffle,mixing,residual-scaling",
                          help="comma-separated: sparsity, rank, hrli, shuffle, mixing, residual-scaling, "
@@ -384,6 +390,8 @@ def _analyze(args: argparse.Namespace) -> int:
     from modsar.results import read_rows
 
     diagnostics = [d.strip() for d in args.diagnostic.split(",") if d.strip()]
+    if not (args.checkpoint or args.experiment or args.from_dirs):
+        raise ModsarError("nothing to analyze: pass --checkpoint, --experiment or --from (see modsar analyze --help)")
     if args.users < 1 or args.window < 2 or args.sigma < 0:
         raise ModsarError("--users must be >= 1, --window >= 2 and --sigma >= 0")
     targets = [(path, Path(path).stem) for path in args.checkpoint or []]
@@ -407,6 +415,10 @@ def _analyze(args: argparse.Namespace) -> int:
     targets = [t for t, bias in zip(targets, biases, strict=True) if bias == "none"]
     analyses = [analyze.run(path, diagnostics, args.data_dir, args.users, window=args.window, sigma=args.sigma,
                             device=args.device, progress=not args.quiet) for path, _ in targets]
+    for folder in args.from_dirs or []:  # shown as if computed here; a repeated kind is told apart by its folder
+        loaded = analyze_output.load(Path(folder))
+        analyses += loaded
+        targets += [(str(a.table["checkpoint"].iloc[0]), Path(folder).name) for a in loaded]
     analyze.paper_labels(analyses)
     labels = [a.label for a in analyses]
     datasets = [a.dataset for a in analyses]
@@ -421,7 +433,7 @@ def _analyze(args: argparse.Namespace) -> int:
         for frame in (a.table, a.maps, a.spectra):
             if len(frame):
                 frame["model"] = a.label
-    if args.experiment:  # the papers' orders: Vanilla-AE, Local-AE, Vanilla-AR, Local-AR; SASRec ... GRU4Rec
+    if args.experiment or args.from_dirs:  # the papers' orders: Vanilla-AE, Local-AE, Vanilla-AR, Local-AR; SASRec ... GRU4Rec
         analyses.sort(key=analyze_output.paper_order)
     print(analyze_output.summary(analyses))
     if args.out:

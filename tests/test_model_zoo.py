@@ -490,3 +490,21 @@ def test_cli_puts_the_models_side_by_side(zoo_checkpoints, tmp_path, capsys):
     reliance = text.split("Last-item reliance")[1].split("\n\n")[0]
     rows = [line.split()[0] for line in reliance.splitlines()[3:] if not line.startswith("Residual paper")]
     assert rows == ["GRU4Rec", "BSARec", "DuoRec"]  # as given on the command line (--experiment sorts)
+
+    # --from shows a written analysis again without recomputing it: the same tables (in the papers' order) and
+    # Figure 2, and beside a fresh one of the same kind each is told apart by its source
+    capsys.readouterr()
+    assert main(["analyze", "--from", str(tmp_path), "--out", str(tmp_path / "again"), "--quiet"]) == 0
+    again = capsys.readouterr().out
+    reliance_again = again.split("Last-item reliance")[1].split("\n\n")[0]
+    assert sorted(reliance_again.splitlines()) == sorted(reliance.splitlines())  # the same figures, to the digit
+    assert [line.split()[0] for line in reliance_again.splitlines()[3:] if not line.startswith("Residual")] == [
+        "DuoRec", "BSARec", "GRU4Rec"]  # the residual paper's order
+    assert again.split("Residual-dominance paper Table 2")[1].split("\n\n")[0].splitlines() == table_2
+    assert (tmp_path / "again" / "last_item_reliance.png").stat().st_size > 0
+    assert main(["analyze", "--from", str(tmp_path), "--checkpoint", str(paths["duorec"]), "--diagnostic", "hrli",
+                 "--data-dir", str(data), "--quiet"]) == 0
+    both = capsys.readouterr().out.split("Last-item reliance")[1].split("\n\n")[0]
+    assert "DuoRec (" in both and both.count("DuoRec") == 2
+    assert main(["analyze", "--from", str(tmp_path / "nosuch")]) == 2
+    assert "nosuch: no diagnostics.parquet; pass a folder written by `modsar analyze --out`" in capsys.readouterr().err
