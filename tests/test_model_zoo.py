@@ -87,33 +87,35 @@ def test_ar_state_is_a_function_of_the_prefix(name, overrides, consistent):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here: the zoo's CUDA check needs one")
-@pytest.mark.parametrize("name, task", [*((n, "ar") for n in sorted(AR_MODELS)), ("bsarec", "ae")])
-def test_the_zoo_on_cuda_matches_cpu(name, task):
-    """On CUDA: the same outputs as on CPU, no future leak under AR, and a finite training step with its own loss
-    (DuoRec's regulariser, gBCE for the others) in float32, and with bf16 products in the fused CE."""
+def test_the_zoo_on_cuda_matches_cpu():
+    """On CUDA, every AR variant and BSARec-AE: the same outputs as on CPU, no future leak under AR, and a finite
+    training step with its own loss (DuoRec's regulariser, gBCE for the others) in float32, and with bf16
+    products in the fused CE."""
     from modsar.train import batch_loss
 
-    cls, overrides = AR_MODELS.get(name, (BSARec, {}))
-    model = make(cls, task, **overrides)
-    x, users = batch()
-    expected = model(x, users)
-    model = model.cuda()
-    got = model(x.cuda(), users.cuda())
-    torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-4)
-    if task == "ar":
-        changed = x.clone().cuda()
-        changed[:, 6:] = (changed[:, 6:] % N_ITEMS) + 1
-        torch.testing.assert_close(model(changed, users.cuda())[:, :6], got[:, :6], rtol=0, atol=1e-5)
-    backbone = {"gru4rec-2-layers-wide": "gru4rec"}.get(name, name).split("-")[0]
-    own = {"cl_views": "un"} if backbone == "duorec" else {"name": "gbce", "num_negatives": 4}
-    for precision, loss in (("fp32", own), ("bf16", own if backbone == "duorec" else {})):  # bf16: the fused CE
-        cfg = Config.from_dict({"model": {"backbone": backbone}, "task": task, "train": {"precision": precision},
-                                "loss": loss})
-        b = Batch(x[:, :-1], x[:, 1:] * (x[:, :-1] > 0), users).to(torch.device("cuda"))
-        value = batch_loss(model.train(), b, cfg, per_batch=float((b.labels > 0).sum()))
-        value.backward()
-        assert torch.isfinite(value) and all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())
-        model.zero_grad()
+    for name, task in [*((n, "ar") for n in sorted(AR_MODELS)), ("bsarec", "ae")]:
+        cls, overrides = AR_MODELS.get(name, (BSARec, {}))
+        model = make(cls, task, **overrides)
+        x, users = batch()
+        expected = model(x, users)
+        model = model.cuda()
+        got = model(x.cuda(), users.cuda())
+        torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-4, msg=f"{name}: CUDA differs from CPU")
+        if task == "ar":
+            changed = x.clone().cuda()
+            changed[:, 6:] = (changed[:, 6:] % N_ITEMS) + 1
+            torch.testing.assert_close(model(changed, users.cuda())[:, :6], got[:, :6], rtol=0, atol=1e-5)
+        backbone = name.split("-")[0]
+        own = {"cl_views": "un"} if backbone == "duorec" else {"name": "gbce", "num_negatives": 4}
+        for precision, loss in (("fp32", own), ("bf16", own if backbone == "duorec" else {})):  # bf16: fused CE
+            cfg = Config.from_dict({"model": {"backbone": backbone, **overrides}, "task": task,
+                                    "train": {"precision": precision}, "loss": loss})
+            b = Batch(x[:, :-1], x[:, 1:] * (x[:, :-1] > 0), users).to(torch.device("cuda"))
+            value = batch_loss(model.train(), b, cfg, per_batch=float((b.labels > 0).sum()))
+            value.backward()
+            assert torch.isfinite(value), (name, precision)
+            assert all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters()), (name, precision)
+            model.zero_grad()
 
 
 @pytest.mark.parametrize("name", sorted(AR_MODELS))
