@@ -547,7 +547,7 @@ def _scalable(probe: Probe) -> bool:
     return not entry.recurrent and entry.residual_sites and probe.model.skip_sites() is not None
 
 
-def _supported(probe: Probe, label: str, diagnostics: list[str]) -> tuple[list[str], list[str]]:
+def _supported(probe: Probe, label: str, diagnostics: list[str], scalable: bool) -> tuple[list[str], list[str]]:
     """The diagnostics this backbone defines, and a note for each group it does not."""
     entry, notes = registry.lookup(probe.cfg.model.backbone), []
     if "user" in diagnostics and probe.cfg.model.user_fusion == "none":
@@ -563,12 +563,12 @@ def _supported(probe: Probe, label: str, diagnostics: list[str]) -> tuple[list[s
         notes.append(f"{label}: skipped {', '.join(skipped)}: {probe.cfg.model.backbone} has no attention maps")
         diagnostics = [d for d in diagnostics if d not in skipped]
     skipped = [d for d in diagnostics if d in ("mixing", "residual-scaling")]
-    if skipped and not _scalable(probe):
+    if skipped and not scalable:
         notes.append(f"{label}: skipped {', '.join(skipped)}: they need the layers' attention skip, known for the "
                      f"modular, duorec and bsarec backbones and HF llama, gpt2, bert, roberta, albert, transfo_xl; not for "
                      f"{probe.cfg.model.backbone}")
         diagnostics = [d for d in diagnostics if d not in skipped]
-    if "recovery" in diagnostics and not _scalable(probe):
+    if "recovery" in diagnostics and not scalable:
         has = "no attention skip" if entry.recurrent else "no attention skip ModSAR knows"
         notes.append(f"{label}: recovery gives only its set R (misses at L that hit at L-1..3): Rec(alpha) scales "
                      f"the layers' attention skip, and {probe.cfg.model.backbone} has {has}")
@@ -600,8 +600,9 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
     probe = Probe(checkpoint, data_dir, attention_users, device)
     refuse_timed(checkpoint, probe.cfg.model.time_bias)
     label = model_label(probe.cfg)
-    diagnostics, notes = _supported(probe, label, diagnostics)
-    state = _Run(probe, set(diagnostics), tuple(alphas), window, sigma, _scalable(probe))
+    scalable = _scalable(probe)
+    diagnostics, notes = _supported(probe, label, diagnostics, scalable)
+    state = _Run(probe, set(diagnostics), tuple(alphas), window, sigma, scalable)
     steps = [(names, step) for names, step in STEPS if state.wanted & set(names)]
     with tqdm(total=len(state.wanted), desc=f"analyze {label}", unit="diagnostic", disable=not progress,
               dynamic_ncols=True) as bar:

@@ -33,7 +33,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from modsar.config import ModelConfig
-from modsar.model.modular import OutputLayer, SelfAttention, attention_mask, item_scores, tied_output
+from modsar.model.modular import (
+    OutputLayer,
+    SelfAttention,
+    attention_mask,
+    item_scores,
+    position_ids,
+    tied_output,
+)
 from modsar.model.skips import SkipSite
 
 EPS = 1e-12  # the official code's LayerNorm epsilon
@@ -115,11 +122,7 @@ class BSARec(nn.Module):
 
     def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
         """inputs (B, T) left-padded item ids -> hidden states (B, T, d) [, per-layer attention (B, H, T, T)]."""
-        T = inputs.size(1)
-        if self.cfg.positions_from == "start":  # each row's first real item is position 0; padding gets 0 too
-            pos = (torch.arange(T, device=inputs.device) - (inputs == 0).sum(1, keepdim=True)).clamp(min=0)
-        else:  # the official code: the window's last slot is position N-1
-            pos = torch.arange(self.positions - T, self.positions, device=inputs.device)
+        pos = position_ids(inputs, self.positions, self.cfg.positions_from == "start")  # official: from the end
         x = self.drop(self.embed_norm(self.item_emb(inputs) + self.pos_emb(pos)))
         real = inputs > 0
         mask = attention_mask(inputs, self.causal, self.cfg.num_heads, self.cfg.local_heads, self.cfg.local_window)

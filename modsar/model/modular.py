@@ -195,6 +195,15 @@ class Block(nn.Module):
         return x, probs
 
 
+def position_ids(inputs: torch.Tensor, positions: int, from_start: bool) -> torch.Tensor:
+    """Absolute position indices of left-padded rows: (T,) counted back from the window's last slot (position
+    `positions` - 1 is the most recent item), or (B, T) from each row's first real item (padding gets 0)."""
+    T = inputs.size(1)
+    if from_start:
+        return (torch.arange(T, device=inputs.device) - (inputs == 0).sum(1, keepdim=True)).clamp(min=0)
+    return torch.arange(positions - T, positions, device=inputs.device)
+
+
 def sinusoidal_table(positions: int, d: int) -> torch.Tensor:
     pos = torch.arange(positions, dtype=torch.float32)[:, None]
     freq = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
@@ -337,11 +346,7 @@ class ModularSAR(nn.Module):
 
     def absolute_positions(self, inputs: torch.Tensor) -> torch.Tensor:
         """Position vectors (T, w) counted back from the most recent item, or (B, T, w) from each row's first."""
-        T = inputs.size(1)
-        if self.cfg.positions_from == "start":  # count from each row's first real item (left padding gets 0)
-            pos = (torch.arange(T, device=inputs.device) - (inputs == 0).sum(1, keepdim=True)).clamp(min=0)
-        else:
-            pos = torch.arange(self.positions - T, self.positions, device=inputs.device)
+        pos = position_ids(inputs, self.positions, self.cfg.positions_from == "start")
         return self.pos_emb(pos) if self.positional == "learned" else self.get_buffer("pos_table")[pos]
 
     def users(self, ids: torch.Tensor | None) -> torch.Tensor:
