@@ -5,8 +5,8 @@
 # 0.8 / 0.9 time quantiles, each user's first event after a cut as target), three seeds each, max length 128 as in
 # the paper's code, then prints HRLI and pooled mixing for every model side by side.
 # Usage, from the repository root:  bash benchmarks/residual_split.sh [dataset]   (default ml-100k, prepared
-# with `modsar data prepare ml-100k --source ../shared/data/ml-100k/ml-100k.inter.gz`; ~2 min a run on one
-# thread). Figures: benchmarks/RESULTS.md, issue 14, "Does the split move +Res?".
+# with `modsar data prepare ml-100k --source ../shared/data/ml-100k/ml-100k.inter.gz`; ~5 min a run on one
+# thread beside other jobs). Figures: benchmarks/RESULTS.md, issue 14, "Does the split move +Res?".
 set -euo pipefail
 dataset=${1:-ml-100k}
 experiment=bench-res-split-$dataset

@@ -544,7 +544,7 @@ def paper_labels(analyses: list[Analysis]) -> None:
 def _scalable(probe: Probe) -> bool:
     """Whether the model's layers have an attention skip the residual analyses can decompose and scale."""
     entry = registry.lookup(probe.cfg.model.backbone)
-    return not entry.recurrent and entry.residual_sites and probe.model.skip_sites() is not None
+    return bool(not entry.recurrent and entry.residual_sites and probe.model.skip_sites() is not None)
 
 
 def _supported(probe: Probe, label: str, diagnostics: list[str], scalable: bool) -> tuple[list[str], list[str]]:

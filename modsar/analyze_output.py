@@ -52,7 +52,8 @@ def load(folder: Path) -> list[Analysis]:
                  else pd.DataFrame() for name in ("attention_maps", "spectra")}
     except Exception as error:  # a truncated or foreign file: say which
         raise ModsarError(f"{path}: not readable as a modsar analyze table ({type(error).__name__})") from None
-    missing = {"model", "dataset", "task", "diagnostic", "quantity", "layer", "alpha", "value"} - set(table)
+    missing = {"model", "dataset", "task", "backbone", "checkpoint", "diagnostic", "quantity", "layer", "alpha",
+               "value"} - set(table)
     if missing:
         raise ModsarError(f"{path}: not a modsar analyze table (no {', '.join(sorted(missing))} column)")
 

@@ -266,8 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "Vanilla-AE, Local-AE, Vanilla-AR, ...)")
     analyze.add_argument("--from", dest="from_dirs", action="append", metavar="DIR",
                          help="an earlier `modsar analyze --out` folder: its models are shown beside the others "
-                              "from its Parquet tables, not recomputed (its notes are not stored); repeatable, "
-                              "e.g. one folder per dataset for one Figure 2 with a panel each")
+                              "from its Parquet tables, not recomputed (its notes are not stored, --diagnostic does "
+                              "not apply to it, and all models are shown in the papers' order); repeatable, e.g. "
+                              "one folder per dataset for one Figure 2 with a panel each")
     analyze.add_argument("--results", default="results", help="results root (with --experiment)")
     analyze.add_argument("--diagnostic", default="sparsity,rank,hrli,shuffle,mixing,residual-scaling",
                          help="comma-separated: sparsity, rank, hrli, shuffle, mixing, residual-scaling, "
@@ -418,7 +419,7 @@ def _analyze(args: argparse.Namespace) -> int:
     for folder in args.from_dirs or []:  # shown as if computed here; a repeated kind is told apart by its folder
         loaded = analyze_output.load(Path(folder))
         analyses += loaded
-        targets += [(str(a.table["checkpoint"].iloc[0]), Path(folder).name) for a in loaded]
+        targets += [(str(a.table["checkpoint"].iloc[0]), Path(folder).resolve().name) for a in loaded]
     analyze.paper_labels(analyses)
     labels = [a.label for a in analyses]
     datasets = [a.dataset for a in analyses]

@@ -115,8 +115,8 @@ def _refuse_foreign(cfg: Config, bad: Bad) -> None:
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
         if owner != cfg.model.backbone and value != getattr(getattr(default, section), name):
-            bad(f"'{key}={value}' is read by model.backbone={owner} only, and this run's backbone is "
-                f"{cfg.model.backbone}: leave it at {getattr(getattr(default, section), name)!r} (in a space that "
+            here = "modular (the default)" if cfg.model.backbone == "modular" else cfg.model.backbone
+            bad(f"'{key}={value}' is read by model.backbone={owner} only, and the backbone here is {here}: leave it at {getattr(getattr(default, section), name)!r} (in a space that "
                 f"varies the backbone, set it under when: {{model.backbone: {owner}}})")
     if cfg.loss.name != "gbce" and cfg.loss.gbce_t != default.loss.gbce_t:
         bad(f"'loss.gbce_t' calibrates loss.name=gbce only, and this run's loss is {cfg.loss.name}: leave it at "

@@ -140,8 +140,9 @@ def _check_same_search(plan: Plan, stored: dict, settings: dict) -> None:
     changed = [f"{k} {was[k]!r} -> {now.get(k)!r}" for k in sorted(was) if was[k] != now.get(k)]
     if changed:
         raise ModsarError(f"--resume must repeat the search that was started as '{plan.request.experiment_name}', "
-                          f"but {', '.join(changed[:4])} changed; drop the changed options (only --seeds may "
-                          "differ) or start a new --experiment")
+                          f"but {', '.join(changed[:4])} changed (your options, or the space file since the search "
+                          "started, e.g. a bundled space a newer ModSAR revised); drop the changed options (only "
+                          "--seeds may differ) or start a new --experiment")
 
 
 def _read_json(path: str) -> dict:
