@@ -111,13 +111,13 @@ def _refuse_foreign(cfg: Config, bad: Bad) -> None:
     from modsar.config import Config as Defaults
 
     default = Defaults()
+    now, before = cfg.flat(), default.flat()  # dotted names, as OWNED_SETTINGS writes them
     for key, owner in OWNED_SETTINGS.items():
-        section, name = key.split(".")
-        value = getattr(getattr(cfg, section), name)
-        if owner != cfg.model.backbone and value != getattr(getattr(default, section), name):
+        if owner != cfg.model.backbone and now[key] != before[key]:
             here = "modular (the default)" if cfg.model.backbone == "modular" else cfg.model.backbone
-            bad(f"'{key}={value}' is read by model.backbone={owner} only, and the backbone here is {here}: leave it at {getattr(getattr(default, section), name)!r} (in a space that "
-                f"varies the backbone, set it under when: {{model.backbone: {owner}}})")
+            bad(f"'{key}={now[key]}' is read by model.backbone={owner} only, and the backbone here is {here}: leave "
+                f"it at {before[key]!r} (in a space that varies the backbone, set it under when: "
+                f"{{model.backbone: {owner}}})")
     if cfg.loss.name != "gbce" and cfg.loss.gbce_t != default.loss.gbce_t:
         bad(f"'loss.gbce_t' calibrates loss.name=gbce only, and this run's loss is {cfg.loss.name}: leave it at "
             f"{default.loss.gbce_t}")
