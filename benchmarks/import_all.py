@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from modsar.data.prepare import PrepareOptions
+from modsar.data.prepare import PrepareOptions, density_text
 from modsar.data.registry import REGISTRY
 from modsar.data.store import prepare_dataset
 
@@ -46,7 +46,7 @@ def main() -> int:
         wrong = {k: (s[k], v) for k, v in expected.items() if s[k] != v}
         failed += bool(wrong)
         print(f"{name:<16} {s['users']:>8,} users {s['items']:>7,} items {s['interactions']:>9,} inter. "
-              f"avg {s['avg_length']:6.2f} density {100 * s['density']:.4f}% "
+              f"avg {s['avg_length']:6.2f} density {density_text(s):>7} "
               f"[{manifest['sources'][0]['format']}] {time.perf_counter() - tick:5.1f}s"
               f"{' (reused)' if reused else ''}{'  MISMATCH ' + str(wrong) if wrong else ''}")
     return 1 if failed else 0

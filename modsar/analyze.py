@@ -101,7 +101,7 @@ class Probe:
 
     def __init__(self, checkpoint: str | Path, data_dir: str | None = None, attention_users: int = 2000,
                  device: str = "cpu") -> None:
-        self.device = resolve_device(device)
+        self.device = resolve_device(device, "device")  # the argument of analyze.run, not train.device
         self.model, self.cfg, payload = load_checkpoint(checkpoint, str(self.device))
         self.max_len = payload["max_len"]
         self.split = checkpoint_split(self.cfg, data_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from modsar.errors import ModsarError
+from modsar.outputs import to_json
 
 EPILOG_TRAIN = """examples:
   modsar train --dataset synthetic                          # SASRec-style AR model, CE loss
@@ -334,7 +336,8 @@ def _generate(args: argparse.Namespace) -> int:
     if args.users < 0 or args.batch_size < 1:
         raise ModsarError("--users must be >= 0 and --batch-size >= 1")
     sampler = generate.Sampler(args.strategy, args.top_k, args.top_p, args.temperature)
-    device = resolve_device(args.device)
+    sampler.check()  # before the checkpoint and the data are loaded
+    device = resolve_device(args.device, "--device")
     model, cfg, payload = load_checkpoint(args.checkpoint, str(device))
     split = checkpoint_split(cfg, args.data_dir)
     exclude = generate.resolve_exclude(args.exclude, cfg.eval.filter_seen)
@@ -344,7 +347,7 @@ def _generate(args: argparse.Namespace) -> int:
              "strategy": args.strategy, "top_k": args.top_k, "top_p": args.top_p, "temperature": args.temperature,
              "exclude": exclude, "seed": args.seed}
     if args.json:
-        print(json.dumps({**facts, **result.metrics}, indent=2))
+        print(to_json({**facts, **result.metrics}))
     else:
         print(f"{cfg.task.upper()} {cfg.dataset} ({cfg.data.split} split), {args.strategy} rollouts of "
               f"{args.steps} steps for {result.metrics['users']} test users "
@@ -389,7 +392,9 @@ def _best_checkpoints(rows) -> list[tuple[str, str]]:
 def _analyze(args: argparse.Namespace) -> int:
     from modsar import analyze, analyze_output
     from modsar.results import read_rows
+    from modsar.train import resolve_device
 
+    resolve_device(args.device, "--device")  # before any checkpoint is read
     diagnostics = [d.strip() for d in args.diagnostic.split(",") if d.strip()]
     if not (args.checkpoint or args.experiment or args.from_dirs):
         raise ModsarError("nothing to analyze: pass --checkpoint, --experiment or --from (see modsar analyze --help)")
@@ -454,7 +459,7 @@ def _submit(args: argparse.Namespace) -> int:
             raise ModsarError(f"usage: modsar submit --address URL {rest[0]} JOB_ID")
         action, job_id = rest
         if action == "status":
-            print(json.dumps(submit.status(args.address, job_id), indent=2))
+            print(to_json(submit.status(args.address, job_id), default=str))
         elif action == "logs":
             print(submit.logs(args.address, job_id), end="")
         else:
@@ -478,8 +483,11 @@ def _report(args: argparse.Namespace) -> int:
     from modsar.results import read_rows
 
     rows = read_rows(args.results)
+    if not len(rows):
+        raise ModsarError(f"no trial rows under {args.results}; pass --results the folder `modsar search` or "
+                          "`modsar train` wrote to")
     for column, wanted in (("experiment", args.experiment), ("space", args.space), ("dataset", args.dataset)):
-        if wanted and len(rows):
+        if wanted:
             unknown = sorted(set(wanted) - set(rows[column].dropna()))
             if unknown:
                 raise ModsarError(f"--{column}: no rows for {unknown[0]!r} under {args.results}")
@@ -517,9 +525,13 @@ def _search(args: argparse.Namespace) -> int:
                         overrides=list(args.overrides), address=args.address, data_dir=args.data_dir,
                         quiet=args.quiet, resume=args.resume, overwrite=args.overwrite, dashboard=args.dashboard,
                         mlflow=args.mlflow)
-    summary = run_search(req)
+    # with --json, stdout is the summary alone: the live table (and anything Tune prints) goes to stderr
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        summary = run_search(req)
     if args.json:
-        print(json.dumps(summary, indent=2, default=str))
+        print(to_json(summary, default=str))
+        if summary["problem"]:  # the summary is printed, but the search failed: a non-zero exit says so
+            raise ModsarError(summary["problem"])
         return 0
     print(f"search {summary['experiment']}: {summary['trials']} trials ({summary['errors']} errors, "
           f"{summary['diverged']} diverged) in "
@@ -527,6 +539,8 @@ def _search(args: argparse.Namespace) -> int:
     for model, info in sorted(summary["selected"].items()):  # "ae", "ar", or "<backbone>/<task>"
         metrics = "  ".join(f"{k}={v:.4f}" for k, v in info.items() if k != "trial_id")
         print(f"  best {model if '/' in model else model.upper()}: {info['trial_id']}  {metrics}")
+    if summary["problem"]:
+        raise ModsarError(summary["problem"])
     return 0
 
 
@@ -566,7 +580,9 @@ def _results(args: argparse.Namespace) -> int:
 
     rows = read_rows(args.results, args.experiment)
     if not len(rows):
-        raise ModsarError(f"no trial rows under {args.results}{'/' + args.experiment if args.experiment else ''}")
+        where = f"{args.results}/{args.experiment}" if args.experiment else args.results
+        raise ModsarError(f"no trial rows under {where}; pass --results the folder `modsar search` or "
+                          f"`modsar train` wrote to{' and an --experiment in it' if args.experiment else ''}")
     for cond in args.where:
         key, _, value = cond.partition("=")
         if key not in rows:
@@ -585,14 +601,14 @@ def _results(args: argparse.Namespace) -> int:
         raise ModsarError(f"--columns: unknown column '{missing[0]}'")
     rows = rows.head(args.limit)
     if args.json:
-        print(rows.to_json(orient="records", indent=2))
+        print(to_json(rows.to_dict("records"), default=str))
     else:
         print(rows[columns].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     return 0
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from modsar.data.prepare import PrepareOptions
+    from modsar.data.prepare import PrepareOptions, density_text
     from modsar.data.registry import get_spec
     from modsar.data.store import evaluation_warning, prepare_dataset
 
@@ -607,24 +623,13 @@ def _prepare(args: argparse.Namespace) -> int:
     if warning:
         print(f"modsar: warning: {args.name}: {warning}", file=sys.stderr)
     if args.json:
-        print(json.dumps(manifest, indent=2))
+        print(to_json(manifest))
     else:
         s = manifest["statistics"]
         verb = "already prepared (reused)" if reused else "prepared"
         print(f"{args.name}: {verb}: {s['users']:,} users, {s['items']:,} items, {s['interactions']:,} "
-              f"interactions, avg length {s['avg_length']:.2f}, density {s['density']:.6f}")
+              f"interactions, avg length {s['avg_length']:.2f}, density {density_text(s)}")
     return 0
-
-
-def _finite(value: Any) -> Any:
-    """NaN and infinities as null, so the JSON parses in strict readers (a measure undefined on short data)."""
-    if isinstance(value, float):
-        return value if value == value and abs(value) != float("inf") else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
 
 
 def _profile(args: argparse.Namespace) -> int:
@@ -648,8 +653,7 @@ def _profile(args: argparse.Namespace) -> int:
     corpora = [c.truncated(budget) for c in corpora]
     found = [profile.profile(c, orders, args.max_gap, args.seed, progress=not args.quiet) for c in corpora]
     # the first corpus's fields at the top level; --compare adds the other under "compare" (file and stdout alike)
-    document = json.dumps(_finite({**found[0], **({"compare": found[1]} if args.compare else {})}), indent=2,
-                          allow_nan=False)
+    document = to_json({**found[0], **({"compare": found[1]} if args.compare else {})})
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -669,7 +673,7 @@ def _profile(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from modsar.data.prepare import statistics
+    from modsar.data.prepare import density_text, statistics
     from modsar.data.registry import is_generated
     from modsar.data.store import data_root, load_dataset, read_manifest
 
@@ -683,14 +687,14 @@ def _stats(args: argparse.Namespace) -> int:
     optimum = manifest.get("optimum")
     if args.json:
         extra = {"optimum": optimum} if optimum else {}
-        print(json.dumps({"name": args.name, **s, "max_len": manifest["max_len"],
-                          "options": manifest["options"], **extra}, indent=2))
+        print(to_json({"name": args.name, **s, "max_len": manifest["max_len"], "options": manifest["options"],
+                       **extra}))
         return 0
     rows = [("users", f"{s['users']:,}"), ("items", f"{s['items']:,}"), ("interactions", f"{s['interactions']:,}"),
             ("avg. length", f"{s['avg_length']:.2f}"), ("length range", f"{s['min_length']}-{s['max_length']}"),
             ("evaluable", f"{s['evaluable_users']:,} of {s['users']:,} users "
                           f"({s['evaluable_users'] / max(s['users'], 1):.1%}) have 3+ interactions"),
-            ("density", f"{100 * s['density']:.4f}%"), ("max_len", str(manifest["max_len"])),
+            ("density", density_text(s)), ("max_len", str(manifest["max_len"])),
             ("preprocessing", json.dumps(manifest["options"]))]
     if optimum:  # built-in generators: the best any model can expect, to read results against
         v, t = optimum["valid"], optimum["test"]
@@ -719,7 +723,7 @@ def _list(args: argparse.Namespace) -> int:
                         "max_len": m["max_len"] if m else (spec.max_len if spec else None),
                         "statistics": m["statistics"] if m else None})
     if args.json:
-        print(json.dumps(entries, indent=2))
+        print(to_json(entries))
         return 0
     print(f"datasets in {data_root(args.data_dir)}")
     width = max(len(e["name"]) for e in entries)
@@ -734,7 +738,7 @@ def _train(args: argparse.Namespace) -> int:
     from modsar.config import Config, load_config
     from modsar.data.store import load_dataset
     from modsar.results import result_row, trial_facts, write_row
-    from modsar.train import TrainingDiverged, run_trial
+    from modsar.train import TrainingDiverged, resolve_device, run_trial
 
     if args.list_keys:
         for key, value in Config().flat().items():
@@ -744,6 +748,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.dataset:
         overrides.append(f"dataset={args.dataset}")
     cfg = load_config(args.config, overrides)
+    resolve_device(cfg.train.device)  # a missing GPU is refused before the data is loaded (or generated)
     dataset = load_dataset(cfg.dataset, args.data_dir)
     experiment = args.experiment or f"train-{cfg.dataset}"
     trial_id = f"{cfg.task}-{uuid.uuid4().hex[:8]}"
@@ -762,7 +767,7 @@ def _train(args: argparse.Namespace) -> int:
                      test=result.test, facts=trial_facts(result), dataset_manifest=dataset.manifest)
     path = write_row(args.results, row)
     if args.json:
-        print(json.dumps(row, indent=2, default=str))
+        print(to_json(row, default=str))
         return 0
     ks = cfg.eval.ks
     print(f"{cfg.task.upper()} on {cfg.dataset}: best epoch {result.best_epoch} of {result.epochs_run} "

@@ -215,6 +215,10 @@ def _coerce(value: Any, annotation: str, key: str, where: str) -> Any:
         return list(value)
     if expected is int and isinstance(value, bool):
         raise ModsarError(f"{where}: '{key}' must be an integer, got {value!r}")
+    import datetime
+
+    if expected is str and isinstance(value, datetime.date):  # YAML reads 2000-11-20 as a date: the text
+        return value.isoformat()  # was meant, and validate says what is wrong with it (split_dates needs two)
     if not isinstance(value, expected):
         raise ModsarError(f"{where}: '{key}' must be {expected.__name__}, got {value!r}")
     return value
@@ -363,9 +367,12 @@ def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
 
         try:
             parse_dates(cfg.data.split_dates)
-        except ValueError:
-            bad(f"'data.split_dates' must be two ISO dates, the validation cut first (\"2000-11-20,2000-12-01\"); "
-                f"got {cfg.data.split_dates!r}")
+        except ValueError as exc:  # which rule: two dates, each ISO, in order
+            bad(f"'data.split_dates' {exc} (e.g. \"2000-11-20,2000-12-01\"); got {cfg.data.split_dates!r}")
+    from modsar.devices import name_problem  # torch-free: whether a GPU is present is asked when a run starts
+
+    if not stored and (device := name_problem(cfg.train.device)):  # stored: the machine that ran it took it
+        bad(device)
     if m.session_gap <= 0:
         bad(f"'model.session_gap' must be > 0 seconds; got {m.session_gap}")
     if cfg.data.samples == "prefixes" and cfg.task != "ar":
@@ -377,6 +384,9 @@ def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
         bad(f"'eval.ks' must be a non-empty list of positive integers; got {cfg.eval.ks}")
     if cfg.train.lr <= 0:
         bad(f"'train.lr' must be > 0; got {cfg.train.lr}")
+    if not 0.0 <= cfg.train.beta2 < 1.0:  # torch's Adam refuses it only once the data and model are built
+        bad(f"'train.beta2' (Adam's second-moment decay) must be in [0, 1), e.g. 0.999 or SASRec's 0.98; got "
+            f"{cfg.train.beta2}")
     for key, value, what in [("train.patience", cfg.train.patience, "0 = never stop early"),
                              ("train.weight_decay", cfg.train.weight_decay, "0 = none"),
                              ("train.grad_clip", cfg.train.grad_clip, "0 = off"),
@@ -396,8 +406,29 @@ def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
         bad(f"'eval.sampled_negatives' must be >= 0; got {cfg.eval.sampled_negatives}")
 
 
-def validate_for_dataset(cfg: Config, num_items: int, where: str = "config") -> None:
-    """Checks that need the dataset's size: the same rule for `modsar train` and a search's space check."""
+def validate_for_dataset(cfg: Config, num_items: int, where: str = "config", split: Any = None,
+                         sizes: dict[str, int] | None = None) -> None:
+    """Checks that need the dataset's size: the same rule for `modsar train` and a search's space check.
+    With the dataset's `split` (a LeaveOneOut: `modsar train`, before training), also that the rollouts of
+    eval.generate_steps can be made, so a trial never trains only to fail at its test. Last, that the tensors
+    the settings size fit in this machine's memory (modsar.memory; where no split is given, a space check's
+    `sizes`, the manifest's counts, bound the batches, evaluation and rollouts from below)."""
     if cfg.eval.sampled_negatives >= num_items:
         raise ModsarError(f"{where}: 'eval.sampled_negatives' ({cfg.eval.sampled_negatives}) must be below the "
                           f"number of items ({num_items}); use 0 for full ranking")
+    if split is not None and cfg.eval.generate_steps:
+        from modsar.generate import resolve_exclude, rollout_targets, step_limit
+
+        users, history_end, _ = split.targets("test")
+        index = rollout_targets(history_end)
+        # history or none: earlier picks stay allowed, so the limit is 0 or inf
+        exclude = resolve_exclude("auto", cfg.eval.filter_seen)
+        limit, who, _ = step_limit(split, users[index], history_end[index], exclude)
+        if cfg.eval.generate_steps > limit:
+            raise ModsarError(f"{where}: 'eval.generate_steps' rolls out without each test history's items "
+                              f"(eval.filter_seen=history), and user {who}'s history before its test target "
+                              f"holds all {split.num_items} items: nothing is left to pick; use "
+                              "eval.generate_steps=0 or eval.filter_seen=none")
+    from modsar import memory
+
+    memory.refuse(memory.dataset_needs(cfg, num_items, split, sizes), cfg.train.device, where)

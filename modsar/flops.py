@@ -41,8 +41,11 @@ def matmul_peak(device: str, dtype: torch.dtype, threads: int) -> float:
     """FLOP/s of an n x n x n matmul (n 2048 on CPU, 8192 on CUDA), best of three after a warm-up. `threads`
     is part of the cache key only: the rate is that of the process's current thread count."""
     n = 8192 if device.startswith("cuda") else 2048
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
+    # a private generator: drawing from torch's global one would shift the trial's dropout stream, so the
+    # trial that first measures the peak in a process would train differently from every other one
+    generator = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, device=device, generator=generator).to(dtype)
+    b = torch.randn(n, n, device=device, generator=generator).to(dtype)
     best = float("inf")
     for _ in range(4):
         if device.startswith("cuda"):

@@ -4,8 +4,11 @@
 A rollout feeds the model its own picks: AR reads the window and scores the next item at the last position;
 AE appends a mask token and scores it, then writes its pick in the mask's place. The true future of a user
 is the log from the test target on (its next H items): one item under leave-one-out, every later event under
-`data.split=temporal`, where the future is real. Where the history is excluded from the picks, the future
-keeps only items not in the history (its next H such items): the rest could never be generated.
+`data.split=temporal`, where the future is real. Each distinct (user, history) is rolled out once: under
+`data.split_targets=every`, events sharing a timestamp are targets with one history (the events before that
+time), and its future starts at the first of them in stored order, the order the split keeps for ties.
+Where the history is excluded from the picks, the future keeps only items not in the history (its next H
+such items): the rest could never be generated.
 Metrics (per rollout, then the mean over rollouts with a future, unless said otherwise):
 - alignment: `alignment_hits` = |set(G) & set(F)| (distinct generated items found among the future's),
   `alignment_recall` = that / |set(F)|, `alignment_ndcg` = sum over steps s of [g_s in F, first time] /
@@ -27,7 +30,6 @@ Rollouts run in batches of users of similar history length, as evaluation does.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from modsar import memory
 from modsar.data.batches import eval_inputs, eval_times
 from modsar.data.split import LeaveOneOut, history_index
 from modsar.errors import ModsarError
@@ -69,7 +72,7 @@ class Sampler:
             raise ModsarError(f"--strategy must be one of {', '.join(STRATEGIES)}; got {self.strategy!r}")
         if self.top_k < 1:
             raise ModsarError(f"--top-k must be >= 1; got {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
+        if self.strategy == "nucleus" and not 0.0 < self.top_p <= 1.0:  # the other strategies never read it
             raise ModsarError(f"--top-p must be in (0, 1]; got {self.top_p}")
         if not (self.temperature > 0 and math.isfinite(self.temperature)):
             raise ModsarError(f"--temperature must be a positive number; got {self.temperature}")
@@ -141,6 +144,54 @@ def rollout(model: Recommender, task: str, windows: torch.Tensor, users: torch.T
         out[lo:hi] = picks.cpu().numpy()
     bar.close()
     return out
+
+
+def step_limit(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray,
+               exclude: str) -> tuple[float, int, int]:
+    """The most steps every rollout can take under `exclude` (inf: any number), with the 1-based user whose
+    history leaves the least room and how many distinct items that history holds (0, 0 where no history is
+    excluded). A step needs one allowed item: `history` bans the history's distinct items at every step,
+    `rollout` each earlier pick, so `all` allows N - |set(history)| steps and `rollout` N."""
+    n = split.num_items
+    who, held = 0, 0
+    if exclude in ("history", "all") and len(users):
+        rows, items = history_index(split, users, history_end)
+        distinct = np.bincount(np.unique(rows * (n + 1) + items) // (n + 1), minlength=len(users))
+        row = int(np.argmax(distinct))
+        who, held = int(users[row]) + 1, int(distinct[row])
+    room = n - held  # items a rollout may pick at its first step
+    if exclude in ("rollout", "all"):
+        return float(room), who, held
+    return (math.inf if room > 0 else 0.0), who, held
+
+
+def check_steps(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, steps: int,
+                exclude: str) -> None:
+    """Refuses `modsar generate --steps` that some rollout cannot take under `--exclude` (before any step)."""
+    limit, who, held = step_limit(split, users, history_end, exclude)
+    n = split.num_items
+    if steps <= limit:
+        return
+    if limit == 0:
+        raise ModsarError(f"--exclude {exclude} leaves user {who} nothing to pick: the history before its "
+                          f"test target holds all {n} items of the catalogue; use --exclude none"
+                          + (" or rollout" if exclude == "all" and steps <= n else ""))
+    if exclude == "rollout":
+        raise ModsarError(f"--steps {steps} is more than a rollout can take with --exclude rollout: it never "
+                          f"picks an item twice, and the catalogue has {n} items; use --steps {n} or fewer, "
+                          "or --exclude none or history")
+    raise ModsarError(f"--steps {steps} is more than user {who}'s rollout can take with --exclude all: it "
+                      f"never picks an item twice or one of the {held} distinct items of its history, "
+                      f"which leaves {int(limit)} of the {n} items; use --steps {int(limit)} or fewer, or "
+                      "--exclude history")
+
+
+def rollout_targets(history_end: np.ndarray) -> np.ndarray:
+    """Indices into `split.targets("test")` (whose `history_end` this reads) of the targets rolled out: the
+    first of each distinct (user, history). Under `data.split_targets=every`, events that share a timestamp
+    are targets with one history, and the first of them in stored order starts the true future (a history end
+    is a position in `items`, so it names the user too)."""
+    return np.unique(history_end, return_index=True)[1]
 
 
 def true_future(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, steps: int,
@@ -274,19 +325,22 @@ class Generation:
 def generate(model: Recommender, split: LeaveOneOut, task: str, max_len: int, steps: int, sampler: Sampler,
              exclude: str = "none", seed: int = 0, max_users: int = 0, batch_size: int = 512,
              device: torch.device | None = None, progress: bool = False) -> Generation:
-    """Rollouts from every test target's history (a seeded sample of `max_users` targets when > 0), with their
-    metrics; rollouts in the order of `split.targets("test")`."""
+    """Rollouts from every distinct test history (`rollout_targets`; a seeded sample of `max_users` of them
+    when > 0), with their metrics; rollouts in the order of `split.targets("test")`. Steps that some rollout
+    cannot take under `exclude` are refused before the first."""
     if steps < 1:
         raise ModsarError(f"--steps must be >= 1; got {steps}")
     if exclude not in EXCLUDE[1:]:
         raise ModsarError(f"--exclude must be one of {', '.join(EXCLUDE[1:])}; got {exclude!r}")
     sampler.check()
     users, history_end, targets = split.targets("test")
-    index = np.arange(len(users))  # which test target a rollout continues (a user has several under `every`)
-    if max_users and max_users < len(users):
-        index = np.sort(np.random.default_rng(seed).choice(len(users), max_users, replace=False))
+    index = rollout_targets(history_end)  # the test target a rollout continues (a user has several: `every`)
+    if max_users and max_users < len(index):
+        index = np.sort(np.random.default_rng(seed).choice(index, max_users, replace=False))
     if not len(index):
         raise ModsarError("there are no test users to generate for")
+    check_steps(split, users[index], history_end[index], steps, exclude)
+    memory.refuse(memory.rollout_needs(steps, len(index), batch_size, split.num_items), str(device or "cpu"))
     by_length = np.argsort(history_end[index] - split.starts[users[index]], kind="stable")
     order = index[by_length]  # the targets, users of similar history length next to each other
     windows = eval_inputs(split, users[order], history_end[order], "ar", max_len)
@@ -320,6 +374,8 @@ def write(generation: Generation, out: str | Path, facts: dict) -> list[Path]:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
+    from modsar.outputs import to_json
+
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -329,7 +385,7 @@ def write(generation: Generation, out: str | Path, facts: dict) -> list[Path]:
         tmp.replace(folder / name)
         paths.append(folder / name)
     tmp = folder / ".metrics.json.tmp"
-    tmp.write_text(json.dumps({**facts, **generation.metrics}, indent=2) + "\n")
+    tmp.write_text(to_json({**facts, **generation.metrics}) + "\n")
     tmp.replace(folder / "metrics.json")
     paths.append(folder / "metrics.json")
     m, s = generation.metrics, generation.steps

@@ -1,10 +1,15 @@
-"""Atomic file outputs: a reader never sees a half-written table or figure (write a temp name, then rename)."""
+"""Outputs: atomic files (a reader never sees a half-written table or figure: write a temp name, then rename)
+and strict JSON."""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def pyplot():
@@ -36,3 +41,23 @@ def write_parquet(frame: pd.DataFrame, path: Path) -> Path:
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
     tmp.replace(path)
     return path
+
+
+def finite(value: Any) -> Any:
+    """`value` with every NaN or infinite float (numpy scalars included) as None and numpy scalars and arrays
+    as Python values, inside dicts, lists and tuples: strict JSON readers (jq, JavaScript, Go) refuse NaN and
+    Infinity, and a measure undefined on short data or a missing metric is NaN."""
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # numpy scalar or array
+        return finite(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def to_json(value: Any, *, indent: int | None = 2, default: Any = None) -> str:
+    """The one way ModSAR writes JSON (--json output, every .json file): strict, non-finite numbers null."""
+    return json.dumps(finite(value), indent=indent, default=default, allow_nan=False)

@@ -13,18 +13,22 @@ import json
 import os
 import platform
 import socket
+import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from typing import Any
 
+import pandas as pd
 import pyarrow as pa
-import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from modsar.config import Config
 
 STATUSES = ("finished", "stopped", "diverged", "error")  # diverged: NaN/inf loss, weights or metrics
+ROW_KIND = (b"modsar.kind", b"trial-row")  # schema metadata of every row file: `read_rows` takes nothing else
+ROW_KEYS = ("experiment", "trial_id", "status")  # the columns that make an unmarked (older) file a row
 
 
 def package_versions() -> dict[str, str]:
@@ -107,7 +111,7 @@ def write_row(root: str, row: dict[str, Any]) -> str:
     fs.create_dir(folder, recursive=True)
     final = f"{folder}/{row['trial_id']}.parquet"
     tmp = f"{folder}/.tmp-{uuid.uuid4().hex}.parquet"
-    table = pa.Table.from_pylist([row])
+    table = pa.Table.from_pylist([row]).replace_schema_metadata(dict([ROW_KIND]))
     with fs.open_output_stream(tmp) as out:
         pq.write_table(table, out)
     fs.move(tmp, final)
@@ -127,14 +131,42 @@ def remove_partial_rows(root: str, experiment: str) -> int:
 
 
 def read_rows(root: str, experiment: str | None = None):
-    """All trial rows (a pandas DataFrame) of one experiment, or of every experiment under `root`."""
+    """All trial rows (a pandas DataFrame) of one experiment, or of every experiment under `root`.
+
+    A row is a Parquet file in a `trials` folder whose schema carries ROW_KIND, or, written before rows were
+    marked, one without a `modsar.kind` that has the ROW_KEYS columns: the rollouts, profiles and diagnostics
+    that --out writes under a results root are never rows. A file in a `trials` folder that cannot be read
+    (corrupt, truncated, empty) or is no row is named in one warning line on stderr; the other rows count."""
     fs, base = filesystem(root)
     path = f"{base}/{experiment}/trials" if experiment else base
     selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)
-    files = [f.path for f in fs.get_file_info(selector)
-             if f.path.endswith(".parquet") and not f.base_name.startswith(".")]
-    if not files:
-        return pa.table({}).to_pandas()
+    files = sorted(f.path for f in fs.get_file_info(selector) if f.path.endswith(".parquet")
+                   and not f.base_name.startswith(".") and f.path.rsplit("/", 2)[-2] == "trials")
+    with ThreadPoolExecutor(max_workers=16) as pool:  # an object store answers each file after a round trip
+        read = list(pool.map(lambda file: _read_row_file(fs, file), files))
+    tables = [table for table in read if isinstance(table, pa.Table)]
+    for problem in read:
+        if isinstance(problem, str):
+            print(f"modsar: warning: {problem}", file=sys.stderr)
+    if not tables:
+        return pd.DataFrame()
     # error rows lack metrics; rows written by older versions may hold an int column as double
-    schema = pa.unify_schemas([pq.read_schema(f, filesystem=fs) for f in files], promote_options="permissive")
-    return pads.dataset(files, schema=schema, filesystem=fs, format="parquet").to_table().to_pandas()
+    return pa.concat_tables(tables, promote_options="permissive").to_pandas()
+
+
+def _read_row_file(fs: pafs.FileSystem, file: str) -> pa.Table | str:
+    """The row table of one file in a `trials` folder, or why it is skipped (a line that names the file)."""
+    try:
+        with fs.open_input_file(file) as handle:
+            table = pq.ParquetFile(handle).read()
+    except (pa.ArrowException, OSError) as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        return f"skipped {file}: not a readable Parquet file ({reason}); delete it or re-run that trial"
+    kind = (table.schema.metadata or {}).get(ROW_KIND[0])
+    if kind != ROW_KIND[1] and (kind is not None or not all(k in table.column_names for k in ROW_KEYS)):
+        mark = f"{ROW_KIND[0].decode()}={ROW_KIND[1].decode()}"
+        return (f"skipped {file}: not a trial row (no {mark} mark, nor the {', '.join(ROW_KEYS)} columns of "
+                "an older row); move it out of the trials folder")
+    if not table.num_rows:
+        return f"skipped {file}: the trial file holds no row; delete it or re-run that trial"
+    return table

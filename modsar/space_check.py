@@ -10,16 +10,20 @@ All problems are reported at once, each with the keys and values that cause it.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from modsar import memory
 from modsar.config import Config, apply_overrides, validate_for_dataset
 from modsar.errors import ModsarError
-from modsar.spaces import SearchSpace, grid_size_by_task
+from modsar.spaces import MAX_GRID_POINTS, Param, SearchSpace, grid_size_by_task
 
 PLACEHOLDER_SIZES = {"num_items": 100, "num_users": 100}  # model sizes when no dataset is named
 # Probabilities that shape no module (their ranges are checked by config.validate): one model build serves
@@ -35,6 +39,7 @@ class SpaceCheck:
     checked: int  # configurations validated
     problems: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # what is wrong -> its points
     dataset: str | None = None
+    sampled: bool = False  # random/optuna over more than MAX_GRID_POINTS combinations: `checked` is a sample
 
     @property
     def ok(self) -> bool:
@@ -45,10 +50,12 @@ class SpaceCheck:
         trials = ", ".join(f"{task.upper()} {n}" for task, n in sorted(self.trials.items()))
         on = f" on dataset {self.dataset}" if self.dataset else ""
         head = f"space '{self.space.name}' ({self.search} search: {trials} trials)"
+        which = (f" (a seeded sample: the space has more than {MAX_GRID_POINTS:,} combinations)"
+                 if self.sampled else "")
         if self.ok:
-            return f"{head}: all {self.checked} configurations are valid{on}"
+            return f"{head}: all {self.checked} configurations{which} are valid{on}"
         invalid = sum(len(points) for points in self.problems.values())
-        lines = [f"{head}: {invalid} of {self.checked} configurations are invalid{on}; nothing was run:"]
+        lines = [f"{head}: {invalid} of {self.checked} configurations{which} are invalid{on}; nothing was run:"]
         lines += [f"  {_which(points)}: {problem}" for problem, points in self.problems.items()]
         return "\n".join(lines)
 
@@ -58,10 +65,13 @@ class SpaceCheck:
 
 
 def dataset_sizes(manifest: dict) -> dict[str, int]:
-    """num_items, num_users, max_len and has_timestamp (0/1) of a prepared dataset, from its manifest."""
+    """num_items, num_users, max_len and has_timestamp (0/1) of a prepared dataset, from its manifest, with
+    the counts modsar.memory's estimates read (0 where an older version did not count them)."""
     stats = manifest["statistics"]
+    counts = ("interactions", "min_length", "max_length", "evaluable_users")
     return {"num_items": stats["items"], "num_users": stats["users"], "max_len": manifest["max_len"],
-            "has_timestamp": int(bool(manifest.get("has_timestamp")))}
+            "has_timestamp": int(bool(manifest.get("has_timestamp"))),
+            **{key: int(stats.get(key, 0)) for key in counts}}
 
 
 def viewed_sizes(cfg: Config, sizes: dict[str, int], where: str) -> dict[str, int]:
@@ -83,10 +93,11 @@ SMALL_RANGE = 32  # a randint range this small is checked value by value, a larg
 MAX_POINTS = 1024  # ... unless every small range at every value would make more points than this
 
 
-def check_points(space: SearchSpace) -> list[dict[str, Any]]:
+def check_points(space: SearchSpace) -> tuple[list[dict[str, Any]], bool]:
     """What random/Optuna can sample, as far as it can be enumerated: every categorical combination, each
     continuous parameter at its bounds and at the values other params' `when` conditions name, and small
-    randint ranges at every value (when that stays under MAX_POINTS points). For a grid space: its grid."""
+    randint ranges at every value (when that stays under MAX_POINTS points); and whether they are a seeded
+    sample of CHECK_SAMPLE of them, as they are when there are more than MAX_GRID_POINTS (counted, not built)."""
     named: dict[str, set] = {}  # values a `when` condition names: those points must exist to check its param
     for p in space.params:
         for key, allowed in p.when.items():
@@ -104,7 +115,35 @@ def check_points(space: SearchSpace) -> list[dict[str, Any]]:
                                                   if isinstance(v, (int, float)) and low <= v <= high)})
 
     full = math.prod(len(values(p, True)) for p in space.params)  # an upper bound: conditions only remove
-    return space.points(lambda p: values(p, full <= MAX_POINTS))
+
+    def chosen(p: Param) -> list:
+        return values(p, full <= MAX_POINTS)
+
+    if space.count_points(chosen, MAX_GRID_POINTS)[0] <= MAX_GRID_POINTS:
+        return space.points(chosen), False
+    return sample_points(space, chosen, CHECK_SAMPLE), True
+
+
+CHECK_SAMPLE = 2000  # points checked of a random/optuna space too large to enumerate (about 1 ms each)
+
+
+def sample_points(space: SearchSpace, values_of: Callable[[Param], list], n: int, seed: int = 0
+                  ) -> list[dict[str, Any]]:
+    """Up to `n` distinct points of `space.points(values_of)`, drawn with a fixed seed (the same every run),
+    without building the others: a space random/Optuna search samples can be far too large to enumerate."""
+    rng, points, seen = random.Random(seed), [], set()
+    values = {p.key: values_of(p) for p in space.params}
+    for _ in range(4 * n):  # a small space runs out of new points: stop trying after a while
+        point: dict[str, Any] = {}
+        for p in space.params:
+            if p.active(point):
+                point[p.key] = rng.choice(values[p.key])
+        if (key := repr(point)) not in seen:
+            seen.add(key)
+            points.append(point)
+            if len(points) == n:
+                break
+    return points
 
 
 def _label(point: dict[str, Any]) -> str:
@@ -125,22 +164,24 @@ def check_space(space: SearchSpace, base: dict[str, Any], search: str, num_sampl
 
     `sizes` (num_items, num_users, max_len of the dataset) makes the model checks exact; without it the
     model is built at placeholder sizes."""
-    if search == "grid":
-        points = space.grid_points()  # refuses continuous params with a clear message
+    sampled = False
+    if search == "grid":  # counted first: a grid too large, or with continuous params, is refused unbuilt
         trials = {task: n * num_samples for task, n in grid_size_by_task(space).items()}
+        points = space.grid_points()  # the points the search's Tuners get (spaces.grid_size_by_task)
     else:
-        points = check_points(space)
+        points, sampled = check_points(space)
         trials = {task: num_samples for task in space.tasks()}
     problems: dict[str, list[dict[str, Any]]] = {}
     built: dict[str, str | None] = {}  # model config -> why it cannot be built (None: it can)
+    base_cfg = Config.from_dict(base)  # read once: a copy per point costs a twentieth of reading it again
     for point in points:
         label = _label(point)
         try:
-            cfg = apply_overrides(Config.from_dict(base), space.expand(point), label)
+            cfg = apply_overrides(copy.deepcopy(base_cfg), space.expand(point), label)
             seen = None
             if sizes:  # without a dataset its size is unknown: only `modsar search` (with one) can check this
                 seen = viewed_sizes(cfg, sizes, label)
-                validate_for_dataset(cfg, seen["num_items"], label)
+                validate_for_dataset(cfg, seen["num_items"], label, sizes=seen)
         except ModsarError as exc:
             problems.setdefault(str(exc).removeprefix(f"{label}: "), []).append(point)
             continue
@@ -150,7 +191,7 @@ def check_space(space: SearchSpace, base: dict[str, Any], search: str, num_sampl
             built[model_key] = _build_problem(cfg, seen)
         if (problem := built[model_key]) is not None:
             problems.setdefault(problem, []).append(point)
-    return SpaceCheck(space, search, trials, len(points), problems, dataset)
+    return SpaceCheck(space, search, trials, len(points), problems, dataset, sampled)
 
 
 def _build_problem(cfg: Config, sizes: dict[str, int] | None) -> str | None:
@@ -160,8 +201,9 @@ def _build_problem(cfg: Config, sizes: dict[str, int] | None) -> str | None:
     sizes = sizes or PLACEHOLDER_SIZES
     try:
         with torch.device("meta"):
-            build_model(cfg, sizes["num_items"], sizes["num_users"], cfg.data.max_len or sizes.get("max_len", 50))
+            model = build_model(cfg, sizes["num_items"], sizes["num_users"],
+                                cfg.data.max_len or sizes.get("max_len", 50))
     except Exception as exc:  # whatever the constructor refuses would fail the trial at run time
         first = (str(exc).strip().splitlines() or [""])[0]
         return f"the model cannot be built: {type(exc).__name__}: {first}"
-    return None
+    return memory.problem([memory.parameters_need(cfg, model)], cfg.train.device)  # too large to train here

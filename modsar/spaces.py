@@ -20,11 +20,17 @@ Schema (every key is checked; nothing is evaluated as code, YAML is read with ``
 A condition names another param and a value or a list of values; a param whose condition does not hold
 keeps the base/default value. Grid search enumerates the conditional product exactly (AE gets the
 `mask_prob` grid, AR does not), so no point is run twice.
+
+A space means what it says: each key is set by one source only (a key searched is in no `also` list, an
+`also` target in one list only, never `task`; a YAML key given twice is refused), a grid lists each value
+once (1 and 1.0 are one value of a float key), and a grid is counted without being built: one above
+MAX_GRID_POINTS is refused before any point exists.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +46,9 @@ TOP_KEYS = {"description", "paper", "base", "params", "scheduler", "budget", "ar
 SCHEDULER_KEYS = {"max_t", "grace_period", "reduction_factor"}
 BUDGET_KEYS = {"search", "num_samples", "max_epochs", "eval_every"}
 SEARCHES = ("grid", "random", "optuna")
+# Grid search builds every point (and Tune a trial object for each): a larger grid is refused before any
+# is built; random/Optuna search samples --num-samples points of any space.
+MAX_GRID_POINTS = 100_000
 
 
 @dataclass
@@ -106,15 +115,45 @@ class SearchSpace:
                       for new in ([{**point, p.key: v} for v in values] if p.active(point) else [point])]
         return points
 
-    def grid_points(self) -> list[dict[str, Any]]:
-        """Every point of the conditional grid, in a stable order."""
-        def values(p: Param) -> list:
-            if not p.categorical:
-                raise ModsarError(f"space '{self.name}': grid search needs grid/choice params, but '{p.key}' is "
-                                  f"{p.kind}; use --search random or --search optuna")
-            return p.values
+    def count_points(self, values_of: Callable[[Param], list], limit: int) -> tuple[int, bool]:
+        """How many points `points(values_of)` gives, counted without building them: (count, exact).
 
-        return self.points(values)
+        Only the values that later `when` conditions read keep partial points apart; the others multiply.
+        Distinct partial points never exceed the final count, so past `limit` of them the count is above
+        `limit` and it stops there: (a lower bound above `limit`, False)."""
+        later = [{k for q in self.params[i + 1:] for k in q.when} for i in range(len(self.params))]
+        values: dict[str, list] = {}
+        states: dict[tuple, int] = {(): 1}  # values (as indices) of the keys later conditions read -> points
+        for i, p in enumerate(self.params):
+            values[p.key] = values_of(p)
+            new: dict[tuple, int] = {}
+            for state, n in states.items():
+                kept = tuple((k, j) for k, j in state if k in later[i])
+                if not p.active({k: values[k][j] for k, j in state}):
+                    new[kept] = new.get(kept, 0) + n
+                elif p.key in later[i]:
+                    for j in range(len(values[p.key])):
+                        split = (*kept, (p.key, j))
+                        new[split] = new.get(split, 0) + n
+                else:
+                    new[kept] = new.get(kept, 0) + n * len(values[p.key])
+                if len(new) > limit:
+                    return sum(new.values()), False
+            states = new
+        return sum(states.values()), True
+
+    def grid_values(self, p: Param) -> list:
+        """A param's values in grid search (only grid/choice params have a finite set)."""
+        if not p.categorical:
+            raise ModsarError(f"space '{self.name}': grid search needs grid/choice params, but '{p.key}' is "
+                              f"{p.kind}; use --search random or --search optuna")
+        return p.values
+
+    def grid_points(self) -> list[dict[str, Any]]:
+        """Every point of the conditional grid, in a stable order; a grid above MAX_GRID_POINTS is refused
+        before any point is built."""
+        grid_size_by_task(self)
+        return self.points(self.grid_values)
 
     def suggest(self, trial) -> dict[str, Any]:
         """Optuna define-by-run: sample the params in file order, honouring conditions."""
@@ -131,10 +170,11 @@ class SearchSpace:
         return point
 
     def size(self) -> int | None:
-        try:
-            return len(self.grid_points())
-        except ModsarError:
+        """Points of the full grid (a lower bound above MAX_GRID_POINTS when the count stopped there), or
+        None for a space with continuous params; counted, never built."""
+        if not all(p.categorical for p in self.params):
             return None
+        return self.count_points(self.grid_values, MAX_GRID_POINTS)[0]
 
 
 def _fail(where: str, msg: str) -> None:
@@ -145,6 +185,24 @@ def _check_keys(where: str, given: dict, allowed: set[str], what: str) -> None:
     unknown = sorted(set(given) - allowed)
     if unknown:
         _fail(where, f"unknown {what} key '{unknown[0]}' (allowed: {', '.join(sorted(allowed))})")
+
+
+def _refuse_repeated_values(at: str, key: str, kind: str, values: list) -> None:
+    """A value listed twice would run its trials twice (grid) or weigh them double (random): refused, comparing
+    the values as the config stores them, so 1 and 1.0, or 0.001 and "1e-3", are one value of a float key."""
+    seen: dict[Any, Any] = {}
+    for value in values:
+        cfg = Config()
+        set_value(cfg, key, value, at)
+        typed = functools.reduce(getattr, key.split("."), cfg)
+        marker = typed if isinstance(typed, Hashable) else repr(typed)
+        if marker in seen:
+            first = seen[marker]
+            same = "" if repr(first) == repr(value) else f" (as {first!r} and {value!r}: one value of this key)"
+            effect = "run the same trials again" if kind == "grid" else "be sampled twice as often"
+            _fail(at, f"{kind} value {first!r} is listed twice{same}; list each value once (a repeated value "
+                  f"would {effect})")
+        seen[marker] = value
 
 
 def _parse_param(where: str, key: str, spec: Any) -> Param:
@@ -175,9 +233,19 @@ def _parse_param(where: str, key: str, spec: Any) -> Param:
     also = spec.get("also", [])
     if not isinstance(also, list):
         _fail(at, f"'also' must be a list of keys, got {also!r}")
+    if "task" in also:
+        _fail(at, "'also' cannot set 'task': the AE/AR switch is searched only as the 'task' param (each direction "
+              "on its own); list the tasks in its grid")
+    if key in also:
+        _fail(at, f"'also' names the param's own key '{key}'; remove it from 'also'")
+    twice = next((t for i, t in enumerate(also) if t in also[:i]), None)
+    if twice is not None:
+        _fail(at, f"'also' names '{twice}' twice; name each key once")
     for target in [key, *also]:
         for value in samples:
             set_value(Config(), target, value, at)  # the key exists and the value has the right type
+    if kind in ("grid", "choice"):
+        _refuse_repeated_values(at, key, kind, values)
     when = spec.get("when", {})
     if not isinstance(when, dict):
         _fail(at, f"'when' must map a param to a value or list of values, got {when!r}")
@@ -200,9 +268,23 @@ def parse_space(data: Any, name: str, path: str) -> SearchSpace:
         _fail(where, "'params' is empty: a search space needs at least one searched key")
     params = [_parse_param(where, key, spec) for key, spec in params_raw.items()]
     keys = [p.key for p in params]
-    protocol = [k for k in keys if k.startswith(("data.view", "data.split"))]
+    set_by: dict[str, str] = {}  # an `also` target -> the param whose value it takes (one key, one source)
+    for p in params:
+        for target in p.also:
+            searched = next((q for q in params if q.key == target), None)
+            if searched is not None:
+                _fail(f"{where}: params.{p.key}", f"'also' sets '{target}', which is searched itself "
+                      f"(params.{target}: {searched.kind} {searched.values}); the 'also' value would replace those "
+                      f"values in every trial it is set, so they would never run; remove '{target}' from 'also' or "
+                      "from params")
+            if target in set_by:
+                _fail(f"{where}: params.{p.key}", f"'also' sets '{target}', which the 'also' of "
+                      f"params.{set_by[target]} sets too; one key takes one param's value: keep '{target}' in one "
+                      "'also'")
+            set_by[target] = p.key
+    protocol = [k for k in [*keys, *set_by] if k.startswith(("data.view", "data.split"))]
     if protocol:
-        _fail(f"{where}: params.{protocol[0]}", "a search cannot vary how the data is viewed or split: validation "
+        _fail(f"{where}: params.{set_by.get(protocol[0], protocol[0])}", "a search cannot vary how the data is viewed or split: validation "
               "targets of different views or splits are not comparable, so no trial could be selected over "
               "the others; set it in 'base' and run one search per protocol")
     if any(p.key == "task" and p.when for p in params):
@@ -239,6 +321,29 @@ def parse_space(data: Any, name: str, path: str) -> SearchSpace:
     return space
 
 
+class _RepeatedKey(yaml.YAMLError):
+    def __init__(self, key: Any, lines: tuple[int, int]) -> None:
+        super().__init__(f"key {key!r} repeated")
+        self.key, self.lines = key, lines
+
+
+class _SpaceLoader(yaml.SafeLoader):
+    """yaml.safe_load's loader that refuses a key given twice in one mapping: plain YAML keeps the last one
+    silently, so `params` listing a key twice would search only one of its two specs."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:  # type: ignore[override]
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # keys a merge (<<) brings in may be overridden; a non-scalar key is refused later
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _RepeatedKey(key, (seen[key], line))
+            seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
 def load_space(name_or_path: str) -> SearchSpace:
     """A bundled space by name (`modsar spaces`) or a user's YAML file by path."""
     path = Path(name_or_path)
@@ -250,9 +355,12 @@ def load_space(name_or_path: str) -> SearchSpace:
     if not path.is_file():
         raise ModsarError(f"space file '{path}' does not exist")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_SpaceLoader)  # a SafeLoader: nothing is evaluated
     except UnicodeDecodeError:
         raise ModsarError(f"space file '{path}' is not a text (UTF-8) file") from None
+    except _RepeatedKey as exc:
+        raise ModsarError(f"space file '{path}' gives the key {exc.key!r} twice in one mapping (lines "
+                          f"{exc.lines[0]} and {exc.lines[1]}); YAML would keep only the last: remove one") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
@@ -269,7 +377,11 @@ def describe(space: SearchSpace) -> str:
     if space.paper:
         lines.append(f"  source: {space.paper}")
     size = space.size()
-    lines.append(f"  trials (full grid): {size if size is not None else 'continuous space'}")
+    if size is not None and space.budget.get("search", "grid") == "grid":
+        grid_size_by_task(space)  # the space as written runs a grid search: refused above MAX_GRID_POINTS
+    shown = ("continuous space" if size is None else size if size <= MAX_GRID_POINTS
+             else f"more than the grid search limit of {MAX_GRID_POINTS} (random/optuna only)")
+    lines.append(f"  trials (full grid): {shown}")
     lines.append("  base: " + ", ".join(f"{k}={v}" for k, v in space.base.items()))
     for p in space.params:
         cond = f" when {p.when}" if p.when else ""
@@ -283,9 +395,19 @@ def describe(space: SearchSpace) -> str:
 
 
 def grid_size_by_task(space: SearchSpace) -> dict[str, int]:
+    """Grid points per direction, counted without building them: exactly the points of
+    `space.for_task(task).grid_points()`, the grid the search gives that direction's Tuner. A grid above
+    MAX_GRID_POINTS in all is refused, with how to search it instead."""
     counts: dict[str, int] = {}
-    for point in space.grid_points():
-        task = point.get("task", space.base.get("task", "ar"))
-        counts[task] = counts.get(task, 0) + 1
+    exact = True
+    for task in space.tasks():
+        counts[task], task_exact = space.for_task(task).count_points(space.grid_values, MAX_GRID_POINTS)
+        exact = exact and task_exact
+    total = sum(counts.values())
+    if total > MAX_GRID_POINTS:
+        size = f"{total:,} points" if exact else f"more than {MAX_GRID_POINTS:,} points"
+        raise ModsarError(f"space '{space.path}': its grid has {size}, above the {MAX_GRID_POINTS:,} a grid search "
+                          "builds (modsar.spaces.MAX_GRID_POINTS); search it with --search random or --search "
+                          "optuna and --num-samples N, or shrink the grid")
     return counts
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import math
 import os
-import random
 import time
 import uuid
 from collections.abc import Callable
@@ -22,6 +21,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from modsar import devices
 from modsar.config import Config, validate_for_dataset
 from modsar.data.batches import Batch, TrainBatches
 from modsar.data.split import TemporalSplit, make_split
@@ -31,10 +31,12 @@ from modsar.errors import ModsarError
 from modsar.evaluate import Evaluator, model_scorer
 from modsar.flops import epoch_flops, utilisation
 from modsar.heap import bound_heap, roomy_heap
+from modsar.memory import check_model
 from modsar.model import registry
 from modsar.model.interface import Recommender, encode
 from modsar.model.losses import training_loss
 from modsar.optim import BertAdamW
+from modsar.randomness import global_states, seed_everything, untouched
 
 # on_eval(epoch, valid metrics, improved, checkpoint or None, facts): facts has "last" (training stops after
 # this pass: patience or max epochs) and the mean epoch/eval times so far.
@@ -80,21 +82,9 @@ class TrialResult:
     generation: dict[str, float] = field(default_factory=dict)  # eval.generate_steps: rollout metrics on test
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ModsarError(f"train.device={name} but CUDA is not available here; use train.device=cpu or auto")
-    try:
-        return torch.device(name)
-    except RuntimeError:
-        raise ModsarError(f"train.device={name!r} is not a device; use auto, cpu, cuda or cuda:N") from None
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+def resolve_device(name: str, option: str = "train.device") -> torch.device:
+    """`name` (auto, cpu, cuda, cuda:N) on this machine; `option` is where it was given, for the message."""
+    return devices.resolve(name, option)
 
 
 def build_model(cfg: Config, num_items: int, num_users: int, max_len: int) -> Recommender:
@@ -153,11 +143,11 @@ class TrainState:
         self.history.append({"epoch": epoch, "loss": loss, **{f"valid.{k}": v for k, v in metrics.items()}})
         return improved
 
-    def state_dict(self, wall_time_s: float) -> dict[str, Any]:
+    def state_dict(self, wall_time_s: float, rng: dict[str, Any]) -> dict[str, Any]:
+        """`rng` is the global generators' state training continues from (taken before validation)."""
         return {"epoch": self.best_epoch, "best_value": self.best_value, "valid": self.best_valid,
-                "optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
-                "batches_rng": self.batches.rng.bit_generator.state,
-                "cuda_rng": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
+                "optimizer": self.optimizer.state_dict(), "torch_rng": rng["torch"],
+                "batches_rng": self.batches.rng.bit_generator.state, "cuda_rng": rng.get("cuda"),
                 "history": self.history, "epoch_times": self.epoch_times, "eval_times": self.eval_times,
                 "wall_time_s": wall_time_s}
 
@@ -317,7 +307,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     seed_everything(cfg.seed)
     dataset = viewed(dataset or load_dataset(cfg.dataset, data_root), cfg.data.view)
     split = make_split(cfg, dataset)
-    validate_for_dataset(cfg, dataset.num_items, "config")
+    validate_for_dataset(cfg, dataset.num_items, "config", split)
     if cfg.model.time_bias != "none" and split.timestamp is None:
         raise ModsarError(f"model.time_bias={cfg.model.time_bias} needs timestamps, and dataset '{cfg.dataset}' has "
                           "none (its source gives only the order within each user); use a timestamped dataset or "
@@ -325,6 +315,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     if not len(split.eval_users):
         raise ModsarError(f"dataset '{cfg.dataset}' has no user with 3+ interactions: nothing to validate or test")
     max_len = cfg.data.max_len or dataset.default_max_len
+    check_model(cfg, dataset.num_items, dataset.num_users, max_len)  # counted on the meta device first
     model = build_model(cfg, dataset.num_items, dataset.num_users, max_len).to(device)
     optimizer = make_optimizer(model, cfg)
     num_parameters = sum(p.numel() for p in model.parameters())
@@ -394,22 +385,25 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
             if not weights_finite(model):  # the last optimizer step can turn weights NaN after a finite loss
                 raise TrainingDiverged(f"weights became NaN or infinite in epoch {epoch}; lower train.lr or set "
                                        "train.grad_clip")
-            tick = time.perf_counter()
-            metrics = validate()
-            state.eval_times.append(time.perf_counter() - tick)
-            broken = sorted(k for k, v in metrics.items() if not math.isfinite(v))
-            if broken:
-                raise TrainingDiverged(f"validation {', '.join(broken)} not finite at epoch {epoch}")
-            improved = state.record(model, epoch, metrics, monitor, mean_loss)
-            if improved and checkpoint_path:
-                save_checkpoint(checkpoint_path, model, cfg, {**meta, "epoch": epoch, "valid": metrics})
-                if resumable:
-                    _atomic_save(checkpoint_path.with_name(RESUME_FILE), state.state_dict(time.perf_counter() - started))
-            epochs.set_postfix(loss=f"{mean_loss:.4f}", **{cfg.train.monitor: f"{metrics[monitor]:.4f}",
-                                                           "best": f"{state.best_value:.4f}@{state.best_epoch}"})
-            last = bool(cfg.train.patience and state.stale >= cfg.train.patience) or epoch == cfg.train.max_epochs
-            if on_eval is not None:
-                on_eval(epoch, metrics, improved, checkpoint_path if improved else None, facts(last, mean_loss))
+            training_rng = global_states(device)  # the next epoch continues from here, and so does a resume
+            with untouched(device):  # nothing below may shift the training stream (modsar.randomness)
+                tick = time.perf_counter()
+                metrics = validate()
+                state.eval_times.append(time.perf_counter() - tick)
+                broken = sorted(k for k, v in metrics.items() if not math.isfinite(v))
+                if broken:
+                    raise TrainingDiverged(f"validation {', '.join(broken)} not finite at epoch {epoch}")
+                improved = state.record(model, epoch, metrics, monitor, mean_loss)
+                if improved and checkpoint_path:
+                    save_checkpoint(checkpoint_path, model, cfg, {**meta, "epoch": epoch, "valid": metrics})
+                    if resumable:
+                        _atomic_save(checkpoint_path.with_name(RESUME_FILE),
+                                     state.state_dict(time.perf_counter() - started, training_rng))
+                epochs.set_postfix(loss=f"{mean_loss:.4f}", **{cfg.train.monitor: f"{metrics[monitor]:.4f}",
+                                                               "best": f"{state.best_value:.4f}@{state.best_epoch}"})
+                last = bool(cfg.train.patience and state.stale >= cfg.train.patience) or epoch == cfg.train.max_epochs
+                if on_eval is not None:
+                    on_eval(epoch, metrics, improved, checkpoint_path if improved else None, facts(last, mean_loss))
             if last:
                 break
     except TrainingDiverged as exc:
@@ -425,7 +419,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
             raise RuntimeError("no validation pass ran: there is no best epoch to test")
         model.load_state_dict(state.best_weights)
         model.eval()
-        with roomy_heap():
+        with roomy_heap(), untouched(device):
             test = evaluator(model_scorer(model), "test")
             generation = rollout_metrics(model, split, cfg, max_len, device)
         return outcome(test, generation)

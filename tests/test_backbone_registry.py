@@ -4,6 +4,7 @@ test_search.py, on that module's Ray cluster)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,46 @@ def test_a_missing_plugin_is_one_clear_error(monkeypatch):
     monkeypatch.setenv(registry.PLUGINS_ENV, "/nonexistent/plugin.py")
     with pytest.raises(ModsarError, match=r"backbone plugin '/nonexistent/plugin.py' cannot be loaded"):
         load_config(None, ["model.backbone=nosuch2"])
+
+
+@pytest.mark.parametrize("code, raised", [
+    ("from modsar.model.registry import BackboneEntry, register\n"
+     "register(BackboneEntry('half', 'modsar.model.modular:ModularSAR'))\nx = 1 / 0\n",
+     r"ZeroDivisionError: division by zero at .*broken\.py:3"),
+    ("def f(:\n", r"SyntaxError: .+ \(broken\.py, line 1\)"),  # the wording varies with Python's version
+    ("raise RuntimeError('no GPU driver\\nsecond line')\n", r"RuntimeError: no GPU driver at .*broken\.py:1"),
+    ("import modsar_no_such_dependency\n",
+     r"ModuleNotFoundError: No module named 'modsar_no_such_dependency' at .*broken\.py:1"),
+], ids=["ZeroDivisionError-after-registering", "SyntaxError", "RuntimeError-two-lines", "missing-dependency"])
+def test_a_plugin_that_raises_is_one_line_even_for_a_built_in_backbone(tmp_path, monkeypatch, capsys, code,
+                                                                        raised):
+    """Whatever a $MODSAR_PLUGINS module raises on import is one line naming it, with the exception's type and
+    first line and how to fix it, before any work: also when the run's backbone is built in (modular), which
+    never looked the plugins up. A plugin that registered before raising leaves nothing behind."""
+    plugin = tmp_path / "broken.py"
+    plugin.write_text(code)
+    monkeypatch.setenv(registry.PLUGINS_ENV, str(plugin))
+    named = re.escape(str(plugin))
+    expected = (rf"^backbone plugin '{named}' cannot be loaded: importing it raised {raised}; fix the "
+                r"module, or remove it from \$MODSAR_PLUGINS$")
+    with pytest.raises(ModsarError, match=expected):
+        load_config(None, [])
+    assert "half" not in registry.names() and str(plugin) not in registry.loaded_plugins()
+    assert not [m for m in sys.modules if m.startswith("modsar_plugin_broken_")]
+    results = tmp_path / "results"
+    assert main(["train", "--dataset", "synthetic", "--quiet", "--results", str(results),
+                 "train.max_epochs=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.match(f"modsar: error: backbone plugin '{named}' cannot be", err)
+    assert not results.exists()  # refused before training
+
+
+def test_a_missing_plugin_module_says_it_is_not_importable(monkeypatch):
+    monkeypatch.setenv(registry.PLUGINS_ENV, "modsar_no_such_plugin")
+    with pytest.raises(ModsarError, match=r"^backbone plugin 'modsar_no_such_plugin' cannot be loaded: no "
+                                          r"module of that name is importable here; name an importable "
+                                          r"module \(see PYTHONPATH\), or remove it from \$MODSAR_PLUGINS$"):
+        load_config(None, ["model.backbone=gru4rec"])
 
 
 def test_toy_backbone_capabilities_are_enforced(toy):

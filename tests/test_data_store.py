@@ -13,6 +13,7 @@ import pytest
 from conftest import write
 
 from modsar.cli import main
+from modsar.data.prepare import density_text
 from modsar.data.registry import REGISTRY, DatasetSpec
 from modsar.data.store import load_dataset, prepare_dataset
 from modsar.errors import ModsarError
@@ -115,6 +116,27 @@ def test_cli_stats_and_list_json(tmp_path, capsys):
     assert listing["toy"]["prepared"] and not listing["video"]["prepared"]
 
 
+def test_prepare_and_stats_show_one_density(capsys):
+    """One unit in both commands: interactions / (users x items) as a percentage (the synthetic data's
+    17,919 / (1,000 x 300) = 5.973%; before, prepare printed the fraction 0.059730 and stats 5.9730%)."""
+    assert main(["data", "prepare", "synthetic"]) == 0
+    prepared = capsys.readouterr().out
+    assert main(["data", "stats", "synthetic"]) == 0
+    stats = capsys.readouterr().out
+    assert "1,000 users, 300 items, 17,919 interactions" in prepared
+    assert prepared.endswith(", density 5.97%\n")
+    assert "  density        5.97%\n" in stats
+    assert main(["data", "stats", "synthetic", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["density"] == 0.05973  # the manifest keeps the fraction
+
+
+def test_density_text_has_three_significant_digits():
+    assert density_text({"interactions": 198_502, "users": 22_363, "items": 12_101}) == "0.0734%"  # Beauty
+    assert density_text({"interactions": 30, "users": 6, "items": 10}) == "50.0%"
+    assert density_text({"interactions": 1_000_209, "users": 6_040, "items": 3_706}) == "4.47%"  # ML-1M
+    assert density_text({"interactions": 4, "users": 2, "items": 2}) == "100%"
+
+
 def test_sessions_from_two_files_stay_distinct(tmp_path):
     a = write(tmp_path / "train_sessions.txt", "1 2 3\n2 3\n")
     b = write(tmp_path / "test_sessions.txt", "3 1\n")
@@ -172,7 +194,7 @@ def test_cli_half_evaluable_and_normal_data_prepare_quietly(tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.err == ""
     assert captured.out == ("toy: prepared: 6 users, 10 items, 30 interactions, avg length 5.00, "
-                            "density 0.500000\n")
+                            "density 50.0%\n")
     assert main(["data", "stats", "toy"]) == 0
     out = capsys.readouterr().out
     assert "6 of 6 users (100.0%) have 3+ interactions" in out and "Bayes-optimal" not in out

@@ -205,3 +205,98 @@ def test_auto_exclusion_follows_the_evaluation_filter():
     assert resolve_exclude("history", "none") == "history"
     with pytest.raises(Exception, match="--exclude must be one of auto, none, history, rollout, all"):
         resolve_exclude("future", "none")
+
+
+def tied_split():
+    """Temporal split (every event after the test cut t=10 a target) of a log with tied timestamps, items in
+    stored order (not by id) within each tie.
+    user 1: 1@1 2@2 3@6 | 9@10 4@10 7@10 5@11 8@12 6@12; user 2: 2@3 | 3@10 4@10; user 3: 5@10 6@13."""
+    from modsar.data.split import TemporalSplit
+
+    user = np.array([1] * 9 + [2] * 3 + [3] * 2)
+    item = np.array([1, 2, 3, 9, 4, 7, 5, 8, 6, 2, 3, 4, 5, 6])
+    time = np.array([1, 2, 6, 10, 10, 10, 11, 12, 12, 3, 10, 10, 10, 13], dtype=float)
+    return TemporalSplit.from_timed_log(user, item, time, 3, 9, valid_cut=5.0, test_cut=10.0, every=True)
+
+
+def test_tied_targets_share_one_rollout_whose_future_starts_at_the_target():
+    """Under split_targets=every, targets that share a timestamp share a history: one rollout, its future the
+    log from the first of them in stored order (the target itself), not one rollout per tied target."""
+    from modsar.generate import generate
+
+    split = tied_split()
+    users, _, targets = split.targets("test")
+    assert list(zip((users + 1).tolist(), targets.tolist(), strict=True)) == [
+        (1, 9), (1, 4), (1, 7), (1, 5), (1, 8), (1, 6), (2, 3), (2, 4), (3, 6)]  # 9 targets, 5 histories
+    result = generate(NextItem(), split, "ar", 5, 3, Sampler("greedy"))
+    r = result.rollouts[result.rollouts["step"] == 1]
+    assert r["user"].tolist() == [1, 1, 1, 2, 3] and r["target_index"].tolist() == [0, 3, 4, 6, 8]
+    assert r["target_item"].tolist() == [9, 5, 8, 3, 6]
+    future = result.rollouts["future_item"].to_numpy().reshape(-1, 3)
+    assert future.tolist() == [[9, 4, 7], [5, 8, 6], [8, 6, 0], [3, 4, 0], [6, 0, 0]]
+    assert result.metrics["users"] == 5
+    # picks: last history item + 1, + 2, + 3 (wrapping at 9): 4 5 6 | 8 9 1 | 6 7 8 | 3 4 5 | 6 7 8
+    assert result.metrics["alignment_exact"] == pytest.approx((0 + 0 + 0 + 2 / 2 + 1 / 1) / 5)
+    for seed in range(10):  # a --users sample draws from the distinct histories too
+        sample = generate(NextItem(), split, "ar", 5, 1, Sampler("greedy"), max_users=3, seed=seed).rollouts
+        assert len(sample) == 3 and set(sample["target_index"]) <= {0, 3, 4, 6, 8}
+
+
+def test_steps_a_rollout_cannot_take_are_refused_before_the_first():
+    """--exclude rollout allows N steps, all allows N - |set(history)| (the largest history), history allows
+    any number unless a history holds the whole catalogue; none any number."""
+    from modsar.errors import ModsarError
+    from modsar.generate import generate
+
+    # test histories 1 2 3 4 (4 distinct items) and 1 2 3 2 (3)
+    split = LeaveOneOut(np.array([1, 2, 3, 4, 5, 1, 2, 3, 2, 6]), np.array([0, 5, 10]), 9)
+    model = NextItem()
+    for exclude, steps in (("none", 20), ("history", 20), ("rollout", 9), ("all", 5)):
+        assert generate(model, split, "ar", 5, steps, Sampler("greedy"), exclude).metrics["steps"] == steps
+    calls = len(model.seen)
+    with pytest.raises(ModsarError, match=r"^--steps 10 is more than a rollout can take with --exclude "
+                       r"rollout: it never picks an item twice, and the catalogue has 9 items; use --steps 9 "
+                       r"or fewer, or --exclude none or history$"):
+        generate(model, split, "ar", 5, 10, Sampler("greedy"), "rollout")
+    with pytest.raises(ModsarError, match=r"^--steps 6 is more than user 1's rollout can take with --exclude "
+                       r"all: it never picks an item twice or one of the 4 distinct items of its history, "
+                       r"which leaves 5 of the 9 items; use --steps 5 or fewer, or --exclude history$"):
+        generate(model, split, "ar", 5, 6, Sampler("greedy"), "all")
+    assert len(model.seen) == calls  # refused before the first step
+    full = LeaveOneOut(np.array([1, 2, 3, 9, 8, 7, 6, 5, 4, 1]), np.array([0, 10]), 9)  # every item seen
+    for exclude, also in (("history", ""), ("all", " or rollout")):
+        with pytest.raises(ModsarError, match=rf"^--exclude {exclude} leaves user 1 nothing to pick: the "
+                           rf"history before its test target holds all 9 items of the catalogue; use "
+                           rf"--exclude none{also}$"):
+            generate(model, full, "ar", 5, 1, Sampler("greedy"), exclude)
+    assert len(model.seen) == calls
+
+
+def test_top_p_is_checked_only_for_nucleus_sampling():
+    from modsar.errors import ModsarError
+
+    for strategy in ("greedy", "topk"):
+        Sampler(strategy, top_p=5.0).check()
+        Sampler(strategy, top_p=0.0).check()
+    with pytest.raises(ModsarError, match=r"^--top-p must be in \(0, 1\]; got 1.5$"):
+        Sampler("nucleus", top_p=1.5).check()
+
+
+def test_generate_steps_that_cannot_be_rolled_out_are_refused_before_training():
+    """eval.generate_steps with eval.filter_seen=history: a test history holding every item leaves nothing to
+    pick, refused with the config's other dataset checks (before a model is built)."""
+    from modsar.data.store import StoredDataset
+    from modsar.errors import ModsarError
+
+    user = np.repeat(np.arange(1, 4), 4)
+    item = np.array([1, 2, 3, 1, 1, 2, 2, 3, 2, 3, 3, 1])  # user 1's test history 1 2 3 is the catalogue
+    data = StoredDataset("tiny", user, item, 3, 3, {"max_len": 5})
+    over = ["model.hidden_size=8", "train.max_epochs=1", "eval.generate_steps=2", "eval.ks=[1]",
+            "train.monitor=ndcg@1"]
+    with pytest.raises(ModsarError, match=r"^config: 'eval.generate_steps' rolls out without each test "
+                       r"history's items \(eval.filter_seen=history\), and user 1's history before its test "
+                       r"target holds all 3 items: nothing is left to pick; use eval.generate_steps=0 or "
+                       r"eval.filter_seen=none$"):
+        run_trial(load_config(None, [*over, "eval.filter_seen=history"]), data, progress=False)
+    result = run_trial(load_config(None, over), data, progress=False)  # picks may repeat the history
+    assert result.generation["users"] == 3

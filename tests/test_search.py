@@ -127,14 +127,68 @@ def test_seed_reruns_on_a_uri_store(local_ray, data_dir, tmp_path, capsys):
     assert roles["old-winner-seed0"] == "superseded" and (roles[list(seed_rows["trial_id"])] == "seed").all()
 
 
-def test_trial_error_is_recorded_and_search_completes(local_ray, data_dir, tmp_path):
+def test_trial_error_is_recorded_and_search_completes(local_ray, data_dir, tmp_path, capsys):
     out = tmp_path / "results"
     assert search("--space", str(SPACES / "errors.yaml"), "--dataset", "synthetic", "--results", str(out),
-                  "--experiment", "e") == 0
+                  "--experiment", "e") == 0  # one trial errored, the other was selected: the search answered
+    assert "2 trials (1 errors, 0 diverged)" in capsys.readouterr().out
     rows = read_rows(str(out), "e").set_index("train.device")
     assert rows.loc["cpu", "status"] == "finished" and rows.loc["cpu", "selected"]
     assert rows.loc["cuda:9", "status"] == "error" and not rows.loc["cuda:9", "selected"]
     assert "cuda" in rows.loc["cuda:9", "error"].lower()
+
+
+def test_a_search_whose_every_trial_fails_exits_non_zero_saying_why(local_ray, data_dir, tmp_path, capsys):
+    """The trials raise in their first forward pass (a plugin backbone that passes every check): before, the
+    search printed "2 trials (2 errors, 0 diverged)", selected nothing and exited 0. --json still prints its
+    summary, as strict JSON."""
+    from modsar.model import registry
+
+    plugin = Path(__file__).parent / "plugins" / "failing_backbone.py"
+    space = tmp_path / "failing.yaml"
+    space.write_text("description: every trial raises\nbase:\n  model.backbone: failing\n"
+                     "  model.hidden_size: 8\nparams:\n  task: {grid: [ar]}\n"
+                     "  train.lr: {grid: [0.01, 0.001]}\n"
+                     "budget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n")
+    registry.load_plugins([str(plugin)])
+    try:
+        out = tmp_path / "results"
+        code = search("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment",
+                      "f", "--json")
+    finally:
+        registry.unregister("failing")
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out, parse_constant=lambda name: pytest.fail(f"{name} in search --json"))
+    assert code == 2 and summary["trials"] == 2 and summary["errors"] == 2 and summary["selected"] == {}
+    errors = [line for line in captured.err.splitlines() if line.startswith("modsar:")]
+    assert errors == [
+        "modsar: error: search 'f' selected nothing: no trial ended with a validation score (2 trials: "
+        "2 errors, 0 diverged; first error: RuntimeError: the failing test backbone refuses every forward "
+        f"pass); see `modsar results --results {out} --experiment f`"]
+    assert summary["problem"] == errors[0].removeprefix("modsar: error: ")
+    rows = read_rows(str(out), "f")
+    assert len(rows) == 2 and rows["status"].eq("error").all() and not rows["selected"].any()
+    assert json.loads((out / "f" / "search.json").read_text(), parse_constant=pytest.fail)["search"] == "grid"
+
+
+def test_a_model_none_of_whose_trials_could_be_selected_fails_the_search(tmp_path):
+    """AE all errored, AR selected: half an AE-vs-AR answer is none (no Ray: rows as a search leaves them)."""
+    from modsar.results import write_row
+    from modsar.search import SearchRequest, make_plan
+    from modsar.search.tuner import search_problem
+
+    out = str(tmp_path / "results")
+    plan = make_plan(SearchRequest(space=str(SPACES / "tiny.yaml"), dataset="synthetic", results=out,
+                                   experiment="p"), check=False)
+    common = {"experiment": "p", "role": "search", "model.backbone": "modular", "selected": False}
+    write_row(out, {**common, "trial_id": "t1", "task": "ae", "status": "error", "error": "OSError: boom"})
+    write_row(out, {**common, "trial_id": "t2", "task": "ae", "status": "diverged", "error": "nan loss"})
+    write_row(out, {**common, "trial_id": "t3", "task": "ar", "status": "finished", "valid.ndcg@10": 0.2})
+    rows = read_rows(out, "p")
+    assert search_problem(plan, rows, {"ar": {"trial_id": "t3"}}, "3 trials: 1 errors, 1 diverged") == (
+        "search 'p' selected no AE: no trial of it ended with a validation score (3 trials: 1 errors, "
+        f"1 diverged; first error: OSError: boom); see `modsar results --results {out} --experiment p`")
+    assert search_problem(plan, rows, {"ae": {}, "ar": {}}, "") is None
 
 
 def test_diverged_trial_is_recorded_never_selected(local_ray, data_dir, tmp_path, capsys):

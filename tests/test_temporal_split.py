@@ -75,6 +75,41 @@ def test_cuts_without_targets_and_unsorted_logs_are_refused():
     load_config(None, ["data.split_dates=2000-11-20T00:00+02:00,2000-12-01"])
 
 
+EXAMPLE = ' (e.g. "2000-11-20,2000-12-01")'
+
+
+ONE = "needs two ISO dates, the validation cut then the test cut, and has one"
+
+
+@pytest.mark.parametrize("given, stored, problem", [
+    ("2000-11-20", "2000-11-20", ONE),
+    ("2000-11-20T10:30", "2000-11-20T10:30", ONE),
+    ("'2000-11-20,'", "2000-11-20,", ONE),
+    ("2000-13-01,2001-01-01", "2000-13-01,2001-01-01",
+     "needs two ISO dates, and '2000-13-01' is not one (YYYY-MM-DD or YYYY-MM-DDTHH:MM[+HH:MM])"),
+    ("2001-02-01,2000-01-01", "2001-02-01,2000-01-01",
+     "needs the validation cut before the test cut, and 2001-02-01 is not before 2000-01-01"),
+], ids=["one-date", "one-datetime", "trailing-comma", "not-a-date", "out-of-order"])
+def test_split_dates_says_which_rule_is_broken(tmp_path, capsys, given, stored, problem):
+    """A single date (which YAML reads as a date, not text) is told that two are needed; before, the override
+    was refused as "must be str, got datetime.date(2000, 11, 20)", and a bad date or order by one generic
+    rule."""
+    from modsar.cli import main
+
+    message = f"'data.split_dates' {problem}{EXAMPLE}; got {stored!r}"
+    with pytest.raises(ModsarError) as override:
+        load_config(None, [f"data.split_dates={given}"])
+    assert str(override.value) == f"config: {message}"
+    path = tmp_path / "dates.yaml"
+    path.write_text(f"data:\n  split: temporal\n  split_dates: {given}\n")
+    with pytest.raises(ModsarError) as from_file:
+        load_config(path)
+    assert str(from_file.value) == f"{path}: {message}"
+    assert main(["train", "--config", str(path), "--dataset", "synthetic", "--quiet",
+                 "--results", str(tmp_path / "results")]) == 2
+    assert capsys.readouterr().err == f"modsar: error: {path}: {message}\n"
+
+
 def test_rows_record_the_cut_times_and_target_counts():
     from modsar.train import split_facts
 

@@ -7,6 +7,7 @@ and remapping of users to 1..U and items to 1..N (sorted by raw id, so already-r
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,6 +94,20 @@ def prepare_log(log: Interactions, options: PrepareOptions, source: str = "the s
                        raw_users, raw_items)
 
 
+def density(interactions: int, users: int, items: int) -> float:
+    """The filled share of the user-item matrix, interactions / (users x items), as a fraction in [0, 1]
+    (repeats can take it above 1: it counts interactions, not distinct pairs, as the papers' Table 1)."""
+    return interactions / max(users * items, 1)
+
+
+def density_text(stats: dict) -> str:
+    """Density as every command shows it: a percentage to three significant digits ("5.97%", "0.0734%"),
+    from the counts, so `data prepare`, `data stats` and any manifest give the same figure."""
+    percent = 100 * density(stats["interactions"], stats["users"], stats["items"])
+    decimals = max(0, 2 - math.floor(math.log10(percent))) if percent > 0 else 0
+    return f"{percent:.{decimals}f}%"
+
+
 EVALUABLE_LENGTH = 3  # leave-one-out needs a training item, a validation and a test target (split.py)
 
 
@@ -105,5 +120,5 @@ def statistics(user: np.ndarray, num_users: int, num_items: int) -> dict:
             "avg_length": round(n / max(num_users, 1), 4),
             "min_length": int(lengths.min()) if len(lengths) else 0,
             "max_length": int(lengths.max()) if len(lengths) else 0,
-            "density": round(n / max(num_users * num_items, 1), 8),
+            "density": float(f"{density(n, num_users, num_items):.6g}"),  # 6 significant digits at any size
             "evaluable_users": int((lengths >= EVALUABLE_LENGTH).sum())}

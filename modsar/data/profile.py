@@ -73,11 +73,14 @@ def _entropy(counts: np.ndarray) -> float:
     """Shannon entropy in nats of a count vector."""
     counts = counts[counts > 0]
     p = counts / counts.sum()
-    return float(-(p * np.log(p)).sum())
+    return abs(float((p * np.log(p)).sum()))  # abs: one symbol's 0 is -0.0 when negated, printed "-0.000"
 
 
 def zipf_ols(sorted_counts: np.ndarray, r_max: int) -> float:
-    """s of c_r ~ r^-s: minus the OLS slope of log c_r on log r over ranks 1..r_max."""
+    """s of c_r ~ r^-s: minus the OLS slope of log c_r on log r over ranks 1..r_max; NaN (undefined) below two
+    ranks, where a corpus of one distinct item has no slope to fit."""
+    if r_max < 2:
+        return math.nan
     r = np.arange(1, r_max + 1)
     slope = np.polyfit(np.log(r), np.log(sorted_counts[:r_max]), 1)[0]
     return float(-slope)

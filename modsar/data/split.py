@@ -178,15 +178,24 @@ def make_split(cfg, dataset) -> LeaveOneOut:
 
 def parse_dates(text: str):
     """Two comma-separated ISO dates as timezone-aware datetimes (UTC unless they say otherwise); ValueError
-    when there are not two, they do not parse, or the first is not earlier."""
+    saying which rule is broken (not two, one is no date, the first is not earlier) for config.validate."""
     import datetime as dt
 
-    parts = [p.strip() for p in text.split(",")]
+    parts = [p.strip() for p in text.split(",") if p.strip()]
     if len(parts) != 2:
-        raise ValueError(text)
-    dates = [d if d.tzinfo else d.replace(tzinfo=dt.timezone.utc) for d in map(dt.datetime.fromisoformat, parts)]
+        count = {0: "none", 1: "one"}.get(len(parts), str(len(parts)))
+        raise ValueError(f"needs two ISO dates, the validation cut then the test cut, and has {count}")
+    dates = []
+    for part in parts:
+        try:
+            date = dt.datetime.fromisoformat(part)
+        except ValueError:
+            raise ValueError(f"needs two ISO dates, and {part!r} is not one (YYYY-MM-DD or "
+                             "YYYY-MM-DDTHH:MM[+HH:MM])") from None
+        dates.append(date if date.tzinfo else date.replace(tzinfo=dt.timezone.utc))
     if not dates[0] < dates[1]:
-        raise ValueError(text)
+        raise ValueError(f"needs the validation cut before the test cut, and {parts[0]} is not before "
+                         f"{parts[1]}")
     return dates[0], dates[1]
 
 

@@ -30,6 +30,7 @@ from modsar.data.prepare import PreparedLog, PrepareOptions, prepare_log, statis
 from modsar.data.registry import DatasetSpec, get_spec, is_generated
 from modsar.data.split import LeaveOneOut
 from modsar.errors import ModsarError
+from modsar.outputs import to_json
 
 
 def data_root(override: str | Path | None = None) -> Path:
@@ -242,7 +243,7 @@ def _write(root: Path, name: str, log: PreparedLog, manifest: dict) -> None:
         raw_items = log.raw_items.astype(str) if log.raw_items.dtype.kind in "OUS" else log.raw_items
         pq.write_table(pa.table({"item": pa.array(np.arange(1, log.num_items + 1, dtype=np.int32)),
                                  "raw_id": pa.array(raw_items)}), staging / "items.parquet")
-        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        (staging / "manifest.json").write_text(to_json(manifest) + "\n")
         final = root / name
         if final.exists():
             trash = Path(tempfile.mkdtemp(dir=root, prefix=f".old-{name}-"))

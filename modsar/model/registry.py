@@ -17,6 +17,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -53,6 +54,7 @@ class BackboneEntry:
 
 _ENTRIES: dict[str, BackboneEntry] = {}
 _LOADED: dict[str, set[str]] = {}  # plugin spec -> names it registered, in load order (search forwards them)
+_CONFIGURED: str | None = None  # the $MODSAR_PLUGINS value whose plugins (and entry points) are loaded
 
 
 def register(entry: BackboneEntry) -> BackboneEntry:
@@ -126,6 +128,7 @@ def _refuse_foreign(cfg: Config, bad: Bad) -> None:
 def check_config(cfg: Config, bad: Bad, stored: bool = False) -> None:
     """The backbone exists, implements the task, and accepts the model settings (called by config.validate;
     `stored` records keep other backbones' settings, see there)."""
+    _load_configured()
     entry = find(cfg.model.backbone)
     if entry is None:
         bad(_unknown(cfg.model.backbone))
@@ -158,31 +161,79 @@ def build(cfg: Config, num_items: int, num_users: int, max_len: int) -> Recommen
 def load_plugins(specs: list[str] | None = None) -> list[str]:
     """Import plugin modules (each registers its backbones): `specs`, else $MODSAR_PLUGINS and the
     `modsar.backbones` entry points. A spec is a module name or a path to a .py file. Returns every spec
-    loaded in this process so far."""
+    loaded in this process so far. A plugin that cannot be imported, whatever it raises, is one ModsarError
+    naming it, and leaves the registry as it was (a half-run plugin keeps none of its backbones)."""
+    named: list[tuple[str, str]]  # (spec, how to drop it)
     if specs is None:
-        specs = [s.strip() for s in os.environ.get(PLUGINS_ENV, "").split(",") if s.strip()]
-        specs += [point.value.partition(":")[0] for point in entry_points(group="modsar.backbones")]
-    for spec in [str(Path(s).resolve()) if s.endswith(".py") else s for s in specs]:  # workers run elsewhere
+        named = [(s.strip(), f"remove it from ${PLUGINS_ENV}")
+                 for s in os.environ.get(PLUGINS_ENV, "").split(",") if s.strip()]
+        for point in entry_points(group="modsar.backbones"):
+            package = f"package {point.dist.name}" if point.dist is not None else "the package"
+            named.append((point.value.partition(":")[0],
+                          f"uninstall {package} (its modsar.backbones entry point {point.name!r} names it)"))
+    else:  # a search worker: the plugins its driver loaded, from either source
+        named = [(s, f"remove it from ${PLUGINS_ENV} (or uninstall the package whose modsar.backbones entry "
+                     "point names it)") for s in specs]
+    # a .py path is made absolute: search workers run in other folders
+    absolute = [(str(Path(s).resolve()) if s.endswith(".py") else s, d) for s, d in named]
+    for spec, drop in absolute:
         if spec in _LOADED:
             continue
-        before = set(_ENTRIES)
+        before = dict(_ENTRIES)
         try:
-            if spec.endswith(".py"):
-                path = Path(spec)
-                digest = hashlib.sha1(spec.encode()).hexdigest()[:8]  # two plugin files may share a name
-                module_spec = importlib.util.spec_from_file_location(f"modsar_plugin_{path.stem}_{digest}", path)
-                if module_spec is None or module_spec.loader is None or not path.is_file():
-                    raise FileNotFoundError(spec)
-                module = importlib.util.module_from_spec(module_spec)
-                sys.modules[module_spec.name] = module
-                module_spec.loader.exec_module(module)
-            else:
-                importlib.import_module(spec)
-        except (ImportError, FileNotFoundError) as exc:
-            raise ModsarError(f"backbone plugin {spec!r} cannot be loaded: {exc}; name an importable module or an "
-                          f"existing .py file (in ${PLUGINS_ENV} or a modsar.backbones entry point)") from None
-        _LOADED[spec] = set(_ENTRIES) - before
+            _import_plugin(spec)
+        except (Exception, SystemExit) as exc:  # anything a plugin's module code raises, not only ImportError
+            _ENTRIES.clear()
+            _ENTRIES.update(before)
+            why = _why(spec, exc)
+            raise ModsarError(f"backbone plugin {spec!r} cannot be loaded: {why}, or {drop}") from None
+        _LOADED[spec] = set(_ENTRIES) - set(before)
     return list(_LOADED)
+
+
+def _import_plugin(spec: str) -> None:
+    """Run a plugin's module: a .py path under a module name of its own, else an importable module name."""
+    if not spec.endswith(".py"):
+        importlib.import_module(spec)
+        return
+    path = Path(spec)
+    digest = hashlib.sha1(spec.encode()).hexdigest()[:8]  # two plugin files may share a name
+    module_spec = importlib.util.spec_from_file_location(f"modsar_plugin_{path.stem}_{digest}", path)
+    if module_spec is None or module_spec.loader is None or not path.is_file():
+        raise FileNotFoundError(spec)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_spec.name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_spec.name]  # as importlib does for a module name: no half-run module stays
+        raise
+
+
+def _why(spec: str, exc: BaseException) -> str:
+    """What went wrong and how to fix it: the plugin is missing (a wrong path or name), or its own code
+    raised (the exception's type, first line and the line that raised it)."""
+    if isinstance(exc, FileNotFoundError) and exc.args == (spec,):
+        return "there is no such file; name an existing .py file"
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    if missing and (spec == missing or spec.startswith(missing + ".")):
+        return "no module of that name is importable here; name an importable module (see PYTHONPATH)"
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen")]
+    last = frames[-1] if frames and not isinstance(exc, SyntaxError) else None  # SyntaxError names its line
+    at = f" at {last.filename}:{last.lineno}" if last else ""
+    return f"importing it raised {text}{at}; fix the module"
+
+
+def _load_configured() -> None:
+    """$MODSAR_PLUGINS and the entry points, once per value of the variable (a config check runs often): a
+    broken plugin is reported whichever backbone is chosen, not only when a plugin backbone is looked up."""
+    global _CONFIGURED
+    now = os.environ.get(PLUGINS_ENV, "")
+    if now != _CONFIGURED:
+        load_plugins()
+        _CONFIGURED = now
 
 
 def loaded_plugins() -> list[str]:

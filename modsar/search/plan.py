@@ -76,6 +76,12 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
     An empty `req.dataset` plans without data (`modsar spaces NAME --check` without --dataset)."""
     space = load_space(req.space)
     overrides = dict(parse_override(o) for o in req.overrides)
+    searched = {**{t: f"the 'also' of params.{p.key}" for p in space.params for t in p.also},
+                **{p.key: f"params.{p.key}" for p in space.params}}
+    if clash := next((k for k in overrides if k in searched), None):
+        raise ModsarError(f"override '{clash}={overrides[clash]}' sets a key the space searches ({searched[clash]}), "
+                          "whose values would replace it in every trial; drop the override, or copy the space file "
+                          "and change its params")
     if req.dataset:
         overrides["dataset"] = req.dataset
     budget = space.budget
@@ -85,6 +91,8 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
     overrides.setdefault("train.eval_every", budget.get("eval_every", 1))
     overrides.setdefault("seed", req.seed)
     cfg = space.base_config(overrides)
+    if "task" in overrides:  # a space without a task param runs the overridden direction: count it as that
+        space.base = {**space.base, "task": cfg.task}
     search = req.search or budget.get("search", "grid")
     if search not in ("grid", "random", "optuna"):
         raise ModsarError(f"--search must be grid, random or optuna; got {search!r}")

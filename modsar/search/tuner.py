@@ -22,6 +22,7 @@ from ray.tune.search import ConcurrencyLimiter
 from modsar.data.store import load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
+from modsar.outputs import to_json
 from modsar.results import differing_keys, filesystem, read_rows, remove_partial_rows
 from modsar.search.plan import Plan, SearchRequest, make_plan
 from modsar.search.rows import SchedulerState, make_callbacks, reconcile_rows, rewrite_row, rows_dir
@@ -56,6 +57,24 @@ def _loopback_only():
             os.environ[name] = saved_env
 
 
+@contextlib.contextmanager
+def _workers_import_this_modsar():
+    """Ray puts the driver's working directory first on every worker's sys.path (and starts workers there).
+    Started from the folder above a checkout named `modsar`, workers would import that folder as an empty
+    namespace package instead of the installed package, and every trial would die on its first import. So Ray
+    is started from the folder that holds the package this driver runs: workers import the same `modsar` (and
+    `hf_plugins`) first, wherever the user stands. The driver's own directory comes back at once; every path a
+    trial reads (data root, storage, plugin files) is absolute by then."""
+    import modsar
+
+    here = os.getcwd()
+    os.chdir(Path(modsar.__file__).resolve().parent.parent)
+    try:
+        yield
+    finally:
+        os.chdir(here)
+
+
 def connect_ray(req: SearchRequest) -> None:
     import ray
     import torch  # before ray.init: loaded after it, in a Ray job driver, torch's MKL failed to load
@@ -68,9 +87,10 @@ def connect_ray(req: SearchRequest) -> None:
     quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": "ERROR", "configure_logging": True}
     try:
         if address:
-            ray.init(address=address, **quiet)
+            with _workers_import_this_modsar():
+                ray.init(address=address, **quiet)
         else:
-            with _loopback_only():
+            with _loopback_only(), _workers_import_this_modsar():
                 ray.init(num_cpus=os.cpu_count() or 1, num_gpus=torch.cuda.device_count(),
                          include_dashboard=req.dashboard, dashboard_host="127.0.0.1",
                          object_store_memory=256 * 1024 * 1024, **quiet)
@@ -155,7 +175,7 @@ def _write_json(path: str, data: dict) -> None:
     fs, p = filesystem(path)
     fs.create_dir(p.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(p + ".tmp") as out:
-        out.write(json.dumps(data, indent=2).encode())
+        out.write(to_json(data, default=str).encode())
     fs.move(p + ".tmp", p)
 
 
@@ -241,7 +261,9 @@ def run_search(req: SearchRequest) -> dict[str, Any]:
     rows = read_rows(rows_dir(plan), req.experiment_name)
     diverged = int((rows["status"] == "diverged").sum()) if len(rows) else 0
     return {"experiment": req.experiment_name, "trials": trials, "errors": errors, "diverged": diverged,
-            "selected": selected, "wall_time_s": time.perf_counter() - started, "results": storage}
+            "selected": selected, "wall_time_s": time.perf_counter() - started, "results": storage,
+            "problem": search_problem(plan, rows, selected,
+                                      f"{trials} trials: {errors} errors, {diverged} diverged")}
 
 
 
@@ -308,6 +330,28 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
             "trial_id": best["trial_id"], column: best[column],
             **{f"test.{k}": test[k] for k in (plan.monitor, "recall@10", "ndcg@10") if k in test}}
     return selected
+
+
+def search_problem(plan: Plan, rows: pd.DataFrame, selected: dict[str, dict], counts: str) -> str | None:
+    """Why the search has no answer for a model it trained (a task; per backbone and arm where the space
+    varies them), or None: no trial of it ended with a validation score (all errored or diverged), so none
+    was selected. The CLI exits non-zero with this line: a script never takes a failed search for a result."""
+    search = rows[rows["role"] == "search"] if len(rows) else rows
+    name = plan.request.experiment_name
+    see = f"see `modsar results --results {plan.request.results} --experiment {name}`"
+    if not len(search):
+        return f"search '{name}' selected nothing: it wrote no trial row ({counts}); {see}"
+    backbones = search["model.backbone"].nunique()
+    models = [model_key(task, backbone, backbones, tuple(arms))
+              for (task, backbone, *arms), _ in search.groupby(MODEL + plan.space.arms)]
+    missing = [m if "/" in m else m.upper() for m in models if m not in selected]
+    if not missing:
+        return None
+    errors = search[search["status"].isin(["error", "diverged"])].sort_values("trial_id")["error"].dropna()
+    first = f"; first error: {str(errors.iloc[0])[:200]}" if len(errors) else ""
+    what = ("nothing: no trial" if len(missing) == len(models)
+            else f"no {', '.join(missing)}: no trial of {'it' if len(missing) == 1 else 'them'}")
+    return f"search '{name}' selected {what} ended with a validation score ({counts}{first}); {see}"
 
 
 class _local_copy:

@@ -1,0 +1,33 @@
+"""A search started from any working directory: its Ray workers import the package the driver runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from modsar.results import read_rows
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def test_a_search_from_the_folder_above_a_checkout_named_modsar(tmp_path):
+    """From X, with a checkout at X/modsar, `import modsar` in a worker would find the folder X/modsar (an
+    empty namespace package) before the installed package: every trial died on its first import."""
+    above = tmp_path / "work"
+    above.mkdir()
+    (above / "modsar").symlink_to(CHECKOUT, target_is_directory=True)  # a clone named as the project
+    (above / "one.yaml").write_text(
+        "description: one trial\nbase: {task: ar, model.hidden_size: 16, model.num_layers: 1}\n"
+        "params:\n  model.num_heads: {grid: [1]}\n"
+        "budget: {search: grid, num_samples: 1, max_epochs: 2, eval_every: 1}\n")
+    modsar = Path(sys.executable).parent / "modsar"  # the installed command, as a user runs it
+    env = {**os.environ, "MODSAR_DATA": str(tmp_path / "data")}
+    done = subprocess.run([str(modsar), "search", "--space", "one.yaml", "--dataset", "synthetic", "--results",
+                           "results", "--experiment", "here", "--quiet"], cwd=above, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-1000:] + done.stderr[-2000:]
+    rows = read_rows(str(above / "results"), "here")
+    assert list(rows["status"]) == ["finished"], rows.get("error")
+    assert rows["selected"].all() and rows["test.ndcg@10"].notna().all()
