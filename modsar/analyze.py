@@ -33,6 +33,7 @@ Conventions (each output row names the ones it depends on; definitions in shared
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -128,7 +129,11 @@ class Probe:
         return model_scorer(self.model)(*self.batch(inputs, sl)).float().nan_to_num(nan=float("-inf"))
 
     def evaluate(self, scorer, which: str = "test", in_order: bool = False) -> dict[str, float]:
-        return Evaluator.of(self.split, self.cfg, self.max_len, self.device, 256, in_order)(scorer, which)
+        """Test metrics at the checkpoint's cut-offs and at 10, which the diagnostics report (the papers' @10)
+        whatever eval.ks the model was trained with."""
+        cfg = copy.deepcopy(self.cfg)
+        cfg.eval.ks = sorted({*cfg.eval.ks, 10})
+        return Evaluator.of(self.split, cfg, self.max_len, self.device, 256, in_order)(scorer, which)
 
     def metrics(self, inputs: torch.Tensor | None = None) -> dict[str, float]:
         """HR/NDCG etc. on test, exactly as `evaluate` computes them, optionally on perturbed inputs."""
@@ -599,6 +604,9 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
         raise ModsarError(f"unknown diagnostic '{unknown[0]}'; choose from {', '.join(DIAGNOSTICS)}")
     probe = Probe(checkpoint, data_dir, attention_users, device)
     refuse_timed(checkpoint, probe.cfg.model.time_bias)
+    if window > probe.max_len and set(diagnostics) & {"sparsity", "rank"}:  # W x W matrices per user
+        raise ModsarError(f"--window {window} is longer than {checkpoint}'s attention maps ({probe.max_len} "
+                          f"positions: its max_len); use --window {probe.max_len} or less")
     label = model_label(probe.cfg)
     scalable = _scalable(probe)
     diagnostics, notes = _supported(probe, label, diagnostics, scalable)

@@ -43,6 +43,12 @@ A registry name (see `modsar data list`) brings its usual preprocessing and max 
 Preparing again with the same sources and options reuses the stored dataset."""
 
 
+def print_json(args: argparse.Namespace, document: str) -> None:
+    """Print the JSON document of a --json command to the real stdout. `main` runs such a command with
+    sys.stdout pointing at stderr, so that whatever plugins or libraries print, stdout parses as JSON."""
+    print(document, file=getattr(args, "json_stdout", None) or sys.stdout, flush=True)
+
+
 def _add_data_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", help="prepared-datasets folder (default: $MODSAR_DATA or "
                         "~/.cache/modsar/datasets)")
@@ -102,7 +108,9 @@ EPILOG_GENERATE = """examples:
 
 Every test user's history is continued for H steps with the model's own picks (AE: by appending a mask
 token), then compared with the user's true future: the log from the test target on. Under leave-one-out the
-future is one item; train with data.split=temporal for a real multi-item future. Metrics (defined in
+future is one item; train with data.split=temporal for a real multi-item future. Under
+data.split_targets=every a user has a history per test timestamp, each rolled out once: the counts (and
+--users) are of histories, not users. Metrics (defined in
 modsar/generate.py): alignment (hits, recall, NDCG, exact order), diversity (distinct ratio, immediate repeats,
 distinct-2), entropy of generated vs true future items, catalogue coverage, the share of top-1% popular
 items (mode collapse) and unseen transitions (oscillation). --json prints them; --out adds rollouts.parquet,
@@ -301,7 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "picks) | all; auto (default) = history where the checkpoint's evaluation filters seen items "
                      "(eval.filter_seen=history), else none")
     gen.add_argument("--seed", type=int, default=0, help="sampling and --users sample seed (default 0)")
-    gen.add_argument("--users", type=int, default=0, help="a seeded sample of this many test users (0 = all)")
+    gen.add_argument("--users", type=int, default=0, help="a seeded sample of this many test histories, one "
+                     "rollout each (0 = all): one per user, or under data.split_targets=every one per user and "
+                     "test timestamp")
     gen.add_argument("--batch-size", type=int, default=512, help="users per forward pass (default 512)")
     gen.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     gen.add_argument("--json", action="store_true", help="print the metrics as JSON")
@@ -347,11 +357,13 @@ def _generate(args: argparse.Namespace) -> int:
              "strategy": args.strategy, "top_k": args.top_k, "top_p": args.top_p, "temperature": args.temperature,
              "exclude": exclude, "seed": args.seed}
     if args.json:
-        print(to_json({**facts, **result.metrics}))
+        print_json(args, to_json({**facts, **result.metrics}))
     else:
+        counted = result.counted()  # users, or histories where a user has several (split_targets=every)
         print(f"{cfg.task.upper()} {cfg.dataset} ({cfg.data.split} split), {args.strategy} rollouts of "
-              f"{args.steps} steps for {result.metrics['users']} test users "
-              f"({result.metrics['future_items_per_user']:.2f} true future items each):")
+              f"{args.steps} steps for {counted} ({result.metrics['future_items_per_user']:.2f} true future "
+              "items each" + ("; the users_* and *_per_user figures count histories" if "histories" in counted
+                              else "") + "):")
         width = max(map(len, result.metrics))
         for key, value in result.metrics.items():
             if key not in ("users", "steps"):
@@ -369,6 +381,8 @@ def _best_checkpoints(rows) -> list[tuple[str, str]]:
     with the arm values that tell it from the others ("positional=target_aligned, user_fusion=token"; "" if none)."""
     if not len(rows):
         return []
+    if "checkpoint" not in rows:  # `modsar train` rows of runs that diverged before validating have none
+        rows = rows.assign(checkpoint=None)
     chosen = rows[rows["selected"].astype(bool)]
     if not len(chosen):
         trained = rows[(rows["role"] == "train") & (rows["status"] == "finished") & rows["checkpoint"].notna()]
@@ -479,13 +493,18 @@ def parse_env(text: str) -> tuple[str, str]:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from modsar.report import build_reports, plot_all, render
+    from modsar.report import REPORT_KEYS, build_reports, plot_all, render
     from modsar.results import read_rows
 
     rows = read_rows(args.results)
     if not len(rows):
         raise ModsarError(f"no trial rows under {args.results}; pass --results the folder `modsar search` or "
                           "`modsar train` wrote to")
+    if missing := [k for k in REPORT_KEYS if k not in rows]:  # marked rows a tool of one's own wrote
+        others = f" (nor {', '.join(missing[1:])})" if len(missing) > 1 else ""
+        raise ModsarError(f"the trial rows under {args.results} have no {missing[0]!r} column, which a report "
+                          f"reads{others}; move the files that lack {'them' if others else 'it'} out of the "
+                          "trials folders")
     for column, wanted in (("experiment", args.experiment), ("space", args.space), ("dataset", args.dataset)):
         if wanted:
             unknown = sorted(set(wanted) - set(rows[column].dropna()))
@@ -525,11 +544,9 @@ def _search(args: argparse.Namespace) -> int:
                         overrides=list(args.overrides), address=args.address, data_dir=args.data_dir,
                         quiet=args.quiet, resume=args.resume, overwrite=args.overwrite, dashboard=args.dashboard,
                         mlflow=args.mlflow)
-    # with --json, stdout is the summary alone: the live table (and anything Tune prints) goes to stderr
-    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-        summary = run_search(req)
+    summary = run_search(req)  # under --json, the live table (and what Tune prints) goes to stderr: see main
     if args.json:
-        print(to_json(summary, default=str))
+        print_json(args, to_json(summary, default=str))
         if summary["problem"]:  # the summary is printed, but the search failed: a non-zero exit says so
             raise ModsarError(summary["problem"])
         return 0
@@ -578,6 +595,11 @@ def _check_space(args: argparse.Namespace) -> int:
 def _results(args: argparse.Namespace) -> int:
     from modsar.results import read_rows
 
+    if args.limit < 1:
+        raise ModsarError(f"--limit must be >= 1 (rows to show); got {args.limit}")
+    malformed = next((cond for cond in args.where if "=" not in cond), None)
+    if malformed is not None:
+        raise ModsarError(f"--where {malformed!r} is not KEY=VALUE (e.g. --where task=ar --where selected=true)")
     rows = read_rows(args.results, args.experiment)
     if not len(rows):
         where = f"{args.results}/{args.experiment}" if args.experiment else args.results
@@ -588,6 +610,9 @@ def _results(args: argparse.Namespace) -> int:
         if key not in rows:
             raise ModsarError(f"--where: unknown column '{key}' (e.g. task, status, selected, model.hidden_size)")
         rows = rows[rows[key].astype(str).str.lower() == value.lower()]
+    if not len(rows) and not args.json:  # a query with no answer is an answer: said, not pandas' empty frame
+        print(f"no trial row under {args.results} matches --where {' '.join(args.where)}")
+        return 0
     sort = args.sort or next((c for c in ("valid.ndcg@10", "valid.recall@10") if c in rows), None)
     if sort:
         if sort not in rows:
@@ -601,7 +626,7 @@ def _results(args: argparse.Namespace) -> int:
         raise ModsarError(f"--columns: unknown column '{missing[0]}'")
     rows = rows.head(args.limit)
     if args.json:
-        print(to_json(rows.to_dict("records"), default=str))
+        print_json(args, to_json(rows.to_dict("records"), default=str))
     else:
         print(rows[columns].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     return 0
@@ -623,7 +648,7 @@ def _prepare(args: argparse.Namespace) -> int:
     if warning:
         print(f"modsar: warning: {args.name}: {warning}", file=sys.stderr)
     if args.json:
-        print(to_json(manifest))
+        print_json(args, to_json(manifest))
     else:
         s = manifest["statistics"]
         verb = "already prepared (reused)" if reused else "prepared"
@@ -663,7 +688,7 @@ def _profile(args: argparse.Namespace) -> int:
         written = [out / "profile.json", write_parquet(profile_output.long_table(found), out / "profile.parquet")]
         written += profile_output.plot(found, corpora, out)
     if args.json:
-        print(document)
+        print_json(args, document)
     else:
         print(profile_output.summary(found))
     if args.out:
@@ -687,8 +712,8 @@ def _stats(args: argparse.Namespace) -> int:
     optimum = manifest.get("optimum")
     if args.json:
         extra = {"optimum": optimum} if optimum else {}
-        print(to_json({"name": args.name, **s, "max_len": manifest["max_len"], "options": manifest["options"],
-                       **extra}))
+        print_json(args, to_json({"name": args.name, **s, "max_len": manifest["max_len"],
+                                  "options": manifest["options"], **extra}))
         return 0
     rows = [("users", f"{s['users']:,}"), ("items", f"{s['items']:,}"), ("interactions", f"{s['interactions']:,}"),
             ("avg. length", f"{s['avg_length']:.2f}"), ("length range", f"{s['min_length']}-{s['max_length']}"),
@@ -723,7 +748,7 @@ def _list(args: argparse.Namespace) -> int:
                         "max_len": m["max_len"] if m else (spec.max_len if spec else None),
                         "statistics": m["statistics"] if m else None})
     if args.json:
-        print(to_json(entries))
+        print_json(args, to_json(entries))
         return 0
     print(f"datasets in {data_root(args.data_dir)}")
     width = max(len(e["name"]) for e in entries)
@@ -767,7 +792,7 @@ def _train(args: argparse.Namespace) -> int:
                      test=result.test, facts=trial_facts(result), dataset_manifest=dataset.manifest)
     path = write_row(args.results, row)
     if args.json:
-        print(to_json(row, default=str))
+        print_json(args, to_json(row, default=str))
         return 0
     ks = cfg.eval.ks
     print(f"{cfg.task.upper()} on {cfg.dataset}: best epoch {result.best_epoch} of {result.epochs_run} "
@@ -797,13 +822,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
+    # with --json, stdout is the JSON document alone: the command runs with sys.stdout pointing at stderr, so
+    # nothing a plugin, Ray or another library prints can corrupt it, and print_json writes to the real one
+    args.json_stdout = sys.stdout
     try:
-        return args.handler(args)
+        with contextlib.redirect_stdout(sys.stderr) if getattr(args, "json", False) else contextlib.nullcontext():
+            return args.handler(args)
     except ModsarError as exc:
         print(f"modsar: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("modsar: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # Ctrl-C has no message; one raised where it struck says where (a plugin)
+        print(f"modsar: interrupted{f' {exc}' if str(exc) else ''}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into `head` and closed early
         sys.stderr.close()

@@ -219,6 +219,11 @@ def _coerce(value: Any, annotation: str, key: str, where: str) -> Any:
 
     if expected is str and isinstance(value, datetime.date):  # YAML reads 2000-11-20 as a date: the text
         return value.isoformat()  # was meant, and validate says what is wrong with it (split_dates needs two)
+    if key == "data.split_dates" and isinstance(value, list):  # [A, B] (YAML's list) means "A,B": validate
+        if not value:  # then says what is wrong with its dates, as for the text
+            raise ModsarError(f"{where}: '{key}' needs two ISO dates, the validation cut then the test cut, and has "
+                              "none (e.g. \"2000-11-20,2000-12-01\"); got []")
+        return ",".join(v.isoformat() if isinstance(v, datetime.date) else str(v) for v in value)
     if not isinstance(value, expected):
         raise ModsarError(f"{where}: '{key}' must be {expected.__name__}, got {value!r}")
     return value
@@ -416,6 +421,18 @@ def validate_for_dataset(cfg: Config, num_items: int, where: str = "config", spl
     if cfg.eval.sampled_negatives >= num_items:
         raise ModsarError(f"{where}: 'eval.sampled_negatives' ({cfg.eval.sampled_negatives}) must be below the "
                           f"number of items ({num_items}); use 0 for full ranking")
+    if split is not None and cfg.eval.sampled_negatives:
+        from modsar.evaluate import negative_room
+
+        for which, name in (("valid", "validation"), ("test", "test")):
+            users, history_end, targets = split.targets(which)
+            room = negative_room(split, users, history_end, targets)  # drawn with replacement: only 0 is too few
+            if len(room) and room.min() == 0:
+                row = int(room.argmin())
+                raise ModsarError(f"{where}: 'eval.sampled_negatives' draws each target's negatives from the items "
+                                  f"its user has not seen, and user {int(users[row]) + 1}'s history before its "
+                                  f"{name} target, with the target, holds all {split.num_items} items: there is "
+                                  "nothing to draw; use eval.sampled_negatives=0 (full ranking)")
     if split is not None and cfg.eval.generate_steps:
         from modsar.generate import resolve_exclude, rollout_targets, step_limit
 

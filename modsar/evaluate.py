@@ -72,14 +72,33 @@ def metric_sums(ranks: torch.Tensor, ks: list[int]) -> dict[str, float]:
     return out
 
 
+def forbidden_keys(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray,
+                   targets: np.ndarray) -> np.ndarray:
+    """Sorted distinct keys row * (N + 1) + item of the items `fixed_negatives` never draws for a row: those of
+    the user's history before the target (items[starts[u]:history_end]) and the target itself."""
+    n = split.num_items
+    rows, items = history_index(split, users, history_end)
+    return np.unique(np.concatenate([rows * (n + 1) + items, np.arange(len(users)) * (n + 1) + targets]))
+
+
+def negative_room(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray,
+                  targets: np.ndarray) -> np.ndarray:
+    """(len(users),) the items each row's negatives may be drawn from. Negatives are drawn with replacement,
+    so any count can be drawn where this is >= 1; at 0 (the history and target hold the whole catalogue)
+    none can (config.validate_for_dataset refuses that before training)."""
+    keys = forbidden_keys(split, users, history_end, targets)
+    return split.num_items - np.bincount(keys // (split.num_items + 1), minlength=len(users))
+
+
 def fixed_negatives(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, targets: np.ndarray,
                     count: int, seed: int) -> np.ndarray:
     """`count` uniform items per user, none in the user's history or equal to the target (seeded, redrawn
-    until clean)."""
+    until clean). A draw still unclean after 1,000 rounds (a user who has seen all but a few of many items)
+    is drawn from its row's allowed items directly, so every row with one (`negative_room` >= 1) gets its
+    negatives; the rounds keep the draws every earlier version made."""
     n = split.num_items
     rng = np.random.default_rng(seed)
-    rows, items = history_index(split, users, history_end)
-    forbidden = np.unique(np.concatenate([rows * (n + 1) + items, np.arange(len(users)) * (n + 1) + targets]))
+    forbidden = forbidden_keys(split, users, history_end, targets)
     negatives = rng.integers(1, n + 1, size=(len(users), count))
     for _ in range(1000):
         keys = np.arange(len(users))[:, None] * (n + 1) + negatives
@@ -87,7 +106,21 @@ def fixed_negatives(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarr
         if not clash.any():
             return negatives
         negatives[clash] = rng.integers(1, n + 1, size=int(clash.sum()))
-    raise RuntimeError("could not draw clean negatives: users have seen nearly every item")
+    keys = np.arange(len(users))[:, None] * (n + 1) + negatives
+    clash = np.isin(keys, forbidden)
+    rows = np.nonzero(clash)[0]
+    room = negative_room(split, users, history_end, targets)
+    if (room[rows] == 0).any():
+        raise RuntimeError("could not draw clean negatives: a user has seen every item")  # refused before training
+    # the j-th allowed item (1-based) of a row is j plus the number of its forbidden items f_i (i-th, 1-based)
+    # with f_i - i < j: below f_i lie f_i - i allowed items. f_i - i is non-decreasing within a row
+    owner = forbidden // (n + 1)
+    rank = np.arange(len(forbidden)) - np.searchsorted(owner, owner)  # i - 1
+    below = owner * (n + 1) + forbidden % (n + 1) - rank - 1
+    wanted = (rng.random(len(rows)) * room[rows]).astype(np.int64) + 1  # j, uniform in 1..room
+    first = np.searchsorted(owner, rows)
+    negatives[clash] = wanted + np.searchsorted(below, rows * (n + 1) + wanted) - first
+    return negatives
 
 
 @torch.no_grad()

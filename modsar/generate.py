@@ -70,18 +70,28 @@ class Sampler:
     def check(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ModsarError(f"--strategy must be one of {', '.join(STRATEGIES)}; got {self.strategy!r}")
-        if self.top_k < 1:
+        # each setting is checked only for the strategies that read it: greedy reads none of them
+        if self.strategy == "topk" and self.top_k < 1:
             raise ModsarError(f"--top-k must be >= 1; got {self.top_k}")
-        if self.strategy == "nucleus" and not 0.0 < self.top_p <= 1.0:  # the other strategies never read it
+        if self.strategy == "nucleus" and not 0.0 < self.top_p <= 1.0:
             raise ModsarError(f"--top-p must be in (0, 1]; got {self.top_p}")
-        if not (self.temperature > 0 and math.isfinite(self.temperature)):
+        if self.strategy != "greedy" and not (self.temperature > 0 and math.isfinite(self.temperature)):
             raise ModsarError(f"--temperature must be a positive number; got {self.temperature}")
+
+    def logits(self, scores: torch.Tensor) -> torch.Tensor:
+        """(scores - row max) / temperature in float32: the best item gets 0 and the others <= 0, so a tiny
+        temperature tends to greedy (the others go to -inf) instead of overflowing to inf and NaN. Where the
+        temperature itself rounds to 0 in float32 (below about 1e-45), 0 / 0 is read as 0: still the best."""
+        scores = scores.float()
+        top = scores.amax(1, keepdim=True)
+        shifted = scores - torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        return torch.where(shifted == 0, torch.zeros_like(shifted), shifted / self.temperature)
 
     def pick(self, scores: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """0-based columns (B,) from scores (B, N), -inf marking excluded items."""
         if self.strategy == "greedy":
             return scores.argmax(1)
-        logits = scores.float() / self.temperature
+        logits = self.logits(scores)
         if self.strategy == "topk":
             values, columns = logits.topk(min(self.top_k, logits.size(1)), dim=1)
             chosen = torch.multinomial(values.softmax(1), 1, generator=generator)
@@ -176,10 +186,11 @@ def check_steps(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, 
         raise ModsarError(f"--exclude {exclude} leaves user {who} nothing to pick: the history before its "
                           f"test target holds all {n} items of the catalogue; use --exclude none"
                           + (" or rollout" if exclude == "all" and steps <= n else ""))
-    if exclude == "rollout":
+    if exclude == "rollout":  # --exclude history is suggested only where no history holds the whole catalogue
+        history_too = step_limit(split, users, history_end, "history")[0] > 0
         raise ModsarError(f"--steps {steps} is more than a rollout can take with --exclude rollout: it never "
-                          f"picks an item twice, and the catalogue has {n} items; use --steps {n} or fewer, "
-                          "or --exclude none or history")
+                          f"picks an item twice, and the catalogue has {n} item{'' if n == 1 else 's'}; use "
+                          f"--steps {n} or fewer, or --exclude none" + (" or history" if history_too else ""))
     raise ModsarError(f"--steps {steps} is more than user {who}'s rollout can take with --exclude all: it "
                       f"never picks an item twice or one of the {held} distinct items of its history, "
                       f"which leaves {int(limit)} of the {n} items; use --steps {int(limit)} or fewer, or "
@@ -321,6 +332,15 @@ class Generation:
     rollouts: pd.DataFrame  # user, step, item, future_item
     steps: pd.DataFrame  # per_step
 
+    def counted(self) -> str:
+        """What the rollouts were made from, in words: "N test users" where every user has one history, else
+        "N test histories of U users". `metrics["users"]` (a row's generate.users) counts rollouts, one per
+        distinct history, and under data.split_targets=every a user has one for each test timestamp."""
+        rollouts, users = int(self.metrics["users"]), int(self.rollouts["user"].nunique())
+        if users == rollouts:
+            return f"{rollouts} test user{'' if rollouts == 1 else 's'}"
+        return f"{rollouts} test histories of {users} user{'' if users == 1 else 's'}"
+
 
 def generate(model: Recommender, split: LeaveOneOut, task: str, max_len: int, steps: int, sampler: Sampler,
              exclude: str = "none", seed: int = 0, max_users: int = 0, batch_size: int = 512,
@@ -406,7 +426,7 @@ def write(generation: Generation, out: str | Path, facts: dict) -> list[Path]:
     right.set_title("mode collapse")
     for axis in (left, right):
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-    fig.suptitle(f"{facts.get('strategy', '')} rollouts, {m['users']} users, H={m['steps']}", fontsize=10)
+    fig.suptitle(f"{facts.get('strategy', '')} rollouts, {generation.counted()}, H={m['steps']}", fontsize=10)
     fig.tight_layout()
     tmp = folder / ".generate.png.tmp"
     fig.savefig(tmp, format="png", dpi=120)

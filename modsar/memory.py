@@ -67,7 +67,7 @@ def parameters_need(cfg: Config, model: Any) -> Need:
     m = cfg.model
     return Need("model.hidden_size", m.hidden_size,
                 f"its {count:,} parameters with their gradients and Adam's two moments", 16 * count, False,
-                "use a smaller model.hidden_size, model.ffn_size or model.num_layers",
+                "use a smaller model.hidden_size, model.ffn_size, model.num_layers or data.max_len",
                 f"the model ({m.backbone}, model.hidden_size={m.hidden_size}, "
                 f"model.num_layers={m.num_layers})")
 

@@ -39,6 +39,9 @@ def short(metric: str) -> str:
 
 
 DONE = ("finished", "stopped")
+# The columns a report reads from every row (the others it reads only where present); rows of `modsar train`
+# and `modsar search` always have them, so rows without one were written by something else.
+REPORT_KEYS = ("experiment", "trial_id", "status", "role", "selected", "dataset", "space", "task", "seed")
 KEY = ["dataset", "space", "arm"]  # arm: the task ("ae", "ar"), or the model where a space compares backbones
 
 

@@ -15,6 +15,7 @@ import platform
 import socket
 import sys
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from typing import Any
@@ -25,10 +26,15 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from modsar.config import Config
+from modsar.errors import ModsarError
 
 STATUSES = ("finished", "stopped", "diverged", "error")  # diverged: NaN/inf loss, weights or metrics
 ROW_KIND = (b"modsar.kind", b"trial-row")  # schema metadata of every row file: `read_rows` takes nothing else
-ROW_KEYS = ("experiment", "trial_id", "status")  # the columns that make an unmarked (older) file a row
+# The columns that make an unmarked (older) file a row: every column `modsar results`, `modsar report` and
+# `modsar analyze --experiment` read from any row, all of which rows written by modsar 0.2.0 always carry
+# (result_row: run facts and every config key).
+ROW_KEYS = ("experiment", "trial_id", "status", "role", "selected", "dataset", "space", "task", "seed",
+            "model.backbone", "train.monitor")
 
 
 def package_versions() -> dict[str, str]:
@@ -130,28 +136,90 @@ def remove_partial_rows(root: str, experiment: str) -> int:
     return len(partial)
 
 
+_WARNED: set[str] = set()  # the skip lines this process has printed
+
+
 def read_rows(root: str, experiment: str | None = None):
     """All trial rows (a pandas DataFrame) of one experiment, or of every experiment under `root`.
 
     A row is a Parquet file in a `trials` folder whose schema carries ROW_KIND, or, written before rows were
     marked, one without a `modsar.kind` that has the ROW_KEYS columns: the rollouts, profiles and diagnostics
     that --out writes under a results root are never rows. A file in a `trials` folder that cannot be read
-    (corrupt, truncated, empty) or is no row is named in one warning line on stderr; the other rows count."""
+    (corrupt, truncated, empty), is no row, or has a column whose type clashes with the other rows' is named
+    in one warning line on stderr; the other rows count. A root that is a file is one ModsarError."""
     fs, base = filesystem(root)
+    if fs.get_file_info(base).type == pafs.FileType.File:  # a row file given for the folder: not a listing error
+        raise ModsarError(f"the results root {root} is a file; pass the results folder (the one `modsar train` "
+                          "or `modsar search` wrote to, which holds <experiment>/trials/)")
     path = f"{base}/{experiment}/trials" if experiment else base
+    if experiment and fs.get_file_info(path).type == pafs.FileType.File:
+        raise ModsarError(f"{path} is a file where the trials folder of experiment {experiment!r} belongs; "
+                          "move it away")
     selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)
     files = sorted(f.path for f in fs.get_file_info(selector) if f.path.endswith(".parquet")
                    and not f.base_name.startswith(".") and f.path.rsplit("/", 2)[-2] == "trials")
     with ThreadPoolExecutor(max_workers=16) as pool:  # an object store answers each file after a round trip
         read = list(pool.map(lambda file: _read_row_file(fs, file), files))
-    tables = [table for table in read if isinstance(table, pa.Table)]
-    for problem in read:
-        if isinstance(problem, str):
+    tables = {file: table for file, table in zip(files, read, strict=True) if isinstance(table, pa.Table)}
+    combined, clashes = _combine(tables)
+    for problem in [r for r in read if isinstance(r, str)] + clashes:
+        if problem not in _WARNED:  # a search reads its rows several times: one warning per file and process
+            _WARNED.add(problem)
             print(f"modsar: warning: {problem}", file=sys.stderr)
+    return combined.to_pandas() if combined is not None else pd.DataFrame()
+
+
+def _combine(tables: dict[str, pa.Table]) -> tuple[pa.Table | None, list[str]]:
+    """The row tables as one table, and a skip line for each file whose column types cannot join the others.
+
+    Permissive promotion joins what rows of different versions differ in (error rows lack metrics; an int
+    column held as double). A type no promotion reconciles (a status of int64 beside string) would break every
+    row, so the file that holds it is left out: marked files are kept first, then files whose types agree with
+    most files' types, so one odd file never costs the rows that agree with each other, whatever its name."""
     if not tables:
-        return pd.DataFrame()
-    # error rows lack metrics; rows written by older versions may hold an int column as double
-    return pa.concat_tables(tables, promote_options="permissive").to_pandas()
+        return None, []
+    try:
+        return pa.concat_tables(list(tables.values()), promote_options="permissive"), []
+    except pa.ArrowException:
+        pass
+    votes = Counter((f.name, str(f.type)) for t in tables.values() for f in t.schema if not pa.types.is_null(f.type))
+    usual: dict[str, str] = {}
+    for (name, kind), _ in votes.most_common():
+        usual.setdefault(name, kind)
+
+    def order(file: str) -> tuple[bool, int, str]:
+        table = tables[file]
+        marked = (table.schema.metadata or {}).get(ROW_KIND[0]) == ROW_KIND[1]
+        unusual = sum(not pa.types.is_null(f.type) and usual[f.name] != str(f.type) for f in table.schema)
+        return not marked, unusual, file
+
+    schema: pa.Schema | None = None
+    kept: set[str] = set()
+    clashes: list[str] = []
+    for file in sorted(tables, key=order):
+        if schema is not None and (clash := _clash(schema, tables[file].schema)):
+            clashes.append(f"skipped {file}: {clash}; move it out of the trials folder")
+            continue
+        schema = tables[file].schema if schema is None else pa.unify_schemas(
+            [schema, tables[file].schema], promote_options="permissive")
+        kept.add(file)
+    return pa.concat_tables([t for f, t in tables.items() if f in kept], promote_options="permissive"), clashes
+
+
+def _clash(schema: pa.Schema, other: pa.Schema) -> str | None:
+    """Why `other` cannot join rows of `schema` (its first column of an irreconcilable type), or None."""
+    try:
+        pa.unify_schemas([schema, other], promote_options="permissive")
+        return None
+    except pa.ArrowException as exc:
+        for field in other:
+            if field.name in schema.names:
+                known = schema.field(field.name)
+                try:
+                    pa.unify_schemas([pa.schema([known]), pa.schema([field])], promote_options="permissive")
+                except pa.ArrowException:
+                    return f"its column {field.name!r} holds {field.type} where the other rows hold {known.type}"
+        return f"its columns do not combine with the other rows' ({str(exc).splitlines()[0][:200]})"
 
 
 def _read_row_file(fs: pafs.FileSystem, file: str) -> pa.Table | str:
@@ -163,10 +231,14 @@ def _read_row_file(fs: pafs.FileSystem, file: str) -> pa.Table | str:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         return f"skipped {file}: not a readable Parquet file ({reason}); delete it or re-run that trial"
     kind = (table.schema.metadata or {}).get(ROW_KIND[0])
-    if kind != ROW_KIND[1] and (kind is not None or not all(k in table.column_names for k in ROW_KEYS)):
+    lacks = [k for k in ROW_KEYS if k not in table.column_names]
+    if kind is not None and kind != ROW_KIND[1]:
+        return (f"skipped {file}: not a trial row (marked {ROW_KIND[0].decode()}="
+                f"{kind.decode(errors='replace')}); move it out of the trials folder")
+    if kind is None and lacks:
         mark = f"{ROW_KIND[0].decode()}={ROW_KIND[1].decode()}"
-        return (f"skipped {file}: not a trial row (no {mark} mark, nor the {', '.join(ROW_KEYS)} columns of "
-                "an older row); move it out of the trials folder")
+        return (f"skipped {file}: not a trial row (no {mark} mark, nor every column of an older row: it lacks "
+                f"{', '.join(lacks)}); move it out of the trials folder")
     if not table.num_rows:
         return f"skipped {file}: the trial file holds no row; delete it or re-run that trial"
     return table

@@ -21,10 +21,11 @@ A condition names another param and a value or a list of values; a param whose c
 keeps the base/default value. Grid search enumerates the conditional product exactly (AE gets the
 `mask_prob` grid, AR does not), so no point is run twice.
 
-A space means what it says: each key is set by one source only (a key searched is in no `also` list, an
-`also` target in one list only, never `task`; a YAML key given twice is refused), a grid lists each value
-once (1 and 1.0 are one value of a float key), and a grid is counted without being built: one above
-MAX_GRID_POINTS is refused before any point exists.
+A space means what it says: each key is set by one source in any one point (a key searched is in no `also`
+list of a param that can be active with it, an `also` target in one such list, never `task`; a YAML key
+given twice is refused), a grid lists each value once (1 and 1.0 are one value of a float key), what the
+search compares and its budget (FIXED_KEYS) are never searched, and a grid is counted without being built:
+one above MAX_GRID_POINTS is refused before any point exists.
 """
 
 from __future__ import annotations
@@ -49,6 +50,37 @@ SEARCHES = ("grid", "random", "optuna")
 # Grid search builds every point (and Tune a trial object for each): a larger grid is refused before any
 # is built; random/Optuna search samples --num-samples points of any space.
 MAX_GRID_POINTS = 100_000
+# Keys every trial of a search shares: a search selects across its trials by their validation values, so
+# what is compared (the data and its cut, modsar.report.PROTOCOL's evaluation keys, the monitored metric) and
+# the budget are fixed for the search; none may be a param or an `also` target. Key -> why, and what instead.
+_PROTOCOL = ("validation values measured under different evaluation protocols are not comparable (modsar "
+             "report keeps them apart), so no trial could be selected over the others; set it in 'base' and "
+             "run one search per protocol")
+# keys the search itself sets for every trial, from its flags and budget: a value in a space's base never runs
+BASE_FIXED: dict[str, str] = {
+    "dataset": "the search runs on its --dataset",
+    "seed": "--seed sets every trial's seed (default 0)",
+    "train.max_epochs": "the budget sets it (budget.max_epochs, or --max-epochs)",
+    "train.eval_every": "the budget sets it (budget.eval_every)",
+}
+FIXED_KEYS: dict[str, str] = {
+    "dataset": "every trial runs on the search's --dataset (another dataset's trial would be selected and "
+               "tested on the wrong data); remove it from params and run one search per dataset",
+    "seed": "--seed sets every trial's seed, and --seeds K re-runs the selected configs on seeds 0..K-1 as "
+            "replicates; remove it from params",
+    "train.max_epochs": "the budget sets it for every trial (budget.max_epochs, or --max-epochs) and ASHA's "
+                        "max_t counts from it; remove it from params",
+    "train.eval_every": "the budget sets it for every trial (budget.eval_every) and ASHA counts in its "
+                        "validation passes; remove it from params",
+    "train.monitor": "trials are stopped early and selected by one validation metric; set it in 'base' and "
+                     "run one search per metric",
+    "eval.ks": "it only says which cutoffs are reported, so each value would train the same model again and "
+               "rows would report different metrics; set it in 'base'",
+    "eval.filter_seen": _PROTOCOL,
+    "eval.sampled_negatives": _PROTOCOL,
+    "eval.sample_seed": _PROTOCOL,
+}
+FIXED_PREFIXES = ("data.view", "data.split")  # how the data is viewed and cut (data.split_valid, ...)
 
 
 @dataclass
@@ -169,12 +201,88 @@ class SearchSpace:
                 point[p.key] = trial.suggest_float(p.key, p.values[0], p.values[1], log=p.kind == "loguniform")
         return point
 
+    def sources(self, key: str) -> list[Param]:
+        """The params that set `key` in a trial: the param of that key, and those whose `also` names it."""
+        return [p for p in self.params if p.key == key or key in p.also]
+
+    def sets_everywhere(self, key: str) -> bool:
+        """Whether some param sets `key` in every point, so that a KEY=VALUE override of it never takes
+        effect. A conditional param leaves the base value where its condition does not hold: an override sets
+        that."""
+        return _covers_every_point(self.params, self.sources(key))
+
     def size(self) -> int | None:
         """Points of the full grid (a lower bound above MAX_GRID_POINTS when the count stopped there), or
         None for a space with continuous params; counted, never built."""
         if not all(p.categorical for p in self.params):
             return None
         return self.count_points(self.grid_values, MAX_GRID_POINTS)[0]
+
+
+_OTHER = object()  # a continuous param's value that no `when` condition names (equal to nothing else)
+MAX_COVER_POINTS = 100_000  # partial points enumerated to decide whether an override can take effect
+
+
+def _requirements(params: list[Param], starts: list[Param]) -> dict[str, list] | None:
+    """The values each key must take for every param of `starts` to be active in one point, or None when no
+    point has them all active (two conditions on one key with no value in common, however far down the chain
+    of conditions they are).
+
+    Exact: a param's activity depends only on the values of the params its `when` names (each a value the
+    param can take, as parse_space checks), so the conditions of `starts` and, recursively, of the params
+    they name hold together exactly when every key keeps a value that all of them allow."""
+    by_key = {p.key: p for p in params}
+    need: dict[str, list] = {}
+    todo, seen = list(starts), set()
+    while todo:
+        p = todo.pop()
+        if p.key in seen:
+            continue
+        seen.add(p.key)
+        for key, allowed in p.when.items():
+            need[key] = [v for v in need.get(key, allowed) if v in allowed]
+            if not need[key]:
+                return None
+            todo.append(by_key[key])
+    return need
+
+
+def _can_meet(params: list[Param], a: Param, b: Param) -> bool:
+    """Whether some point has both `a` and `b` active (see _requirements)."""
+    return _requirements(params, [a, b]) is not None
+
+
+def _covers_every_point(params: list[Param], sources: list[Param]) -> bool:
+    """Whether every point has one of `sources` active. An unconditional source answers at once; otherwise the
+    points are enumerated over the params the sources' conditions read (recursively), a continuous one as the
+    values conditions name plus any other value. Past MAX_COVER_POINTS partial points it answers False: an
+    override is never refused unless it is known to have no effect."""
+    if not sources or any(not p.when for p in sources):
+        return bool(sources)
+    by_key = {p.key: p for p in params}
+    closure, todo = set(), [p.key for p in sources]
+    while todo:
+        key = todo.pop()
+        if key not in closure:
+            closure.add(key)
+            todo += list(by_key[key].when)
+    named: dict[str, list] = {}
+    for p in params:
+        for key, allowed in p.when.items():
+            values = named.setdefault(key, [])
+            for value in allowed:
+                if value not in values:
+                    values.append(value)
+    points: list[dict[str, Any]] = [{}]
+    for p in (q for q in params if q.key in closure):
+        values = list(p.values) if p.categorical else named.get(p.key, [])
+        if not p.categorical and (p.kind != "randint" or p.values[1] - p.values[0] > len(values)):
+            values = [*values, _OTHER]
+        points = [new for point in points
+                  for new in ([{**point, p.key: v} for v in values] if p.active(point) else [point])]
+        if len(points) > MAX_COVER_POINTS:
+            return False
+    return all(any(s.active(point) for s in sources) for point in points)
 
 
 def _fail(where: str, msg: str) -> None:
@@ -253,6 +361,38 @@ def _parse_param(where: str, key: str, spec: Any) -> Param:
                  list(also))
 
 
+def _takes(p: Param, value: Any) -> bool:
+    """Whether param `p` can take `value` (as its `when` conditions compare: 1 and 1.0 are one value)."""
+    if p.categorical:
+        return value in p.values
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    low, high = p.values
+    if p.kind == "randint":
+        return float(value).is_integer() and low <= value < high
+    return low <= value <= high
+
+
+def _check_conditions(where: str, params: list[Param], keys: list[str]) -> None:
+    """Each `when` names an earlier param and only values it can take: a condition that can never hold would
+    leave its param out of every point (and _requirements relies on it)."""
+    if any(p.key == "task" and p.when for p in params):
+        _fail(f"{where}: params.task", "the AE/AR switch cannot have a 'when' condition (each direction is "
+              "searched on its own); list the tasks in its grid")
+    for p in params:
+        for cond_key, allowed in p.when.items():
+            if cond_key not in keys or keys.index(cond_key) >= keys.index(p.key):
+                _fail(f"{where}: params.{p.key}", f"'when' refers to '{cond_key}', which must be a param "
+                      "listed before it")
+            cond = next(q for q in params if q.key == cond_key)
+            bad = [v for v in allowed if not _takes(cond, v)]
+            if bad and cond.categorical:
+                _fail(f"{where}: params.{p.key}", f"'when' value {bad[0]!r} is not a value of '{cond_key}'")
+            if bad:
+                _fail(f"{where}: params.{p.key}", f"'when' value {bad[0]!r} is never a value of '{cond_key}' "
+                      f"({cond.kind} {cond.values}); name a value in its range")
+
+
 def parse_space(data: Any, name: str, path: str) -> SearchSpace:
     where = f"space '{path}'"
     if not isinstance(data, dict):
@@ -268,37 +408,30 @@ def parse_space(data: Any, name: str, path: str) -> SearchSpace:
         _fail(where, "'params' is empty: a search space needs at least one searched key")
     params = [_parse_param(where, key, spec) for key, spec in params_raw.items()]
     keys = [p.key for p in params]
-    set_by: dict[str, str] = {}  # an `also` target -> the param whose value it takes (one key, one source)
     for p in params:
+        for target in [p.key, *p.also]:
+            at, sets = f"{where}: params.{p.key}", "" if target == p.key else f"'also' sets '{target}': "
+            if target.startswith(FIXED_PREFIXES):
+                _fail(at, f"{sets}a search cannot vary how the data is viewed or split: validation targets "
+                      "of different views or splits are not comparable, so no trial could be selected over "
+                      "the others; set it in 'base' and run one search per protocol")
+            if target in FIXED_KEYS:
+                _fail(at, f"{sets}a search cannot vary '{target}': {FIXED_KEYS[target]}")
+    _check_conditions(where, params, keys)
+    for p in params:  # one key, one source in any one point: two sources that never meet are fine
         for target in p.also:
             searched = next((q for q in params if q.key == target), None)
-            if searched is not None:
+            if searched is not None and _can_meet(params, p, searched):
                 _fail(f"{where}: params.{p.key}", f"'also' sets '{target}', which is searched itself "
                       f"(params.{target}: {searched.kind} {searched.values}); the 'also' value would replace those "
                       f"values in every trial it is set, so they would never run; remove '{target}' from 'also' or "
                       "from params")
-            if target in set_by:
+            other = next((q for q in params[:params.index(p)]
+                          if target in q.also and _can_meet(params, p, q)), None)
+            if other is not None:
                 _fail(f"{where}: params.{p.key}", f"'also' sets '{target}', which the 'also' of "
-                      f"params.{set_by[target]} sets too; one key takes one param's value: keep '{target}' in one "
+                      f"params.{other.key} sets too; one key takes one param's value: keep '{target}' in one "
                       "'also'")
-            set_by[target] = p.key
-    protocol = [k for k in [*keys, *set_by] if k.startswith(("data.view", "data.split"))]
-    if protocol:
-        _fail(f"{where}: params.{set_by.get(protocol[0], protocol[0])}", "a search cannot vary how the data is viewed or split: validation "
-              "targets of different views or splits are not comparable, so no trial could be selected over "
-              "the others; set it in 'base' and run one search per protocol")
-    if any(p.key == "task" and p.when for p in params):
-        _fail(f"{where}: params.task", "the AE/AR switch cannot have a 'when' condition (each direction is searched "
-              "on its own); list the tasks in its grid")
-    for p in params:
-        for cond_key, allowed in p.when.items():
-            if cond_key not in keys or keys.index(cond_key) >= keys.index(p.key):
-                _fail(f"{where}: params.{p.key}", f"'when' refers to '{cond_key}', which must be a param listed "
-                      "before it")
-            cond = next(q for q in params if q.key == cond_key)
-            bad = [v for v in allowed if cond.categorical and v not in cond.values]
-            if bad:
-                _fail(f"{where}: params.{p.key}", f"'when' value {bad[0]!r} is not a value of '{cond_key}'")
     scheduler = dict(data.get("scheduler") or {})
     _check_keys(where, scheduler, SCHEDULER_KEYS, "scheduler")
     budget = dict(data.get("budget") or {})
@@ -316,8 +449,23 @@ def parse_space(data: Any, name: str, path: str) -> SearchSpace:
         if arm in ("task", "model.backbone") or param is None or not param.categorical:
             _fail(f"{where}: arms", f"'{arm}' must be a grid or choice param other than task and model.backbone "
                   "(a search always selects per task and backbone)")
-    space = SearchSpace(name, path, str(data.get("description", "")).strip(), str(data.get("paper", "")).strip(),
-                        base, params, scheduler, budget, list(arms))
+    text = {}
+    for key in ("description", "paper"):  # one line each in `modsar spaces`: text, never a list or mapping
+        value = data.get(key)
+        if isinstance(value, (list, dict)):
+            _fail(where, f"'{key}' must be one line of text, got a {type(value).__name__}; quote it if it "
+                  "holds brackets or a colon")
+        text[key] = "" if value is None else str(value).strip()
+    space = SearchSpace(name, path, text["description"], text["paper"], base, params, scheduler, budget,
+                        list(arms))
+    for key in base:  # one source per key holds for 'base' too: a base value that never runs is refused
+        if key in BASE_FIXED:
+            _fail(f"{where}: base.{key}", f"'{key}' is not a base setting: {BASE_FIXED[key]}")
+        if space.sets_everywhere(key):
+            sources = " and ".join(f"params.{p.key}" if p.key == key else f"the 'also' of params.{p.key}"
+                                   for p in space.sources(key))
+            _fail(f"{where}: base.{key}", f"{sources} sets '{key}' in every trial, so the base value never runs; "
+                  "remove it from base")
     return space
 
 
@@ -343,21 +491,80 @@ class _SpaceLoader(yaml.SafeLoader):
             seen[key] = line
         return super().construct_mapping(node, deep)
 
+    def get_single_data(self) -> Any:
+        """The document, once its size with every alias copied out is known to be small (_alias_growth)."""
+        node = self.get_single_node()
+        if node is None:
+            return None
+        _alias_growth(node)
+        return self.construct_document(node)
+
+
+# Values YAML aliases may add to a space file when copied out. An alias shares one object, but the checks and
+# messages that read a space walk (and repr) every copy: nested aliases (a "billion laughs" file) would
+# exhaust memory there. A space needs a few hundred values; reusing an anchor stays far below this.
+MAX_ALIAS_VALUES = 10_000
+
+
+class _AliasGrowth(yaml.YAMLError):
+    def __init__(self, cycle: bool) -> None:
+        super().__init__("aliases expand too far")
+        self.cycle = cycle
+
+
+def _alias_growth(root: yaml.Node) -> None:
+    """Raises _AliasGrowth when the document, with its aliases copied out, holds more than MAX_ALIAS_VALUES
+    values beyond those written, or a value that contains itself; counted over the composed nodes (each
+    once), without building anything."""
+    cap = 10**12  # sizes are kept below it, so nested aliases cannot make the count itself grow without end
+    size: dict[int, int] = {}
+    open_: set[int] = set()  # nodes whose subtree is being counted: one met again inside it is a cycle
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        children: list[yaml.Node] = ([n for pair in node.value for n in pair]
+                                     if isinstance(node, yaml.MappingNode)
+                                     else list(node.value) if isinstance(node, yaml.SequenceNode) else [])
+        if done:
+            size[id(node)] = min(cap, 1 + sum(size[id(child)] for child in children))
+            open_.discard(id(node))
+        elif id(node) in open_:
+            raise _AliasGrowth(cycle=True)
+        elif id(node) not in size:
+            open_.add(id(node))
+            stack.append((node, True))
+            stack += [(child, False) for child in children if id(child) not in size]
+    if size[id(root)] - len(size) > MAX_ALIAS_VALUES:
+        raise _AliasGrowth(cycle=False)
+
 
 def load_space(name_or_path: str) -> SearchSpace:
     """A bundled space by name (`modsar spaces`) or a user's YAML file by path."""
     path = Path(name_or_path)
-    if not (path.suffix in (".yaml", ".yml") or path.exists()):
-        path = SPACES_DIR / f"{name_or_path}.yaml"
+    bundled = SPACES_DIR / f"{name_or_path}.yaml"
+    shadowed = path.is_dir() and bundled.parent == SPACES_DIR and bundled.is_file()  # a folder named so
+    if path.suffix not in (".yaml", ".yml") and (not path.exists() or shadowed):
+        path = bundled  # a bundled name, even where a folder of that name is in the working directory
         if not path.is_file():
             known = ", ".join(sorted(p.stem for p in SPACES_DIR.glob("*.yaml")))
             raise ModsarError(f"unknown space '{name_or_path}'; bundled spaces: {known} (or pass a YAML path)")
+    if path.is_dir():
+        inside = next(iter(sorted(path.glob("*.y*ml"))), None)
+        example = f" such as '{inside}'" if inside else ""
+        raise ModsarError(f"space file '{path}' is a directory; pass a space's YAML file{example}, or a "
+                          "bundled space's name (`modsar spaces` lists them)")
     if not path.is_file():
         raise ModsarError(f"space file '{path}' does not exist")
     try:
         data = yaml.load(path.read_text(), Loader=_SpaceLoader)  # a SafeLoader: nothing is evaluated
     except UnicodeDecodeError:
         raise ModsarError(f"space file '{path}' is not a text (UTF-8) file") from None
+    except _AliasGrowth as exc:
+        what = ("holds a value that contains itself through a YAML alias" if exc.cycle else
+                f"expands its YAML aliases (*name) into more than {MAX_ALIAS_VALUES:,} values beyond those "
+                "written (aliases nested in anchors)")
+        raise ModsarError(f"space file '{path}' {what}; a space needs a few hundred values: write them out, "
+                          "or use anchors that do not nest") from None
     except _RepeatedKey as exc:
         raise ModsarError(f"space file '{path}' gives the key {exc.key!r} twice in one mapping (lines "
                           f"{exc.lines[0]} and {exc.lines[1]}); YAML would keep only the last: remove one") from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import random
 import time
 import uuid
 from collections.abc import Callable
@@ -148,6 +149,10 @@ class TrainState:
         return {"epoch": self.best_epoch, "best_value": self.best_value, "valid": self.best_valid,
                 "optimizer": self.optimizer.state_dict(), "torch_rng": rng["torch"],
                 "batches_rng": self.batches.rng.bit_generator.state, "cuda_rng": rng.get("cuda"),
+                # python's and numpy's too, as plain ints (weights_only loads them): built-in training draws
+                # neither, a plugin backbone might
+                "python_rng": rng["python"], "numpy_rng": [*rng["numpy"][:1], rng["numpy"][1].tolist(),
+                                                           *rng["numpy"][2:]],
                 "history": self.history, "epoch_times": self.epoch_times, "eval_times": self.eval_times,
                 "wall_time_s": wall_time_s}
 
@@ -156,6 +161,10 @@ class TrainState:
         model.load_state_dict(resume["state_dict"])
         self.optimizer.load_state_dict(resume["optimizer"])
         torch.set_rng_state(resume["torch_rng"])
+        if "python_rng" in resume:  # earlier resume files hold torch's state only
+            random.setstate(resume["python_rng"])
+            name, keys, *rest = resume["numpy_rng"]
+            np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
         if self.device.type == "cuda" and resume.get("cuda_rng") is not None:
             torch.cuda.set_rng_state(resume["cuda_rng"], self.device)
         self.batches.rng.bit_generator.state = resume["batches_rng"]

@@ -441,3 +441,20 @@ def test_figure_2_puts_five_datasets_on_a_three_by_two_grid(tmp_path):
         width, height = struct.unpack(">II", png.read(24)[16:24])  # the IHDR chunk
     assert height == round(2 * 3.4 * 120)  # two rows of 3.4 inches at 120 dpi
     assert width == round(3 * 4.2 * 120)  # three panels of max(4, 1.1 * 2 models + 2) = 4.2 inches
+
+
+def test_a_window_past_the_maps_and_cutoffs_without_10_are_handled(checkpoints, tmp_path, capsys, monkeypatch):
+    """--window beyond the model's positions would build W x W matrices of zeros (1e6 asked for 7 TiB): refused
+    in one line. A model trained without 10 in eval.ks still gets the diagnostics' @10 metrics."""
+    data, paths = checkpoints
+    assert main(["analyze", "--checkpoint", str(paths["post"]), "--diagnostic", "sparsity", "--window", "1000000",
+                 "--data-dir", str(data)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--window 1000000 is longer than" in err[0] and "use --window 30 or less" in err[0]
+    monkeypatch.setenv("MODSAR_DATA", str(data))
+    five = tmp_path / "five.pt"
+    run_trial(load_config(None, ["train.max_epochs=1", "model.hidden_size=16", "eval.ks=[5]",
+                                 "train.monitor=ndcg@5"]), checkpoint_path=five, progress=False, evaluate_test=False)
+    table = run(five, ["shuffle"], str(data)).table
+    original = table[table["quantity"] == "ndcg@10 original"]["value"].item()
+    assert original == Probe(five, str(data)).metrics()["ndcg@10"] > 0

@@ -59,7 +59,11 @@ def test_a_missing_plugin_is_one_clear_error(monkeypatch):
     ("raise RuntimeError('no GPU driver\\nsecond line')\n", r"RuntimeError: no GPU driver at .*broken\.py:1"),
     ("import modsar_no_such_dependency\n",
      r"ModuleNotFoundError: No module named 'modsar_no_such_dependency' at .*broken\.py:1"),
-], ids=["ZeroDivisionError-after-registering", "SyntaxError", "RuntimeError-two-lines", "missing-dependency"])
+    ("class Boom(BaseException):\n    pass\nraise Boom('custom base exception')\n",
+     r"Boom: custom base exception at .*broken\.py:3"),
+    ("import sys\nsys.exit(3)\n", r"SystemExit: 3 at .*broken\.py:2"),
+], ids=["ZeroDivisionError-after-registering", "SyntaxError", "RuntimeError-two-lines", "missing-dependency",
+        "BaseException-subclass", "SystemExit"])
 def test_a_plugin_that_raises_is_one_line_even_for_a_built_in_backbone(tmp_path, monkeypatch, capsys, code,
                                                                         raised):
     """Whatever a $MODSAR_PLUGINS module raises on import is one line naming it, with the exception's type and
@@ -81,6 +85,23 @@ def test_a_plugin_that_raises_is_one_line_even_for_a_built_in_backbone(tmp_path,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and re.match(f"modsar: error: backbone plugin '{named}' cannot be", err)
     assert not results.exists()  # refused before training
+
+
+def test_an_interrupt_while_importing_a_plugin_stays_an_interrupt_that_names_it(tmp_path, monkeypatch, capsys):
+    """KeyboardInterrupt (Ctrl-C, or a plugin raising it) is not turned into an error: exit 130 as for any
+    interrupt, but the line says which plugin was being imported, and the plugin leaves nothing behind."""
+    plugin = tmp_path / "slow.py"
+    plugin.write_text("from modsar.model.registry import BackboneEntry, register\n"
+                      "register(BackboneEntry('half', 'modsar.model.modular:ModularSAR'))\n"
+                      "raise KeyboardInterrupt('plugin interrupted')\n")
+    monkeypatch.setenv(registry.PLUGINS_ENV, str(plugin))
+    results = tmp_path / "results"
+    assert main(["train", "--dataset", "synthetic", "--quiet", "--results", str(results)]) == 130
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.splitlines() == [
+        f"modsar: interrupted while importing backbone plugin '{plugin}'"]
+    assert "half" not in registry.names() and str(plugin) not in registry.loaded_plugins()
+    assert not [m for m in sys.modules if m.startswith("modsar_plugin_slow_")] and not results.exists()
 
 
 def test_a_missing_plugin_module_says_it_is_not_importable(monkeypatch):

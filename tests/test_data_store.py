@@ -9,6 +9,7 @@ import json
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import write
 
@@ -255,3 +256,23 @@ def test_cli_refuses_data_nothing_can_be_trained_on(tmp_path, isolated_data_root
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(src) in err[0] and "nothing to train on" in err[0] and "4+ interactions" in err[0]
     assert written(isolated_data_root) == []
+
+
+def test_density_counts_interactions_so_repeats_can_exceed_100_percent():
+    """The papers' interactions / (users x items): 4 users who each rate 5 items 40 times over fill the matrix
+    40 times (4000%), the figure `data stats` shows; the definition no longer promises a fraction in [0, 1]."""
+    from modsar.data.prepare import density, statistics
+
+    assert density(800, 4, 5) == 40.0
+    assert density_text({"interactions": 800, "users": 4, "items": 5}) == "4000%"
+    assert statistics(np.repeat(np.arange(1, 5), 200), 4, 5)["density"] == 40.0
+    assert "[0, 1]" not in (density.__doc__ or "") and "above 1" in (density.__doc__ or "")
+
+
+@pytest.mark.parametrize("max_len", ["-5", "0", "100000000000"])
+def test_a_max_len_no_model_can_have_is_refused_before_importing(tmp_path, capsys, max_len):
+    source = write(tmp_path / "pairs.txt", "".join(f"{u} {i}\n" for u in (1, 2) for i in (5, 6, 7, 8)))
+    assert main(["data", "prepare", "px", "--source", str(source), "--format", "pairs", "--max-len", max_len]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--max-len must be between 1 and 1,048,576" in err[0] and err[0].endswith(max_len)
+    assert not list(tmp_path.rglob("manifest.json"))

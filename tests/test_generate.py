@@ -300,3 +300,84 @@ def test_generate_steps_that_cannot_be_rolled_out_are_refused_before_training():
         run_trial(load_config(None, [*over, "eval.filter_seen=history"]), data, progress=False)
     result = run_trial(load_config(None, over), data, progress=False)  # picks may repeat the history
     assert result.generation["users"] == 3
+
+
+@pytest.mark.parametrize("temperature", [1e-39, 1e-300])
+@pytest.mark.parametrize("strategy", ["topk", "nucleus"])
+def test_a_tiny_temperature_tends_to_greedy(strategy, temperature):
+    """Scores are shifted by their row's best before the division, so every other item goes to -inf and the
+    best alone is drawn; before, 5 / 1e-39 overflowed float32 to inf (and 1e-300 rounded to 0), and sampling
+    died with "probability tensor contains either inf, nan or element < 0"."""
+    scores = torch.tensor([[5.0, 4.0, 1.0, -2.0, float("-inf")], [0.0, 3.0, 3.0, 1.0, 2.0]]).repeat(200, 1)
+    picks = Sampler(strategy, temperature=temperature).pick(scores, torch.Generator().manual_seed(0))
+    assert set(picks[0::2].tolist()) == {0}
+    assert set(picks[1::2].tolist()) == {1, 2}  # a tie for the best: either, nothing else
+
+
+def test_each_setting_is_checked_only_for_the_strategies_that_read_it():
+    """Greedy reads neither --top-k nor --temperature (before, --top-k 0 and --temperature 0 were refused for
+    it); nucleus does not read --top-k."""
+    from modsar.errors import ModsarError
+
+    Sampler("greedy", top_k=0, temperature=0.0).check()
+    Sampler("greedy", top_k=-3, temperature=float("nan")).check()
+    Sampler("nucleus", top_k=0).check()
+    with pytest.raises(ModsarError, match=r"^--top-k must be >= 1; got 0$"):
+        Sampler("topk", top_k=0).check()
+    for strategy in ("topk", "nucleus"):
+        with pytest.raises(ModsarError, match=r"^--temperature must be a positive number; got 0.0$"):
+            Sampler(strategy, temperature=0.0).check()
+
+
+def test_rollouts_are_counted_as_histories_where_a_user_has_several():
+    """Under split_targets=every a user has one history per test timestamp: 5 rollouts of 3 users are not "5
+    users"; under leave-one-out every user has one history, and the words stay "users"."""
+    from modsar.generate import generate
+
+    assert generate(NextItem(), tied_split(), "ar", 5, 1, Sampler("greedy")).counted() == \
+        "5 test histories of 3 users"
+    split = LeaveOneOut(np.array([1, 2, 3, 4, 5, 6, 7, 2, 3, 4, 8, 9, 5, 6, 7]), np.array([0, 7, 11, 15]), 9)
+    assert generate(NextItem(), split, "ar", 5, 1, Sampler("greedy")).counted() == "3 test users"
+    one = LeaveOneOut(np.array([1, 2, 3]), np.array([0, 3]), 9)
+    assert generate(NextItem(), one, "ar", 5, 1, Sampler("greedy")).counted() == "1 test user"
+
+
+def test_generate_cli_says_histories_under_split_targets_every(tmp_path, capsys):
+    """`modsar generate` on a model trained with data.split_targets=every: 4 users with 2 test timestamps each
+    give 8 rollouts, printed as "8 test histories of 4 users" (before: "8 test users"); --help says --users
+    samples histories."""
+    from modsar.data.store import prepare_dataset
+
+    lines = ["userId,movieId,rating,timestamp"]
+    for user in range(1, 5):  # six events a day apart, days 0-5 of 2001; the test cut at day 4
+        lines += [f"{user},{(user + day) % 7 + 1},4,{978307200 + 86400 * day}" for day in range(6)]
+    (tmp_path / "ratings.csv").write_text("\n".join(lines) + "\n")
+    prepare_dataset("daily", sources=[tmp_path / "ratings.csv"], fmt="ml-csv", root=tmp_path / "data")
+    cfg = load_config(None, ["model.hidden_size=8", "train.max_epochs=1", "data.split=temporal",
+                             "data.split_dates=[2001-01-04,2001-01-05]", "data.split_targets=every",
+                             "eval.ks=[1]", "train.monitor=ndcg@1", "train.threads=1"])
+    cfg.dataset = "daily"
+    run_trial(cfg, checkpoint_path=tmp_path / "best.pt", progress=False, data_root=tmp_path / "data")
+    assert main(["generate", "--checkpoint", str(tmp_path / "best.pt"), "--steps", "2", "--quiet",
+                 "--data-dir", str(tmp_path / "data")]) == 0
+    assert capsys.readouterr().out.startswith(
+        "AR daily (temporal split), greedy rollouts of 2 steps for 8 test histories of 4 users (1.50 true future "
+        "items each; the users_* and *_per_user figures count histories):\n")
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    assert "a seeded sample of this many test histories" in " ".join(capsys.readouterr().out.split())
+
+
+def test_exclude_suggestions_are_never_refused_themselves():
+    """On a one-item corpus every history holds the catalogue, so --exclude history is refused: the message
+    for --exclude rollout suggests only none (before: "none or history")."""
+    from modsar.errors import ModsarError
+    from modsar.generate import generate
+
+    one = LeaveOneOut(np.array([1, 1, 1, 1]), np.array([0, 4]), 1)
+    with pytest.raises(ModsarError, match=r"^--steps 5 is more than a rollout can take with --exclude rollout: it "
+                       r"never picks an item twice, and the catalogue has 1 item; use --steps 1 or fewer, or "
+                       r"--exclude none$"):
+        generate(NextItem(), one, "ar", 5, 5, Sampler("greedy"), "rollout")
+    with pytest.raises(ModsarError, match=r"^--exclude history leaves user 1 nothing to pick"):
+        generate(NextItem(), one, "ar", 5, 5, Sampler("greedy"), "history")

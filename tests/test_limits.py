@@ -119,8 +119,8 @@ def test_a_sane_config_passes_and_the_counts_come_from_the_split(ram_16gib):
     # 31 position vectors (max_len 30): 6,448,332,800 parameters, 16 bytes each
     ("model.hidden_size=16384", "config: the model (modular, model.hidden_size=16384, model.num_layers=2) "
      "needs at least 96.1 GiB for its 6,448,332,800 parameters with their gradients and Adam's two moments, "
-     "more than this machine's 16.0 GiB of RAM; use a smaller model.hidden_size, model.ffn_size or "
-     "model.num_layers"),
+     "more than this machine's 16.0 GiB of RAM; use a smaller model.hidden_size, model.ffn_size, "
+     "model.num_layers or data.max_len"),
 ])
 def test_train_refuses_sizes_that_cannot_fit_before_building_or_training(tmp_path, monkeypatch, capsys,
                                                                         ram_16gib, override, message):
@@ -190,3 +190,52 @@ def test_cuda_limits_are_the_gpu_memory(monkeypatch):
         "'loss.num_negatives=1' needs at least 100.0 GiB for x, more than this machine's 80.0 GiB of GPU "
         "memory (cuda:0); fix")
     assert memory.problem([on_gpu], "cpu") is None
+
+
+def test_sampled_negatives_with_nothing_left_to_draw_are_refused_before_training(monkeypatch):
+    """fixed_negatives draws, with replacement, from the items outside the history before a target and the
+    target itself: only a user with none left cannot get negatives. Before, `modsar train` trained, then died
+    with "RuntimeError: could not draw clean negatives"; now the config is refused before a model is built."""
+    from modsar import train
+    from modsar.data.store import StoredDataset
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was built")
+
+    monkeypatch.setattr(train, "build_model", no_model)
+    over = ["model.hidden_size=8", "train.max_epochs=1", "eval.sampled_negatives=1", "eval.ks=[1]",
+            "train.monitor=ndcg@1"]
+    two = StoredDataset("twoitems", np.ones(6, dtype=np.int64), np.array([1, 2, 1, 2, 1, 2]), 1, 2, {"max_len": 5})
+    with pytest.raises(ModsarError, match=re.escape(
+            "config: 'eval.sampled_negatives' draws each target's negatives from the items its user has not "
+            "seen, and user 1's history before its validation target, with the target, holds all 2 items: there "
+            "is nothing to draw; use eval.sampled_negatives=0 (full ranking)")):
+        train.run_trial(load_config(None, over), two, progress=False)
+    # user 1 always has item 3 left; user 2's test history 1 1 1 2 1 and its target 3 hold the catalogue
+    three = StoredDataset("threeitems", np.repeat([1, 2], 6), np.array([1, 2, 1, 2, 1, 2, 1, 1, 1, 2, 1, 3]), 2, 3,
+                          {"max_len": 5})
+    with pytest.raises(ModsarError, match=r"user 2's history before its test target, with the target, holds all "
+                       r"3 items"):
+        train.run_trial(load_config(None, [*over, "eval.sampled_negatives=2"]), three, progress=False)
+
+
+def test_more_negatives_than_unseen_items_are_drawn_with_replacement():
+    """Room for one negative is enough for any count (they repeat), and a user who has seen all but one of
+    5,000 items gets that one: before, 1,000 rounds of uniform redraws missed it and raised RuntimeError."""
+    from modsar.config import validate_for_dataset
+    from modsar.data.split import LeaveOneOut
+    from modsar.evaluate import fixed_negatives, negative_room
+
+    few = LeaveOneOut(np.array([1, 2, 1, 2, 1, 2]), np.array([0, 6]), 3)
+    validate_for_dataset(load_config(None, ["eval.sampled_negatives=2"]), 3, split=few)  # not refused
+    users, end, targets = few.targets("valid")
+    assert negative_room(few, users, end, targets).tolist() == [1]
+    assert fixed_negatives(few, users, end, targets, 2, seed=0).tolist() == [[3, 3]]
+    n = 5000
+    seen = np.concatenate([np.arange(1, 778), np.arange(779, n + 1), [1, 2]])  # every item but 778, then 1 2
+    many = LeaveOneOut(np.concatenate([seen, [5, 6, 7, 8]]), np.array([0, len(seen), len(seen) + 4]), n)
+    users, end, targets = many.targets("test")
+    assert negative_room(many, users, end, targets).tolist() == [1, n - 4]
+    drawn = fixed_negatives(many, users, end, targets, 20, seed=0)
+    assert drawn[0].tolist() == [778] * 20
+    assert not np.isin(drawn[1], [5, 6, 7, 8]).any() and drawn[1].min() >= 1 and drawn[1].max() <= n

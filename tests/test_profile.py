@@ -139,3 +139,10 @@ def test_cli_json_compare_and_outputs(tmp_path, capsys):
         assert isinstance(p["powerlaw_alpha_at_bound"], bool)
     assert main(["data", "profile", "synthetic", "--orders", "3,x", "--data-dir", data]) == 2
     assert "--orders must be comma-separated integers from 2 to 8" in capsys.readouterr().err
+
+
+def test_a_flat_head_has_a_zipf_exponent_of_exactly_zero():
+    """Equal counts fit a slope of about 1e-16 of either sign, which printed as "-0.000"."""
+    for counts in ([5.0, 5.0, 5.0], [7.0, 7.0], [3.0, 3.0, 3.0, 3.0]):
+        value = zipf_ols(np.array(counts), len(counts))
+        assert value == 0.0 and math.copysign(1.0, value) == 1.0

@@ -31,6 +31,13 @@ def trial(trial_id: str, experiment: str = "e", **values) -> dict:
             "valid.ndcg@10": 0.25, **values}
 
 
+def older_row(trial_id: str, experiment: str = "old", **values) -> dict:
+    """A row as modsar 0.2.0 wrote it, unmarked: it has every column that `results`, `report` and `analyze
+    --experiment` read from any row."""
+    return trial(trial_id, experiment, dataset="synthetic", space=None, role="train", selected=False, seed=0,
+                 **{"model.backbone": "modular", "train.monitor": "ndcg@10", **values})
+
+
 def foreign_outputs(root: Path) -> None:
     """What `modsar generate --out` and `modsar data profile --out` put under a results root."""
     write_parquet(pd.DataFrame({"user": range(2000), "step": 1, "item": 7, "future_item": 3}),
@@ -45,7 +52,7 @@ def test_rows_are_marked_and_other_parquet_under_the_root_is_never_a_row(tmp_pat
     assert pq.read_schema(path).metadata == {b"modsar.kind": b"trial-row"}
     old = root / "old" / "trials" / "t0.parquet"  # a row written before rows were marked: still a row
     old.parent.mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist([trial("t0", experiment="old")]), old)
+    pq.write_table(pa.Table.from_pylist([older_row("t0")]), old)
     foreign_outputs(root)
     rows = read_rows(str(root))
     assert sorted(rows["trial_id"]) == ["t0", "t1", "t2"]
@@ -71,8 +78,11 @@ def test_a_bad_trial_file_is_named_in_one_warning_line_and_the_good_rows_are_sho
     assert sorted(by_file) == ["empty.parquet", "garbage.parquet", "stray.parquet", "truncated.parquet"]
     assert "not a readable Parquet file (Parquet file size is 0 bytes)" in by_file["empty.parquet"]
     assert "not a readable Parquet file" in by_file["truncated.parquet"]
-    assert ("not a trial row (no modsar.kind=trial-row mark, nor the experiment, trial_id, status columns of "
-            "an older row); move it out of the trials folder") in by_file["stray.parquet"]
+    assert ("not a trial row (no modsar.kind=trial-row mark, nor every column of an older row: it lacks "
+            "experiment, trial_id, status, role, selected, dataset, space, task, seed, model.backbone, "
+            "train.monitor); move it out of the trials folder") in by_file["stray.parquet"]
+    assert main(["results", "--results", str(root), "--columns", "trial_id,status"]) == 0  # as a search rereads
+    assert capsys.readouterr().err == ""  # each file is named once per process
 
 
 @pytest.mark.parametrize("command", ["results", "report"])
@@ -120,3 +130,141 @@ def test_train_results_and_generate_print_and_write_strict_json(tmp_path, capsys
     assert metrics["steps"] == 1 and metrics["immediate_repeat_rate"] is None
     assert metrics["distinct_2"] is None
     assert strict((tmp_path / "gen" / "metrics.json").read_text()) == metrics
+
+
+def test_a_file_whose_column_types_conflict_is_skipped_and_the_good_rows_are_shown(tmp_path, capsys):
+    """A file in trials/ whose types cannot be combined with the other rows' (a foreign file with an integer
+    status; a marked row whose metric is text) is named in one warning; the rows that agree are shown, even
+    when the odd file sorts first."""
+    root = tmp_path / "results"
+    folder = Path(write_row(str(root), older_row("good1", experiment="e"))).parent
+    write_row(str(root), older_row("good2", experiment="e"))
+    write_row(str(root), older_row("a-odd", experiment="e", **{"valid.ndcg@10": "high"}))
+    pq.write_table(pa.Table.from_pylist([older_row("old-1", experiment="e", status=3)]), folder / "0-int.parquet")
+    assert main(["results", "--results", str(root), "--columns", "trial_id,status,valid.ndcg@10"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.split() == ["trial_id", "status", "valid.ndcg@10", "good1", "finished", "0.2500",
+                                    "good2", "finished", "0.2500"]
+    assert captured.err.splitlines() == [
+        f"modsar: warning: skipped {folder / 'a-odd.parquet'}: its column 'valid.ndcg@10' holds string where "
+        "the other rows hold double; move it out of the trials folder",
+        f"modsar: warning: skipped {folder / '0-int.parquet'}: its column 'status' holds int64 where the other "
+        "rows hold string; move it out of the trials folder"]
+
+
+def test_an_unmarked_file_without_every_row_column_is_no_row(tmp_path, capsys):
+    """The three columns experiment, trial_id and status do not make an older row: `report` would index
+    dataset, space, task... A file with only those is skipped with a warning, whatever its status type."""
+    root = tmp_path / "results"
+    folder = root / "train-synthetic" / "trials"
+    folder.mkdir(parents=True)
+    for name, status in (("old-1", "finished"), ("old-2", 3)):
+        table = pa.table({"experiment": ["train-synthetic"], "trial_id": [name], "status": [status]})
+        pq.write_table(table, folder / f"{name}.parquet")
+    for run, command in enumerate((["results"], ["report"], ["report", "--space", "tiny"])):
+        assert main([*command, "--results", str(root)]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.splitlines()[-1] == (
+            f"modsar: error: no trial rows under {root}; pass --results the folder `modsar search` or "
+            "`modsar train` wrote to")
+        named = [f"{folder / 'old-1.parquet'}:", f"{folder / 'old-2.parquet'}:"] if run == 0 else []
+        assert [line.split()[3] for line in captured.err.splitlines()[:-1]] == named  # once per process
+    good = write_row(str(root), older_row("good", experiment="train-synthetic"))
+    assert sorted(read_rows(str(root))["trial_id"]) == ["good"]
+    assert Path(good).parent == folder
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("command", [["report"], ["report", "--space", "tiny"], ["report", "--dataset", "x"]])
+def test_report_on_rows_lacking_a_column_is_one_line(tmp_path, capsys, command):
+    """Marked rows without a column the report reads (hand-made, or from a tool of one's own) are refused in one
+    line naming the column, not a KeyError."""
+    root = tmp_path / "results"
+    write_row(str(root), trial("t1", **{"test.ndcg@10": 0.3}))
+    assert main([*command, "--results", str(root)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.splitlines() == [
+        f"modsar: error: the trial rows under {root} have no 'role' column, which a report reads (nor selected, "
+        "dataset, space, seed); move the files that lack them out of the trials folders"]
+
+
+@pytest.mark.parametrize("command", [["results"], ["results", "--experiment", "e"], ["report"],
+                                     ["analyze", "--experiment", "e"]])
+def test_a_results_root_that_is_a_file_is_one_line(tmp_path, capsys, command):
+    """`--results` naming a row file instead of the results folder: say so, not NotADirectoryError."""
+    path = write_row(str(tmp_path / "results"), older_row("t1", experiment="e"))
+    assert main([*command, "--results", path]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.splitlines() == [
+        f"modsar: error: the results root {path} is a file; pass the results folder (the one `modsar train` or "
+        "`modsar search` wrote to, which holds <experiment>/trials/)"]
+
+
+def test_a_trials_folder_that_is_a_file_is_one_line(tmp_path, capsys):
+    trials = tmp_path / "results" / "e" / "trials"
+    trials.parent.mkdir(parents=True)
+    trials.write_text("not a folder")
+    assert main(["results", "--results", str(tmp_path / "results"), "--experiment", "e"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"modsar: error: {trials} is a file where the trials folder of experiment 'e' belongs; move it away"]
+
+
+def test_analyze_an_experiment_whose_rows_have_no_checkpoint_column(tmp_path, capsys):
+    """`modsar train` writes a row without a checkpoint column when training diverged before any validation:
+    `analyze --experiment` on it says there is no checkpoint, in one line."""
+    root = tmp_path / "results"
+    write_row(str(root), older_row("t1", experiment="e", status="diverged", error="TrainingDiverged: loss nan"))
+    assert main(["analyze", "--experiment", "e", "--results", str(root)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.splitlines() == [
+        f"modsar: error: experiment 'e' has no selected trials or trained checkpoints under {root}; run "
+        "`modsar search` to the end (it selects the best AE and AR) or `modsar train`"]
+
+
+def test_json_stdout_is_the_document_alone_whatever_a_plugin_prints(tmp_path, capsys, monkeypatch):
+    """A plugin (or a library) printing to stdout goes to stderr under --json, in every command that has it:
+    train and generate import a plugin that prints; search's run is replaced by one that prints."""
+    def plugin(name: str) -> str:  # a new file per command: each is imported, and prints, once
+        path = tmp_path / f"{name}.py"
+        path.write_text(f"print('HELLO FROM {name}')\n")
+        return str(path)
+
+    def document(*args: str):
+        assert main(list(args)) == 0
+        captured = capsys.readouterr()
+        return strict(captured.out), captured.err
+
+    results = tmp_path / "results"
+    monkeypatch.setenv("MODSAR_PLUGINS", plugin("p1"))
+    row, err = document("train", "--dataset", "synthetic", "--quiet", "--json", "--results", str(results),
+                        "train.max_epochs=1", "model.hidden_size=8", "model.num_layers=1")
+    assert row["status"] == "finished" and "HELLO FROM p1" in err
+    monkeypatch.setenv("MODSAR_PLUGINS", plugin("p2"))
+    metrics, err = document("generate", "--checkpoint", row["checkpoint"], "--steps", "1", "--users", "5",
+                            "--json", "--quiet")
+    assert metrics["steps"] == 1 and "HELLO FROM p2" in err
+
+    import modsar.search
+
+    def noisy_search(request):
+        print("HELLO FROM search")
+        return {"experiment": request.experiment or "x", "trials": 0, "problem": None}
+
+    monkeypatch.setattr(modsar.search, "run_search", noisy_search)
+    summary, err = document("search", "--space", "quickstart", "--dataset", "synthetic", "--json")
+    assert summary == {"experiment": "x", "trials": 0, "problem": None} and err == "HELLO FROM search\n"
+
+
+def test_results_flags_that_cannot_mean_anything_and_queries_without_an_answer(tmp_path, capsys):
+    root = tmp_path / "results"
+    write_row(str(root), trial("t1"))
+    for args, message in ((["--limit", "0"], "--limit must be >= 1 (rows to show); got 0"),
+                          (["--limit", "-1"], "--limit must be >= 1 (rows to show); got -1"),
+                          (["--where", "status"], "--where 'status' is not KEY=VALUE")):
+        assert main(["results", "--results", str(root), *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0]
+    assert main(["results", "--results", str(root), "--where", "status=error"]) == 0
+    assert capsys.readouterr().out.strip() == f"no trial row under {root} matches --where status=error"
+    assert main(["results", "--results", str(root), "--where", "status=error", "--json"]) == 0
+    assert strict(capsys.readouterr().out) == []

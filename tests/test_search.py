@@ -243,7 +243,7 @@ def test_a_condition_on_a_wide_range_is_checked_and_wide_products_stay_small(tmp
         in capsys.readouterr().err
     wide = tmp_path / "w.yaml"  # 31^3 points at every value: checked at the bounds instead
     wide.write_text("params:\n" + "".join(f"  {k}: {{randint: [1, 32]}}\n" for k in
-                                           ("train.patience", "train.eval_every", "data.batch_size")))
+                                           ("train.patience", "data.eval_batch_size", "data.batch_size")))
     assert main(["spaces", str(wide), "--check", "--search", "random"]) == 0
     assert "all 8 configurations are valid" in capsys.readouterr().out
 
@@ -303,6 +303,13 @@ def test_optuna_seed_reproduces_first_configurations(local_ray, data_dir, tmp_pa
      "exceeds the largest node's 2 CPUs"),
     (["--space", str(SPACES / "continuous.yaml"), "--dataset", "synthetic", "--search", "grid"],
      "grid search needs grid/choice params"),
+    (["--space", str(SPACES / "asha.yaml"), "--dataset", "synthetic", "train.device=cuda"],
+     "train.device=cuda, but a trial sees a GPU only when --gpus-per-trial gives it one"),
+    *((["--space", str(SPACES / "asha.yaml"), "--dataset", "synthetic", flag, value], f"{flag} must be {rule}")
+      for flag, value, rule in (("--max-t", "-3", ">= 1"), ("--max-t", "0", ">= 1"), ("--grace-period", "-2", ">= 1"),
+                                ("--max-concurrent", "-1", ">= 1"), ("--seeds", "-1", ">= 0"),
+                                ("--max-failures", "-2", ">= 0"), ("--max-epochs", "0", ">= 1"),
+                                ("--time-budget", "0", "> 0 seconds"))),
 ])
 def test_bad_requests_fail_cleanly(local_ray, data_dir, tmp_path, capsys, args, message):
     out = tmp_path / "results"
@@ -613,7 +620,7 @@ def test_arms_select_and_test_every_compared_model(local_ray, data_dir, tmp_path
     (eval.generate_steps), and the report shows one row per arm."""
     space = tmp_path / "arms.yaml"
     space.write_text("""description: arms
-base: {train.max_epochs: 2, model.hidden_size: 16, eval.generate_steps: 2}
+base: {model.hidden_size: 16, eval.generate_steps: 2}
 params:
   task: {grid: [ar]}
   model.positional: {grid: [learned, target_aligned]}

@@ -8,7 +8,7 @@ import pytest
 
 from modsar.config import load_config
 from modsar.data.batches import TrainBatches
-from modsar.data.split import TemporalSplit, make_split
+from modsar.data.split import TemporalSplit, cut_times, make_split
 from modsar.data.store import load_dataset
 from modsar.errors import ModsarError
 
@@ -166,3 +166,41 @@ def test_the_space_check_sees_the_item_view_catalogue():
     cfg = Config.from_dict({"data": {"view": "item"}})
     assert viewed_sizes(cfg, sizes, "x") == {**sizes, "num_items": 943, "num_users": 1682}
     assert viewed_sizes(Config(), sizes, "x") == sizes
+
+
+@pytest.mark.parametrize("given", ["[2000-11-20, 2000-12-01]", "['2000-11-20', '2000-12-01']",
+                                   "[2000-11-20T00:00:00, '2000-12-01']"])
+def test_split_dates_as_a_yaml_list_of_two_dates_means_the_same(tmp_path, given):
+    """YAML reads `[2000-11-20, 2000-12-01]` as a list of two dates: the same cuts as "2000-11-20,2000-12-01"
+    (before: "'data.split_dates' must be str, got [datetime.date(2000, 11, 20), ...]")."""
+    text = load_config(None, ["data.split_dates=2000-11-20,2000-12-01"])
+    listed = load_config(None, [f"data.split_dates={given}"])
+    path = tmp_path / "dates.yaml"
+    path.write_text(f"data:\n  split: temporal\n  split_dates: {given}\n")
+    for cfg in (listed, load_config(path)):
+        assert cut_times(cfg.data, TIME) == cut_times(text.data, TIME) == (974_678_400.0, 975_628_800.0)
+    assert listed.data.split_dates.split(",")[1] == "2000-12-01"
+
+
+@pytest.mark.parametrize("given, problem", [
+    ("[]", "has none"), ("[2000-11-20]", "has one"), ("[2000-11-20, 2000-12-01, 2001-01-01]", "has 3")])
+def test_split_dates_lists_of_other_lengths_say_two_are_needed(given, problem):
+    with pytest.raises(ModsarError, match=rf"'data.split_dates' needs two ISO dates, the validation cut then the "
+                       rf"test cut, and {problem} \(e.g. \"2000-11-20,2000-12-01\"\); got "):
+        load_config(None, [f"data.split_dates={given}"])
+
+
+def test_cuts_outside_the_data_are_shown_as_dates():
+    """Cut times and the data's span read as ISO dates (with the time where it is not midnight), not raw
+    seconds (before: "cuts 8.74725e+08 and 9.46685e+08; the data spans 8.74725e+08 ...")."""
+    base = 874_724_710.0  # 1997-09-20T03:05:10Z
+    with pytest.raises(ModsarError) as late:
+        TemporalSplit.from_timed_log(USER, ITEM, TIME + base, 4, 10, valid_cut=base + 5, test_cut=946_684_800.0)
+    assert str(late.value) == (
+        "temporal split: no test target (cuts 1997-09-20T03:05:15Z and 2000-01-01; the data spans "
+        "1997-09-20T03:05:11Z to "
+        "1997-09-20T03:05:19Z); move the cuts inside the data (data.split_valid / data.split_test, or "
+        "data.split_dates)")
+    with pytest.raises(ModsarError, match=r"the validation cut \(1997-09-20T03:05:16Z\) must come before the test "
+                       r"cut \(1997-09-20T03:05:16Z\)"):
+        TemporalSplit.from_timed_log(USER, ITEM, TIME + base, 4, 10, valid_cut=base + 6.5, test_cut=base + 6.5)

@@ -95,8 +95,9 @@ def prepare_log(log: Interactions, options: PrepareOptions, source: str = "the s
 
 
 def density(interactions: int, users: int, items: int) -> float:
-    """The filled share of the user-item matrix, interactions / (users x items), as a fraction in [0, 1]
-    (repeats can take it above 1: it counts interactions, not distinct pairs, as the papers' Table 1)."""
+    """Interactions / (users x items), the papers' Table 1 density: it counts interactions, not distinct
+    (user, item) pairs, so it is the filled share of the user-item matrix (at most 1, 100%) only where no
+    pair repeats; a log with repeats (a user who comes back to an item) can go above 1."""
     return interactions / max(users * items, 1)
 
 

@@ -83,7 +83,7 @@ def zipf_ols(sorted_counts: np.ndarray, r_max: int) -> float:
         return math.nan
     r = np.arange(1, r_max + 1)
     slope = np.polyfit(np.log(r), np.log(sorted_counts[:r_max]), 1)[0]
-    return float(-slope)
+    return round(float(-slope), 12) + 0.0  # a flat head fits a slope of +-1e-16: 0.0, never "-0.000"
 
 
 ALPHA_BOUNDS = (1.0001, 8.0)  # s = 1 / (alpha - 1) from 0.14 to 10^4; a fit at a bound is flagged

@@ -103,13 +103,15 @@ class TemporalSplit(LeaveOneOut):
             raise ModsarError("temporal split: events are not in time order within each user; prepare the log "
                               "with `modsar data prepare` (it sorts by timestamp)")
         if not valid_cut < test_cut:
-            raise ModsarError(f"temporal split: the validation cut ({valid_cut:g}) must come before the test cut "
-                              f"({test_cut:g}); with many equal timestamps, pick quantiles further apart or dates")
+            raise ModsarError(f"temporal split: the validation cut ({when(valid_cut)}) must come before the test "
+                              f"cut ({when(test_cut)}); with many equal timestamps, pick quantiles further apart or "
+                              "dates")
         split = cls(base.items, base.offsets, num_items, timestamp, valid_cut, test_cut, every)
         for which in ("valid", "test"):
             if not len(split.targets(which)[0]):
-                raise ModsarError(f"temporal split: no {which} target (cuts {valid_cut:g} and {test_cut:g}; the "
-                                  f"data spans {timestamp.min():g} to {timestamp.max():g} seconds); move the cuts "
+                raise ModsarError(f"temporal split: no {which} target (cuts {when(valid_cut)} and "
+                                  f"{when(test_cut)}; the data spans {when(timestamp.min())} to "
+                                  f"{when(timestamp.max())}); move the cuts "
                                   "inside the data (data.split_valid / data.split_test, or data.split_dates)")
         return split
 
@@ -197,6 +199,21 @@ def parse_dates(text: str):
         raise ValueError(f"needs the validation cut before the test cut, and {parts[0]} is not before "
                          f"{parts[1]}")
     return dates[0], dates[1]
+
+
+def when(seconds: float) -> str:
+    """A time in seconds since 1970 (UTC) as people write it, for messages: the ISO date, with the time of
+    day (to the second) only where it is not midnight, as `data.split_dates` takes it. Raw seconds mean
+    nothing to a reader; ones out of the calendar's range (years 1 to 9999) are shown as seconds."""
+    import datetime as dt
+
+    try:
+        moment = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=float(seconds))
+    except (OverflowError, ValueError):
+        return f"{seconds:g} seconds"
+    if moment.replace(hour=0, minute=0, second=0, microsecond=0) == moment:
+        return moment.date().isoformat()
+    return f"{moment.date().isoformat()}T{moment.time().replace(microsecond=0).isoformat()}Z"
 
 
 def cut_times(data_cfg, timestamp: np.ndarray) -> tuple[float, float]:

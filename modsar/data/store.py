@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from modsar import __version__
+from modsar.config import SIZE_LIMITS
 from modsar.data import synthetic
 from modsar.data.importers import Interactions, read_interactions
 from modsar.data.prepare import PreparedLog, PrepareOptions, prepare_log, statistics
@@ -142,6 +143,9 @@ def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str
     For a registry name the usual preprocessing and max length apply unless `options`/`max_len` are given.
     """
     _check_name(name)
+    limit = SIZE_LIMITS["data.max_len"]
+    if max_len is not None and not 1 <= max_len <= limit:
+        raise ModsarError(f"--max-len must be between 1 and {limit:,} (the history items a model sees); got {max_len}")
     root = data_root(root)
     spec = spec or get_spec(name)
     generated = is_generated(name) and not sources

@@ -162,7 +162,8 @@ def load_plugins(specs: list[str] | None = None) -> list[str]:
     """Import plugin modules (each registers its backbones): `specs`, else $MODSAR_PLUGINS and the
     `modsar.backbones` entry points. A spec is a module name or a path to a .py file. Returns every spec
     loaded in this process so far. A plugin that cannot be imported, whatever it raises, is one ModsarError
-    naming it, and leaves the registry as it was (a half-run plugin keeps none of its backbones)."""
+    naming it (an interrupt stays a KeyboardInterrupt, whose message names it), and leaves the registry as it
+    was (a half-run plugin keeps none of its backbones)."""
     named: list[tuple[str, str]]  # (spec, how to drop it)
     if specs is None:
         named = [(s.strip(), f"remove it from ${PLUGINS_ENV}")
@@ -182,7 +183,11 @@ def load_plugins(specs: list[str] | None = None) -> list[str]:
         before = dict(_ENTRIES)
         try:
             _import_plugin(spec)
-        except (Exception, SystemExit) as exc:  # anything a plugin's module code raises, not only ImportError
+        except KeyboardInterrupt:  # Ctrl-C stays an interrupt (exit 130); the line says what it stopped
+            _ENTRIES.clear()
+            _ENTRIES.update(before)
+            raise KeyboardInterrupt(f"while importing backbone plugin {spec!r}") from None
+        except BaseException as exc:  # anything else its module code raises: SystemExit, BaseException subclasses
             _ENTRIES.clear()
             _ENTRIES.update(before)
             why = _why(spec, exc)

@@ -74,14 +74,17 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
     """Everything the search will do, derived and checked before Ray starts: with `check`, every configuration
     of the space is validated against the dataset (modsar.space_check) and all problems are raised at once.
     An empty `req.dataset` plans without data (`modsar spaces NAME --check` without --dataset)."""
+    _check_request_numbers(req)
     space = load_space(req.space)
     overrides = dict(parse_override(o) for o in req.overrides)
-    searched = {**{t: f"the 'also' of params.{p.key}" for p in space.params for t in p.also},
-                **{p.key: f"params.{p.key}" for p in space.params}}
-    if clash := next((k for k in overrides if k in searched), None):
-        raise ModsarError(f"override '{clash}={overrides[clash]}' sets a key the space searches ({searched[clash]}), "
-                          "whose values would replace it in every trial; drop the override, or copy the space file "
-                          "and change its params")
+    # An override of a searched key is the value where no param sets it (a conditional param's condition does
+    # not hold): refused only where some param sets it in every trial, so that it could never take effect.
+    if clash := next((k for k in overrides if space.sets_everywhere(k)), None):
+        searched = " and ".join(f"params.{p.key}" if p.key == clash else f"the 'also' of params.{p.key}"
+                                for p in space.sources(clash))
+        raise ModsarError(f"override '{clash}={overrides[clash]}' sets a key the space searches "
+                          f"({searched}), whose values would replace it in every trial; drop the override, "
+                          "or copy the space file and change its params")
     if req.dataset:
         overrides["dataset"] = req.dataset
     budget = space.budget
@@ -119,6 +122,19 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
     if check:
         plan.check().raise_if_invalid()
     return plan
+
+
+def _check_request_numbers(req: SearchRequest) -> None:
+    """Counts and budgets given on the command line must mean something: a value of 0 or less never stands for
+    "the default" (leave the flag out for that), and Ray would take a negative one as an assertion failure."""
+    at_least = {"--max-epochs": (req.max_epochs, 1), "--max-t": (req.max_t, 1),
+                "--grace-period": (req.grace_period, 1), "--max-concurrent": (req.max_concurrent, 1),
+                "--max-failures": (req.max_failures, 0), "--seeds": (req.seeds, 0)}
+    for flag, (value, low) in at_least.items():
+        if value is not None and value < low:
+            raise ModsarError(f"{flag} must be >= {low}; got {value} (leave it out for the space's own setting)")
+    if req.time_budget_s is not None and not req.time_budget_s > 0:
+        raise ModsarError(f"--time-budget must be > 0 seconds; got {req.time_budget_s:g} (leave it out for none)")
 
 
 def _check_mlflow(uri: str) -> None:

@@ -197,7 +197,7 @@ def reconcile_rows(plan: Plan, grid, role: str = "search") -> None:
         match = re.match(r"^[^_]+_([0-9a-f]+(?:_\d{5})?)_(\d+_.*)$", Path(result.path).name if result.path else "")
         trial_id = (result.metrics or {}).get("trial_id") or (match.group(1) if match else None)
         tag = match.group(2) if match else ""
-        if not trial_id or trial_id in have:
+        if not trial_id or trial_id in have or result.config is None:  # None: never started (time budget)
             continue
         frame = result.metrics_dataframe
         history = frame.to_dict("records") if frame is not None else []

@@ -64,15 +64,28 @@ def _workers_import_this_modsar():
     namespace package instead of the installed package, and every trial would die on its first import. So Ray
     is started from the folder that holds the package this driver runs: workers import the same `modsar` (and
     `hf_plugins`) first, wherever the user stands. The driver's own directory comes back at once; every path a
-    trial reads (data root, storage, plugin files) is absolute by then."""
+    trial reads (data root, storage, plugin files) is absolute by then, and so is every path the local workers
+    inherit in their environment: PYTHONPATH entries (`PYTHONPATH=.` names the user's folder, as it does for
+    the driver) and plugin files in $MODSAR_PLUGINS (Tune runs each trial in its own folder)."""
     import modsar
+    from modsar.model.registry import PLUGINS_ENV
 
     here = os.getcwd()
+    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", PLUGINS_ENV)}
+    if saved["PYTHONPATH"]:
+        os.environ["PYTHONPATH"] = os.pathsep.join(os.path.join(here, entry)
+                                                   for entry in saved["PYTHONPATH"].split(os.pathsep))
+    if saved[PLUGINS_ENV]:
+        os.environ[PLUGINS_ENV] = ",".join(os.path.join(here, spec.strip()) if spec.strip().endswith(".py")
+                                           else spec for spec in saved[PLUGINS_ENV].split(","))
     os.chdir(Path(modsar.__file__).resolve().parent.parent)
     try:
         yield
     finally:
         os.chdir(here)
+        for name, value in saved.items():
+            if value is not None:
+                os.environ[name] = value
 
 
 def connect_ray(req: SearchRequest) -> None:
@@ -229,6 +242,10 @@ def run_search(req: SearchRequest) -> dict[str, Any]:
     if not req.resume and not req.overwrite and _fs_exists(search_json):
         raise ModsarError(f"experiment '{req.experiment_name}' already exists in {req.results}; pass --resume to "
                           "continue it, --overwrite to replace it, or choose another --experiment")
+    device = plan.base["train"]["device"]
+    if device.startswith("cuda") and not req.gpus_per_trial:  # Ray hides every GPU from a trial that holds none
+        raise ModsarError(f"train.device={device}, but a trial sees a GPU only when --gpus-per-trial gives it one; "
+                          "pass --gpus-per-trial (e.g. 1, or 0.5 to share), or leave train.device=auto")
     connect_ray(req)
     total = check_resources(req)
     if req.overwrite and not req.resume and _fs_exists(storage):
@@ -340,7 +357,10 @@ def search_problem(plan: Plan, rows: pd.DataFrame, selected: dict[str, dict], co
     name = plan.request.experiment_name
     see = f"see `modsar results --results {plan.request.results} --experiment {name}`"
     if not len(search):
-        return f"search '{name}' selected nothing: it wrote no trial row ({counts}); {see}"
+        budget = plan.request.time_budget_s
+        why = (f"--time-budget {budget:g} s ran out before any trial reported; raise it" if budget
+               else f"see `modsar results --results {plan.request.results} --experiment {name}`")
+        return f"search '{name}' selected nothing: it wrote no trial row ({counts}); {why}"
     backbones = search["model.backbone"].nunique()
     models = [model_key(task, backbone, backbones, tuple(arms))
               for (task, backbone, *arms), _ in search.groupby(MODEL + plan.space.arms)]
@@ -348,7 +368,7 @@ def search_problem(plan: Plan, rows: pd.DataFrame, selected: dict[str, dict], co
     if not missing:
         return None
     errors = search[search["status"].isin(["error", "diverged"])].sort_values("trial_id")["error"].dropna()
-    first = f"; first error: {str(errors.iloc[0])[:200]}" if len(errors) else ""
+    first = f"; first error: {(str(errors.iloc[0]).strip().splitlines() or ['?'])[0]}" if len(errors) else ""
     what = ("nothing: no trial" if len(missing) == len(models)
             else f"no {', '.join(missing)}: no trial of {'it' if len(missing) == 1 else 'them'}")
     return f"search '{name}' selected {what} ended with a validation score ({counts}{first}); {see}"
