@@ -220,7 +220,8 @@ def hrli(probe: Probe, ks=(1, 10), filtered: bool = True) -> dict[str, float]:
 
     for sl in probe.batches():
         scores = probe.final_scores(probe.inputs, sl)
-        top = (scores.topk(max(ks), dim=1).indices + 1).cpu().numpy()
+        depth = min(max(ks), scores.shape[1])  # a catalogue under k items: the whole ranking (every item is a hit)
+        top = (scores.topk(depth, dim=1).indices + 1).cpu().numpy()
         for name, items in probes.items():
             for k in ks:
                 out.setdefault(f"{name}@{k}", []).append(last_item_hit(top, items[sl], k))
@@ -232,7 +233,7 @@ def hrli(probe: Probe, ks=(1, 10), filtered: bool = True) -> dict[str, float]:
         for name, items in probes.items():
             keep = torch.from_numpy(np.maximum(items[sl], 1) - 1).to(scores.device)
             exempt = seen.scatter(1, keep[:, None], False)  # the probed item stays rankable
-            top = (scores.masked_fill(exempt, float("-inf")).topk(max(ks), dim=1).indices + 1).cpu().numpy()
+            top = (scores.masked_fill(exempt, float("-inf")).topk(depth, dim=1).indices + 1).cpu().numpy()
             for k in ks:
                 out.setdefault(f"{name}@{k} filtered", []).append(last_item_hit(top, items[sl], k))
     result = {key: float(np.nanmean(np.concatenate(v))) for key, v in out.items()}

@@ -169,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--compare", metavar="OTHER", help="profile OTHER too, both cut to the same number of symbols")
     prof.add_argument("--budget", type=int, help="profile only the first N symbols (whole sequences, the last cut)")
     prof.add_argument("--orders", default="3,4,5,6", help="permutation-entropy orders (default 3,4,5,6)")
-    prof.add_argument("--max-gap", type=int, default=20, help="mutual information at gaps 1..G (default 20)")
+    prof.add_argument("--max-gap", type=int, default=20, help="mutual information at gaps 1..G, at most the longest "
+                      "sequence's length - 1: no pair is further apart (default 20)")
     prof.add_argument("--seed", type=int, default=0, help="seed of the shuffled baselines")
     prof.add_argument("--json", action="store_true", help="print the profile as JSON (fields fixed for scripts)")
     prof.add_argument("--out", help="write profile.json, profile.parquet and the PNG plots here")
@@ -345,6 +346,8 @@ def _generate(args: argparse.Namespace) -> int:
         raise ModsarError(f"checkpoint '{args.checkpoint}' does not exist")
     if args.users < 0 or args.batch_size < 1:
         raise ModsarError("--users must be >= 0 and --batch-size >= 1")
+    if not 0 <= args.seed < 2**32:  # numpy's and torch's seeds, as the config's 'seed'
+        raise ModsarError(f"--seed must be in 0..{2**32 - 1}; got {args.seed}")
     sampler = generate.Sampler(args.strategy, args.top_k, args.top_p, args.temperature)
     sampler.check()  # before the checkpoint and the data are loaded
     device = resolve_device(args.device, "--device")
@@ -670,13 +673,14 @@ def _profile(args: argparse.Namespace) -> int:
         raise ModsarError(f"--orders must be comma-separated integers from 2 to 8; got {args.orders!r}")
     if args.max_gap < 1 or (args.budget is not None and args.budget < 1):
         raise ModsarError("--max-gap and --budget must be >= 1")
-    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
-        raise ModsarError(f"--out {args.out} is a file; name a folder (it is created if missing)")
     corpora = [profile.Corpus.of_dataset(load_dataset(name, args.data_dir))
                for name in [args.name] + ([args.compare] if args.compare else [])]
     budget = min([len(c.items) for c in corpora] + ([args.budget] if args.budget else []))
     corpora = [c.truncated(budget) for c in corpora]
-    found = [profile.profile(c, orders, args.max_gap, args.seed, progress=not args.quiet) for c in corpora]
+    # a gap of the longest sequence's length or more has no pair (its row would be null): measured up to there
+    longest = max(int((c.offsets[1:] - c.offsets[:-1]).max(initial=0)) for c in corpora)
+    max_gap = min(args.max_gap, max(1, longest - 1))
+    found = [profile.profile(c, orders, max_gap, args.seed, progress=not args.quiet) for c in corpora]
     # the first corpus's fields at the top level; --compare adds the other under "compare" (file and stdout alike)
     document = to_json({**found[0], **({"compare": found[1]} if args.compare else {})})
     if args.out:
@@ -762,6 +766,7 @@ def _list(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     from modsar.config import Config, load_config
     from modsar.data.store import load_dataset
+    from modsar.outputs import ensure_writable_dir
     from modsar.results import result_row, trial_facts, write_row
     from modsar.train import TrainingDiverged, resolve_device, run_trial
 
@@ -774,8 +779,11 @@ def _train(args: argparse.Namespace) -> int:
         overrides.append(f"dataset={args.dataset}")
     cfg = load_config(args.config, overrides)
     resolve_device(cfg.train.device)  # a missing GPU is refused before the data is loaded (or generated)
-    dataset = load_dataset(cfg.dataset, args.data_dir)
     experiment = args.experiment or f"train-{cfg.dataset}"
+    if "://" not in args.results:  # before training: a row that cannot be written is a run lost
+        for folder in ("trials",) if args.no_checkpoint else ("trials", "checkpoints"):
+            ensure_writable_dir(Path(args.results) / experiment / folder, "--results")
+    dataset = load_dataset(cfg.dataset, args.data_dir)
     trial_id = f"{cfg.task}-{uuid.uuid4().hex[:8]}"
     checkpoint = None if args.no_checkpoint or "://" in args.results else (
         Path(args.results).resolve() / experiment / "checkpoints" / f"{trial_id}.pt")
@@ -811,6 +819,21 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_folders(args: argparse.Namespace) -> None:
+    """Refuse a folder option that names, or lies under, a file, or (where the command writes there) a folder
+    that cannot be written: --out, the --results of train and search, the --data-dir of data prepare."""
+    from modsar.outputs import ensure_writable_dir
+
+    if getattr(args, "data_dir", None):  # only `data prepare` must write there; the others may read a shared copy
+        ensure_writable_dir(args.data_dir, "--data-dir", write=getattr(args, "data_command", None) == "prepare")
+    if getattr(args, "out", None):
+        ensure_writable_dir(args.out, "--out")
+    if args.command in ("train", "search") and not getattr(args, "list_keys", False):
+        ensure_writable_dir(args.results, "--results")
+        if args.experiment and "://" not in args.results:
+            ensure_writable_dir(Path(args.results) / args.experiment, "--results")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -826,6 +849,7 @@ def main(argv: list[str] | None = None) -> int:
     # nothing a plugin, Ray or another library prints can corrupt it, and print_json writes to the real one
     args.json_stdout = sys.stdout
     try:
+        _check_folders(args)  # before any work: a result computed and then lost to a bad path helps nobody
         with contextlib.redirect_stdout(sys.stderr) if getattr(args, "json", False) else contextlib.nullcontext():
             return args.handler(args)
     except ModsarError as exc:

@@ -21,6 +21,7 @@ FLOAT32_MAX = 3.4028234663852886e38
 SIZE_LIMITS = {"model.hidden_size": 2**16, "model.ffn_size": 2**18, "model.user_size": 2**16,
                "model.num_layers": 2**10, "model.num_heads": 2**10, "data.max_len": 2**20,
                "data.batch_size": 2**24, "data.eval_batch_size": 2**24}
+MAX_THREADS = 1024  # train.threads: torch CPU threads (a trial may run on a larger machine than the one checking)
 
 
 def choice(default: Any, *allowed: Any) -> Any:
@@ -404,6 +405,9 @@ def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
                              ("loss.cl_weight", cfg.loss.cl_weight, "0 = no contrastive term")]:
         if value < 0:
             bad(f"'{key}' must be >= 0 ({what}); got {value}")
+    if cfg.train.threads > MAX_THREADS:  # torch fails to start that many (an ImportError deep in its import)
+        bad(f"'train.threads' must be <= {MAX_THREADS} (more than any machine's cores; 0 = torch's default); got "
+            f"{cfg.train.threads}")
     metric_names = {f"{name}@{k}" for name in ("recall", "ndcg", "mrr", "hr") for k in cfg.eval.ks}
     if cfg.train.monitor not in metric_names:
         bad(f"'train.monitor' must be a metric at one of eval.ks, e.g. ndcg@10; got {cfg.train.monitor!r}")
@@ -412,12 +416,13 @@ def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
 
 
 def validate_for_dataset(cfg: Config, num_items: int, where: str = "config", split: Any = None,
-                         sizes: dict[str, int] | None = None) -> None:
+                         sizes: dict[str, int] | None = None, max_len: int = 0) -> None:
     """Checks that need the dataset's size: the same rule for `modsar train` and a search's space check.
     With the dataset's `split` (a LeaveOneOut: `modsar train`, before training), also that the rollouts of
     eval.generate_steps can be made, so a trial never trains only to fail at its test. Last, that the tensors
     the settings size fit in this machine's memory (modsar.memory; where no split is given, a space check's
-    `sizes`, the manifest's counts, bound the batches, evaluation and rollouts from below)."""
+    `sizes`, the manifest's counts, bound the batches, evaluation and rollouts from below; `max_len`, the
+    model's window where known, how many positions a training row labels)."""
     if cfg.eval.sampled_negatives >= num_items:
         raise ModsarError(f"{where}: 'eval.sampled_negatives' ({cfg.eval.sampled_negatives}) must be below the "
                           f"number of items ({num_items}); use 0 for full ranking")
@@ -448,4 +453,4 @@ def validate_for_dataset(cfg: Config, num_items: int, where: str = "config", spl
                               "eval.generate_steps=0 or eval.filter_seen=none")
     from modsar import memory
 
-    memory.refuse(memory.dataset_needs(cfg, num_items, split, sizes), cfg.train.device, where)
+    memory.refuse(memory.dataset_needs(cfg, num_items, split, sizes, max_len), cfg.train.device, where)

@@ -99,7 +99,10 @@ class Sampler:
         values, columns = logits.sort(1, descending=True)
         probs = values.softmax(1)
         before = probs.cumsum(1) - probs  # mass ahead of each item: keep the smallest prefix reaching top_p
-        probs = probs.masked_fill(before >= self.top_p, 0.0)
+        # the best item always stays: a top_p that rounds to 0 in float32 (1e-300) would mask every item
+        drop = before >= self.top_p
+        drop[:, 0] = False
+        probs = probs.masked_fill(drop, 0.0)
         chosen = torch.multinomial(probs, 1, generator=generator)
         return columns.gather(1, chosen)[:, 0]
 

@@ -3,8 +3,8 @@
 Some settings size a tensor in proportion to their value, and a value the machine cannot hold fails only when
 that tensor is allocated: after a whole training run (the rollouts of eval.generate_steps), or once the data
 and model are built (a batch of sampled negatives). Each estimate here counts tensors the code holds at once,
-at sizes it certainly reaches: a training batch of min(batch_size, training rows) rows with one labelled
-position each, the narrowest item vectors a config can give. A refusal therefore never stops a run that
+at sizes it certainly reaches: the labelled positions of an average training batch (the largest has at
+least as many; `batch_positions`), the narrowest item vectors a config can give. A refusal therefore never stops a run that
 could finish; a run that passes may still find too little memory on a busy machine.
 """
 
@@ -83,11 +83,40 @@ def check_model(cfg: Config, num_items: int, num_users: int, max_len: int, where
     refuse([parameters_need(cfg, model)], cfg.train.device, where)
 
 
-def training_needs(cfg: Config, num_items: int, rows: int) -> list[Need]:
+def batch_positions(cfg: Config, split: Any, max_len: int) -> int:
+    """The positions the loss reads in the largest training batch, at least: the average batch's, with the
+    batches TrainBatches (modsar.data.batches) plans from `split`. Every position of a row is labelled (AR),
+    or max(1, round(length x mask_prob)) of them (AE), or its last (data.samples=prefixes); without
+    data.padding_free the loss reads all max_len positions of each of batch_size rows. `max_len`: the model's
+    window (0 when unknown: one position a row then)."""
+    import numpy as np
+
+    d, ar = cfg.data, cfg.task == "ar"
+    lengths = (split.train_ends - split.starts)[split.train_ends - split.starts >= 2]  # a row: input + label
+    if not len(lengths):
+        return 1
+    prefixes = d.samples == "prefixes"
+    rows = int((lengths - 1).sum()) if prefixes else len(lengths)
+    if not d.padding_free:  # dense batches: every position of batch_size rows, max_len wide
+        return max(1, min(d.batch_size, rows) * (max_len + (not ar) if max_len else 1))
+    if prefixes or not max_len:
+        return max(1, min(d.batch_size, rows))
+    row_lengths = np.minimum(lengths - ar, max_len + (not ar))
+    labelled = row_lengths if ar else np.maximum(1, np.round(row_lengths * cfg.mask_prob))
+    if d.batching == "tokens":  # cut per chunk of 64 x batch_size rows at multiples of an average batch's
+        # positions: each chunk gives at most (its positions / budget) + 1 batches, rows / batch_size + 1
+        batches = rows // d.batch_size + -(-rows // (64 * d.batch_size))
+    else:  # batch_size rows a batch
+        batches = -(-rows // d.batch_size)
+    return max(1, int(labelled.sum()) // batches)
+
+
+def training_needs(cfg: Config, num_items: int, positions: int) -> list[Need]:
     """What one training step holds besides the model (`parameters_need`): the batch's negatives or, without
-    the fused CE, its positions x items logits. `rows`: training rows (a lower bound)."""
+    the fused CE, its positions x items logits. `positions`: the labelled positions of the largest batch, at
+    least (`batch_positions`)."""
     width, negatives = item_width(cfg), cfg.loss.num_negatives
-    positions = max(1, min(cfg.data.batch_size, rows))  # each row of a batch has a labelled position
+    positions = max(1, positions)
     fewer = "use fewer loss.num_negatives or a smaller data.batch_size"
     if cfg.loss.name in ("bce", "bpr", "gbce"):  # per-position negatives: their item vectors gathered
         return [Need("loss.num_negatives", negatives, f"each position's negatives and their item vectors "
@@ -144,14 +173,16 @@ def loo_training_rows(sizes: dict[str, int]) -> int:
     return max(1, -(-(sizes.get("interactions", 0) - 3 * users) // max(longest - 3, 1)))
 
 
-def dataset_needs(cfg: Config, num_items: int, split: Any = None, sizes: dict[str, int] | None = None
-                  ) -> list[Need]:
+def dataset_needs(cfg: Config, num_items: int, split: Any = None, sizes: dict[str, int] | None = None,
+                  max_len: int = 0) -> list[Need]:
     """Every need of a training run of `cfg`, with the counts `split` gives exactly; without one (a space
     check reads only the manifest's `sizes`), leave-one-out's counts are bounded from below by the
-    manifest's, and one row stands for every count that cannot be."""
+    manifest's (a batch of min(batch_size, rows) rows, one labelled position each), and one row stands for
+    every count that cannot be. `max_len`: the model's window (0: unknown)."""
     rows = users = rollouts = 1
+    positions = 0
     if split is not None:
-        rows = int(((split.train_ends - split.starts) >= 2).sum())  # a row needs an input and a label
+        positions = batch_positions(cfg, split, max_len)
         if cfg.eval.sampled_negatives:
             users = len(split.targets("valid")[0])
         if cfg.eval.generate_steps:
@@ -161,7 +192,8 @@ def dataset_needs(cfg: Config, num_items: int, split: Any = None, sizes: dict[st
     elif sizes and cfg.data.split == "loo" and cfg.data.view == "user":  # the manifest counts the user view
         users = rollouts = max(1, sizes.get("evaluable_users", 0))  # one validation and test target each
         rows = loo_training_rows(sizes)
-    needs = training_needs(cfg, num_items, rows) + evaluation_needs(cfg, users)
+    positions = positions or min(cfg.data.batch_size, rows)  # each row of a batch has a labelled position
+    needs = training_needs(cfg, num_items, positions) + evaluation_needs(cfg, users)
     if cfg.eval.generate_steps:
         key = "eval.generate_steps"
         fix = f"set {key}=0 and run modsar generate on the checkpoint with a smaller --batch-size"

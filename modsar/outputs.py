@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from modsar.errors import ModsarError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -20,6 +23,27 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def ensure_writable_dir(path: str | Path, flag: str, *, write: bool = True) -> None:
+    """Refuse, in one line naming `flag`, a folder path that cannot be one: it is, or lies under, an existing
+    file; with `write`, also a local folder (the path or its nearest existing parent) that this user cannot write.
+    Commands call it before any work, so that no result is computed and then lost. URIs (s3://...) are left
+    to their filesystem."""
+    if "://" in str(path):
+        return
+    given = Path(path).expanduser()
+    folder = given.absolute()
+    while not folder.exists() and folder != folder.parent:
+        if folder.is_symlink():  # a dangling link: mkdir would fail on it
+            raise ModsarError(f"{flag} {path}: {folder} is a broken link; name a folder (it is created if missing)")
+        folder = folder.parent
+    if not folder.is_dir():
+        where = "is a file" if folder == given.absolute() else f"lies under the file {folder}"
+        raise ModsarError(f"{flag} {path} {where}, not a folder; name a folder (it is created if missing)")
+    if write and not os.access(folder, os.W_OK | os.X_OK):
+        raise ModsarError(f"{flag} {path}: cannot write to the folder {folder} (permissions or a read-only "
+                          "filesystem); name a folder you can write to")
 
 
 def save_figure(fig, path: Path) -> Path:

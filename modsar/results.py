@@ -155,18 +155,76 @@ def read_rows(root: str, experiment: str | None = None):
     if experiment and fs.get_file_info(path).type == pafs.FileType.File:
         raise ModsarError(f"{path} is a file where the trials folder of experiment {experiment!r} belongs; "
                           "move it away")
-    selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)
-    files = sorted(f.path for f in fs.get_file_info(selector) if f.path.endswith(".parquet")
-                   and not f.base_name.startswith(".") and f.path.rsplit("/", 2)[-2] == "trials")
+    listed = (_local_files(path) if isinstance(fs, pafs.LocalFileSystem) else
+              [f.path for f in fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))])
+    files = sorted(f for f in listed if f.endswith(".parquet") and not f.rsplit("/", 1)[-1].startswith(".")
+                   and f.rsplit("/", 2)[-2] == "trials")
     with ThreadPoolExecutor(max_workers=16) as pool:  # an object store answers each file after a round trip
         read = list(pool.map(lambda file: _read_row_file(fs, file), files))
     tables = {file: table for file, table in zip(files, read, strict=True) if isinstance(table, pa.Table)}
+    tables, copies = _drop_copies(tables)
     combined, clashes = _combine(tables)
-    for problem in [r for r in read if isinstance(r, str)] + clashes:
+    for problem in [r for r in read if isinstance(r, str)] + copies + clashes:
         if problem not in _WARNED:  # a search reads its rows several times: one warning per file and process
             _WARNED.add(problem)
             print(f"modsar: warning: {problem}", file=sys.stderr)
     return combined.to_pandas() if combined is not None else pd.DataFrame()
+
+
+def _local_files(path: str) -> list[str]:
+    """Every file under a local folder, each real file once: a symlinked folder is followed (an experiment kept
+    on another disk), but a folder already listed under another name (an alias `latest -> exp`, a loop
+    `loop -> ..`) is not listed again; of two names of one file, the one without a symlinked folder is kept."""
+    if not os.path.isdir(path):
+        return []
+    real_base = os.path.realpath(path)
+    seen: set[str] = set()
+    found: dict[str, str] = {}  # real path -> listed path
+    walk = os.walk(path, followlinks=True)
+    for folder, subfolders, names in walk:
+        real = os.path.realpath(folder)
+        if real in seen:
+            subfolders[:] = []
+            continue
+        seen.add(real)
+        subfolders.sort(key=lambda name: (os.path.islink(os.path.join(folder, name)), name))  # real folders first
+        for name in names:
+            file = os.path.join(folder, name)
+            real_file = os.path.realpath(file)
+            direct = real_file == os.path.join(real_base, os.path.relpath(file, path))
+            if real_file not in found or direct:
+                found[real_file] = file
+    return list(found.values())
+
+
+def _drop_copies(tables: dict[str, pa.Table]) -> tuple[dict[str, pa.Table], list[str]]:
+    """One file per (experiment, trial_id), and a warning line for each other file that holds the same trial
+    (a backup copy of an experiment folder): the file where `write_row` puts that row is kept, else the first
+    by name."""
+    by_trial: dict[tuple, list[str]] = {}
+    for file, table in tables.items():
+        first = table.slice(0, 1).to_pylist()[0]
+        key = (first["experiment"], first["trial_id"])
+        by_trial.setdefault(key if None not in key else (file, None), []).append(file)
+    skip: set[str] = set()
+    pairs: dict[tuple[str, str, str], list[str]] = {}  # (kept, copy, experiment) -> trial ids: a line each
+    for (experiment, trial_id), files in by_trial.items():
+        home = f"/{experiment}/trials/{trial_id}.parquet"
+        kept = next((f for f in files if f.endswith(home)), files[0])
+        for copy in files:
+            if copy != kept:
+                skip.add(copy)
+                same = os.path.dirname(copy) == os.path.dirname(kept)  # one folder: name the files
+                where = (kept, copy) if same else (os.path.dirname(kept), os.path.dirname(copy))
+                pairs.setdefault((*where, str(experiment)), []).append(str(trial_id))
+    lines = [f"skipped {len(ids)} file{'s' if len(ids) > 1 else ''} in {copy} (trial{'s' if len(ids) > 1 else ''} "
+             f"{', '.join(ids[:3])}{f' and {len(ids) - 3} more' if len(ids) > 3 else ''} of experiment "
+             f"{experiment!r}): {kept} holds the same trials, read once from there; move the copy out of the "
+             "results root" if not copy.endswith(".parquet") else
+             f"skipped {copy}: it holds trial {ids[0]} of experiment {experiment!r}, as {kept} does, read once "
+             "from there; move the copy out of the results root"
+             for (kept, copy, experiment), ids in pairs.items()]
+    return {f: t for f, t in tables.items() if f not in skip}, lines
 
 
 def _combine(tables: dict[str, pa.Table]) -> tuple[pa.Table | None, list[str]]:

@@ -385,6 +385,11 @@ def _check_conditions(where: str, params: list[Param], keys: list[str]) -> None:
                 _fail(f"{where}: params.{p.key}", f"'when' refers to '{cond_key}', which must be a param "
                       "listed before it")
             cond = next(q for q in params if q.key == cond_key)
+            if cond.kind in ("uniform", "loguniform"):  # a sampled float equals a named one practically never
+                _fail(f"{where}: params.{p.key}", f"'when' names a value of '{cond_key}', a continuous param "
+                      f"({cond.kind} {cond.values}) whose samples practically never equal it, so the param would "
+                      f"almost never be searched; make '{cond_key}' a choice, grid or randint param, or drop the "
+                      "'when'")
             bad = [v for v in allowed if not _takes(cond, v)]
             if bad and cond.categorical:
                 _fail(f"{where}: params.{p.key}", f"'when' value {bad[0]!r} is not a value of '{cond_key}'")

@@ -316,7 +316,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     seed_everything(cfg.seed)
     dataset = viewed(dataset or load_dataset(cfg.dataset, data_root), cfg.data.view)
     split = make_split(cfg, dataset)
-    validate_for_dataset(cfg, dataset.num_items, "config", split)
+    validate_for_dataset(cfg, dataset.num_items, "config", split, max_len=cfg.data.max_len or dataset.default_max_len)
     if cfg.model.time_bias != "none" and split.timestamp is None:
         raise ModsarError(f"model.time_bias={cfg.model.time_bias} needs timestamps, and dataset '{cfg.dataset}' has "
                           "none (its source gives only the order within each user); use a timestamped dataset or "

@@ -458,3 +458,22 @@ def test_a_window_past_the_maps_and_cutoffs_without_10_are_handled(checkpoints, 
     table = run(five, ["shuffle"], str(data)).table
     original = table[table["quantity"] == "ndcg@10 original"]["value"].item()
     assert original == Probe(five, str(data)).metrics()["ndcg@10"] > 0
+
+
+def test_hrli_on_a_catalogue_under_ten_items(tmp_path, isolated_data_root):
+    """HRLI@10 on 4 items (topk(10) raised "selected index k out of range"): the whole ranking is the top 10,
+    so every probe is a hit; every diagnostic runs."""
+    from modsar.data.store import prepare_dataset
+
+    src = tmp_path / "four.txt"
+    src.write_text("".join(f"{u} {(u + j) % 4 + 1}\n" for u in range(1, 9) for j in range(6)))
+    prepare_dataset("four", [src])
+    ckpt = tmp_path / "four.pt"
+    run_trial(load_config(None, ["dataset=four", "train.max_epochs=1", "model.hidden_size=8", "model.num_heads=1"]),
+              checkpoint_path=ckpt, progress=False, evaluate_test=False)
+    result = hrli(Probe(ckpt, str(isolated_data_root)))
+    assert result["hrli@10"] == result["hrl2i@10"] == result["hrli@10 filtered"] == 1.0
+    assert 0.0 <= result["hrli@1"] <= 1.0
+    table = run(ckpt, list(DIAGNOSTICS), str(isolated_data_root)).table
+    hr10 = table[table["quantity"] == "hrli@10"]["value"]
+    assert len(hr10) == 1 and hr10.item() == 1.0

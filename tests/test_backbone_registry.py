@@ -62,8 +62,10 @@ def test_a_missing_plugin_is_one_clear_error(monkeypatch):
     ("class Boom(BaseException):\n    pass\nraise Boom('custom base exception')\n",
      r"Boom: custom base exception at .*broken\.py:3"),
     ("import sys\nsys.exit(3)\n", r"SystemExit: 3 at .*broken\.py:2"),
+    ("class Odd(Exception):\n    def __str__(self):\n        raise ValueError\nraise Odd()\n",
+     r"Odd at .*broken\.py:4"),
 ], ids=["ZeroDivisionError-after-registering", "SyntaxError", "RuntimeError-two-lines", "missing-dependency",
-        "BaseException-subclass", "SystemExit"])
+        "BaseException-subclass", "SystemExit", "unprintable-exception"])
 def test_a_plugin_that_raises_is_one_line_even_for_a_built_in_backbone(tmp_path, monkeypatch, capsys, code,
                                                                         raised):
     """Whatever a $MODSAR_PLUGINS module raises on import is one line naming it, with the exception's type and

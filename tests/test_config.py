@@ -41,6 +41,8 @@ def test_yaml_nested_and_dotted(tmp_path):
     ("train.patience=-1", "'train.patience' must be >= 0 (0 = never stop early); got -1"),
     ("train.weight_decay=-0.01", "'train.weight_decay' must be >= 0"),
     ("train.grad_clip=-1", "'train.grad_clip' must be >= 0"),
+    ("train.threads=100000", "'train.threads' must be <= 1024 (more than any machine's cores; 0 = torch's "
+     "default); got 100000"),  # was a 58-line ImportError from torch
     ("train.lr=.inf", "'train.lr' must be a finite number"),
     ("model.attn_dropout=.nan", "'model.attn_dropout' must be a finite number"),
     ("model.item_sse_prob=1.0", "'model.item_sse_prob' must be in [0, 1)"),
@@ -54,6 +56,10 @@ def test_yaml_nested_and_dotted(tmp_path):
 def test_bad_values_name_the_key(override, message):
     with pytest.raises(ModsarError, match=re.escape(message)):
         load_config(None, [override])
+
+
+def test_threads_up_to_the_cap_are_kept():
+    assert load_config(None, ["train.threads=1024"]).train.threads == 1024
 
 
 @pytest.mark.parametrize("overrides,message", [

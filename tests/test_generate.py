@@ -84,9 +84,20 @@ def test_samplers_keep_to_their_sets_and_are_seeded():
     assert set(picks.tolist()) == {0, 1}
     assert abs((picks == 0).float().mean() - p[0] / (p[0] + p[1])) < 0.05
     assert set(Sampler("nucleus", top_p=0.5).pick(scores, g).tolist()) == {0}
+    # a top_p that rounds to 0 in float32 masked every item (multinomial refused): the best always stays
+    assert set(Sampler("nucleus", top_p=1e-300).pick(scores, g).tolist()) == {0}
     one = Sampler("topk", top_k=3).pick(scores, torch.Generator().manual_seed(7))
     two = Sampler("topk", top_k=3).pick(scores, torch.Generator().manual_seed(7))
     assert torch.equal(one, two)
+
+
+@pytest.mark.parametrize("seed", ["-1", "99999999999999999999", "4294967296"])
+def test_generate_refuses_a_seed_numpy_and_torch_cannot_take(tmp_path, capsys, seed):
+    checkpoint = tmp_path / "best.pt"
+    checkpoint.write_bytes(b"never read: the seed is checked first")
+    assert main(["generate", "--checkpoint", str(checkpoint), "--steps", "2", "--seed", seed]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"modsar: error: --seed must be in 0..4294967295; got {seed}"
 
 
 def test_the_future_is_the_log_from_the_test_target_on():

@@ -67,6 +67,15 @@ def test_a_profile_of_one_symbol_or_one_item_has_nulls_where_undefined():
     assert same["mi_decay_plugin"] == [[1, 0.0], [2, 0.0]]  # a constant sequence shares nothing with itself
 
 
+def test_profile_measures_gaps_only_up_to_the_longest_sequence(capsys):
+    # --max-gap 10,000,000 computed ten million empty gaps (50 s, then MemoryError); a budget of 12 symbols
+    # keeps the first 12 of synthetic's first sequence, so no two symbols are more than 11 apart
+    assert np.diff(Corpus.of_dataset(load_dataset("synthetic")).truncated(12).offsets).tolist() == [12]
+    assert main(["data", "profile", "synthetic", "--budget", "12", "--json", "--quiet", "--max-gap", "10000000"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [gap for gap, _ in printed["mi_decay"]] == list(range(1, 12))
+
+
 def test_profile_budget_1_prints_strict_json(capsys):
     assert main(["data", "profile", "synthetic", "--budget", "1", "--json", "--quiet", "--max-gap", "2"]) == 0
 
@@ -84,32 +93,61 @@ def test_estimates_by_hand():
     assert batch.bytes == 5 * 3 * 100 and not batch.host  # 3 rollouts, one batch: float scores + mask
     assert steps.bytes == 3 * 10 * (10 + 16) and steps.host  # (3, 10, 10) booleans + two (3, 10) int64
     cfg = load_config(None, ["loss.name=bce", "loss.num_negatives=5"])
-    (need,) = memory.training_needs(cfg, 300, rows=1000)
+    (need,) = memory.training_needs(cfg, 300, positions=128)
     assert need.bytes == 128 * 5 * (8 + 4 * 64)  # ids and gathered float vectors, 128 positions x 5
     cfg = load_config(None, ["loss.name=sampled_ce", "loss.num_negatives=5"])
-    assert memory.training_needs(cfg, 300, rows=10)[0].bytes == 4 * 10 * 11 + 5 * (8 + 4 * 64)
+    assert memory.training_needs(cfg, 300, positions=10)[0].bytes == 4 * 10 * 11 + 5 * (8 + 4 * 64)
     cfg = load_config(None, ["loss.fused=false", "model.user_fusion=concat"])
     assert memory.item_width(cfg) == 32  # SSE-PT's user vector takes half of d
-    assert memory.training_needs(cfg, 300, rows=1000)[0].bytes == 8 * 128 * 300  # logits + log-softmax
-    assert memory.training_needs(Config(), 300, rows=1000) == []  # the fused CE: a chunk of logits at a time
+    assert memory.training_needs(cfg, 300, positions=128)[0].bytes == 8 * 128 * 300  # logits + log-softmax
+    assert memory.training_needs(Config(), 300, positions=128) == []  # the fused CE: a chunk of logits at a time
     assert memory.loo_training_rows({"num_users": 10, "min_length": 4}) == 10
     # 10 users, 40 interactions, at most 12 each: users of 3 or fewer hold <= 30, so >= ceil(10 / 9) = 2 rows
     sizes = {"num_users": 10, "min_length": 2, "max_length": 12, "interactions": 40}
     assert memory.loo_training_rows(sizes) == 2
 
 
+def test_batch_positions_count_every_labelled_position_of_an_average_batch():
+    # training lengths 1 (no row), 3, 5, 11; max_len 4; batch_size 2: three rows
+    split = SimpleNamespace(starts=np.array([0, 1, 4, 9]), train_ends=np.array([1, 4, 9, 20]))
+
+    def positions(*overrides):
+        return memory.batch_positions(load_config(None, ["data.batch_size=2", *overrides]), split, 4)
+
+    assert positions() == 5  # AR labels min(length - 1, 4): 2 + 4 + 4 = 10 in at most 3 // 2 + 1 token batches
+    assert positions("data.batching=random") == positions("data.batching=length") == 5  # ceil(3 / 2) batches
+    assert positions("task=ae") == 1  # windows of 3, 5, 5 with round(0.2 x length) >= 1 masks: 3 in 2 batches
+    assert positions("data.padding_free=false") == 2 * 4  # dense: every position of 2 rows, 4 wide
+    assert positions("data.samples=prefixes") == 2  # 16 prefix rows, each labelled at its last position
+    assert memory.batch_positions(load_config(None, []), split, 0) == 3  # window unknown: one a row
+
+
+def test_the_estimate_never_exceeds_the_largest_batch_trained():
+    from modsar.data.batches import TrainBatches
+
+    for overrides in ([], ["data.batching=random"], ["task=ae"], ["data.padding_free=false"]):
+        cfg = load_config(None, overrides)
+        split = make_split(cfg, load_dataset("synthetic"))
+        batches = TrainBatches(split, cfg.task, 30, cfg.data.batch_size, cfg.mask_prob, cfg.data.padding_free,
+                               batching=cfg.data.batching)
+        largest = max(int((b.labels > 0).sum()) if cfg.data.padding_free else b.labels.numel() for b in batches)
+        assert cfg.data.batch_size < memory.batch_positions(cfg, split, 30) <= largest, overrides
+
+
 def test_a_sane_config_passes_and_the_counts_come_from_the_split(ram_16gib):
     cfg = load_config(None, ["eval.generate_steps=10", "loss.name=bce", "loss.num_negatives=100"])
     split = make_split(cfg, load_dataset("synthetic"))
     validate_for_dataset(cfg, split.num_items, "config", split)
-    needs = {need.key: need for need in memory.dataset_needs(cfg, split.num_items, split)}
-    assert needs["loss.num_negatives"].bytes == 128 * 100 * (8 + 4 * 64)  # 1,000 training rows: full batches
+    needs = {need.key: need for need in memory.dataset_needs(cfg, split.num_items, split, max_len=30)}
+    # every position of a row is labelled: 1,000 rows, 14,919 positions (at most 30 each) in at most
+    # 1,000 // 128 + 1 token batches (one chunk of 64 x 128 rows) average 1,864; the largest has more
+    assert needs["loss.num_negatives"].bytes == 1864 * 100 * (8 + 4 * 64)
     assert "(1,000 rollouts x 10 x 10 steps)" in needs["eval.generate_steps"].what  # one per test user
 
 
 @pytest.mark.parametrize("override,message", [
-    ("loss.num_negatives=100000000", "config: 'loss.num_negatives=100000000' needs at least 3.1 TiB for "
-     "each position's negatives and their item vectors (128 positions x 100,000,000 negatives x 64 floats), "
+    ("loss.num_negatives=100000000", "config: 'loss.num_negatives=100000000' needs at least 44.8 TiB for "
+     "each position's negatives and their item vectors (1,864 positions x 100,000,000 negatives x 64 floats), "
      "more than this machine's 16.0 GiB of RAM; use fewer loss.num_negatives or a smaller data.batch_size "
      "(or loss.name=sampled_ce, whose negatives the batch shares)"),
     ("eval.generate_steps=100000", "config: 'eval.generate_steps=100000' needs at least 9.1 TiB for the "

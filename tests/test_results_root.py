@@ -268,3 +268,33 @@ def test_results_flags_that_cannot_mean_anything_and_queries_without_an_answer(t
     assert capsys.readouterr().out.strip() == f"no trial row under {root} matches --where status=error"
     assert main(["results", "--results", str(root), "--where", "status=error", "--json"]) == 0
     assert strict(capsys.readouterr().out) == []
+
+
+def test_symlinks_and_copies_under_the_root_count_each_trial_once(tmp_path, capsys):
+    """A loop `loop -> ..` read every row ~41 times; an alias `latest -> e` or a backup copy of `e` doubled
+    each trial (report: "2 selected rows, run --resume"). A symlinked experiment kept elsewhere still counts."""
+    import os
+    import shutil
+
+    root = tmp_path / "results"
+    for name in ("t1", "t2"):
+        write_row(str(root), trial(name))
+    elsewhere = tmp_path / "disk2"
+    write_row(str(elsewhere), trial("t3", experiment="far"))
+    os.symlink(elsewhere / "far", root / "far")
+    os.symlink("..", root / "e" / "loop")
+    os.symlink("e", root / "latest")
+    shutil.copytree(root / "e" / "trials", root / "e-backup" / "trials")
+    capsys.readouterr()
+    rows = read_rows(str(root))
+    assert sorted(rows["trial_id"]) == ["t1", "t2", "t3"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"modsar: warning: skipped 2 files in {root}/e-backup/trials (trials t1, t2 of experiment 'e'): "
+                   f"{root}/e/trials holds the same trials, read once from there; move the copy out of the "
+                   "results root"]
+    assert sorted(read_rows(str(root), "e")["trial_id"]) == ["t1", "t2"]
+    shutil.copy(root / "e" / "trials" / "t1.parquet", root / "e" / "trials" / "t1 (copy).parquet")
+    assert sorted(read_rows(str(root), "e")["trial_id"]) == ["t1", "t2"]
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"modsar: warning: skipped {root}/e/trials/t1 (copy).parquet: it holds trial t1 of experiment 'e', as "
+        f"{root}/e/trials/t1.parquet does, read once from there; move the copy out of the results root"]

@@ -127,10 +127,35 @@ def test_check_prints_the_trials_the_search_builds(tmp_path, capsys):
     path = _space_file(tmp_path, CONDITIONAL.replace("model.backbone: {grid: [modular, llama]",
                                                      "model.backbone: {grid: [modular]"))
     space = load_space(path)
-    built = {task: len(space.for_task(task).grid_points()) * 3 for task in space.tasks()}  # as tuner.build_tuner
-    assert main(["spaces", path, "--check", "--num-samples", "3"]) == 0
+    built = {task: len(space.for_task(task).grid_points()) for task in space.tasks()}  # as tuner.build_tuner
+    assert main(["spaces", path, "--check"]) == 0
     assert capsys.readouterr().out.startswith(f"space 's' (grid search: AE {built['ae']}, AR {built['ar']} trials)")
-    assert built == {"ae": 36, "ar": 54}
+    assert built == {"ae": 12, "ar": 18}
+
+
+def test_samples_that_can_only_repeat_a_trial_are_refused(tmp_path, capsys):
+    """Every trial runs on the one --seed: a grid point sampled K times, or a direction with one configuration
+    under random/optuna, trains the same model K times (and a grid's K copies escaped MAX_GRID_POINTS)."""
+    grid = _space_file(tmp_path, "params:\n  train.lr: {grid: [0.1, 0.2]}\n")
+    assert _refused(capsys, "spaces", grid, "--check", "--num-samples", "3") == (
+        f"modsar: error: space '{grid}': a grid search runs each point once, but --num-samples 3 would train each "
+        "point 3 times, identically (one --seed); use --num-samples 1: replicates of the selected configs on seeds "
+        "0..2 are --seeds 3")
+    out = tmp_path / "results"
+    assert "each point 3 times" in _refused(capsys, "search", "--space", grid, "--dataset", "synthetic",
+                                            "--num-samples", "3", "--results", str(out))
+    assert not out.exists()
+    for fine in (["--num-samples", "1"], ["--search", "random", "--num-samples", "3"]):
+        assert main(["spaces", grid, "--check", *fine]) == 0
+    one = _space_file(tmp_path, "params:\n  task: {grid: [ae, ar]}\n  model.num_layers: {randint: [1, 2]}\n"
+                                "  train.lr: {uniform: [0.1, 0.2], when: {task: ar}}\n")
+    assert _refused(capsys, "spaces", one, "--check", "--search", "random") == (
+        f"modsar: error: space '{one}': AE has one possible configuration, so the default 16 samples would train "
+        "it 16 times, identically (one --seed); use --num-samples 1: replicates of the selected configs on seeds "
+        "0..15 are --seeds 16")
+    assert main(["spaces", one, "--check", "--search", "optuna", "--num-samples", "1"]) == 0
+    two = _space_file(tmp_path, "params:\n  model.num_layers: {randint: [1, 3]}\n")
+    assert main(["spaces", two, "--check", "--search", "random", "--num-samples", "5"]) == 0
 
 
 HUGE = "params:\n" + "".join(f"  {key}: {{grid: [{', '.join(str(v / 100) for v in range(1, 11))}]}}\n" for key in (
@@ -329,15 +354,29 @@ def test_two_sources_of_a_key_that_can_meet_are_refused(tmp_path, capsys, body, 
     assert message in _refused(capsys, "spaces", path, "--check")
 
 
-@pytest.mark.parametrize("when,value", [("{train.lr: 0.5}", "0.5"), ("{train.lr: null}", "None"),
-                                        ("{train.lr: [0.001, fast]}", "'fast'")])
+@pytest.mark.parametrize("when,value", [("{model.num_layers: 4}", "4"), ("{model.num_layers: null}", "None"),
+                                        ("{model.num_layers: [1, 2.5]}", "2.5")])
 def test_a_condition_on_a_range_names_a_value_in_it(tmp_path, capsys, when, value):
     """A condition that can never hold would leave its param out of every point."""
-    path = _space_file(tmp_path, f"params:\n  train.lr: {{loguniform: [1.0e-4, 1.0e-2]}}\n"
+    path = _space_file(tmp_path, f"params:\n  model.num_layers: {{randint: [1, 4]}}\n"
                                  f"  mask_prob: {{grid: [0.2], when: {when}}}\n")
     assert _refused(capsys, "spaces", path, "--check") == (
         f"modsar: error: space '{path}': params.mask_prob: 'when' value {value} is never a value of "
-        "'train.lr' (loguniform [0.0001, 0.01]); name a value in its range")
+        "'model.num_layers' (randint [1, 4]); name a value in its range")
+
+
+@pytest.mark.parametrize("kind,when", [("uniform", "0.005"), ("loguniform", "[0.001, 0.01]"), ("uniform", "0.5")])
+def test_a_condition_on_a_continuous_param_is_refused(tmp_path, capsys, kind, when):
+    """A sampled float practically never equals the named value (sp/uwhen.yaml: num_heads was never searched)."""
+    path = _space_file(tmp_path, f"params:\n  train.lr: {{{kind}: [0.001, 0.01]}}\n"
+                                 f"  model.num_heads: {{grid: [2, 4], when: {{train.lr: {when}}}}}\n")
+    assert _refused(capsys, "spaces", path, "--check", "--search", "random") == (
+        f"modsar: error: space '{path}': params.model.num_heads: 'when' names a value of 'train.lr', a continuous "
+        f"param ({kind} [0.001, 0.01]) whose samples practically never equal it, so the param would almost never "
+        "be searched; make 'train.lr' a choice, grid or randint param, or drop the 'when'")
+    choice = _space_file(tmp_path, "params:\n  train.lr: {choice: [0.001, 0.005]}\n"
+                                   "  model.num_heads: {grid: [2, 4], when: {train.lr: 0.005}}\n")
+    assert main(["spaces", choice, "--check", "--search", "random", "--num-samples", "2"]) == 0
 
 
 def test_an_override_of_a_conditional_param_sets_it_where_the_condition_fails(capsys):
@@ -370,9 +409,7 @@ TWO_SOURCES = ("  model.attn_dropout: {grid: [0.1], when: {model.backbone: modul
      "  model.attn_dropout: {grid: [0.1], when: {train.patience: [1, 2]}}\n", "(params.model.attn_dropout)"),
     ("  train.patience: {randint: [1, 4]}\n"  # patience 3 keeps the override
      "  model.attn_dropout: {grid: [0.1], when: {train.patience: [1, 2]}}\n", None),
-    ("  train.lr: {uniform: [0.001, 0.01]}\n"  # any lr but 0.001 keeps the override
-     "  model.attn_dropout: {grid: [0.1], when: {train.lr: 0.001}}\n", None),
-])
+])  # a condition on a continuous param is refused: test_a_condition_on_a_continuous_param_is_refused
 def test_an_override_is_refused_only_where_it_never_takes_effect(tmp_path, capsys, params, refused):
     path = _space_file(tmp_path, f"params:\n{params}budget: {{search: random}}\n")
     if refused is None:

@@ -8,11 +8,14 @@ under temporary names in a staging folder and renamed into place, so a failure n
 from __future__ import annotations
 
 import datetime as dt
+import glob
 import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
+import time
 import urllib.error
 import urllib.request
 import zipfile
@@ -147,6 +150,7 @@ def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str
     if max_len is not None and not 1 <= max_len <= limit:
         raise ModsarError(f"--max-len must be between 1 and {limit:,} (the history items a model sees); got {max_len}")
     root = data_root(root)
+    remove_stale_staging(root, name)  # what a killed prepare of this name left behind
     spec = spec or get_spec(name)
     generated = is_generated(name) and not sources
     if is_generated(name) and sources:  # a generator's name, but the user's own file: no generator defaults
@@ -236,9 +240,57 @@ def evaluation_warning(statistics: dict) -> str | None:
             f"evaluated (leave-one-out); validation and test rest on the other {evaluable:,}")
 
 
+STALE_STAGING_S = 6 * 3600  # a staging folder this old is left over, whoever made it (writing takes minutes)
+_TEMP_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")  # tempfile.mkdtemp's random suffix (8 of them)
+
+
+def _temp_folder(root: Path, prefix: str) -> Path:
+    """A new hidden folder `<prefix><8 random>` under root that records its owner (host, process) for
+    remove_stale_staging."""
+    folder = Path(tempfile.mkdtemp(dir=root, prefix=prefix))
+    (folder / ".owner").write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+    return folder
+
+
+def _owner_gone(folder: Path) -> bool:
+    """Whether the process that made `folder` has ended: known only for one on this host that recorded itself."""
+    try:
+        owner = json.loads((folder / ".owner").read_text())
+        if owner["host"] != socket.gethostname():
+            return False
+        os.kill(int(owner["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, ValueError, KeyError, TypeError):  # no owner file (older versions), or unreadable
+        return False
+    return False
+
+
+def remove_stale_staging(root: Path, name: str) -> list[Path]:
+    """Delete the staging (and replaced-copy) folders of `name` that a killed `data prepare` left under root:
+    those whose owner process on this host is gone, and any older than STALE_STAGING_S (another host's, or one
+    from a version that recorded no owner). A live prepare's folder is kept. Returns what was removed."""
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    for prefix in (f".staging-{name}-", f".old-{name}-"):
+        for folder in root.glob(f"{glob.escape(prefix)}*"):
+            suffix = folder.name[len(prefix):]  # exactly mkdtemp's 8 characters: not another dataset's
+            if len(suffix) != 8 or not set(suffix) <= _TEMP_CHARS or not folder.is_dir() or folder.is_symlink():
+                continue
+            try:
+                old = time.time() - folder.stat().st_mtime > STALE_STAGING_S
+            except OSError:
+                continue
+            if old or _owner_gone(folder):
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+    return removed
+
+
 def _write(root: Path, name: str, log: PreparedLog, manifest: dict) -> None:
     root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=root, prefix=f".staging-{name}-"))
+    staging = _temp_folder(root, f".staging-{name}-")
     try:
         columns = {"user": pa.array(log.user), "item": pa.array(log.item)}
         if log.timestamp is not None:
@@ -248,9 +300,10 @@ def _write(root: Path, name: str, log: PreparedLog, manifest: dict) -> None:
         pq.write_table(pa.table({"item": pa.array(np.arange(1, log.num_items + 1, dtype=np.int32)),
                                  "raw_id": pa.array(raw_items)}), staging / "items.parquet")
         (staging / "manifest.json").write_text(to_json(manifest) + "\n")
+        (staging / ".owner").unlink()  # the dataset's folder holds its files only
         final = root / name
         if final.exists():
-            trash = Path(tempfile.mkdtemp(dir=root, prefix=f".old-{name}-"))
+            trash = _temp_folder(root, f".old-{name}-")
             os.replace(final, trash / name)
             os.replace(staging, final)
             shutil.rmtree(trash, ignore_errors=True)

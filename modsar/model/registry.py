@@ -223,7 +223,10 @@ def _why(spec: str, exc: BaseException) -> str:
     missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
     if missing and (spec == missing or spec.startswith(missing + ".")):
         return "no module of that name is importable here; name an importable module (see PYTHONPATH)"
-    lines = str(exc).strip().splitlines()
+    try:
+        lines = str(exc).strip().splitlines()
+    except Exception:  # an exception whose own __str__ raises: its type still names it
+        lines = []
     text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen")]
     last = frames[-1] if frames and not isinstance(exc, SyntaxError) else None  # SyntaxError names its line

@@ -12,7 +12,7 @@ from modsar.config import Config, apply_overrides, parse_override
 from modsar.data.store import data_root, load_dataset
 from modsar.errors import ModsarError
 from modsar.space_check import SpaceCheck, check_space, dataset_sizes
-from modsar.spaces import SearchSpace, load_space
+from modsar.spaces import Param, SearchSpace, load_space
 
 
 @dataclass
@@ -103,6 +103,8 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
     if req.num_samples is not None and req.num_samples < 1:
         raise ModsarError(f"--num-samples must be >= 1; got {req.num_samples}")
     num_samples = req.num_samples or default_samples or (1 if search == "grid" else 16)
+    _check_repeats(space, search, num_samples, f"--num-samples {num_samples}" if req.num_samples else
+                   f"its budget.num_samples: {num_samples}" if default_samples else f"the default {num_samples} samples")
     evals = max(1, math.ceil(cfg.train.max_epochs / cfg.train.eval_every))
     max_t = req.max_t or min(space.scheduler.get("max_t", evals), evals)
     grace = min(req.grace_period or space.scheduler.get("grace_period", 1), max_t)
@@ -135,6 +137,34 @@ def _check_request_numbers(req: SearchRequest) -> None:
             raise ModsarError(f"{flag} must be >= {low}; got {value} (leave it out for the space's own setting)")
     if req.time_budget_s is not None and not req.time_budget_s > 0:
         raise ModsarError(f"--time-budget must be > 0 seconds; got {req.time_budget_s:g} (leave it out for none)")
+
+
+def _check_repeats(space: SearchSpace, search: str, num_samples: int, source: str) -> None:
+    """Every trial of a search runs on the one --seed, so a configuration sampled twice trains the same model
+    twice: a grid search runs each point once, and a random/optuna search of a direction with one possible
+    configuration runs one trial. Replicates on other seeds are --seeds K."""
+    if num_samples == 1:
+        return
+    replicas = (f"replicates of the selected configs on seeds 0..{num_samples - 1} are --seeds {num_samples}")
+    if search == "grid":
+        raise ModsarError(f"space '{space.path}': a grid search runs each point once, but {source} would train "
+                          f"each point {num_samples} times, identically (one --seed); use --num-samples 1: "
+                          f"{replicas}")
+    for task in space.tasks():
+        if space.for_task(task).count_points(_distinct_values, 2)[0] == 1:
+            raise ModsarError(f"space '{space.path}': {task.upper()} has one possible configuration, so "
+                              f"{source} would train it {num_samples} times, identically (one --seed); use "
+                              f"--num-samples 1: {replicas}")
+
+
+def _distinct_values(p: Param) -> list:
+    """A param's distinct values, as far as telling one configuration from several needs (a continuous range or
+    a wide randint stands as two values that no `when` names)."""
+    if p.categorical:
+        return p.values  # duplicates are refused when the space loads
+    if p.kind == "randint" and p.values[1] - p.values[0] <= 2:
+        return list(range(p.values[0], p.values[1]))
+    return [object(), object()]
 
 
 def _check_mlflow(uri: str) -> None:

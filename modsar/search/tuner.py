@@ -22,7 +22,7 @@ from ray.tune.search import ConcurrencyLimiter
 from modsar.data.store import load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
-from modsar.outputs import to_json
+from modsar.outputs import ensure_writable_dir, to_json
 from modsar.results import differing_keys, filesystem, read_rows, remove_partial_rows
 from modsar.search.plan import Plan, SearchRequest, make_plan
 from modsar.search.rows import SchedulerState, make_callbacks, reconcile_rows, rewrite_row, rows_dir
@@ -236,6 +236,7 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
 def run_search(req: SearchRequest) -> dict[str, Any]:
     plan = make_plan(req)
     storage = _storage(plan)
+    ensure_writable_dir(storage, "--results")  # before Ray starts: search.json and the rows are written there
     search_json = f"{storage}/search.json"
     if req.resume and not _fs_exists(search_json):
         raise ModsarError(f"nothing to resume: no search in {storage}; run without --resume")
