@@ -1,6 +1,6 @@
 """`modsar analyze`: the seed papers' diagnostics on a trained checkpoint, over its test users.
 
-Conventions (each output row names the ones it depends on; definitions in shared/docs/diagnostics.md):
+Conventions (each output row names the ones it depends on; definitions in docs/diagnostics.md):
 - Attention: post-softmax probabilities averaged over heads, per layer; the last W = 20 input positions
   (AE: including the trailing [MASK]), padded rows and columns zero (N = W^2). S and k per (user, layer),
   then the mean over users (per layer) and over users and layers ("all"), as ModSAR Tables 2-3. k uses
@@ -8,7 +8,7 @@ Conventions (each output row names the ones it depends on; definitions in shared
   never count. Spectra and heatmaps show one user (the same for every model of a dataset: the first user of
   a seeded permutation with >= W history items) plus the mean sorted spectrum over users.
 - HRLI@k / HRL2I@k: the last / second-to-last history item among the top k of the final-position scores,
-  unfiltered; "filtered": the user's seen items are removed except the probed one (diagnostics.md §2.1).
+  unfiltered; "filtered": the user's seen items are removed except the probed one (docs/diagnostics.md#hrli).
   Sequences with one history item are left out of HRL2I (n reported).
 - Shuffle: inference-time permutation of the history (partial: all but the last item; full: all), AE keeps
   its trailing mask; NDCG@10 under the checkpoint's own evaluation settings.
@@ -348,14 +348,14 @@ def hits_at(probe: Probe, which: str, alpha: float = 1.0, offset: int = 0, k: in
 
 
 def recoverable_set(probe: Probe, which: str) -> tuple[np.ndarray, np.ndarray]:
-    """(miss@10 at L, hit@10 at L-1, L-2 or L-3) per user at alpha = 1: R is where both hold (§2.7)."""
+    """(miss@10 at L, hit@10 at L-1, L-2 or L-3) per user at alpha = 1: R is where both hold (docs/diagnostics.md#recovery)."""
     miss = ~hits_at(probe, which, 1.0)
     return miss, hits_at(probe, which, 1.0, 1) | hits_at(probe, which, 1.0, 2) | hits_at(probe, which, 1.0, 3)
 
 
 def recovery_curve(probe: Probe, which: str, alphas,
                    sets: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict[float, float], dict[float, float]]:
-    """(Rec(alpha), HR@10(alpha)) with R fixed at alpha = 1 (diagnostics.md §2.7)."""
+    """(Rec(alpha), HR@10(alpha)) with R fixed at alpha = 1 (docs/diagnostics.md#recovery)."""
     miss, earlier = sets if sets is not None else recoverable_set(probe, which)
     rec, hr = {}, {}
     for alpha in alphas:
@@ -366,7 +366,7 @@ def recovery_curve(probe: Probe, which: str, alphas,
 
 def select_alpha(rec: dict[float, float], hr: dict[float, float], epsilon: float = 0.01) -> float:
     """The alpha with the best recovery among those keeping HR@10 >= (1 - epsilon) * HR@10(alpha = 1);
-    ties go to the smallest alpha; nothing feasible -> 1.0 (diagnostics.md §2.8)."""
+    ties go to the smallest alpha; nothing feasible -> 1.0 (docs/diagnostics.md#recovery)."""
     feasible = [a for a in sorted(rec) if hr[a] >= (1 - epsilon) * hr[1.0]]
     if not feasible:
         return 1.0

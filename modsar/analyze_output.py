@@ -18,7 +18,7 @@ PAPER_TABLES_2_3 = ("ModSAR paper, mean of 5 datasets: Vanilla-AE S .022 k 5.4 |
                     "Vanilla-AR S .016 k 8.6 (lower S = sparser)")
 
 
-# Residual-dominance paper Table 2: pooled mixing ratios Attn / +Res / +LN (shared/docs/model-zoo.md)
+# Residual-dominance paper Table 2: pooled mixing ratios Attn / +Res / +LN, pooled over positions and layers
 PAPER_TABLE_2 = {("SASRec", "beauty"): (.776, .119, .119), ("SASRec", "sports"): (.775, .126, .122),
                  ("SASRec", "toys"): (.772, .123, .123), ("SASRec", "video"): (.798, .169, .169),
                  ("SASRec", "diginetica"): (.721, .150, .149), ("DuoRec", "beauty"): (.776, .116, .115),

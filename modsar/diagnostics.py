@@ -1,4 +1,4 @@
-"""Diagnostics of the seed papers as pure functions (definitions: shared/docs/diagnostics.md).
+"""Diagnostics of the seed papers as pure functions (definitions: docs/diagnostics.md).
 
 ModSAR Findings 1-2: attention sparsity S and hard-threshold rank k of attention matrices. Residual
 dominance: last-item hit rates (HRLI / HRL2I), norm-based mixing ratios, and the recovery rate under
@@ -28,7 +28,7 @@ def sparsity(matrix: np.ndarray) -> float:
 
 def attention_window(attention: np.ndarray, real: int, window: int = 20) -> np.ndarray:
     """The last `window` positions of a head-averaged (T, T) attention matrix of a left-padded sequence with
-    `real` items, as a W x W matrix whose padded rows and columns are zero (diagnostics.md §1.2)."""
+    `real` items, as a W x W matrix whose padded rows and columns are zero (docs/diagnostics.md#attention)."""
     a = np.asarray(attention, dtype=np.float64)
     out = np.zeros((window, window))
     k = min(window, real, a.shape[-1])

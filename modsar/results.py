@@ -1,4 +1,4 @@
-"""Trial results as Parquet: one file per trial under ``<root>/<experiment>/trials/`` (DESIGN decision 8).
+"""Trial results as Parquet: one file per trial under ``<root>/<experiment>/trials/``.
 
 Each file is written under a temporary name and renamed, so a crash never leaves a half file and
 concurrent trials never share a writer. `root` may be a local path or a pyarrow filesystem URI.

@@ -1,4 +1,4 @@
-"""Diagnostics against the hand-checked cases of shared/docs/diagnostics.md."""
+"""Diagnostics against hand-checked cases (definitions: docs/diagnostics.md)."""
 
 from __future__ import annotations
 
