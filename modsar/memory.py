@@ -208,22 +208,21 @@ def total_ram() -> int:
 
 def device_memory(device: str) -> tuple[int, str] | None:
     """(bytes, name) of the memory the device's tensors live in: RAM for the CPU, the GPU's own for CUDA;
-    None for a CUDA device this machine lacks (resolving the device refuses it, with its own message)."""
+    None for a name that is no device or a CUDA device this machine lacks (resolving the device where the run
+    starts refuses it, with its own message)."""
     if device == "cpu":
         return total_ram(), "RAM"
-    if device != "auto" and not device.startswith("cuda"):
-        return None  # not a device: resolving it refuses it
+    from modsar.devices import resolve
+
+    try:
+        resolved = resolve(device)
+    except ModsarError:
+        return None
+    if resolved.type == "cpu":  # auto on a machine without a GPU
+        return total_ram(), "RAM"
     import torch
 
-    if not torch.cuda.is_available():
-        return (total_ram(), "RAM") if device == "auto" else None
-    try:
-        index = torch.device("cuda" if device == "auto" else device).index
-    except RuntimeError:  # "cuda:x": resolving it refuses it
-        return None
-    index = torch.cuda.current_device() if index is None else index
-    if index >= torch.cuda.device_count():
-        return None
+    index = torch.cuda.current_device() if resolved.index is None else resolved.index
     return torch.cuda.get_device_properties(index).total_memory, f"GPU memory (cuda:{index})"
 
 
