@@ -7,7 +7,7 @@
 set -euo pipefail
 dataset=${1:-toys}
 experiment=bench-res-ablation-$dataset
-paper_code="model.init=xavier_attention model.attn_output_dropout=false model.ffn_size=64 model.activation=relu
+paper_code="model.init=xavier_attention model.attn_output_dropout=true model.ffn_size=64 model.activation=relu
   model.ffn_inner_dropout=true model.embedding_norm=true model.positions_from=start"
 declare -A variants=(
   [base]=""
@@ -17,11 +17,12 @@ declare -A variants=(
   [xavier_attention]="model.init=xavier_attention"
   [no_attention_output_dropout]="model.attn_output_dropout=false"
   [paper_code]="$paper_code"
+  [paper_code_no_attention_output_dropout]="$paper_code model.attn_output_dropout=false"
   [paper_code_dropout_0.1]="$paper_code model.dropout=0.1 model.attn_dropout=0.1"
 )
 checkpoints=()
 for name in base bce embedding_norm positions_from_start xavier_attention no_attention_output_dropout paper_code \
-    paper_code_dropout_0.1; do
+    paper_code_no_attention_output_dropout paper_code_dropout_0.1; do
   # shellcheck disable=SC2086  # the overrides are words
   row=$(modsar train --dataset "$dataset" --config benchmarks/configs/residual_sasrec.yaml --experiment "$experiment" \
       --quiet --json train.threads=1 ${variants[$name]})

@@ -90,6 +90,8 @@ def check_config(cfg, bad: Callable[[str], NoReturn]) -> None:
                              ("user_fusion", m.user_fusion != "none", "user embeddings"),
                              ("pos_dim", m.pos_dim, "a separate position channel"),
                              ("pos_fusion", m.pos_fusion != "add", "a separate position channel"),
-                             ("item_sse_prob", m.item_sse_prob, "SSE"), ("user_sse_prob", m.user_sse_prob, "SSE")]:
+                             ("item_sse_prob", m.item_sse_prob, "SSE"), ("user_sse_prob", m.user_sse_prob, "SSE"),
+                             ("norm_eps", m.norm_eps != 1e-5, "a LayerNorm epsilon set by ModSAR"),
+                             ("init", m.init != "sasrec_plus", "ModSAR's initialisations; HF models keep their own")]:
         if value:
             bad(f"'model.{key}' ({what}) exists only in the modular backbone, not in {name}")

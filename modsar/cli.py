@@ -61,15 +61,23 @@ EPILOG_SEARCH = """examples:
   modsar search --space my_space.yaml --dataset ml-1m --gpus-per-trial 0.25 --address ray://head:10001
   modsar search --space local_attn --dataset beauty --resume     # after the driver was killed
 
-Rows land in <results>/<experiment>/trials/*.parquet (one per trial); see `modsar results`."""
+Rows land in <results>/<experiment>/trials/*.parquet (one per trial); see `modsar results`.
+Before Ray starts, the search prints what it will cost (as `modsar spaces SPACE --dataset D`): trials, steps
+per epoch, ASHA's first decision, the epochs it will train, and a wall-clock from a few seconds' probe."""
 
 EPILOG_SPACES = """examples:
   modsar spaces                                   # every bundled space with its trials per direction
   modsar spaces local_attn                        # what a space searches
   modsar spaces my_space.yaml --check             # is every configuration valid? (before any compute)
   modsar spaces hf_llama --check --dataset video  # ... with the dataset's sizes, as `modsar search` checks
+  modsar spaces vanilla --dataset video           # what searching it costs, before anything runs
+  modsar spaces local_attn --dataset beauty --cpus-per-trial 2 --max-concurrent 8 --json
 
-`modsar search` runs the same check before Ray starts and refuses an invalid space with every problem."""
+`modsar search` runs the same check before Ray starts and refuses an invalid space with every problem.
+With --dataset (no --check), the estimate counts each direction's trials, steps per epoch and ASHA's rungs
+(1/reduction_factor of the trials go on at each; patience may stop trials sooner, so the epochs are an
+estimate), and times a few training steps and a validation pass per model size on this machine; `modsar
+search` prints the same lines first."""
 
 EPILOG_RESULTS = """examples:
   modsar results --experiment loss_ce-synthetic
@@ -207,8 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--num-samples", type=int, help="grid: repeats of the grid; random/optuna: trials (16)")
     search.add_argument("--max-epochs", type=int, help="epochs per trial (default: the space's budget)")
     search.add_argument("--time-budget", type=float, metavar="SECONDS", help="wall-clock budget, split evenly between the AE and AR searches")
-    search.add_argument("--max-t", type=int, help="ASHA max_t in validation passes (default: from the space)")
-    search.add_argument("--grace-period", type=int, help="ASHA grace period in validation passes")
+    search.add_argument("--max-t", type=int, help="ASHA max_t in the space's scheduler unit: validation passes, or "
+                        "optimizer steps where it says unit: steps (default: from the space)")
+    search.add_argument("--grace-period", type=int, help="ASHA grace period, in the same unit as --max-t")
     search.add_argument("--reduction-factor", type=int, help="ASHA reduction factor")
     search.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial (= torch threads)")
     search.add_argument("--gpus-per-trial", type=float, default=0.0, help="GPUs per trial; fractions share a GPU")
@@ -229,7 +238,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "needs pip install 'modsar[mlflow]'. TensorBoard files are always in the ray/ folders")
     search.add_argument("--resume", action="store_true", help="continue a killed search (Tuner.restore)")
     search.add_argument("--overwrite", action="store_true", help="delete an existing experiment of this name first")
-    search.add_argument("--quiet", action="store_true", help="no live table; print only the summary")
+    search.add_argument("--quiet", action="store_true", help="no live table; print only the cost estimate and "
+                        "the summary")
+    search.add_argument("--no-estimate", action="store_true",
+                        help="skip the cost estimate printed before Ray starts (trials, steps per epoch, ASHA's first "
+                        "decision, the epochs it will train and a wall-clock from a few seconds' timed probe of "
+                        "each model size: `modsar spaces SPACE --dataset D`); never printed with --resume")
     search.add_argument("--json", action="store_true", help="print the summary as JSON")
     _add_data_dir(search)
 
@@ -238,11 +252,22 @@ def build_parser() -> argparse.ArgumentParser:
     spaces.add_argument("name", nargs="?", help="a space name or YAML path to describe")
     spaces.add_argument("--check", action="store_true",
                         help="validate every configuration the search would run (exit 2 if any is invalid)")
-    spaces.add_argument("--dataset", help="with --check: check against this prepared dataset's sizes")
+    spaces.add_argument("--dataset", help="with --check: check against this prepared dataset's sizes; without: "
+                        "estimate what searching it costs before anything runs (trials, steps per epoch, ASHA's "
+                        "first decision, epochs, and wall-clock from a few seconds' timed probe of each model size)")
     spaces.add_argument("--search", choices=["grid", "random", "optuna"],
-                        help="with --check: the search algorithm (default: the space's budget.search)")
-    spaces.add_argument("--num-samples", type=int, help="with --check: as `modsar search --num-samples`")
-    spaces.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="with --check: overrides on the base")
+                        help="with --check or --dataset: the search algorithm (default: the space's budget.search)")
+    spaces.add_argument("--num-samples", type=int, help="with --check or --dataset: as `modsar search --num-samples`")
+    spaces.add_argument("--max-epochs", type=int, help="with --check or --dataset: as `modsar search --max-epochs`")
+    spaces.add_argument("--cpus-per-trial", type=float, help="with --dataset: CPUs per trial (= the probe's torch "
+                        "threads; default 1)")
+    spaces.add_argument("--gpus-per-trial", type=float, help="with --dataset: GPUs per trial (the probe runs on a "
+                        "GPU when given; default 0)")
+    spaces.add_argument("--max-concurrent", type=int, help="with --dataset: trials at once (default: what this "
+                        "machine's CPUs and GPUs allow)")
+    spaces.add_argument("--json", action="store_true", help="with --dataset: print the estimate as JSON")
+    spaces.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="with --check or --dataset: overrides on the base")
     _add_data_dir(spaces)
 
     results = sub.add_parser("results", help="list and filter trial rows (Parquet)",
@@ -547,6 +572,17 @@ def _search(args: argparse.Namespace) -> int:
                         overrides=list(args.overrides), address=args.address, data_dir=args.data_dir,
                         quiet=args.quiet, resume=args.resume, overwrite=args.overwrite, dashboard=args.dashboard,
                         mlflow=args.mlflow)
+    if not args.no_estimate and not args.resume:  # what the search will cost, before Ray starts (under --json
+        from modsar.search import make_plan  # on stderr, see main)
+        from modsar.search.cost import estimate
+
+        plan = make_plan(req)  # a refused request is refused here, as run_search would
+        try:
+            print("\n".join(estimate(plan).lines()), flush=True)
+        except ModsarError:
+            raise
+        except Exception as exc:  # a probe that breaks on a bug of ours must not cost the user the search
+            print(f"modsar: warning: no cost estimate ({type(exc).__name__}: {exc})", file=sys.stderr)
     summary = run_search(req)  # under --json, the live table (and what Tune prints) goes to stderr: see main
     if args.json:
         print_json(args, to_json(summary, default=str))
@@ -564,13 +600,39 @@ def _search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _estimate_space(args: argparse.Namespace) -> int:
+    """`modsar spaces NAME --dataset D`: what the search would cost, before anything runs."""
+    from modsar.search import SearchRequest, make_plan
+    from modsar.search.cost import estimate
+
+    if not args.name:
+        raise ModsarError("--dataset needs a space: modsar spaces NAME --dataset D")
+    req = SearchRequest(space=args.name, dataset=args.dataset, search=args.search, num_samples=args.num_samples,
+                        max_epochs=args.max_epochs, overrides=list(args.overrides), data_dir=args.data_dir,
+                        cpus_per_trial=1.0 if args.cpus_per_trial is None else args.cpus_per_trial,
+                        gpus_per_trial=args.gpus_per_trial or 0.0, max_concurrent=args.max_concurrent)
+    result = estimate(make_plan(req))
+    if args.json:
+        print_json(args, to_json(result.to_dict()))
+    else:
+        print("\n".join(result.lines()))
+    return 0
+
+
 def _spaces(args: argparse.Namespace) -> int:
     from modsar.spaces import bundled_spaces, describe, grid_size_by_task, load_space
 
+    resources = {"--cpus-per-trial": args.cpus_per_trial, "--gpus-per-trial": args.gpus_per_trial,
+                 "--max-concurrent": args.max_concurrent, "--json": args.json or None}
+    if args.dataset and not args.check:
+        return _estimate_space(args)
+    if given := [flag for flag, value in resources.items() if value is not None]:
+        raise ModsarError(f"{', '.join(given)} go{'es' if len(given) == 1 else ''} with --dataset without --check "
+                          "(the cost estimate)")
     if args.check:
         return _check_space(args)
-    if args.dataset or args.overrides or args.search or args.num_samples:
-        raise ModsarError("--dataset, --search, --num-samples and KEY=VALUE go with --check")
+    if args.overrides or args.search or args.num_samples or args.max_epochs:
+        raise ModsarError("--search, --num-samples, --max-epochs and KEY=VALUE go with --check or --dataset")
     if args.name:
         print(describe(load_space(args.name)))
         return 0
@@ -587,8 +649,8 @@ def _check_space(args: argparse.Namespace) -> int:
     if not args.name:
         raise ModsarError("--check needs a space: modsar spaces NAME --check [--dataset D]")
     result = make_plan(SearchRequest(space=args.name, dataset=args.dataset or "", search=args.search,
-                                     num_samples=args.num_samples, overrides=list(args.overrides),
-                                     data_dir=args.data_dir), check=False).check()
+                                     num_samples=args.num_samples, max_epochs=args.max_epochs,
+                                     overrides=list(args.overrides), data_dir=args.data_dir), check=False).check()
     if not result.ok:
         raise ModsarError(result.summary())
     print(result.summary())

@@ -63,7 +63,8 @@ class ModelConfig:
     #                   concatenated beside it (items get d - pos_dim), or [item; position] projected to d
     dropout: float = 0.2  # embedding and hidden (residual branch) dropout
     attn_dropout: float = 0.2  # dropout on attention probabilities
-    attn_output_dropout: bool = False  # `dropout` on the attention output before the sum (GPT, BERT; not SASRec)
+    attn_output_dropout: bool = False  # `dropout` on the attention output before the sum (GPT, BERT and the
+    #   residual paper's SASRec and DuoRec code; not the original SASRec code, which drops attention weights only)
     ffn_inner_dropout: bool = True  # `dropout` between the FFN's two layers (SASRec, ModSAR code; BERT has none)
     local_heads: int = 0  # LOCKER-style window heads (the last `local_heads` of `num_heads`)
     local_window: int = 2  # AE: |i - j| <= w ; AR: 0 <= i - j <= w
@@ -78,8 +79,10 @@ class ModelConfig:
     embedding_norm: bool = False  # LayerNorm on item + position embedding before dropout (BERT4Rec)
     scale_embedding: bool = True  # multiply item vectors by sqrt(d) (SASRec); BERT4Rec adds them unscaled
     head: str = choice("dot", "dot", "bert4rec")  # dot: h . E ; bert4rec: LN(GELU(W h + b)) . E + item bias
-    init: str = choice("sasrec_plus", "sasrec_plus", "normal", "xavier", "xavier_uniform",
+    init: str = choice("sasrec_plus", "sasrec_plus", "normal", "truncated_normal", "xavier", "xavier_uniform",
                        "xavier_attention")  # see ModularSAR.__init__
+    norm_eps: float = 1e-5  # modular: the blocks' LayerNorm epsilon (BERT's code: 1e-12; its embedding and output
+    #                         head LayerNorms use 1e-12 always)
     positions_from: str = choice("end", "end", "start")  # position 0 = the most recent item, or the first one
     item_sse_prob: float = 0.0  # SSE: probability p of replacing training-input items (see sse_style)
     sse_style: str = choice("token", "token", "paper")  # token: each item w.p. p; paper: a row w.p. p, then
@@ -111,9 +114,12 @@ class TrainConfig:
     weight_decay_exclude: str = choice("norm,bias", "norm,bias", "none", "norm,bias,embedding")  # kept from decay
     beta2: float = 0.999  # Adam's second-moment decay (SASRec's code: 0.98)
     grad_clip: float = 0.0  # max global grad norm; 0 = off
+    warmup_steps: int = 0  # optimizer steps of linear warm-up from lr / warmup_steps to lr (BERT); 0 = none
+    lr_schedule: str = choice("constant", "constant", "linear")  # linear: decay to 0 at max_epochs (BERT's)
     max_epochs: int = 200
     eval_every: int = 1  # epochs between validation passes
     patience: int = 10  # validation passes without improvement before stopping; 0 = never stop early
+    min_steps: int = 0  # optimizer steps before patience may stop a run (a plateau is not a verdict); 0 = none
     monitor: str = "ndcg@10"  # validation metric for early stopping and model selection
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0  # torch CPU threads; 0 = leave torch's default
@@ -393,7 +399,11 @@ def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
     if not 0.0 <= cfg.train.beta2 < 1.0:  # torch's Adam refuses it only once the data and model are built
         bad(f"'train.beta2' (Adam's second-moment decay) must be in [0, 1), e.g. 0.999 or SASRec's 0.98; got "
             f"{cfg.train.beta2}")
+    if not m.norm_eps > 0:
+        bad(f"'model.norm_eps' must be > 0 (LayerNorm's epsilon, e.g. 1e-5 or BERT's 1e-12); got {m.norm_eps}")
     for key, value, what in [("train.patience", cfg.train.patience, "0 = never stop early"),
+                             ("train.warmup_steps", cfg.train.warmup_steps, "0 = no warm-up"),
+                             ("train.min_steps", cfg.train.min_steps, "0 = patience may stop at any step"),
                              ("train.weight_decay", cfg.train.weight_decay, "0 = none"),
                              ("train.grad_clip", cfg.train.grad_clip, "0 = off"),
                              ("train.threads", cfg.train.threads, "0 = torch's default"),

@@ -218,4 +218,4 @@ def popularity_scorer(split: LeaveOneOut, device: torch.device) -> Scorer:
     """Most-popular baseline: every user gets the items ranked by training-interaction count."""
     train = split.items[split.in_training]
     counts = torch.from_numpy(np.bincount(train, minlength=split.num_items + 1)[1:].astype(np.float32)).to(device)
-    return lambda inputs, users: counts.expand(len(users), -1).clone()
+    return lambda inputs, users, times=None: counts.expand(len(users), -1).clone()

@@ -607,7 +607,32 @@ def _build(rows: pd.DataFrame, metrics: list[str] | None, headline: str, experim
     lines += [prefix + v for space in comparisons for v in model_verdicts(cells, datasets, space, headline)]
     if (protocol := protocol_line(rows)) is not None:
         lines.insert(0, prefix + protocol)
+    if (plateau := plateau_line(rows, cells.get(headline, {}))) is not None:
+        lines.append(prefix + plateau)
     return Report(experiment, rows, tables, lines, cells, datasets, all_spaces)
+
+
+def plateau_line(rows: pd.DataFrame, cells: dict) -> str | None:
+    """Names the cells whose trials never left the popularity level (rows record `escape_steps`, empty when
+    validation never reached train.PLATEAU_FACTOR x the most-popular ranking's value): a verdict that rests on
+    them ranks plateaus (docs/training.md#plateau). Rows written before steps were recorded are not judged."""
+    if not {"escape_steps", "popularity_level"} <= set(rows):
+        return None
+    stuck = []
+    for key, cell in sorted(cells.items()):
+        behind = rows[rows["trial_id"].isin(cell.trials) & rows["popularity_level"].notna()]
+        never = behind[behind["escape_steps"].isna()]
+        if len(never):
+            row = never.iloc[0]
+            monitor = f"valid.{row['train.monitor']}".replace("hr@", "recall@")
+            best = f"best valid {short(row['train.monitor'])} {row[monitor]:.4f} vs " if monitor in row else ""
+            stuck.append(f"{_where(key)} ({len(never)} of {len(behind)} runs; {best}most-popular "
+                         f"{row['popularity_level']:.4f})")
+    if not stuck:
+        return None
+    return ("on the popularity plateau: " + ", ".join(stuck) + ": validation never reached 1.25x the most-popular "
+            "ranking's, so a verdict resting on these compares plateaus; give them more optimizer steps "
+            "(train.min_steps, a scheduler in steps: docs/training.md#plateau)")
 
 
 def sources_table(reports: list[Report], headline: str) -> Table:

@@ -84,6 +84,9 @@ def _source_hash(source: dict) -> str:
 
 PROTOCOL_FACTS = ("valid_targets", "test_targets", "split_valid_cut", "split_test_cut")  # train.split_facts
 SPEED_FACTS = ("epoch_gflop", "output_gflop", "gflops", "mfu")  # TrialResult fields (modsar.flops)
+# TrialResult fields: optimizer steps, and the most-popular ranking's validation value with the steps at which the
+# run first cleared it (train.PLATEAU_FACTOR; None: it never left that level)
+PROGRESS_FACTS = ("steps", "steps_per_epoch", "popularity_level", "escape_steps")
 
 
 def trial_facts(result) -> dict[str, Any]:
@@ -91,7 +94,7 @@ def trial_facts(result) -> dict[str, Any]:
     return {"best_epoch": result.best_epoch, "epochs_run": result.epochs_run, "wall_time_s": result.wall_time_s,
             "epoch_time_s": result.epoch_time_s, "eval_time_s": result.eval_time_s, "device": result.device,
             "num_parameters": result.num_parameters, "checkpoint": result.checkpoint,
-            **{k: getattr(result, k) for k in SPEED_FACTS}, **result.protocol,
+            **{k: getattr(result, k) for k in (*SPEED_FACTS, *PROGRESS_FACTS)}, **result.protocol,
             **{f"generate.{k}": v for k, v in result.generation.items()},
             "curve": json.dumps([[h["epoch"], h[f"valid.{result.monitor}"]] for h in result.history])}
 

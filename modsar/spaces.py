@@ -12,7 +12,9 @@ Schema (every key is checked; nothing is evaluated as code, YAML is read with ``
       model.dropout: {grid: [0.0, 0.2], also: [model.attn_dropout]}   # same value for other keys too
       train.lr: {loguniform: [1.0e-4, 1.0e-2]}         # also: choice [..], uniform [lo, hi], randint [lo, hi)
       mask_prob: {grid: [0.2, 0.4], when: {task: ae}}  # only sampled when the condition holds
-    scheduler: {max_t: 40, grace_period: 5, reduction_factor: 2}   # ASHA, in validation passes
+    scheduler: {max_t: 40, grace_period: 5, reduction_factor: 2}   # ASHA, in validation passes, or with
+                               # unit: steps in optimizer steps (a small dataset then gets as many steps before
+                               # a decision as a large one)
     budget: {search: grid, num_samples: 1, max_epochs: 200, eval_every: 5}
     arms: [model.positional]   # optional: params whose values are models compared with each other: the search
                                # selects (and tests) the best trial of every task x backbone x arms value
@@ -44,7 +46,8 @@ from modsar.errors import ModsarError
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 DISTRIBUTIONS = ("grid", "choice", "uniform", "loguniform", "randint")
 TOP_KEYS = {"description", "paper", "base", "params", "scheduler", "budget", "arms"}
-SCHEDULER_KEYS = {"max_t", "grace_period", "reduction_factor"}
+SCHEDULER_KEYS = {"max_t", "grace_period", "reduction_factor", "unit"}
+SCHEDULER_UNITS = ("passes", "steps")  # what grace_period and max_t count: validation passes or optimizer steps
 BUDGET_KEYS = {"search", "num_samples", "max_epochs", "eval_every"}
 SEARCHES = ("grid", "random", "optuna")
 # Grid search builds every point (and Tune a trial object for each): a larger grid is refused before any
@@ -443,7 +446,11 @@ def parse_space(data: Any, name: str, path: str) -> SearchSpace:
     _check_keys(where, budget, BUDGET_KEYS, "budget")
     if budget.get("search", "grid") not in SEARCHES:
         _fail(where, f"budget.search must be one of {', '.join(SEARCHES)}; got {budget.get('search')!r}")
-    for key, value in [*scheduler.items(), *((k, v) for k, v in budget.items() if k != "search")]:
+    if scheduler.get("unit", "passes") not in SCHEDULER_UNITS:
+        _fail(where, f"scheduler.unit must be passes (validation passes) or steps (optimizer steps, the same for a "
+              f"small and a large dataset); got {scheduler.get('unit')!r}")
+    numbers = [(k, v) for k, v in scheduler.items() if k != "unit"]
+    for key, value in [*numbers, *((k, v) for k, v in budget.items() if k != "search")]:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             _fail(where, f"'{key}' must be a positive integer; got {value!r}")
     arms = data.get("arms") or []

@@ -29,7 +29,7 @@ from modsar.data.split import TemporalSplit, make_split
 from modsar.data.store import StoredDataset, load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
-from modsar.evaluate import Evaluator, model_scorer
+from modsar.evaluate import Evaluator, model_scorer, popularity_scorer
 from modsar.flops import epoch_flops, utilisation
 from modsar.heap import bound_heap, roomy_heap
 from modsar.memory import check_model
@@ -81,6 +81,51 @@ class TrialResult:
     mfu: float = math.nan  # gflops over this device's measured matmul rate in the training dtype
     protocol: dict[str, Any] = field(default_factory=dict)  # targets evaluated; a temporal split's cut times
     generation: dict[str, float] = field(default_factory=dict)  # eval.generate_steps: rollout metrics on test
+    steps: int = 0  # optimizer steps taken
+    steps_per_epoch: float = math.nan
+    popularity_level: float = math.nan  # the monitored metric of a most-popular ranking on validation
+    escape_steps: int | None = None  # steps at the first validation clearly above it (None: never left it)
+
+
+PLATEAU_FACTOR = 1.25  # a run has left the popularity level once validation reaches 1.25 x the most-popular
+#   ranking's value: plateaus measured on Video and MovieLens sat within 0.9-1.2 x of it, trained models at 2-6 x
+
+
+def popularity_level(evaluator: Evaluator, split, device: torch.device, monitor: str) -> float:
+    """The validation `monitor` of the most-popular ranking: the level a run must clear before its ranking means
+    more than popularity (docs/training.md#plateau)."""
+    with untouched(device), roomy_heap():
+        return evaluator(popularity_scorer(split, device), "valid")[monitor]
+
+
+def escape_steps(history: list[dict[str, Any]], monitor: str, level: float) -> int | None:
+    """Optimizer steps at the first validation pass that left the popularity level (docs/training.md)."""
+    return next((int(h["steps"]) for h in history
+                 if "steps" in h and h[f"valid.{monitor}"] >= PLATEAU_FACTOR * level), None)
+
+
+@dataclass
+class LearningRate:
+    """The learning rate of each optimizer step: `train.warmup_steps` of linear warm-up, then constant or linear
+    decay to 0 at the last step of `train.max_epochs` (BERT's schedule, whose decay also counts the warm-up steps).
+    The rate is a function of the step count alone, so a resumed run that restores `steps` restores it too."""
+
+    lr: float
+    warmup: int = 0
+    linear: bool = False
+    total: int = 0  # steps in the whole run, set from the first epoch's batches (token batches vary by one or two)
+    steps: int = 0
+
+    def factor(self, step: int) -> float:
+        if step < self.warmup:
+            return (step + 1) / self.warmup
+        return max(0.0, 1.0 - step / self.total) if self.linear and self.total else 1.0
+
+    def set(self, optimizer: torch.optim.Optimizer) -> None:
+        """Give the next step its rate (a no-op at constant rate without warm-up: the optimizer keeps lr)."""
+        if self.warmup or self.linear:
+            for group in optimizer.param_groups:
+                group["lr"] = self.lr * self.factor(self.steps)
 
 
 def resolve_device(name: str, option: str = "train.device") -> torch.device:
@@ -123,6 +168,7 @@ class TrainState:
     optimizer: torch.optim.Optimizer
     batches: TrainBatches
     device: torch.device
+    rate: LearningRate = field(default_factory=lambda: LearningRate(0.0))  # run_trial passes the run's own
     best_value: float = -math.inf
     best_epoch: int = 0
     best_valid: dict[str, float] = field(default_factory=dict)
@@ -141,7 +187,8 @@ class TrainState:
             self.best_weights = _weights(model)
         else:
             self.stale += 1
-        self.history.append({"epoch": epoch, "loss": loss, **{f"valid.{k}": v for k, v in metrics.items()}})
+        self.history.append({"epoch": epoch, "steps": self.rate.steps, "loss": loss,
+                             **{f"valid.{k}": v for k, v in metrics.items()}})
         return improved
 
     def state_dict(self, wall_time_s: float, rng: dict[str, Any]) -> dict[str, Any]:
@@ -154,7 +201,7 @@ class TrainState:
                 "python_rng": rng["python"], "numpy_rng": [*rng["numpy"][:1], rng["numpy"][1].tolist(),
                                                            *rng["numpy"][2:]],
                 "history": self.history, "epoch_times": self.epoch_times, "eval_times": self.eval_times,
-                "wall_time_s": wall_time_s}
+                "wall_time_s": wall_time_s, "steps": self.rate.steps, "total_steps": self.rate.total}
 
     def load(self, resume: dict[str, Any], model: Recommender) -> float:
         """Restore a `state_dict` (and the model from its best weights); returns the wall time already spent."""
@@ -171,6 +218,8 @@ class TrainState:
         self.best_value, self.best_epoch, self.best_valid = resume["best_value"], resume["epoch"], resume["valid"]
         self.best_weights = _weights(model)
         self.history, self.epoch_times, self.eval_times = resume["history"], resume["epoch_times"], resume["eval_times"]
+        # earlier resume files have no step count: a constant rate does not need one
+        self.rate.steps, self.rate.total = resume.get("steps", 0), resume.get("total_steps", 0)
         return float(resume["wall_time_s"])
 
 
@@ -247,11 +296,22 @@ def needs_partners(cfg: Config) -> bool:
     return cfg.model.backbone == "duorec" and cfg.loss.cl_weight > 0 and cfg.loss.cl_views != "un"
 
 
+def train_batches(split, cfg: Config, max_len: int) -> TrainBatches:
+    """The training batches of `cfg` (its task, batching, masking, SSE, DuoRec partners, times), seeded by it."""
+    return TrainBatches(split, cfg.task, max_len, cfg.data.batch_size, cfg.mask_prob, cfg.data.padding_free,
+                        cfg.model.item_sse_prob, cfg.model.user_sse_prob, seed=cfg.seed, batching=cfg.data.batching,
+                        sse_style=cfg.model.sse_style, partners=needs_partners(cfg), samples=cfg.data.samples,
+                        times=cfg.model.time_bias != "none")
+
+
 def train_epoch(model: Recommender, optimizer: torch.optim.Optimizer, batches: TrainBatches, cfg: Config,
-                device: torch.device, epoch: int = 0) -> float:
-    """One pass over the training batches; returns the mean loss. Raises TrainingDiverged on NaN/inf."""
+                device: torch.device, epoch: int = 0, rate: LearningRate | None = None) -> float:
+    """One pass over the training batches; returns the mean loss. Raises TrainingDiverged on NaN/inf. `rate`
+    sets each step's learning rate and counts the steps."""
     total, count = 0.0, 0
     plan = batches.epoch_plan()
+    if rate is not None and not rate.total:
+        rate.total = len(plan) * cfg.train.max_epochs
     per_batch = batches.num_targets / max(len(plan), 1)  # labelled positions in an average batch
     for rows in plan:
         loss = batch_loss(model, batches.make(rows).to(device), cfg, per_batch)
@@ -262,6 +322,9 @@ def train_epoch(model: Recommender, optimizer: torch.optim.Optimizer, batches: T
         loss.backward()
         if cfg.train.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+        if rate is not None:
+            rate.set(optimizer)
+            rate.steps += 1
         optimizer.step()  # an update that overflows (lr 3e38) leaves inf weights: the next loss is NaN
         total, count = total + loss.item(), count + 1
     if device.type == "cuda":
@@ -328,11 +391,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     model = build_model(cfg, dataset.num_items, dataset.num_users, max_len).to(device)
     optimizer = make_optimizer(model, cfg)
     num_parameters = sum(p.numel() for p in model.parameters())
-    batches = TrainBatches(split, cfg.task, max_len, cfg.data.batch_size, cfg.mask_prob, cfg.data.padding_free,
-                           cfg.model.item_sse_prob, cfg.model.user_sse_prob, seed=cfg.seed,
-                           batching=cfg.data.batching, sse_style=cfg.model.sse_style,
-                           partners=needs_partners(cfg), samples=cfg.data.samples,
-                           times=cfg.model.time_bias != "none")
+    batches = train_batches(split, cfg, max_len)
     if not len(batches):
         raise ModsarError(f"dataset '{cfg.dataset}' has no user with 2+ training items: nothing to train on")
 
@@ -346,13 +405,21 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
         return metrics
 
     monitor = cfg.train.monitor_key
-    state = TrainState(optimizer, batches, device)
+    rate = LearningRate(cfg.train.lr, cfg.train.warmup_steps, cfg.train.lr_schedule == "linear")
+    state = TrainState(optimizer, batches, device, rate)
+    popularity = popularity_level(evaluator, split, device, monitor)
     checkpoint_path = Path(checkpoint_path) if checkpoint_path else None
     meta = {"num_items": dataset.num_items, "num_users": dataset.num_users, "max_len": max_len}
 
     def facts(last: bool, loss: float) -> dict:
         return {"last": last, "epoch_time_s": float(np.mean(state.epoch_times)), "num_parameters": num_parameters,
-                "eval_time_s": float(np.mean(state.eval_times)), "loss": loss, **speed(), **protocol}
+                "eval_time_s": float(np.mean(state.eval_times)), "loss": loss, **speed(), **protocol, **advance()}
+
+    def advance() -> dict[str, Any]:
+        """Steps taken, and whether validation has left the popularity level (PLATEAU_FACTOR)."""
+        epochs_done = len(state.epoch_times)  # restored with the rest on a resume
+        return {"steps": rate.steps, "steps_per_epoch": rate.steps / epochs_done if epochs_done else math.nan,
+                "popularity_level": popularity, "escape_steps": escape_steps(state.history, monitor, popularity)}
 
     first_epoch = 1
     if resume is not None:  # a retried or resumed search trial: continue bit for bit after its best epoch
@@ -365,7 +432,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     output_flops, model_flops = epoch_flops(model, cfg, int(batches.row_lengths.sum()), batches.num_targets, dataset.num_items)
     dtype = output_dtype(cfg)
 
-    def speed() -> dict[str, float]:
+    def speed() -> dict[str, Any]:
         """Model GFLOP per epoch, achieved GFLOP/s and MFU over the epochs so far."""
         flops = {"epoch_gflop": model_flops / 1e9, "output_gflop": output_flops / 1e9}
         if not state.epoch_times:
@@ -374,7 +441,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
         return {**flops, "gflops": model_flops / seconds / 1e9, "mfu": utilisation(model_flops, seconds, device, dtype)}
 
     def outcome(test: dict[str, float], generation: dict[str, float] | None = None) -> TrialResult:
-        return TrialResult(**speed(), protocol=protocol, generation=generation or {}, valid=state.best_valid, test=test, best_epoch=state.best_epoch, epochs_run=epoch,
+        return TrialResult(**speed(), **advance(), protocol=protocol, generation=generation or {}, valid=state.best_valid, test=test, best_epoch=state.best_epoch, epochs_run=epoch,
                            wall_time_s=time.perf_counter() - started,
                            epoch_time_s=float(np.mean(state.epoch_times)) if state.epoch_times else math.nan,
                            eval_time_s=float(np.mean(state.eval_times)) if state.eval_times else math.nan,
@@ -386,7 +453,7 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     try:
         for epoch in epochs:
             tick = time.perf_counter()
-            mean_loss = train_epoch(model, optimizer, batches, cfg, device, epoch)
+            mean_loss = train_epoch(model, optimizer, batches, cfg, device, epoch, rate)
             state.epoch_times.append(time.perf_counter() - tick)
             if epoch % cfg.train.eval_every and epoch != cfg.train.max_epochs:
                 epochs.set_postfix(loss=f"{mean_loss:.4f}")
@@ -410,7 +477,9 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
                                      state.state_dict(time.perf_counter() - started, training_rng))
                 epochs.set_postfix(loss=f"{mean_loss:.4f}", **{cfg.train.monitor: f"{metrics[monitor]:.4f}",
                                                                "best": f"{state.best_value:.4f}@{state.best_epoch}"})
-                last = bool(cfg.train.patience and state.stale >= cfg.train.patience) or epoch == cfg.train.max_epochs
+                patient = rate.steps < cfg.train.min_steps  # no stop on a plateau before min_steps
+                last = bool(cfg.train.patience and state.stale >= cfg.train.patience and not patient) \
+                    or epoch == cfg.train.max_epochs
                 if on_eval is not None:
                     on_eval(epoch, metrics, improved, checkpoint_path if improved else None, facts(last, mean_loss))
             if last:

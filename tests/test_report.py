@@ -320,3 +320,21 @@ def test_rows_from_before_the_split_keys_read_as_leave_one_out(tmp_path, capsys)
     t5 = md_table(text, "Table 5: design choices")
     assert [r[2:6] for r in t5 if r[0] == "video" and r[1] == "N@10"] == [
         ["0.0400", "**<u>0.0500</u>**", "**<u>0.0450</u>**", "0.0440"]]
+
+
+def test_the_verdict_names_models_that_never_left_the_popularity_level(tmp_path, capsys):
+    """AE's selected trial never reached 1.25x the most-popular ranking on validation (escape_steps empty), AR's
+    did: the report names the AE cell, with its best validation value beside the popularity level."""
+    root = str(tmp_path / "results")
+    write_row(root, row("p1", "ml", "vanilla", "ae", 0.020, popularity_level=0.0190, escape_steps=None,
+                        **{"train.monitor": "ndcg@10"}))
+    write_row(root, row("p2", "ml", "vanilla", "ar", 0.060, popularity_level=0.0190, escape_steps=480,
+                        **{"train.monitor": "ndcg@10"}))
+    assert main(["report", "--results", root]) == 0
+    text = capsys.readouterr().out
+    line = next(line for line in text.splitlines() if "popularity plateau" in line)
+    assert "ml / vanilla / AE (1 of 1 runs; best valid N@10 0.0200 vs most-popular 0.0190)" in line
+    assert "/ AR" not in line
+    write_row(root, row("p3", "ml", "vanilla", "ae", 0.020, selected=False, popularity_level=0.0190,
+                        escape_steps=None, **{"train.monitor": "ndcg@10"}))  # not behind a cell: not named
+    assert main(["report", "--results", root]) == 0 and "(1 of 1 runs" in capsys.readouterr().out

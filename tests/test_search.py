@@ -39,7 +39,7 @@ def data_dir(tmp_path_factory, monkeypatch):
 
 
 def search(*args: str) -> int:
-    return main(["search", "--quiet", *args])
+    return main(["search", "--quiet", "--no-estimate", *args])  # the estimate's probe: tests/test_search_cost.py
 
 
 def test_grid_asha_one_row_per_trial_and_selection(local_ray, data_dir, tmp_path, capsys):
@@ -680,3 +680,22 @@ def test_the_residual_models_space_runs_the_five_models(local_ray, data_dir, tmp
     text = capsys.readouterr().out
     for name in ("SASRec", "DuoRec", "BSARec", "BERT4Rec", "GRU4Rec"):
         assert name in text
+
+
+def test_a_scheduler_in_optimizer_steps_decides_on_steps(local_ray, data_dir, tmp_path):
+    """unit: steps counts ASHA's rungs in optimizer steps: synthetic at batch 256 takes 4 steps an epoch, so
+    max_t 10 steps stops every trial at its first validation at or past 10 steps, epoch 3 (12 steps), of its 6;
+    the rows record the steps, the popularity level and whether each trial left it."""
+    space = tmp_path / "steps.yaml"
+    space.write_text((SPACES / "asha.yaml").read_text().replace(
+        "scheduler: {max_t: 4, grace_period: 1, reduction_factor: 2}",
+        "scheduler: {unit: steps, max_t: 10, grace_period: 10, reduction_factor: 2}").replace(
+        "max_epochs: 4", "max_epochs: 6").replace("train.lr: {grid: [0.005, 1.0e-6]}", "train.lr: {grid: [0.005]}"))
+    out = tmp_path / "results"
+    assert search("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment", "s") == 0
+    rows = read_rows(str(out), "s")
+    assert len(rows) == 6 and (rows["steps_per_epoch"] == 4).all()
+    assert (rows["epochs_run"] == 3).all() and (rows["steps"] == 12).all()
+    assert rows["popularity_level"].between(0.01, 0.2).all()
+    search_json = json.loads((out / "s" / "search.json").read_text())
+    assert search_json["asha"] == {"max_t": 10, "grace_period": 10, "reduction_factor": 2, "unit": "steps"}

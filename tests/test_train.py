@@ -92,15 +92,17 @@ def test_same_seed_same_metrics_and_checkpoint_reproduces_test(tmp_path):
     assert test == pytest.approx(first.test)
 
 
-def test_resumed_trial_continues_exactly_as_the_uninterrupted_one(tmp_path):
+@pytest.mark.parametrize("schedule", [[], ["train.warmup_steps=20", "train.lr_schedule=linear"]])
+def test_resumed_trial_continues_exactly_as_the_uninterrupted_one(tmp_path, schedule):
     """A search trial killed mid-run restarts from its last best checkpoint (Tune restores it on --resume or a
-    retry): optimizer, RNG and mask draws restored, it must reproduce the uninterrupted run bit for bit."""
+    retry): optimizer, RNG, mask draws and the step count (hence the learning-rate schedule) restored, it must
+    reproduce the uninterrupted run bit for bit."""
     from modsar.train import load_resume_state
 
     class Killed(Exception):
         pass
 
-    cfg = quick("seed=3", "task=ae", "train.max_epochs=5", "model.dropout=0.3")
+    cfg = quick("seed=3", "task=ae", "train.max_epochs=5", "model.dropout=0.3", *schedule)
     whole = run_trial(cfg, checkpoint_path=tmp_path / "whole" / "best.pt", resumable=True, progress=False)
 
     def kill_at_4(epoch, metrics, improved, checkpoint, facts):
@@ -120,7 +122,7 @@ def test_resumed_trial_continues_exactly_as_the_uninterrupted_one(tmp_path):
     assert load_resume_state(tmp_path / "nothing") is None
 
     # resumed after its final epoch (killed before Tune heard it ended): one closing report, nothing retrained
-    done = quick("seed=3", "task=ae", f"train.max_epochs={state['epoch']}", "model.dropout=0.3")
+    done = quick("seed=3", "task=ae", f"train.max_epochs={state['epoch']}", "model.dropout=0.3", *schedule)
     closing = []
     again = run_trial(done, resume=load_resume_state(tmp_path / "cut"), progress=False,
                       on_eval=lambda e, m, imp, c, f: closing.append((e, imp, f["last"])))
@@ -130,6 +132,7 @@ def test_resumed_trial_continues_exactly_as_the_uninterrupted_one(tmp_path):
 def test_best_epoch_is_the_validation_max_not_the_last(monkeypatch):
     import modsar.train as train_module
 
+    monkeypatch.setattr(train_module, "popularity_level", lambda *a: 0.05)  # fakes validation passes only
     values = iter([0.2, 0.5, 0.3, 0.1])
     monkeypatch.setattr(train_module.Evaluator, "__call__",
                         lambda *a, **k: {"ndcg@10": next(values, 0.0), "recall@10": 0.0})
@@ -141,6 +144,7 @@ def test_best_epoch_is_the_validation_max_not_the_last(monkeypatch):
 def test_early_stopping_patience(monkeypatch):
     import modsar.train as train_module
 
+    monkeypatch.setattr(train_module, "popularity_level", lambda *a: 0.05)  # fakes validation passes only
     monkeypatch.setattr(train_module.Evaluator, "__call__", lambda *a, **k: {"ndcg@10": 0.1, "recall@10": 0.0})
     result = run_trial(quick("train.max_epochs=50", "train.patience=2", "eval.ks=[10]"), progress=False)
     assert result.epochs_run == 3 and result.best_epoch == 1
@@ -176,8 +180,8 @@ def _nan_weights_in_epoch(monkeypatch, bad_epoch: int) -> None:
 
     real = train_module.train_epoch
 
-    def epoch_then_nan(model, optimizer, batches, cfg, device, epoch=0):
-        loss = real(model, optimizer, batches, cfg, device, epoch)
+    def epoch_then_nan(model, optimizer, batches, cfg, device, epoch=0, rate=None):
+        loss = real(model, optimizer, batches, cfg, device, epoch, rate)
         if epoch == bad_epoch:
             with torch.no_grad():
                 next(model.parameters()).fill_(float("nan"))
@@ -199,6 +203,7 @@ def test_nan_weights_before_validation_end_the_trial_with_the_best_so_far(monkey
 def test_non_finite_validation_metric_is_never_the_best_epoch(monkeypatch):
     import modsar.train as train_module
 
+    monkeypatch.setattr(train_module, "popularity_level", lambda *a: 0.05)  # fakes validation passes only
     values = iter([0.1, float("inf")])
     monkeypatch.setattr(train_module.Evaluator, "__call__", lambda *a, **k: {"ndcg@10": next(values), "recall@10": 0.0})
     with pytest.raises(TrainingDiverged, match="validation ndcg@10 not finite at epoch 2") as caught:
@@ -212,7 +217,7 @@ def test_cli_train_writes_a_diverged_row(monkeypatch, tmp_path, capsys):
     code = main(["train", "--dataset", "synthetic", "--quiet", "--results", str(out), "--experiment", "d",
                  "train.max_epochs=3", "model.hidden_size=16"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "training diverged: weights became NaN" in err[0]
+    assert code == 2 and len(err) == 1 and "training diverged: weights became NaN" in err[0], err
     row = pq.read_table(next((out / "d" / "trials").glob("*.parquet"))).to_pylist()[0]
     assert row["status"] == "diverged" and "epoch 2" in row["error"]
     assert row["best_epoch"] == 1 and 0 < row["valid.ndcg@10"] <= 1 and "test.ndcg@10" not in row
@@ -302,3 +307,83 @@ def test_the_fused_optimizer_takes_adams_first_step(optimizer):
     for n, p in model.named_parameters():
         g = p.grad
         torch.testing.assert_close(p.detach() - before[n], -0.01 * g / (g.abs() + 1e-8), rtol=1e-5, atol=1e-7)
+
+
+def test_learning_rate_warms_up_then_decays_linearly():
+    from modsar.train import LearningRate
+
+    rate = LearningRate(1e-3, warmup=4, linear=True, total=10)
+    assert [round(rate.factor(s), 6) for s in range(11)] == [0.25, 0.5, 0.75, 1.0, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0]
+    assert [LearningRate(1e-3, warmup=2).factor(s) for s in (0, 1, 5, 10**6)] == [0.5, 1.0, 1.0, 1.0]
+
+
+def test_each_optimizer_step_gets_its_scheduled_rate():
+    """The rate the optimizer applies at step s is lr * factor(s): checked on the updates of a plain SGD-like
+    probe (the last step of an epoch of 16 batches under a 10-step warm-up and linear decay over 3 epochs)."""
+    from modsar.train import LearningRate, train_epoch
+
+    cfg = quick("train.warmup_steps=10", "train.lr_schedule=linear")
+    data = load_dataset("synthetic")
+    split = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
+    batches = TrainBatches(split, "ar", 50, cfg.data.batch_size, cfg.mask_prob, True, seed=0)
+    model = ModularSAR(cfg.model, data.num_items, data.num_users, 50, "ar")
+    optimizer = make_optimizer(model, cfg)
+    seen = []
+    optimizer.register_step_pre_hook(lambda opt, args, kwargs: seen.append(opt.param_groups[0]["lr"]))
+    rate = LearningRate(cfg.train.lr, 10, True)
+    train_epoch(model, optimizer, batches, cfg, torch.device("cpu"), 1, rate)
+    assert rate.steps == len(seen) == 16 and rate.total == 16 * 3
+    assert seen == pytest.approx([1e-3 * rate.factor(s) for s in range(16)])
+    assert seen[:3] == pytest.approx([1e-4, 2e-4, 3e-4]) and seen[15] == pytest.approx(1e-3 * (1 - 15 / 48))
+
+
+def test_min_steps_keeps_patience_from_stopping_a_run_early(monkeypatch):
+    """A flat validation curve stops after `patience` passes, but not before train.min_steps optimizer steps:
+    16 steps per epoch (1,000 users, batch 64) and min_steps 100 give the first stop at epoch 7 (112 steps)."""
+    import modsar.train as train_module
+
+    monkeypatch.setattr(train_module, "popularity_level", lambda *a: 0.05)
+    monkeypatch.setattr(train_module.Evaluator, "__call__", lambda *a, **k: {"ndcg@10": 0.1, "recall@10": 0.0})
+    result = run_trial(quick("train.max_epochs=50", "train.patience=2", "train.min_steps=100", "eval.ks=[10]"),
+                       progress=False)
+    assert (result.steps_per_epoch, result.epochs_run, result.steps, result.best_epoch) == (16, 7, 112, 1)
+
+
+def test_escape_steps_count_to_the_first_pass_clear_of_the_popularity_level(monkeypatch):
+    """Popularity level 0.1: passes of .10, .12, .13 and .2 clear 1.25 x .1 first at epoch 3, after 48 steps."""
+    import modsar.train as train_module
+
+    monkeypatch.setattr(train_module, "popularity_level", lambda *a: 0.1)
+    values = iter([0.10, 0.12, 0.13, 0.2])
+    monkeypatch.setattr(train_module.Evaluator, "__call__",
+                        lambda *a, **k: {"ndcg@10": next(values, 0.0), "recall@10": 0.0})
+    result = run_trial(quick("train.max_epochs=4", "eval.ks=[10]"), progress=False)
+    assert (result.popularity_level, result.escape_steps) == (0.1, 48)
+    assert [h["steps"] for h in result.history] == [16, 32, 48, 64]
+    never = iter([0.10, 0.12])
+    monkeypatch.setattr(train_module.Evaluator, "__call__",
+                        lambda *a, **k: {"ndcg@10": next(never, 0.0), "recall@10": 0.0})
+    assert run_trial(quick("train.max_epochs=2", "eval.ks=[10]"), progress=False).escape_steps is None
+
+
+def test_the_popularity_level_is_the_most_popular_ranking_on_validation():
+    from modsar.evaluate import Evaluator
+
+    cfg = quick("eval.filter_seen=history")
+    result = run_trial(cfg, progress=False)
+    data = load_dataset("synthetic")
+    split = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
+    device = torch.device("cpu")
+    expected = Evaluator.of(split, cfg, 50, device)(popularity_scorer(split, device), "valid")["ndcg@10"]
+    assert result.popularity_level == expected > 0
+
+
+def test_truncated_normal_init_and_the_norm_epsilon():
+    from modsar.config import ModelConfig
+
+    model = ModularSAR(ModelConfig(init="truncated_normal", norm_eps=1e-12, hidden_size=32, scale_embedding=False), 300, 10, 50, "ar")
+    weights = [m.weight for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))]
+    assert max(w.abs().max().item() for w in weights) <= 0.04
+    assert 0.015 < torch.cat([w.flatten() for w in weights]).std().item() < 0.02  # cut at 2 std: 0.88 x 0.02
+    norms = [m for m in model.blocks.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert norms and all(n.eps == 1e-12 and bool((n.weight == 1).all()) for n in norms)

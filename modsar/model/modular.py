@@ -164,7 +164,7 @@ class Block(nn.Module):
         d = cfg.hidden_size
         self.style = cfg.norm if cfg.norm in ("pre", "sasrec", "normed_skip") else "post"
         self.pre_norm = self.style == "pre"
-        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.norm1, self.norm2 = nn.LayerNorm(d, eps=cfg.norm_eps), nn.LayerNorm(d, eps=cfg.norm_eps)
         self.attn = SelfAttention(d, cfg.num_heads, cfg.attn_dropout, codes, code_dim)
         self.user_query = nn.Linear(user_dim, d, bias=False) if user_dim else None  # user_fusion=bias
         act = nn.GELU() if cfg.activation == "gelu" else nn.ReLU()
@@ -291,7 +291,7 @@ class ModularSAR(nn.Module):
         user_query = d if self.fusion == "bias" else 0
         blocks = [Block(cfg, codes, code_dim, user_query) for _ in range(cfg.num_layers)]
         self.blocks = nn.ModuleList(blocks)
-        self.final_norm = nn.LayerNorm(d) if blocks and blocks[0].style != "post" else nn.Identity()
+        self.final_norm = nn.LayerNorm(d, eps=cfg.norm_eps) if blocks and blocks[0].style != "post" else nn.Identity()
         self.head = OutputHead(self.item_dim, num_items) if cfg.head == "bert4rec" else None
         self.timed = cfg.time_bias != "none"  # forward needs the inputs' times
         tables = [nn.Embedding(time_bucket_count(cfg.time_bias), cfg.num_heads) for _ in blocks] if self.timed else []
@@ -299,8 +299,8 @@ class ModularSAR(nn.Module):
         # a zero-initialised bias moves about lr per Adam step, so ~250 steps (ML-100K's whole run) left it within
         # 0.4 logits; scaled as item vectors are, it can reach a few logits in the same steps
         self.time_scale = math.sqrt(d)
-        self.apply(self._init)
-        # init normal: N(0, 0.02) everywhere (BERT, GPT-2). xavier: xavier_normal on every matrix, embeddings
+        self.apply(partial(self._init, truncated=cfg.init == "truncated_normal"))
+        # init normal: N(0, 0.02) everywhere (GPT-2); truncated_normal: the same cut at 2 std (BERT's code). xavier: xavier_normal on every matrix, embeddings
         # included (SASRec's PyTorch code); xavier_uniform: the same, uniform (the ModSAR code).
         # xavier_attention: q, k, v projections xavier_uniform over the stacked (3d, d) matrix and the rest
         # normal, as torch's MultiheadAttention keeps its own init: attention logits start ~20x larger than
@@ -315,7 +315,7 @@ class ModularSAR(nn.Module):
         elif cfg.init in ("xavier_attention", "sasrec_plus"):
             for block in blocks:
                 nn.init.xavier_uniform_(block.attn.qkv.weight)
-        if cfg.init in ("normal", "xavier_attention") and self.positional == "learned" and cfg.scale_embedding:
+        if cfg.init in ("normal", "truncated_normal", "xavier_attention") and self.positional == "learned" and cfg.scale_embedding:
             # as the ModSAR code: beside sqrt(d)-scaled items, AE needs a strong position signal to find neighbours;
             # unscaled (BERT4Rec) items keep positions at their own normal(0.02), as BERT4Rec does
             nn.init.xavier_uniform_(self.pos_emb.weight)
@@ -323,9 +323,12 @@ class ModularSAR(nn.Module):
             nn.init.zeros_(table.weight)
 
     @staticmethod
-    def _init(module: nn.Module) -> None:
+    def _init(module: nn.Module, truncated: bool = False) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, std=0.02)
+            if truncated:  # LayerNorms keep gain 1 and bias 0, as the BERT code's resampling init leaves them
+                nn.init.trunc_normal_(module.weight, std=0.02, a=-0.04, b=0.04)
+            else:
+                nn.init.normal_(module.weight, std=0.02)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
             if isinstance(module, nn.Embedding) and module.padding_idx is not None:

@@ -301,7 +301,7 @@ def _refuse_unused(cfg: Config, bad: Bad, keys: tuple[str, ...], why: str) -> No
 def _check_bsarec(cfg: Config, bad: Bad) -> None:
     m: ModelConfig = cfg.model
     _refuse_unused(cfg, bad, ("head", "init", "attn_output_dropout", "ffn_inner_dropout",
-                              "scale_embedding", "local_heads", "pos_dim", "pos_fusion"),
+                              "scale_embedding", "local_heads", "pos_dim", "pos_fusion", "norm_eps"),
                    "its layers, embedding LayerNorm, N(0, 0.02) init and dot-product output are fixed, as its code")
     if m.norm not in ("auto", "post"):
         bad(f"bsarec's layers are post-LN (as its code); 'model.norm={m.norm}' is not offered for it")
@@ -318,7 +318,7 @@ def _check_bsarec(cfg: Config, bad: Bad) -> None:
 def _check_gru4rec(cfg: Config, bad: Bad) -> None:
     _refuse_unused(cfg, bad, ("norm", "positional", "local_heads", "head", "embedding_norm", "positions_from",
                               "init", "attn_output_dropout", "ffn_inner_dropout", "ffn_size", "activation",
-                              "pos_dim", "pos_fusion"),
+                              "pos_dim", "pos_fusion", "norm_eps"),
                    "a recurrent model: no attention, positions, norms or feed-forward layers")
     if cfg.model.user_fusion != "none":
         bad(f"gru4rec has no user embedding; 'model.user_fusion={cfg.model.user_fusion}' is for the modular backbone")

@@ -14,6 +14,8 @@ from modsar.errors import ModsarError
 from modsar.space_check import SpaceCheck, check_space, dataset_sizes
 from modsar.spaces import Param, SearchSpace, load_space
 
+STEPS_MAX_T = 2**62  # ASHA's max_t where a space counts optimizer steps and names none: max_epochs ends trials
+
 
 @dataclass
 class SearchRequest:
@@ -63,6 +65,12 @@ class Plan:
     root: str  # experiment folder (path or URI)
     data_root: str
     manifest: dict  # the prepared dataset's manifest (recorded in every row)
+    unit: str = "passes"  # what max_t and grace_period count: validation passes, or optimizer steps
+
+    @property
+    def time_attr(self) -> str:
+        """The reported value ASHA's rungs are counted in."""
+        return "steps" if self.unit == "steps" else "training_iteration"
 
     def check(self) -> SpaceCheck:
         """Every configuration this search can run, validated (with the dataset's sizes when there is one)."""
@@ -105,8 +113,12 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
     num_samples = req.num_samples or default_samples or (1 if search == "grid" else 16)
     _check_repeats(space, search, num_samples, f"--num-samples {num_samples}" if req.num_samples else
                    f"its budget.num_samples: {num_samples}" if default_samples else f"the default {num_samples} samples")
-    evals = max(1, math.ceil(cfg.train.max_epochs / cfg.train.eval_every))
-    max_t = req.max_t or min(space.scheduler.get("max_t", evals), evals)
+    unit = str(space.scheduler.get("unit", "passes"))
+    if unit == "steps":  # the trial's epochs end it first wherever max_t is larger than its steps
+        max_t = req.max_t or space.scheduler.get("max_t", STEPS_MAX_T)
+    else:
+        evals = max(1, math.ceil(cfg.train.max_epochs / cfg.train.eval_every))
+        max_t = req.max_t or min(space.scheduler.get("max_t", evals), evals)
     grace = min(req.grace_period or space.scheduler.get("grace_period", 1), max_t)
     factor = req.reduction_factor or space.scheduler.get("reduction_factor", 2)
     if factor < 2:
@@ -120,7 +132,8 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
     # unknown or unprepared dataset: refused here
     manifest = load_dataset(req.dataset, req.data_dir).manifest if req.dataset else {}
     plan = Plan(req, space, cfg.to_dict(), search, num_samples, max_t, grace, factor, cfg.train.monitor_key,
-                req.results.rstrip("/") + "/" + req.experiment_name, str(data_root(req.data_dir).resolve()), manifest)
+                req.results.rstrip("/") + "/" + req.experiment_name, str(data_root(req.data_dir).resolve()), manifest,
+                unit)
     if check:
         plan.check().raise_if_invalid()
     return plan

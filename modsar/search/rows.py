@@ -16,7 +16,7 @@ from ray.tune.schedulers import ASHAScheduler
 
 from modsar.config import Config
 from modsar.errors import ModsarError
-from modsar.results import PROTOCOL_FACTS, SPEED_FACTS, read_rows, result_row, write_row
+from modsar.results import PROGRESS_FACTS, PROTOCOL_FACTS, SPEED_FACTS, read_rows, result_row, write_row
 from modsar.search.plan import Plan, sampled_values, trial_config
 
 
@@ -62,7 +62,8 @@ def row_from_results(plan: Plan, trial_id: str, config: dict, results: list[dict
     facts = {"best_epoch": _count(last.get("best_epoch")), "epochs_run": _count(last.get("epoch")),
              "wall_time_s": last.get("wall_time_s"), "epoch_time_s": last.get("epoch_time_s"),
              "eval_time_s": last.get("eval_time_s"), "device": last.get("device"),
-             **{k: last.get(k) for k in SPEED_FACTS}, **{k: last[k] for k in PROTOCOL_FACTS if k in last},
+             **{k: last.get(k) for k in (*SPEED_FACTS, *PROGRESS_FACTS)},
+             **{k: last[k] for k in PROTOCOL_FACTS if k in last},
              "num_parameters": _count(last.get("num_parameters")), "node_id": last.get("node_id"),
              "torch_threads": _count(last.get("torch_threads")),
              "checkpoint": checkpoint, "curve": json.dumps(curve), "reports": len(results),

@@ -22,7 +22,7 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
     import torch
 
     from modsar.model import registry
-    from modsar.results import PROTOCOL_FACTS, SPEED_FACTS
+    from modsar.results import PROGRESS_FACTS, PROTOCOL_FACTS, SPEED_FACTS
     from modsar.train import TrainingDiverged, load_resume_state, resolve_device, run_trial
 
     registry.load_plugins(list(plugins))  # the driver's plugin backbones, registered in this worker too
@@ -53,7 +53,7 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
         report = {"epoch": epoch, **{f"valid.{k}": v for k, v in metrics.items()}, **best, **restored,
                   "trial_done": facts["last"], "epoch_time_s": facts["epoch_time_s"],
                   "eval_time_s": facts["eval_time_s"], "loss": facts["loss"],
-                  **{k: facts[k] for k in (*SPEED_FACTS, *PROTOCOL_FACTS) if k in facts},
+                  **{k: facts[k] for k in (*SPEED_FACTS, *PROTOCOL_FACTS, *PROGRESS_FACTS) if k in facts},
                   "num_parameters": facts["num_parameters"], "torch_threads": torch.get_num_threads(),
                   "wall_time_s": time.perf_counter() - started, "monitor": monitor, "device": str(device), **node}
         if checkpoint is not None:
@@ -71,7 +71,9 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
         # Tune needs the metric in it: the best value so far, or, if no validation ran, 0.0, which is what
         # the evaluator gives a model whose scores are all NaN. The row records no valid.* in that case.
         floor = {} if best else {f"best.{monitor}": 0.0}
-        tune.report({"epoch": exc.partial.epochs_run if exc.partial else 0, **best, **floor, "diverged": str(exc),
+        steps = {"steps": exc.partial.steps} if exc.partial else {}  # a scheduler in steps reads it
+        tune.report({"epoch": exc.partial.epochs_run if exc.partial else 0, **best, **floor, **steps,
+                     "diverged": str(exc),
                      "trial_done": True, "monitor": monitor, **node})
         return
     finally:

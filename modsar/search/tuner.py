@@ -169,6 +169,8 @@ def _check_same_search(plan: Plan, stored: dict, settings: dict) -> None:
     and seed re-runs would be trained on a different base than the trials they replicate."""
     from modsar.config import flatten
 
+    if isinstance(stored.get("asha"), dict):  # searches before scheduler units counted validation passes
+        stored = {**stored, "asha": {"unit": "passes", **stored["asha"]}}
     was, now = flatten({k: stored[k] for k in settings if k in stored}), flatten(settings)
     changed = [f"{k} {was[k]!r} -> {now.get(k)!r}" for k in sorted(was) if was[k] != now.get(k)]
     if changed:
@@ -202,7 +204,7 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
         slots = min(slots, max(1, int(total.get("GPU", 0) / req.gpus_per_trial)))
     concurrent = req.max_concurrent or slots
     metric = f"best.{plan.monitor}"  # ASHA compares each trial's best validation value so far
-    scheduler = ASHAScheduler(time_attr="training_iteration", max_t=plan.max_t, grace_period=plan.grace_period,
+    scheduler = ASHAScheduler(time_attr=plan.time_attr, max_t=plan.max_t, grace_period=plan.grace_period,
                               reduction_factor=plan.reduction_factor)
     search_alg, param_space = None, {}
     space = plan.space.for_task(task)
@@ -254,7 +256,7 @@ def run_search(req: SearchRequest) -> dict[str, Any]:
         fs.delete_dir(path)
     settings = {"base": plan.base, "search": plan.search, "num_samples": plan.num_samples,
                 "asha": {"max_t": plan.max_t, "grace_period": plan.grace_period,
-                         "reduction_factor": plan.reduction_factor}}
+                         "reduction_factor": plan.reduction_factor, "unit": plan.unit}}
     if req.resume:
         _check_same_search(plan, _read_json(search_json), settings)
         remove_partial_rows(rows_dir(plan), req.experiment_name)  # a row the killed driver was writing

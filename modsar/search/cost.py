@@ -1,0 +1,597 @@
+"""What a search will cost, known before it starts: trials, optimizer steps per epoch, ASHA's first decision,
+the epochs of the whole search, and a wall-clock from a few seconds' timed probe of each model size.
+
+A search of hundreds of trials is sized by numbers nobody multiplies by hand: a grace period in validation
+passes of `eval_every` epochs of a dataset's steps, rungs that keep 1/reduction_factor of the trials, trials in
+parallel on the CPUs a trial takes. `estimate` multiplies them, and times 1 warm-up + PROBE_STEPS real training
+steps and a validation pass (or its first batches) of one configuration per model size (COST_KEYS), so
+`modsar spaces NAME --dataset D` and the first lines of `modsar search` say what a search costs before any of
+it runs.
+
+The epochs are an estimate: patience may end a trial before ASHA does, and asynchronous ASHA lets a few more
+than 1/reduction_factor of the early trials through a rung. Every trial runs to the first rung
+(grace period); of the trials that reach a rung, 1/reduction_factor go on to the next (grace x rf^k), up to
+max_t, and no trial runs past train.max_epochs. The probe draws nothing from the global random generators a
+trial's training reads (modsar.randomness.untouched) and writes no file.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from modsar.config import Config
+from modsar.search.plan import STEPS_MAX_T, Plan, trial_config
+from modsar.spaces import MAX_GRID_POINTS, Param, SearchSpace, grid_size_by_task
+from modsar.train import train_batches
+
+# the config keys that change what a training step costs: points that agree on them share one probe
+COST_KEYS = ("task", "mask_prob", "model.backbone", "model.hidden_size", "model.num_layers", "model.num_heads",
+             "model.ffn_size", "model.head", "data.max_len", "data.batch_size", "data.samples", "data.batching",
+             "data.padding_free", "loss.name", "loss.num_negatives", "loss.cl_weight", "loss.cl_views")
+# of those, the ones that change how many steps an epoch takes (data.view and the split are fixed per search)
+SHAPE_KEYS = ("task", "data.max_len", "data.batch_size", "data.samples", "data.batching", "data.padding_free")
+MAX_PROBES = 6  # model sizes timed per search; the others are interpolated from the nearest probed sizes
+PROBE_STEPS = 3  # timed training steps per probe, after one warm-up step
+EVAL_PROBE_S = 0.3  # a validation pass is timed whole up to here, extrapolated from its batches beyond
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """ASHA's rungs in epochs: where a search's trials may stop, and so what a trial costs on average."""
+
+    grace: int
+    reduction_factor: int
+    max_t: int
+    unit: str  # "passes" (validation passes) or "steps" (optimizer steps): what grace and max_t count
+    eval_every: int
+    max_epochs: int
+
+    @classmethod
+    def of(cls, plan: Plan) -> Schedule:
+        train = plan.base["train"]
+        return cls(plan.grace_period, plan.reduction_factor, plan.max_t, plan.unit, train["eval_every"],
+                   train["max_epochs"])
+
+    def epochs_at(self, t: int, steps_per_epoch: int) -> int:
+        """Epochs a trial has trained when its ASHA time first reaches `t`: ASHA sees it at validation passes
+        only (every eval_every epochs, and at max_epochs)."""
+        if self.unit == "steps":
+            passes = math.ceil(t / (max(1, steps_per_epoch) * self.eval_every))
+            return min(passes * self.eval_every, self.max_epochs)
+        return min(t * self.eval_every, self.max_epochs)
+
+    def stretches(self, steps_per_epoch: int) -> list[tuple[float, int]]:
+        """(share of the trials that train it, epoch it ends at) for each stretch between ASHA's decisions:
+        all trials to the grace period, 1/rf of them on to each next rung grace x rf^k, max_t last (Ray's
+        _Bracket), cut where train.max_epochs ends every trial."""
+        out: list[tuple[float, int]] = []
+        share, t = 1.0, self.grace
+        while True:
+            end = self.epochs_at(min(t, self.max_t), steps_per_epoch)
+            out.append((share, end))
+            if t >= self.max_t or end >= self.max_epochs:
+                return out
+            share, t = share / self.reduction_factor, t * self.reduction_factor
+
+    def per_trial(self, steps_per_epoch: int) -> tuple[float, float]:
+        """(epochs, validation passes) of an average trial (patience may end one sooner)."""
+        epochs = passes = 0.0
+        done = 0
+        for share, end in self.stretches(steps_per_epoch):
+            epochs += share * (end - done)
+            passes += share * (math.ceil(end / self.eval_every) - math.ceil(done / self.eval_every))
+            done = end
+        return epochs, passes
+
+    def first_decision(self, steps_per_epoch: int) -> tuple[int, int]:
+        """(optimizer steps, epochs) before ASHA's first decision: at the first validation pass at or past the
+        grace period (in steps: 2,000 on Video's 121 steps an epoch, validated every 5, is epoch 20, 2,420 steps)."""
+        epochs = self.epochs_at(self.grace, steps_per_epoch)
+        return epochs * steps_per_epoch, epochs
+
+
+def asha_epochs(trials: float, schedule: Schedule, steps_per_epoch: int) -> float:
+    """Epochs `trials` trials train in all under `schedule` (see Schedule.stretches)."""
+    return trials * schedule.per_trial(steps_per_epoch)[0]
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What trials run on: this machine's CPUs and GPUs, and what each trial takes (`modsar search` flags)."""
+
+    cpus: int
+    gpus: int
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    max_concurrent: int | None = None
+
+    @classmethod
+    def here(cls, cpus_per_trial: float = 1.0, gpus_per_trial: float = 0.0,
+             max_concurrent: int | None = None) -> Resources:
+        """This machine, as a local `modsar search` gives it to Ray (every CPU, every GPU)."""
+        return cls(os.cpu_count() or 1, torch.cuda.device_count(), cpus_per_trial, gpus_per_trial, max_concurrent)
+
+    @property
+    def parallel(self) -> int:
+        """Trials at once, as Tune runs them: --max-concurrent, at most what the CPUs (and GPUs) hold; 0 when
+        one trial does not fit this machine."""
+        slots = math.floor(self.cpus / self.cpus_per_trial + 1e-9)
+        if self.gpus_per_trial:
+            slots = min(slots, math.floor(self.gpus / self.gpus_per_trial + 1e-9))
+        return min(slots, self.max_concurrent) if self.max_concurrent else slots
+
+    @property
+    def held(self) -> str:
+        """"2 CPUs", "1 GPU and 16 CPUs"."""
+        cpus = _count(self.cpus, "CPU")
+        return f"{_count(self.gpus, 'GPU')} and {cpus}" if self.gpus_per_trial else cpus
+
+    def text(self, detail: str = "") -> str:
+        """"2 CPUs (1 CPU per trial, 2 at a time; `detail`)"."""
+        each = f"{self.cpus_per_trial:g} CPU" + (f" and {self.gpus_per_trial:g} GPU" if self.gpus_per_trial else "")
+        return f"{self.held} ({each} per trial, {self.parallel} at a time{'; ' + detail if detail else ''})"
+
+
+@dataclass
+class Group:
+    """The points of one direction that cost the same per step (equal COST_KEYS), with a point standing for
+    them and, once probed or interpolated, the seconds of a step and of a validation pass."""
+
+    key: dict[str, Any]
+    point: dict[str, Any]
+    cfg: Config
+    max_len: int
+    trials: float  # grid: counted; random/optuna: the expected share of --num-samples
+    steps_per_epoch: int = 0
+    flops: float = 0.0  # model FLOPs of one training step (modsar.flops): orders the sizes for probing
+    step_s: float = math.nan
+    eval_s: float = math.nan
+    probed: bool = False
+    error: str = ""  # why its probe failed
+
+    @property
+    def epoch_s(self) -> float:
+        return self.step_s * self.steps_per_epoch
+
+    @property
+    def timed(self) -> bool:
+        return math.isfinite(self.step_s)
+
+
+@dataclass
+class Direction:
+    """One direction's (AE or AR) Tuner: its trials, their sizes and what ASHA lets them train."""
+
+    task: str
+    trials: int
+    groups: list[Group]
+    schedule: Schedule
+
+    def epochs(self) -> float:
+        return sum(g.trials * self.schedule.per_trial(g.steps_per_epoch)[0] for g in self.groups)
+
+    def passes(self) -> float:
+        return sum(g.trials * self.schedule.per_trial(g.steps_per_epoch)[1] for g in self.groups)
+
+    def trial_seconds(self) -> float:
+        """Seconds of training and validation summed over the trials (nan when no size could be timed)."""
+        total = 0.0
+        for g in self.groups:
+            epochs, passes = self.schedule.per_trial(g.steps_per_epoch)
+            total += g.trials * (epochs * g.epoch_s + passes * g.eval_s)
+        return total
+
+    def seconds(self, parallel: int) -> float:
+        """Wall-clock with `parallel` trials at once (never more than the direction has)."""
+        return self.trial_seconds() / min(parallel, self.trials) if parallel else math.inf
+
+    def shapes(self) -> list[int]:
+        return sorted({g.steps_per_epoch for g in self.groups})
+
+    def decisions(self) -> list[tuple[int, int]]:
+        return sorted({self.schedule.first_decision(g.steps_per_epoch) for g in self.groups})
+
+
+@dataclass
+class CostEstimate:
+    plan: Plan
+    resources: Resources
+    device: str  # where the probes ran
+    directions: list[Direction]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def varied(self) -> list[str]:
+        """The cost keys whose values differ between the sizes of a direction (how a size is named)."""
+        return [k for k in COST_KEYS if k != "task"
+                and any(len({repr(g.key[k]) for g in d.groups}) > 1 for d in self.directions)]
+
+    def seconds(self) -> float:
+        """The whole search: one direction's Tuner after the other; --time-budget cuts each at its half."""
+        budget = self.plan.request.time_budget_s
+        each = [d.seconds(self.resources.parallel) for d in self.directions]
+        if budget:
+            each = [min(s, budget / len(self.directions)) for s in each]
+        return sum(each)
+
+    def size_name(self, g: Group) -> str:
+        return ", ".join(f"{k}={g.key[k]}" for k in self.varied) or "the only size"
+
+    def lines(self) -> list[str]:
+        p, s = self.plan, Schedule.of(self.plan)
+        max_t = "none" if p.max_t >= STEPS_MAX_T else f"{p.max_t:,}"
+        lines = [f"cost of '{p.space.name}' on {p.request.dataset} ({p.search} search; ASHA in {p.unit}: grace "
+                 f"{p.grace_period:,}, reduction factor {p.reduction_factor}, max_t {max_t}; validation every "
+                 f"{_count(s.eval_every, 'epoch') if s.eval_every > 1 else 'epoch'}, at most "
+                 f"{_count(s.max_epochs, 'epoch')} a trial):"]
+        parallel = self.resources.parallel
+        for d in self.directions:
+            lines.append(self._line(d, parallel))
+        if len(self.directions) > 1:
+            wall = f", {self._wall(self.seconds())} (one direction after the other)" if parallel else ""
+            lines.append(f"  in all: <= {_int(sum(d.epochs() for d in self.directions))} epochs{wall}")
+        lines.append("  (an estimate: patience may end a trial before ASHA does; async ASHA lets a few more through early)")
+        budget = p.request.time_budget_s
+        if budget and parallel and sum(d.seconds(parallel) for d in self.directions) > budget:
+            lines.append(f"  note: --time-budget stops the search after {duration(budget)}, before all of this")
+        lines += [f"  note: {n}" for n in self.notes]
+        return lines
+
+    def _line(self, d: Direction, parallel: int) -> str:
+        spe = _span(d.shapes())
+        decisions = d.decisions()
+        steps, epochs = _span([x for x, _ in decisions]), _span([y for _, y in decisions])
+        epochs += " epoch" if epochs == "1" else " epochs"
+        first = (f"first ASHA decision after {steps} steps ({epochs})"
+                 if max(y for _, y in decisions) < d.schedule.max_epochs
+                 else f"no ASHA decision: its first rung ({steps} steps) lies past the last epoch "
+                      f"({_span([d.schedule.max_epochs * x for x in d.shapes()])} steps)")
+        head = (f"  {d.task.upper()}: {_int(d.trials)} trial{'s' if d.trials != 1 else ''}, {spe} steps/epoch, "
+                f"{first}; <= {_int(d.epochs())} epochs")
+        if not parallel:
+            return f"{head}; no trial fits this machine's {self.resources.held}"
+        timed = [g for g in d.groups if g.timed]
+        if not timed:
+            return head + "; wall-clock not estimated (no size could be timed)"
+        per_epoch = _span([g.epoch_s for g in timed if g.probed], seconds=True)
+        per_eval = _span([g.eval_s for g in timed if g.probed], seconds=True)
+        estimated = [g for g in d.groups if not g.probed]
+        guessed = (f"; {len(estimated)} of {len(d.groups)} sizes estimated from the nearest probed size"
+                   if estimated else "")
+        measured = f"{per_epoch} s/epoch and {per_eval} s/validation measured{guessed}"
+        return f"{head}, {self._wall(d.seconds(parallel))} on {self.resources.text(measured)}"
+
+    @staticmethod
+    def _wall(seconds: float) -> str:
+        return f"~{duration(seconds)}" if math.isfinite(seconds) else "wall-clock unknown"
+
+    def to_dict(self) -> dict[str, Any]:
+        p, s, r = self.plan, Schedule.of(self.plan), self.resources
+
+        def seconds(value: float) -> float | None:
+            return value if math.isfinite(value) else None
+
+        directions = {}
+        for d in self.directions:
+            decisions = d.decisions()
+            directions[d.task] = {
+                "trials": d.trials, "steps_per_epoch": d.shapes(),
+                "first_decision": [{"steps": x, "epochs": y} for x, y in decisions],
+                "epochs": d.epochs(), "validation_passes": d.passes(), "seconds": seconds(d.seconds(r.parallel)),
+                "sizes": [{"key": g.key, "trials": g.trials, "steps_per_epoch": g.steps_per_epoch,
+                           "gflop_per_step": g.flops / 1e9, "probed": g.probed, "seconds_per_step": seconds(g.step_s),
+                           "seconds_per_epoch": seconds(g.epoch_s), "seconds_per_validation": seconds(g.eval_s),
+                           **({"error": g.error} if g.error else {})} for g in d.groups]}
+        return {"space": p.space.name, "dataset": p.request.dataset, "search": p.search, "unit": p.unit,
+                "grace_period": p.grace_period, "reduction_factor": p.reduction_factor,
+                "max_t": None if p.max_t >= STEPS_MAX_T else p.max_t, "eval_every": s.eval_every,
+                "max_epochs": s.max_epochs,
+                "resources": {"cpus": r.cpus, "gpus": r.gpus, "cpus_per_trial": r.cpus_per_trial,
+                              "gpus_per_trial": r.gpus_per_trial, "max_concurrent": r.max_concurrent,
+                              "parallel": r.parallel, "probe_device": self.device},
+                "directions": directions, "epochs": sum(d.epochs() for d in self.directions),
+                "seconds": seconds(self.seconds()), "notes": self.notes}
+
+
+def estimate(plan: Plan, resources: Resources | None = None, probe: bool = True,
+             max_probes: int = MAX_PROBES) -> CostEstimate:
+    """The cost of `plan`'s search (a plan with a dataset, from make_plan). With `probe`, times up to
+    `max_probes` model sizes on this machine, with the threads (and GPU) a trial gets; the global random
+    generators are left as they were."""
+    from modsar.data.split import make_split
+    from modsar.data.store import load_dataset
+    from modsar.data.views import viewed
+    from modsar.errors import ModsarError
+    from modsar.randomness import untouched
+
+    if not plan.request.dataset:
+        raise ModsarError("a cost estimate needs a dataset: its steps per epoch and a probe's timings")
+    req = plan.request
+    resources = resources or Resources.here(req.cpus_per_trial, req.gpus_per_trial, req.max_concurrent)
+    cuda = req.gpus_per_trial > 0 and torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    notes = []
+    if req.address or os.environ.get("RAY_ADDRESS"):
+        notes.append("the search joins a Ray cluster: the wall-clock counts this machine's CPUs and GPUs, not the "
+                     "cluster's")
+    base = Config.from_dict(plan.base)
+    with untouched(device):  # nothing here may shift the training streams (modsar.randomness)
+        dataset = viewed(load_dataset(req.dataset, req.data_dir), base.data.view)
+        split = make_split(base, dataset)
+        schedule = Schedule.of(plan)
+        counts = grid_size_by_task(plan.space) if plan.search == "grid" else {}
+        directions = []
+        for task in plan.space.tasks():
+            groups = size_groups(plan, task, dataset.default_max_len)
+            trials = counts[task] * plan.num_samples if plan.search == "grid" else plan.num_samples
+            directions.append(Direction(task, trials, groups, schedule))
+        measure_steps(directions, split, dataset)
+        if probe and resources.parallel:  # (where no trial fits, there is no wall-clock to estimate)
+            threads = torch.get_num_threads()
+            torch.set_num_threads(max(1, int(req.cpus_per_trial)))  # as a trial's Ray worker sets it
+            try:
+                run_probes(directions, dataset, split, device, max_probes)
+            finally:
+                torch.set_num_threads(threads)
+                if cuda:  # the driver keeps no probe memory on the GPU its trials will use
+                    torch.cuda.empty_cache()
+    result = CostEstimate(plan, resources, str(device), directions, notes)
+    for d in directions:
+        for g in d.groups:
+            if g.error:
+                notes.append(f"{d.task.upper()} {result.size_name(g)}: the probe failed ({g.error})")
+    return result
+
+
+def size_groups(plan: Plan, task: str, default_max_len: int) -> list[Group]:
+    """The points of one direction grouped by what a step costs (COST_KEYS), each with its trials: grid
+    points counted (without building them), random/optuna samples as the share a uniform draw gives."""
+    space = plan.space.for_task(task)
+    closure = _cost_params(space)
+    groups: dict[tuple, Group] = {}
+    for point, share in _points([p for p in space.params if p.key in closure]):
+        if plan.search == "grid":
+            trials = float(space.count_points(_fixed(space, point), MAX_GRID_POINTS)[0] * plan.num_samples)
+        else:
+            trials = share * plan.num_samples
+        full = _full_point(space, point, closure)
+        cfg = trial_config(plan.base, space, full)
+        flat = cfg.flat()
+        key = {k: flat[k] for k in COST_KEYS}
+        found = groups.get(tuple(map(repr, key.values())))
+        if found is None:
+            groups[tuple(map(repr, key.values()))] = Group(key, full, cfg, cfg.data.max_len or default_max_len,
+                                                           trials)
+        else:
+            found.trials += trials
+    return list(groups.values())
+
+
+def _cost_params(space: SearchSpace) -> set[str]:
+    """The params that set a cost key, and those their conditions read (recursively): the values of these
+    alone decide a point's cost, and whether each of them is active."""
+    by_key = {p.key: p for p in space.params}
+    todo = [p.key for p in space.params if p.key in COST_KEYS or set(p.also) & set(COST_KEYS)]
+    closure: set[str] = set()
+    while todo:
+        key = todo.pop()
+        if key not in closure:
+            closure.add(key)
+            todo += list(by_key[key].when)
+    return closure
+
+
+def _values(p: Param) -> list:
+    """A param's values for the estimate: every categorical value; a range's bounds (a small randint's every
+    value) standing for it."""
+    if p.categorical:
+        return list(p.values)
+    low, high = p.values
+    if p.kind == "randint":
+        return list(range(low, high)) if high - low <= 3 else [low, high - 1]
+    return [low, high]
+
+
+def _points(params: list[Param]) -> list[tuple[dict[str, Any], float]]:
+    """The conditional product of `params` (SearchSpace.points), each point with the probability a uniform
+    draw of every active param gives it."""
+    points: list[tuple[dict[str, Any], float]] = [({}, 1.0)]
+    for p in params:
+        values = _values(p)
+        points = [new for point, share in points
+                  for new in ([({**point, p.key: v}, share / len(values)) for v in values] if p.active(point)
+                              else [(point, share)])]
+    return points
+
+
+def _fixed(space: SearchSpace, point: dict[str, Any]) -> Callable[[Param], list]:
+    """Grid values with `point`'s params held at its values: count_points then counts the grid points that
+    agree with it."""
+    return lambda p: [point[p.key]] if p.key in point else space.grid_values(p)
+
+
+def _full_point(space: SearchSpace, point: dict[str, Any], closure: set[str]) -> dict[str, Any]:
+    """`point` completed with the first value (a range's low bound) of every other active param: a point the
+    search can run (grid) or whose corner check_space validated (random/optuna)."""
+    full: dict[str, Any] = {}
+    for p in space.params:
+        if p.key in point:
+            full[p.key] = point[p.key]
+        elif p.key not in closure and p.active(full):
+            full[p.key] = p.values[0]
+    return full
+
+
+def steps_per_epoch(split, cfg: Config, max_len: int) -> int:
+    """Optimizer steps of a trial's first epoch: the batches its TrainBatches plans (token batches vary by
+    one or two from epoch to epoch)."""
+    return len(train_batches(split, cfg, max_len).epoch_plan())
+
+
+def measure_steps(directions: list[Direction], split, dataset) -> None:
+    """Each size's steps per epoch (once per data shape) and model FLOPs per step (on the meta device)."""
+    from modsar.flops import epoch_flops
+    from modsar.model import registry
+
+    shapes: dict[tuple, tuple[int, int, int]] = {}
+    for g in (g for d in directions for g in d.groups):
+        shape = (*(repr(g.key[k]) for k in SHAPE_KEYS), g.max_len)
+        if shape not in shapes:
+            batches = train_batches(split, g.cfg, g.max_len)
+            shapes[shape] = (len(batches.epoch_plan()), int(batches.row_lengths.sum()), batches.num_targets)
+        g.steps_per_epoch, tokens, labelled = shapes[shape]
+        with torch.device("meta"):
+            model = registry.build(g.cfg, dataset.num_items, dataset.num_users, g.max_len)
+        g.flops = epoch_flops(model, g.cfg, tokens, labelled, dataset.num_items)[1] / max(1, g.steps_per_epoch)
+
+
+def run_probes(directions: list[Direction], dataset, split, device: torch.device, max_probes: int) -> None:
+    """Time the sizes `pick_probes` chooses; fill in the others from the nearest probed sizes."""
+    for d, chosen in zip(directions, pick_probes(directions, max_probes), strict=True):
+        for g in chosen:
+            g.probed = True
+            try:
+                g.step_s, g.eval_s = probe(g.cfg, dataset, split, g.max_len, device)
+            except Exception as error:  # a size that fails here fails as a trial, with its row; the search goes on
+                g.error = (str(error).strip().splitlines() or [type(error).__name__])[0]
+                g.probed = False
+        interpolate(d.groups)
+
+
+def pick_probes(directions: list[Direction], max_probes: int) -> list[list[Group]]:
+    """Per direction, the sizes to time: all of them while at most `max_probes` are needed in all; else an
+    even share of `max_probes` per direction, spread from the smallest to the largest size (by FLOPs per step)."""
+    quota = [len(d.groups) for d in directions]
+    while sum(quota) > max_probes and max(quota) > 1:
+        quota[quota.index(max(quota))] -= 1
+    chosen = []
+    for d, q in zip(directions, quota, strict=True):
+        ordered = sorted(d.groups, key=_size)
+        if q == 1 and len(ordered) > 1:
+            chosen.append([max(ordered, key=lambda g: g.trials)])
+        else:
+            picks = sorted({round(i * (len(ordered) - 1) / max(1, q - 1)) for i in range(q)})
+            chosen.append([ordered[i] for i in picks])
+    return chosen
+
+
+def _size(g: Group) -> tuple:
+    return (g.flops, repr(list(g.key.values())))
+
+
+def interpolate(groups: list[Group]) -> None:
+    """Seconds of the sizes not probed, from the probed sizes around them: log-linear in FLOPs per step
+    between the nearest smaller and larger one, proportional to FLOPs beyond them."""
+    timed = sorted((g for g in groups if g.probed and g.timed), key=_size)
+    for g in groups:
+        if g.probed or not timed:
+            continue
+        below = [t for t in timed if t.flops <= g.flops]
+        above = [t for t in timed if t.flops >= g.flops]
+        if below and above and below[-1].flops != above[0].flops and g.flops > 0:
+            low, high = below[-1], above[0]
+            w = math.log(g.flops / low.flops) / math.log(high.flops / low.flops)
+            g.step_s = low.step_s ** (1 - w) * high.step_s ** w
+            g.eval_s = low.eval_s ** (1 - w) * high.eval_s ** w
+        else:
+            near = below[-1] if below else above[0]
+            ratio = g.flops / near.flops if near.flops > 0 else 1.0
+            g.step_s, g.eval_s = near.step_s * ratio, near.eval_s * ratio
+
+
+class _Enough(Exception):
+    """Raised by the probe's scorer once it has timed enough of a validation pass."""
+
+
+def probe(cfg: Config, dataset, split, max_len: int, device: torch.device) -> tuple[float, float]:
+    """(seconds per optimizer step, seconds per validation pass) of `cfg`, built as run_trial builds it: one
+    warm-up step, then the mean of PROBE_STEPS real steps; then validation_seconds."""
+    from modsar.train import build_model, make_optimizer
+
+    model = build_model(cfg, dataset.num_items, dataset.num_users, max_len).to(device)
+    optimizer = make_optimizer(model, cfg)
+    batches = train_batches(split, cfg, max_len)
+    plan = batches.epoch_plan()
+    per_batch = batches.num_targets / max(len(plan), 1)
+    model.train()
+    times = []
+    for rows in itertools.islice(itertools.cycle(plan), 1 + PROBE_STEPS):
+        tick = time.perf_counter()
+        _step(model, optimizer, batches.make(rows).to(device), cfg, per_batch)
+        times.append(time.perf_counter() - tick)
+    model.eval()
+    return sum(times[1:]) / PROBE_STEPS, validation_seconds(model, split, cfg, max_len, device)
+
+
+def _step(model, optimizer: torch.optim.Optimizer, batch, cfg: Config, per_batch: float) -> None:
+    """One optimizer step as modsar.train.train_epoch takes it (its loss read back, as there)."""
+    from modsar.train import batch_loss
+
+    loss = batch_loss(model, batch, cfg, per_batch)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if cfg.train.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+    optimizer.step()
+    loss.item()
+
+
+def validation_seconds(model, split, cfg: Config, max_len: int, device: torch.device) -> float:
+    """A validation pass as run_trial runs it, timed whole where it takes under EVAL_PROBE_S; a longer one is
+    stopped there and extrapolated: the set-up before its first batch, plus the mean batch so far per batch
+    (the shortest histories come first, so a long pass is somewhat underestimated)."""
+    from modsar.evaluate import SCORES_BUDGET, Evaluator, model_scorer
+    from modsar.heap import roomy_heap
+
+    evaluator = Evaluator.of(split, cfg, max_len, device)
+    per_batch = max(1, min(evaluator.batch_size, SCORES_BUDGET // max(split.num_items, 1)))
+    batches = -(-len(split.targets("valid")[0]) // per_batch)
+    scorer, calls = model_scorer(model), []
+
+    def timed(*args: torch.Tensor) -> torch.Tensor:
+        calls.append(time.perf_counter())
+        if len(calls) > 1 and calls[-1] - start > EVAL_PROBE_S:
+            raise _Enough
+        return scorer(*args)
+
+    start = time.perf_counter()
+    try:
+        with roomy_heap():
+            evaluator(timed, "valid")
+    except _Enough:
+        return (calls[0] - start) + (calls[-1] - calls[0]) / (len(calls) - 1) * batches
+    return time.perf_counter() - start
+
+
+def duration(seconds: float) -> str:
+    """Seconds for people: "45 s", "12 min", "2.5 h", "2.8 days"."""
+    if seconds < 90:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def _int(value: float) -> str:
+    """A count, rounded up (an estimate of trials or epochs is never less than a whole one)."""
+    return f"{math.ceil(value - 1e-9):,}"
+
+
+def _span(values: Sequence[float], seconds: bool = False) -> str:
+    """"24" or "24-48" (seconds to 2 significant digits below 10, whole above)."""
+    shown = [(f"{v:.2g}" if v < 10 else f"{v:,.0f}") if seconds else f"{v:,}" for v in (min(values), max(values))]
+    return shown[0] if shown[0] == shown[1] else f"{shown[0]}-{shown[1]}"
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"

@@ -1,0 +1,179 @@
+"""The cost of a search, known before it starts (modsar.search.cost): ASHA's epochs against hand-counted cases,
+steps per epoch against the batches a trial trains on, the probe's timings and the random state it leaves."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from modsar.cli import main
+from modsar.data.batches import TrainBatches
+from modsar.data.split import make_split
+from modsar.data.store import load_dataset
+from modsar.randomness import global_states, same_states
+from modsar.search import SearchRequest, make_plan
+from modsar.search.cost import Schedule, asha_epochs, duration, estimate
+
+
+@pytest.fixture(scope="module")
+def shared_data(tmp_path_factory):
+    """One prepared synthetic dataset for the module (a search's trials read it from other processes too)."""
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture
+def data_dir(shared_data, monkeypatch):
+    monkeypatch.setenv("MODSAR_DATA", str(shared_data))
+    return shared_data
+
+
+def space_file(tmp_path, params: str, scheduler: str, budget: str, base: str = "  model.hidden_size: 16\n") -> str:
+    path = tmp_path / "space.yaml"
+    path.write_text(f"description: cost test\nbase:\n  model.num_layers: 1\n{base}params:\n{params}"
+                    f"scheduler: {scheduler}\nbudget: {budget}\n")
+    return str(path)
+
+
+def test_asha_epochs_of_hand_counted_cases():
+    # 8 trials to the grace period (1 pass = 5 epochs), 4 on to pass 2, 2 on to max_t (4 passes = 20 epochs):
+    # 8 x 1 + 4 x 1 + 2 x 2 = 16 passes = 80 epochs
+    schedule = Schedule(grace=1, reduction_factor=2, max_t=4, unit="passes", eval_every=5, max_epochs=200)
+    assert asha_epochs(8, schedule, steps_per_epoch=10) == 80
+    assert schedule.per_trial(10) == (10.0, 2.0)
+    assert schedule.first_decision(10) == (50, 5)  # grace x eval_every x steps/epoch
+    # train.max_epochs 12 cuts the last stretch at epoch 12: 8 x 5 + 4 x 5 + 2 x 2 = 64 epochs, 8 + 4 + 2 x 1 passes
+    capped = Schedule(grace=1, reduction_factor=2, max_t=4, unit="passes", eval_every=5, max_epochs=12)
+    assert asha_epochs(8, capped, 10) == 64 and capped.per_trial(10)[1] * 8 == 14
+    # a max_t between rungs (rf 3: rungs 1, 3, then max_t 5): 9 x 1 + 3 x 2 + 1 x 2 = 17 epochs
+    assert asha_epochs(9, Schedule(1, 3, 5, "passes", 1, 100), 10) == pytest.approx(17)
+    # unit: steps, 16 steps an epoch, validation every 2 epochs (32 steps): rung 40 is seen at epoch 4, 80 at
+    # epoch 6, 160 at 10, 320 at 20 = max_epochs: 4 + 2 / 2 + 4 / 4 + 10 / 8 = 7.25 epochs a trial
+    steps = Schedule(grace=40, reduction_factor=2, max_t=2**62, unit="steps", eval_every=2, max_epochs=20)
+    assert steps.first_decision(16) == (64, 4)  # decided at the pass of epoch 4: 64 steps
+    assert asha_epochs(8, steps, 16) == 58
+
+
+def test_a_plans_epochs_trials_and_steps_per_epoch(data_dir, tmp_path):
+    """8 AR trials under the hand-counted schedule: 80 epochs; steps/epoch are the batches TrainBatches yields
+    for an epoch of each data shape the space varies."""
+    path = space_file(tmp_path, "  task: {grid: [ar]}\n  data.batch_size: {grid: [64, 100]}\n"
+                      "  model.dropout: {grid: [0.0, 0.1, 0.2, 0.3]}\n",
+                      "{max_t: 4, grace_period: 1, reduction_factor: 2}",
+                      "{search: grid, max_epochs: 200, eval_every: 5}")
+    plan = make_plan(SearchRequest(space=path, dataset="synthetic"))
+    est = estimate(plan, probe=False)
+    (ar,) = est.directions
+    assert ar.trials == 8 and sum(g.trials for g in ar.groups) == 8 and len(ar.groups) == 2  # 2 batch sizes
+    assert ar.epochs() == 80 and ar.passes() == 16
+    dataset = load_dataset("synthetic")
+    split = make_split(plan.space.base_config({"dataset": "synthetic"}), dataset)
+    for g in ar.groups:
+        cfg = g.cfg
+        batches = TrainBatches(split, cfg.task, dataset.default_max_len, cfg.data.batch_size, cfg.mask_prob,
+                               cfg.data.padding_free, seed=cfg.seed, batching=cfg.data.batching)
+        assert g.steps_per_epoch == len(list(batches)) > 0
+        assert ar.schedule.first_decision(g.steps_per_epoch) == (5 * g.steps_per_epoch, 5)
+    assert sorted(ar.shapes()) == sorted(g.steps_per_epoch for g in ar.groups)
+    assert est.to_dict()["directions"]["ar"]["epochs"] == 80
+
+
+def test_a_steps_space_decides_first_at_its_grace_steps(data_dir, tmp_path, capsys):
+    path = space_file(tmp_path, "  task: {grid: [ae, ar]}\n  model.dropout: {grid: [0.0, 0.3]}\n",
+                      "{unit: steps, grace_period: 40, reduction_factor: 2}",
+                      "{search: grid, max_epochs: 20, eval_every: 2}",
+                      base="  model.hidden_size: 16\n  data.batch_size: 64\n")
+    est = estimate(make_plan(SearchRequest(space=path, dataset="synthetic")), probe=False)
+    for direction in est.directions:
+        (spe,) = direction.shapes()
+        epochs = math.ceil(40 / (2 * spe)) * 2  # the first validation pass at or past 40 steps
+        assert direction.decisions() == [(epochs * spe, epochs)]
+    assert main(["spaces", path, "--dataset", "synthetic"]) == 0
+    out = capsys.readouterr().out
+    assert "ASHA in steps: grace 40" in out and f"first ASHA decision after {epochs * spe} steps" in out
+
+
+def test_probes_time_each_size_and_interpolate_the_rest(data_dir, tmp_path):
+    path = space_file(tmp_path, "  task: {grid: [ar]}\n  model.hidden_size: {grid: [16, 32, 64]}\n",
+                      "{max_t: 2, grace_period: 1}", "{search: grid, max_epochs: 2, eval_every: 1}", base="")
+    est = estimate(make_plan(SearchRequest(space=path, dataset="synthetic")), max_probes=2)
+    groups = sorted(est.directions[0].groups, key=lambda g: g.flops)
+    assert [g.probed for g in groups] == [True, False, True]  # the smallest and the largest size
+    assert all(g.step_s > 0 and g.eval_s > 0 for g in groups)
+    low, middle, high = (g.step_s for g in groups)
+    assert min(low, high) <= middle <= max(low, high)
+    (line,) = [x for x in est.lines() if x.startswith("  AR:")]
+    assert "1 of 3 sizes estimated from the nearest probed size" in line and " s/epoch and " in line
+
+
+def test_the_probe_leaves_the_global_random_state_and_threads(data_dir):
+    """The probe builds models (their initialisation draws from torch's generator) and trains them (dropout):
+    none of it may reach the caller's streams; it runs with a trial's threads (1 CPU: 1) and restores ours."""
+    plan = make_plan(SearchRequest(space="quickstart", dataset="synthetic", cpus_per_trial=1))
+    torch.manual_seed(3)
+    torch.set_num_threads(2)
+    before = global_states()
+    est = estimate(plan)
+    assert same_states(before, global_states()) and torch.get_num_threads() == 2
+    assert all(g.probed and g.step_s > 0 and g.eval_s > 0 for d in est.directions for g in d.groups)
+
+
+def test_modsar_spaces_prints_the_estimate(data_dir, capsys):
+    assert main(["spaces", "quickstart", "--dataset", "synthetic"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("cost of 'quickstart' on synthetic (grid search; ASHA in passes: grace 10")
+    ae, ar = (next(x for x in lines if x.startswith(f"  {t}: ")) for t in ("AE", "AR"))
+    assert ae.startswith("  AE: 8 trials, 16 steps/epoch, first ASHA decision after 480 steps (30 epochs); <= 360 "
+                         "epochs, ~") and "(1 CPU per trial, " in ae and " s/epoch and " in ae
+    assert ar.startswith("  AR: 4 trials, 16 steps/epoch, first ASHA decision after 480 steps (30 epochs); <= 180")
+    assert any("an estimate: patience may end a trial" in x for x in lines)
+    assert main(["spaces", "quickstart", "--dataset", "synthetic", "--json", "--max-concurrent", "1"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["directions"]["ae"]["trials"] == 8 and document["directions"]["ar"]["epochs"] == 180
+    assert document["resources"]["parallel"] == 1 and document["seconds"] > 0
+
+
+def test_an_unknown_dataset_is_one_clear_error(data_dir, capsys):
+    assert main(["spaces", "quickstart", "--dataset", "nosuch"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("modsar: error: dataset 'nosuch' is not prepared")
+    assert main(["spaces", "quickstart", "--cpus-per-trial", "2"]) == 2  # the estimate's flags need --dataset
+    assert "--cpus-per-trial goes with --dataset" in capsys.readouterr().err
+
+
+def test_human_durations():
+    assert [duration(s) for s in (4.25, 45, 720, 9000, 3 * 86400)] == ["4.2 s", "45 s", "12 min", "2.5 h",
+                                                                       "3.0 days"]
+
+
+def test_a_real_search_prints_its_estimate_first(data_dir, tmp_path, capsys):
+    import ray
+
+    path = space_file(tmp_path, "  task: {grid: [ar]}\n", "{max_t: 1, grace_period: 1}",
+                      "{search: grid, max_epochs: 1, eval_every: 1}", base="  model.hidden_size: 8\n")
+    out = tmp_path / "results"
+    try:
+        assert main(["search", "--space", path, "--dataset", "synthetic", "--results", str(out), "--quiet",
+                     "--experiment", "one", "--max-concurrent", "1"]) == 0
+        printed = capsys.readouterr().out.splitlines()
+        assert printed[0].startswith("cost of 'space' on synthetic")
+        assert printed[1].startswith("  AR: 1 trial, ") and "measured" in printed[1]
+        assert any(x.startswith("search one: 1 trials") for x in printed)
+    finally:
+        ray.shutdown()
+
+
+def test_no_estimate_skips_the_probe(data_dir, tmp_path, capsys, monkeypatch):
+    import modsar.search
+    import modsar.search.cost
+
+    ran = []
+    monkeypatch.setattr(modsar.search, "run_search", lambda req: ran.append(req) or {
+        "experiment": "x", "trials": 0, "errors": 0, "diverged": 0, "wall_time_s": 0.0, "results": "r",
+        "selected": {}, "problem": None})
+    monkeypatch.setattr(modsar.search.cost, "estimate", lambda *a, **k: pytest.fail("probed under --no-estimate"))
+    assert main(["search", "--space", "quickstart", "--dataset", "synthetic", "--results", str(tmp_path),
+                 "--no-estimate"]) == 0
+    assert len(ran) == 1 and "cost of" not in capsys.readouterr().out
