@@ -399,7 +399,7 @@ def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
     if not 0.0 <= cfg.train.beta2 < 1.0:  # torch's Adam refuses it only once the data and model are built
         bad(f"'train.beta2' (Adam's second-moment decay) must be in [0, 1), e.g. 0.999 or SASRec's 0.98; got "
             f"{cfg.train.beta2}")
-    if not m.norm_eps > 0:
+    if not m.norm_eps >= 1e-30:  # float32 holds it (1e-45 would be 0 there)
         bad(f"'model.norm_eps' must be > 0 (LayerNorm's epsilon, e.g. 1e-5 or BERT's 1e-12); got {m.norm_eps}")
     for key, value, what in [("train.patience", cfg.train.patience, "0 = never stop early"),
                              ("train.warmup_steps", cfg.train.warmup_steps, "0 = no warm-up"),

@@ -177,3 +177,21 @@ def test_no_estimate_skips_the_probe(data_dir, tmp_path, capsys, monkeypatch):
     assert main(["search", "--space", "quickstart", "--dataset", "synthetic", "--results", str(tmp_path),
                  "--no-estimate"]) == 0
     assert len(ran) == 1 and "cost of" not in capsys.readouterr().out
+
+
+def test_a_rung_past_the_run_is_named_in_steps_and_impossible_requests_are_refused(data_dir, tmp_path, capsys):
+    """A 100-step grace on 3 epochs of synthetic (16 steps each at batch 64) is never reached: the line names
+    the rung (100 steps) beside the run's 48. A grace past max_t, or a NaN share of CPUs, is refused."""
+    path = space_file(tmp_path, "  task: {grid: [ar]}\n", "{unit: steps, grace_period: 100}",
+                      "{search: grid, max_epochs: 3, eval_every: 1}", base="  model.hidden_size: 16\n"
+                      "  data.batch_size: 64\n")
+    assert main(["spaces", path, "--dataset", "synthetic"]) == 0
+    assert "no ASHA decision: its first rung (100 steps) is at or past the last epoch (48 steps)" in \
+        capsys.readouterr().out
+    (tmp_path / "past").mkdir()
+    past = space_file(tmp_path / "past", "  task: {grid: [ar]}\n", "{unit: steps, grace_period: 100, max_t: 5}",
+                      "{search: grid, max_epochs: 3, eval_every: 1}")
+    assert main(["spaces", past, "--dataset", "synthetic"]) == 2
+    assert "grace period (100 steps) is past its max_t (5 steps)" in capsys.readouterr().err
+    assert main(["spaces", path, "--dataset", "synthetic", "--cpus-per-trial", "nan"]) == 2
+    assert "--cpus-per-trial must be > 0; got nan" in capsys.readouterr().err

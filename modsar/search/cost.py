@@ -124,7 +124,9 @@ class Resources:
         """Trials at once, as Tune runs them: --max-concurrent, at most what the CPUs (and GPUs) hold; 0 when
         one trial does not fit this machine."""
         slots = math.floor(self.cpus / self.cpus_per_trial + 1e-9)
-        if self.gpus_per_trial:
+        if not self.gpus_per_trial:  # trials sharing a core do not run at a whole core's speed each
+            slots = min(slots, self.cpus)
+        else:
             slots = min(slots, math.floor(self.gpus / self.gpus_per_trial + 1e-9))
         return min(slots, self.max_concurrent) if self.max_concurrent else slots
 
@@ -252,7 +254,7 @@ class CostEstimate:
         epochs += " epoch" if epochs == "1" else " epochs"
         first = (f"first ASHA decision after {steps} steps ({epochs})"
                  if max(y for _, y in decisions) < d.schedule.max_epochs
-                 else f"no ASHA decision: its first rung ({steps} steps) lies past the last epoch "
+                 else f"no ASHA decision: its first rung ({self._rung(d)} steps) is at or past the last epoch "
                       f"({_span([d.schedule.max_epochs * x for x in d.shapes()])} steps)")
         head = (f"  {d.task.upper()}: {_int(d.trials)} trial{'s' if d.trials != 1 else ''}, {spe} steps/epoch, "
                 f"{first}; <= {_int(d.epochs())} epochs")
@@ -268,6 +270,13 @@ class CostEstimate:
                    if estimated else "")
         measured = f"{per_epoch} s/epoch and {per_eval} s/validation measured{guessed}"
         return f"{head}, {self._wall(d.seconds(parallel))} on {self.resources.text(measured)}"
+
+    @staticmethod
+    def _rung(d: Direction) -> str:
+        """The first rung in optimizer steps: the grace itself when the space counts steps."""
+        if d.schedule.unit == "steps":
+            return f"{d.schedule.grace:,}"
+        return _span([d.schedule.grace * d.schedule.eval_every * x for x in d.shapes()])
 
     @staticmethod
     def _wall(seconds: float) -> str:

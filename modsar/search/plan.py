@@ -119,13 +119,18 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
     else:
         evals = max(1, math.ceil(cfg.train.max_epochs / cfg.train.eval_every))
         max_t = req.max_t or min(space.scheduler.get("max_t", evals), evals)
-    grace = min(req.grace_period or space.scheduler.get("grace_period", 1), max_t)
+    grace = req.grace_period or space.scheduler.get("grace_period", 1)
+    if unit == "steps" and grace > max_t:  # in passes the grace shrinks to a shorter budget; a stated one does not
+        raise ModsarError(f"space '{space.path}': ASHA's grace period ({grace:,} steps) is past its max_t "
+                          f"({max_t:,} steps), so no trial could reach a first rung; lower the grace (--grace-period) "
+                          "or raise max_t (--max-t)")
+    grace = min(grace, max_t)
     factor = req.reduction_factor or space.scheduler.get("reduction_factor", 2)
     if factor < 2:
         raise ModsarError(f"--reduction-factor must be >= 2; got {factor}")
-    if req.cpus_per_trial <= 0:
+    if not 0 < req.cpus_per_trial < math.inf:  # NaN fails both
         raise ModsarError(f"--cpus-per-trial must be > 0; got {req.cpus_per_trial}")
-    if req.gpus_per_trial < 0 or (req.gpus_per_trial > 1 and req.gpus_per_trial != int(req.gpus_per_trial)):
+    if not 0 <= req.gpus_per_trial < math.inf or (req.gpus_per_trial > 1 and req.gpus_per_trial != int(req.gpus_per_trial)):
         raise ModsarError(f"--gpus-per-trial must be a fraction in (0, 1] or a whole number; got {req.gpus_per_trial}")
     if req.mlflow is not None:
         _check_mlflow(req.mlflow)
