@@ -572,6 +572,7 @@ def _search(args: argparse.Namespace) -> int:
                         overrides=list(args.overrides), address=args.address, data_dir=args.data_dir,
                         quiet=args.quiet, resume=args.resume, overwrite=args.overwrite, dashboard=args.dashboard,
                         mlflow=args.mlflow)
+    plan = None
     if not args.no_estimate and not args.resume:  # what the search will cost, before Ray starts (under --json
         from modsar.search import make_plan  # on stderr, see main)
         from modsar.search.cost import estimate
@@ -583,7 +584,7 @@ def _search(args: argparse.Namespace) -> int:
             raise
         except Exception as exc:  # a probe that breaks on a bug of ours must not cost the user the search
             print(f"modsar: warning: no cost estimate ({type(exc).__name__}: {exc})", file=sys.stderr)
-    summary = run_search(req)  # under --json, the live table (and what Tune prints) goes to stderr: see main
+    summary = run_search(req, plan)  # under --json, the live table (and what Tune prints) goes to stderr: see main
     if args.json:
         print_json(args, to_json(summary, default=str))
         if summary["problem"]:  # the summary is printed, but the search failed: a non-zero exit says so

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from modsar.config import TrainConfig
 from modsar.errors import ModsarError
 from modsar.model.registry import PAPER_NAMES, paper_name
 from modsar.outputs import pyplot, save_figure
@@ -624,7 +625,7 @@ def plateau_line(rows: pd.DataFrame, cells: dict) -> str | None:
         never = behind[behind["escape_steps"].isna()]
         if len(never):
             row = never.iloc[0]
-            monitor = f"valid.{row['train.monitor']}".replace("hr@", "recall@")
+            monitor = f"valid.{TrainConfig(monitor=row['train.monitor']).monitor_key}"
             best = f"best valid {short(row['train.monitor'])} {row[monitor]:.4f} vs " if monitor in row else ""
             stuck.append(f"{_where(key)} ({len(never)} of {len(behind)} runs; {best}most-popular "
                          f"{row['popularity_level']:.4f})")

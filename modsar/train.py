@@ -304,6 +304,20 @@ def train_batches(split, cfg: Config, max_len: int) -> TrainBatches:
                         times=cfg.model.time_bias != "none")
 
 
+def optimizer_step(model: Recommender, optimizer: torch.optim.Optimizer, loss: torch.Tensor, cfg: Config,
+                   rate: LearningRate | None = None) -> None:
+    """Back-propagate `loss` and take one step: gradients clipped (train.grad_clip), the step's learning rate
+    set and counted by `rate`."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if cfg.train.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+    if rate is not None:
+        rate.set(optimizer)
+        rate.steps += 1
+    optimizer.step()  # an update that overflows (lr 3e38) leaves inf weights: the next loss is NaN
+
+
 def train_epoch(model: Recommender, optimizer: torch.optim.Optimizer, batches: TrainBatches, cfg: Config,
                 device: torch.device, epoch: int = 0, rate: LearningRate | None = None) -> float:
     """One pass over the training batches; returns the mean loss. Raises TrainingDiverged on NaN/inf. `rate`
@@ -318,14 +332,7 @@ def train_epoch(model: Recommender, optimizer: torch.optim.Optimizer, batches: T
         if not torch.isfinite(loss):
             raise TrainingDiverged(f"loss became {loss.item()} at epoch {epoch}; lower train.lr or add "
                                    "train.grad_clip")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.train.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
-        if rate is not None:
-            rate.set(optimizer)
-            rate.steps += 1
-        optimizer.step()  # an update that overflows (lr 3e38) leaves inf weights: the next loss is NaN
+        optimizer_step(model, optimizer, loss, cfg, rate)
         total, count = total + loss.item(), count + 1
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -170,7 +170,7 @@ def test_no_estimate_skips_the_probe(data_dir, tmp_path, capsys, monkeypatch):
     import modsar.search.cost
 
     ran = []
-    monkeypatch.setattr(modsar.search, "run_search", lambda req: ran.append(req) or {
+    monkeypatch.setattr(modsar.search, "run_search", lambda req, plan=None: ran.append(req) or {
         "experiment": "x", "trials": 0, "errors": 0, "diverged": 0, "wall_time_s": 0.0, "results": "r",
         "selected": {}, "problem": None})
     monkeypatch.setattr(modsar.search.cost, "estimate", lambda *a, **k: pytest.fail("probed under --no-estimate"))

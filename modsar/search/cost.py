@@ -178,7 +178,7 @@ class Direction:
     schedule: Schedule
 
     def epochs(self) -> float:
-        return sum(g.trials * self.schedule.per_trial(g.steps_per_epoch)[0] for g in self.groups)
+        return sum(asha_epochs(g.trials, self.schedule, g.steps_per_epoch) for g in self.groups)
 
     def passes(self) -> float:
         return sum(g.trials * self.schedule.per_trial(g.steps_per_epoch)[1] for g in self.groups)
@@ -439,12 +439,6 @@ def _full_point(space: SearchSpace, point: dict[str, Any], closure: set[str]) ->
     return full
 
 
-def steps_per_epoch(split, cfg: Config, max_len: int) -> int:
-    """Optimizer steps of a trial's first epoch: the batches its TrainBatches plans (token batches vary by
-    one or two from epoch to epoch)."""
-    return len(train_batches(split, cfg, max_len).epoch_plan())
-
-
 def measure_steps(directions: list[Direction], split, dataset) -> None:
     """Each size's steps per epoch (once per data shape) and model FLOPs per step (on the meta device)."""
     from modsar.flops import epoch_flops
@@ -542,14 +536,10 @@ def probe(cfg: Config, dataset, split, max_len: int, device: torch.device) -> tu
 
 def _step(model, optimizer: torch.optim.Optimizer, batch, cfg: Config, per_batch: float) -> None:
     """One optimizer step as modsar.train.train_epoch takes it (its loss read back, as there)."""
-    from modsar.train import batch_loss
+    from modsar.train import batch_loss, optimizer_step
 
     loss = batch_loss(model, batch, cfg, per_batch)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    if cfg.train.grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
-    optimizer.step()
+    optimizer_step(model, optimizer, loss, cfg)
     loss.item()
 
 

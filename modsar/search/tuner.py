@@ -235,8 +235,9 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
     return tune.Tuner(fn, param_space=param_space, tune_config=tune_config, run_config=run_config)
 
 
-def run_search(req: SearchRequest) -> dict[str, Any]:
-    plan = make_plan(req)
+def run_search(req: SearchRequest, plan: Plan | None = None) -> dict[str, Any]:
+    """Run the search `req` asks for; `plan` is its make_plan(req) where the caller already made it."""
+    plan = plan or make_plan(req)
     storage = _storage(plan)
     ensure_writable_dir(storage, "--results")  # before Ray starts: search.json and the rows are written there
     search_json = f"{storage}/search.json"
