@@ -202,8 +202,24 @@ READERS = {"pairs": _read_pairs, "user-lines": _read_user_lines, "inter": _read_
            "ml-csv": _read_ml_csv, "ml-dat": _read_ml_dat, "sessions": _read_sessions}
 
 
-def detect_format(path: Path, text: str) -> str:
-    """Guess the format from the file name, then from the first 2,000 non-empty lines."""
+def _readable_as(path: Path, head: list[str]) -> list[str]:
+    """The formats whose reader accepts the first lines `head` as they are, in FORMATS order."""
+    text = "\n".join(head) + "\n"
+    fits = []
+    for fmt in FORMATS:
+        try:
+            READERS[fmt](path, text)
+        except (ModsarError, ValueError, OverflowError):
+            continue
+        fits.append(fmt)
+    return fits
+
+
+def detect_format(path: Path, text: str, prefer: str | None = None) -> str:
+    """Guess the format from the file name, then from the first 2,000 non-empty lines.
+
+    `prefer` (a registry benchmark's usual format) only breaks a tie the file leaves open: where the name
+    and the lines decide, they win; where they do not and the file reads as `prefer`, `prefer` is used."""
     name = path.name.lower().removesuffix(".gz")
     if name.endswith(".inter"):
         return "inter"
@@ -226,8 +242,25 @@ def detect_format(path: Path, text: str) -> str:
         return "pairs"
     if len(set(firsts)) == len(firsts) and all(len(r) >= 2 for r in rows):
         return "user-lines"
-    raise ModsarError(f"cannot tell the format of '{path}' from its first lines; pass --format "
-                      f"({' | '.join(FORMATS)})")
+    fits = _readable_as(path, head)
+    if prefer in fits:
+        return str(prefer)
+    if not fits:
+        raise ModsarError(f"cannot tell the format of '{path}' from its first lines: none of the formats reads "
+                          f"them (ids must be integers except in .inter files); pass --format with one of: "
+                          f"{', '.join(FORMATS)}")
+    others = [f for f in FORMATS if f != fits[0]]
+    could = fits[0] if len(fits) == 1 else f"{', '.join(fits[:-1])} or {fits[-1]}"
+    raise ModsarError(f"cannot tell the format of '{path}' from its first lines: it could be {could}; pass "
+                      f"--format {fits[0]} (or another of: {', '.join(others)})")
+
+
+def resolve_format(path: Path, fmt: str = "auto", prefer: str | None = None) -> str:
+    """The format `path` is read in: `fmt` itself unless it is 'auto', else detected from the file (with
+    `prefer` breaking ties, see detect_format)."""
+    if fmt != "auto" and fmt not in READERS:
+        raise ModsarError(f"unknown format '{fmt}'; choose one of: auto, {', '.join(FORMATS)}")
+    return detect_format(path, read_head(path), prefer) if fmt == "auto" else fmt
 
 
 def read_head(path: Path, size: int = 1 << 20) -> str:
@@ -277,9 +310,7 @@ def fast_ml_csv(path: Path) -> Interactions | None:
 def read_interactions(path: str | Path, fmt: str = "auto") -> tuple[Interactions, str]:
     """Read one raw file; returns the interactions and the format used."""
     path = Path(path)
-    if fmt != "auto" and fmt not in READERS:
-        raise ModsarError(f"unknown format '{fmt}'; choose one of: auto, {', '.join(FORMATS)}")
-    fmt = detect_format(path, read_head(path)) if fmt == "auto" else fmt
+    fmt = resolve_format(path, fmt)
     if fmt == "ml-csv" and (fast := fast_ml_csv(path)) is not None:
         return fast, fmt
     return READERS[fmt](path, read_text(path)), fmt

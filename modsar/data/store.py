@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from modsar import __version__
 from modsar.config import SIZE_LIMITS
 from modsar.data import synthetic
-from modsar.data.importers import Interactions, read_interactions
+from modsar.data.importers import Interactions, read_interactions, resolve_format
 from modsar.data.prepare import PreparedLog, PrepareOptions, prepare_log, statistics
 from modsar.data.registry import DatasetSpec, get_spec, is_generated
 from modsar.data.split import LeaveOneOut
@@ -144,6 +144,8 @@ def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str
     """Import + prepare `name` and store it. Returns (manifest, reused_existing).
 
     For a registry name the usual preprocessing and max length apply unless `options`/`max_len` are given.
+    The format is `fmt` where given; else the registry's for its own download, and for any other file
+    (`sources`) the one detected from that file, the registry's format only breaking a tie (detect_format).
     """
     _check_name(name)
     limit = SIZE_LIMITS["data.max_len"]
@@ -158,11 +160,12 @@ def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str
     if spec is not None:
         options = options or PrepareOptions(**spec.options())
         max_len = max_len or spec.max_len
-        fmt = spec.format if fmt == "auto" else fmt
+        if not sources:  # the registry's own file (download) or generator: its format is known
+            fmt = spec.format if fmt == "auto" else fmt
     options = options or PrepareOptions()
 
     if generated:
-        source_facts = [synthetic.GENERATORS[name].facts()]
+        source_facts, formats = [synthetic.GENERATORS[name].facts()], ["synthetic"]
     else:
         if not sources:
             if spec is None:
@@ -176,26 +179,25 @@ def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str
             if not path.is_file():
                 raise ModsarError(f"source file '{path}' does not exist")
         source_facts = [{"path": str(p.resolve()), "sha256": file_sha256(p)} for p in paths]
+        # a user's file under a registry name is read in the format it is in (SASRec's pairs for ml-1m, say)
+        formats = [resolve_format(p, fmt, spec.format if spec is not None else None) for p in paths]
     max_len = max_len or 50
 
     existing = read_manifest(name, root)
     request = {"sources": [{k: v for k, v in s.items() if k != "path"} for s in source_facts],
                "options": options.to_dict(), "max_len": max_len, "format": fmt}
     if existing is not None and not force and not _stale_generated(name, existing):
-        if existing.get("request") == request:
+        if _same_preparation(existing, request, formats):
             return existing, True
         raise ModsarError(f"dataset '{name}' already exists in {root} with other sources or options; "
                           "pass --force to replace it, or choose another name")
 
     if generated:
         raw = synthetic.GENERATORS[name].generate(**synthetic.GENERATORS[name].options)
-        formats = ["synthetic"]
     else:
-        parts, formats = [], []
-        for path in paths:
-            part, used = read_interactions(path, fmt)
-            parts.append(part)
-            formats.append(used)
+        parts = []
+        for path, used in zip(paths, formats, strict=True):
+            parts.append(read_interactions(path, used)[0])
         raw = Interactions.concat(parts) if len(parts) > 1 else parts[0]
         if "sessions" in formats and len(parts) > 1:  # session ids restart per file: make them distinct
             offset, users = 0, []
@@ -204,6 +206,15 @@ def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str
                 offset += int(part.user.max())
             raw.user = np.concatenate(users)
     where = ", ".join(str(s.get("path", f"the '{name}' generator")) for s in source_facts)
+    if spec is not None and options.min_rating is not None and options.min_rating == spec.min_rating \
+            and raw.rating is None:
+        # Refused rather than skipped: a benchmark name promises the benchmark's preprocessing, and a file
+        # without ratings (say SASRec's pairs) cannot say which rows the filter would have dropped; skipping
+        # it would store another dataset under the benchmark's name, compared with papers as if it were theirs.
+        raise ModsarError(f"'{name}' keeps only ratings >= {spec.min_rating:g} (its registry preprocessing), but "
+                          f"{where} ({', '.join(dict.fromkeys(formats))}) has no rating column; pass a file with "
+                          "ratings (or --download), or prepare this file under a name of your own, which has "
+                          "no rating filter")
     log = prepare_log(raw, options, source=where)
     stats = statistics(log.user, log.num_users, log.num_items)
     if not stats["evaluable_users"]:
@@ -228,6 +239,17 @@ def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str
         manifest["optimum"] = synthetic.optimum(generator.model(**generator.options), log)
     _write(root, name, log, manifest)
     return manifest, False
+
+
+def _same_preparation(existing: dict, request: dict, formats: list[str]) -> bool:
+    """Whether a stored dataset came from the same files, options and max length, read in the same formats.
+    Whether a format was named (--format) or detected does not matter, only the format each file was read in
+    (recorded per source); a manifest without those compares the requested format."""
+    old = existing.get("request") or {}
+    if {k: v for k, v in old.items() if k != "format"} != {k: v for k, v in request.items() if k != "format"}:
+        return False
+    used = [s.get("format") for s in existing.get("sources", [])]
+    return used == formats if used and all(used) else old.get("format") == request.get("format")
 
 
 def evaluation_warning(statistics: dict) -> str | None:
