@@ -1,3 +1,10 @@
-"""ModSAR: modular self-attentive sequential recommendation, AE (bidirectional) vs AR (causal)."""
+"""ModSAR: modular self-attentive sequential recommendation, AE (bidirectional) vs AR (causal).
 
-__version__ = "0.2.0"
+The Python API (modsar.api): `modsar.train`, `modsar.evaluate`, `modsar.load`, `modsar.results`, `modsar.search`.
+The command line is `modsar --help`."""
+
+__version__ = "0.3.0"
+
+from modsar.api import evaluate, load, results, search, train
+
+__all__ = ["__version__", "evaluate", "load", "results", "search", "train"]

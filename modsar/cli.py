@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +35,13 @@ without filters). Definitions and conventions: modsar/data/profile.py."""
 EPILOG_PREPARE = """examples:
   modsar data prepare video --source ../shared/data/amazon-video-sasrec/Video.txt.gz
   modsar data prepare beauty --download                      # fetch from the registry URL, checksum-verified
+  modsar data prepare ml-1m --source ml-1m.txt               # SASRec's pairs: ml-1m's filters, the file's format
   modsar data prepare mylog --source events.csv --format ml-csv --min-user-count 5 --min-item-count 5 --kcore
   modsar data prepare digi --source train_sessions.txt.gz --source test_sessions.txt.gz --format sessions
 
 A registry name (see `modsar data list`) brings its usual preprocessing and max length; flags override it.
+The format of a --source file is detected from the file (the registry's only breaks a tie), unless --format
+names it; --download reads the registry's own file in its known format.
 Preparing again with the same sources and options reuses the stored dataset."""
 
 
@@ -78,6 +80,17 @@ With --dataset (no --check), the estimate counts each direction's trials, steps 
 (1/reduction_factor of the trials go on at each; patience may stop trials sooner, so the epochs are an
 estimate), and times a few training steps and a validation pass per model size on this machine; `modsar
 search` prints the same lines first."""
+
+EPILOG_EVALUATE = """examples:
+  modsar evaluate --checkpoint results/train-video/checkpoints/ar-1234abcd.pt
+  modsar evaluate --checkpoint results/vanilla-video/ray-ar/TRIAL/checkpoint_000012 --split valid
+  modsar evaluate --checkpoint C --filter-seen history --ks 1,10,100 --json
+
+With no option the checkpoint's stored protocol (its eval.* settings and window) is used, on the CPU where a
+search tests its selected trials: the metrics then equal the row's test.* values to the last digit, and the
+output says so when it finds the row (beside a train checkpoint, above a search trial's folder). An option that
+changes the protocol is named in the output: the row was not selected and tested under it. The dataset must be
+prepared here as it was for the run (--data-dir, else $MODSAR_DATA)."""
 
 EPILOG_RESULTS = """examples:
   modsar results --experiment loss_ce-synthetic
@@ -202,6 +215,20 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--json", action="store_true", help="print the result row as JSON")
     train.add_argument("--list-keys", action="store_true", help="print every config key with its default")
     _add_data_dir(train)
+
+    evaluate = sub.add_parser("evaluate", help="the metrics of a saved checkpoint, without training again",
+                              epilog=EPILOG_EVALUATE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    evaluate.add_argument("--checkpoint", required=True, help="a .pt written by modsar train, or a search row's "
+                          "checkpoint folder (a path or a pyarrow URI)")
+    evaluate.add_argument("--split", choices=["valid", "test"], default="test", help="which targets (default: test)")
+    evaluate.add_argument("--filter-seen", choices=["none", "history"], help="drop the user's earlier items from "
+                          "the ranking (default: as stored)")
+    evaluate.add_argument("--ks", help="comma-separated cut-offs, e.g. 1,5,10,20,50 (default: as stored)")
+    evaluate.add_argument("--sampled-negatives", type=int, metavar="N", help="rank against N sampled negatives; "
+                          "0 = full ranking (default: as stored)")
+    evaluate.add_argument("--device", default="cpu", help="cpu (default: a search tests on it), cuda, cuda:N, auto")
+    evaluate.add_argument("--json", action="store_true", help="print metrics, protocol and the row comparison as JSON")
+    _add_data_dir(evaluate)
 
     search = sub.add_parser("search", help="search a design space with Ray Tune (ASHA; grid, random, optuna)",
                             epilog=EPILOG_SEARCH, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -357,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub_submit.add_argument("rest", nargs=argparse.REMAINDER,
                             help="-- <modsar command ...>, or: status JOB | logs JOB | stop JOB")
     for command, handler in ((prep, _prepare), (stats, _stats), (prof, _profile), (listing, _list), (train, _train),
-                             (search, _search), (spaces, _spaces), (results, _results), (report, _report),
+                             (evaluate, _evaluate), (search, _search), (spaces, _spaces), (results, _results), (report, _report),
                              (analyze, _analyze), (gen, _generate), (sub_submit, _submit)):
         command.set_defaults(handler=handler)
     return parser
@@ -365,7 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _generate(args: argparse.Namespace) -> int:
     from modsar import generate
-    from modsar.train import checkpoint_split, load_checkpoint, resolve_device
+    from modsar.checkpoints import checkpoint_split, load_checkpoint
+    from modsar.training import resolve_device
 
     if not Path(args.checkpoint).is_file():
         raise ModsarError(f"checkpoint '{args.checkpoint}' does not exist")
@@ -433,8 +461,8 @@ def _best_checkpoints(rows) -> list[tuple[str, str]]:
 
 def _analyze(args: argparse.Namespace) -> int:
     from modsar import analyze, analyze_output
-    from modsar.results import read_rows
-    from modsar.train import resolve_device
+    from modsar.rows import read_rows
+    from modsar.training import resolve_device
 
     resolve_device(args.device, "--device")  # before any checkpoint is read
     diagnostics = [d.strip() for d in args.diagnostic.split(",") if d.strip()]
@@ -522,7 +550,7 @@ def parse_env(text: str) -> tuple[str, str]:
 
 def _report(args: argparse.Namespace) -> int:
     from modsar.report import REPORT_KEYS, build_reports, plot_all, render
-    from modsar.results import read_rows
+    from modsar.rows import read_rows
 
     rows = read_rows(args.results)
     if not len(rows):
@@ -561,7 +589,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from modsar.search import SearchRequest, run_search
+    from modsar.sweep import SearchRequest, run_search
 
     req = SearchRequest(space=args.space, dataset=args.dataset, experiment=args.experiment, results=args.results,
                         search=args.search, num_samples=args.num_samples, max_epochs=args.max_epochs,
@@ -574,8 +602,8 @@ def _search(args: argparse.Namespace) -> int:
                         mlflow=args.mlflow)
     plan = None
     if not args.no_estimate and not args.resume:  # what the search will cost, before Ray starts (under --json
-        from modsar.search import make_plan  # on stderr, see main)
-        from modsar.search.cost import estimate
+        from modsar.sweep import make_plan  # on stderr, see main)
+        from modsar.sweep.cost import estimate
 
         plan = make_plan(req)  # a refused request is refused here, as run_search would
         try:
@@ -603,8 +631,8 @@ def _search(args: argparse.Namespace) -> int:
 
 def _estimate_space(args: argparse.Namespace) -> int:
     """`modsar spaces NAME --dataset D`: what the search would cost, before anything runs."""
-    from modsar.search import SearchRequest, make_plan
-    from modsar.search.cost import estimate
+    from modsar.sweep import SearchRequest, make_plan
+    from modsar.sweep.cost import estimate
 
     if not args.name:
         raise ModsarError("--dataset needs a space: modsar spaces NAME --dataset D")
@@ -645,7 +673,7 @@ def _spaces(args: argparse.Namespace) -> int:
 
 def _check_space(args: argparse.Namespace) -> int:
     """`modsar spaces NAME --check`: the validation `modsar search` runs before Ray starts."""
-    from modsar.search import SearchRequest, make_plan
+    from modsar.sweep import SearchRequest, make_plan
 
     if not args.name:
         raise ModsarError("--check needs a space: modsar spaces NAME --check [--dataset D]")
@@ -659,23 +687,11 @@ def _check_space(args: argparse.Namespace) -> int:
 
 
 def _results(args: argparse.Namespace) -> int:
-    from modsar.results import read_rows
+    from modsar.rows import matching_rows
 
     if args.limit < 1:
         raise ModsarError(f"--limit must be >= 1 (rows to show); got {args.limit}")
-    malformed = next((cond for cond in args.where if "=" not in cond), None)
-    if malformed is not None:
-        raise ModsarError(f"--where {malformed!r} is not KEY=VALUE (e.g. --where task=ar --where selected=true)")
-    rows = read_rows(args.results, args.experiment)
-    if not len(rows):
-        where = f"{args.results}/{args.experiment}" if args.experiment else args.results
-        raise ModsarError(f"no trial rows under {where}; pass --results the folder `modsar search` or "
-                          f"`modsar train` wrote to{' and an --experiment in it' if args.experiment else ''}")
-    for cond in args.where:
-        key, _, value = cond.partition("=")
-        if key not in rows:
-            raise ModsarError(f"--where: unknown column '{key}' (e.g. task, status, selected, model.hidden_size)")
-        rows = rows[rows[key].astype(str).str.lower() == value.lower()]
+    rows = matching_rows(args.results, args.experiment, args.where)
     if not len(rows) and not args.json:  # a query with no answer is an answer: said, not pandas' empty frame
         print(f"no trial row under {args.results} matches --where {' '.join(args.where)}")
         return 0
@@ -828,10 +844,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace) -> int:
     from modsar.config import Config, load_config
-    from modsar.data.store import load_dataset
-    from modsar.outputs import ensure_writable_dir
-    from modsar.results import result_row, trial_facts, write_row
-    from modsar.train import TrainingDiverged, resolve_device, run_trial
+    from modsar.runs import train_and_record
 
     if args.list_keys:
         for key, value in Config().flat().items():
@@ -841,27 +854,9 @@ def _train(args: argparse.Namespace) -> int:
     if args.dataset:
         overrides.append(f"dataset={args.dataset}")
     cfg = load_config(args.config, overrides)
-    resolve_device(cfg.train.device)  # a missing GPU is refused before the data is loaded (or generated)
-    experiment = args.experiment or f"train-{cfg.dataset}"
-    if "://" not in args.results:  # before training: a row that cannot be written is a run lost
-        for folder in ("trials",) if args.no_checkpoint else ("trials", "checkpoints"):
-            ensure_writable_dir(Path(args.results) / experiment / folder, "--results")
-    dataset = load_dataset(cfg.dataset, args.data_dir)
-    trial_id = f"{cfg.task}-{uuid.uuid4().hex[:8]}"
-    checkpoint = None if args.no_checkpoint or "://" in args.results else (
-        Path(args.results).resolve() / experiment / "checkpoints" / f"{trial_id}.pt")
-    try:
-        result = run_trial(cfg, dataset, checkpoint_path=checkpoint, progress=not args.quiet)
-    except TrainingDiverged as exc:  # the row keeps the best validation epoch so far; nothing is tested
-        partial = exc.partial
-        row = result_row(cfg, experiment=experiment, trial_id=trial_id, status="diverged", error=str(exc),
-                         valid=partial.valid if partial else None,
-                         facts=trial_facts(partial) if partial else None, dataset_manifest=dataset.manifest)
-        path = write_row(args.results, row)
-        raise ModsarError(f"training diverged: {exc} (row: {path})") from None
-    row = result_row(cfg, experiment=experiment, trial_id=trial_id, status="finished", valid=result.valid,
-                     test=result.test, facts=trial_facts(result), dataset_manifest=dataset.manifest)
-    path = write_row(args.results, row)
+    run = train_and_record(cfg, args.results, args.experiment, args.data_dir, checkpoint=not args.no_checkpoint,
+                           progress=not args.quiet)
+    row, path, result, checkpoint = run.row, run.row_path, run.result, run.checkpoint
     if args.json:
         print_json(args, to_json(row, default=str))
         return 0
@@ -871,14 +866,63 @@ def _train(args: argparse.Namespace) -> int:
           f"{result.wall_time_s:.0f} s total, {result.device}; "
           f"ranking: {'sampled ' + str(cfg.eval.sampled_negatives) if cfg.eval.sampled_negatives else 'full'}, "
           f"filter_seen={cfg.eval.filter_seen})")
-    header = "split  " + "".join(f"{m}@{k}".rjust(11) for m in ("recall", "ndcg", "mrr") for k in ks)
-    print(header)
-    for split, metrics in (("valid", result.valid), ("test", result.test)):
-        cells = "".join(f"{metrics[f'{m}@{k}']:>11.4f}" for m in ("recall", "ndcg", "mrr") for k in ks)
-        print(f"{split:<7}{cells}")
+    print(metrics_table(ks, {"valid": result.valid, "test": result.test}))
     print(f"result row: {path}")
     if checkpoint:
         print(f"checkpoint: {checkpoint}")
+    return 0
+
+
+def metrics_table(ks: list[int], splits: dict[str, dict[str, float]]) -> str:
+    """Recall, NDCG and MRR at every k, one line per split (what `train` and `evaluate` print)."""
+    names = [f"{m}@{k}" for m in ("recall", "ndcg", "mrr") for k in ks]
+    lines = ["split  " + "".join(name.rjust(11) for name in names)]
+    lines += [f"{split:<7}" + "".join(f"{metrics[name]:>11.4f}" for name in names) for split, metrics in splits.items()]
+    return "\n".join(lines)
+
+
+def _ks(text: str) -> list[int]:
+    try:
+        ks = [int(k) for k in text.split(",")]
+    except ValueError:
+        raise ModsarError(f"--ks {text!r} is not a comma-separated list of cut-offs (e.g. --ks 1,5,10,20,50)") from None
+    if not ks or min(ks) < 1:
+        raise ModsarError(f"--ks {text!r}: every cut-off must be >= 1")
+    return ks
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from modsar.checkpoints import evaluate_checkpoint
+
+    scores = evaluate_checkpoint(args.checkpoint, args.split, filter_seen=args.filter_seen,
+                                 ks=_ks(args.ks) if args.ks else None, sampled_negatives=args.sampled_negatives,
+                                 device=args.device, data_dir=args.data_dir)
+    if args.json:
+        print_json(args, to_json(scores.to_dict()))
+        return 0
+    protocol = scores.protocol
+    ranking = f"sampled {protocol['eval.sampled_negatives']}" if protocol["eval.sampled_negatives"] else "full"
+    epoch = f" (best epoch {scores.epoch})" if scores.epoch is not None else ""
+    print(f"{scores.task.upper()} ({scores.backbone}) on {scores.dataset}, {scores.checkpoint}{epoch}: "
+          f"{scores.split}, ranking: {ranking}, filter_seen={protocol['eval.filter_seen']}, {scores.device}")
+    print(metrics_table(protocol["eval.ks"], {scores.split: scores.metrics}))
+    if scores.changed:
+        changes = ", ".join(f"{key}={used} (stored: {stored})" for key, (stored, used) in scores.changed.items())
+        print(f"protocol: not the one this checkpoint's run was selected and tested under: {changes}; these "
+              f"metrics are not comparable with its row's {scores.split}.* values")
+    if scores.row_trial_id is None:
+        print("row: none found beside the checkpoint (moved, or written to a URI), so nothing to compare with")
+    elif not scores.comparable:
+        print(f"row {scores.row_trial_id}: not compared, its {scores.split}.* values were taken under the stored "
+              "protocol")
+    elif not scores.row_metrics:
+        print(f"row {scores.row_trial_id}: it holds no {scores.split}.* values (a search tests only the trials "
+              "it selects)")
+    elif scores.row_differences():
+        far = ", ".join(f"{k} {row:.6g} -> {now:.6g}" for k, (row, now) in scores.row_differences().items())
+        print(f"row {scores.row_trial_id}: differs from its {scores.split}.* values: {far}")
+    else:
+        print(f"row {scores.row_trial_id}: equal to its {scores.split}.* values to the last digit")
     return 0
 
 

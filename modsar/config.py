@@ -437,7 +437,7 @@ def validate_for_dataset(cfg: Config, num_items: int, where: str = "config", spl
         raise ModsarError(f"{where}: 'eval.sampled_negatives' ({cfg.eval.sampled_negatives}) must be below the "
                           f"number of items ({num_items}); use 0 for full ranking")
     if split is not None and cfg.eval.sampled_negatives:
-        from modsar.evaluate import negative_room
+        from modsar.evaluation import negative_room
 
         for which, name in (("valid", "validation"), ("test", "test")):
             users, history_end, targets = split.targets(which)

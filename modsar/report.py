@@ -26,7 +26,7 @@ from modsar.config import TrainConfig
 from modsar.errors import ModsarError
 from modsar.model.registry import PAPER_NAMES, paper_name
 from modsar.outputs import pyplot, save_figure
-from modsar.results import differing_keys
+from modsar.rows import differing_keys
 
 METRICS = ["recall@5", "recall@10", "recall@20", "ndcg@5", "ndcg@10", "ndcg@20"]
 SHORT = {"recall": "R", "ndcg": "N", "mrr": "MRR"}

@@ -303,3 +303,25 @@ def _read_row_file(fs: pafs.FileSystem, file: str) -> pa.Table | str:
     if not table.num_rows:
         return f"skipped {file}: the trial file holds no row; delete it or re-run that trial"
     return table
+
+
+def matching_rows(root: str, experiment: str | None = None, where: list[str] | None = None) -> pd.DataFrame:
+    """The rows of `experiment` (every experiment under `root` when None) whose columns equal each KEY=VALUE
+    of `where`, compared as lower-case text (`selected=true`, `task=ar`, `model.hidden_size=64`). What
+    `modsar results` and `modsar.results()` show; a root without rows, an unknown column or a malformed
+    condition is one ModsarError."""
+    where = list(where or [])
+    malformed = next((cond for cond in where if "=" not in cond), None)
+    if malformed is not None:
+        raise ModsarError(f"--where {malformed!r} is not KEY=VALUE (e.g. --where task=ar --where selected=true)")
+    rows = read_rows(root, experiment)
+    if not len(rows):
+        folder = f"{root}/{experiment}" if experiment else root
+        raise ModsarError(f"no trial rows under {folder}; pass --results the folder `modsar search` or "
+                          f"`modsar train` wrote to{' and an --experiment in it' if experiment else ''}")
+    for cond in where:
+        key, _, value = cond.partition("=")
+        if key not in rows:
+            raise ModsarError(f"--where: unknown column '{key}' (e.g. task, status, selected, model.hidden_size)")
+        rows = rows[rows[key].astype(str).str.lower() == value.lower()]
+    return rows

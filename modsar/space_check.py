@@ -196,7 +196,7 @@ def check_space(space: SearchSpace, base: dict[str, Any], search: str, num_sampl
 
 def _build_problem(cfg: Config, sizes: dict[str, int] | None) -> str | None:
     """Why the model of `cfg` cannot be constructed (on the meta device: no memory, no compute), or None."""
-    from modsar.train import build_model
+    from modsar.training import build_model
 
     sizes = sizes or PLACEHOLDER_SIZES
     try:

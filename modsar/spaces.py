@@ -33,6 +33,7 @@ one above MAX_GRID_POINTS is refused before any point exists.
 from __future__ import annotations
 
 import functools
+import importlib.resources
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +44,19 @@ import yaml
 from modsar.config import Config, apply_overrides, set_value
 from modsar.errors import ModsarError
 
-SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+
+def _bundled_folder() -> Path:
+    """Where the bundled spaces are. An installed ModSAR (a wheel, an image, an editable checkout) carries them
+    as the package data `modsar.search_spaces`, built from the top-level search_spaces/ folder; a source tree
+    on the path but never installed (a Ray job's working_dir on a bare node) has only that folder."""
+    try:
+        found = importlib.resources.files("modsar.search_spaces")
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "search_spaces"
+    return Path(str(found))  # ModSAR is installed unzipped: the package data is a folder on disk
+
+
+SPACES_DIR = _bundled_folder()
 DISTRIBUTIONS = ("grid", "choice", "uniform", "loguniform", "randint")
 TOP_KEYS = {"description", "paper", "base", "params", "scheduler", "budget", "arms"}
 SCHEDULER_KEYS = {"max_t", "grace_period", "reduction_factor", "unit"}

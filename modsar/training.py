@@ -29,7 +29,7 @@ from modsar.data.split import TemporalSplit, make_split
 from modsar.data.store import StoredDataset, load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
-from modsar.evaluate import Evaluator, model_scorer, popularity_scorer
+from modsar.evaluation import Evaluator, model_scorer, popularity_scorer
 from modsar.flops import epoch_flops, utilisation
 from modsar.heap import bound_heap, roomy_heap
 from modsar.memory import check_model
@@ -231,35 +231,6 @@ def load_resume_state(folder: str | Path) -> dict | None:
     state = torch.load(folder / RESUME_FILE, map_location="cpu", weights_only=True)
     state["state_dict"] = torch.load(folder / "best.pt", map_location="cpu", weights_only=True)["state_dict"]
     return state
-
-
-def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[Recommender, Config, dict]:
-    payload = load_checkpoint_payload(path, device)
-    cfg = Config.from_stored(payload["config"], where=str(path))
-    model = build_model(cfg, payload["num_items"], payload["num_users"], payload["max_len"])
-    model.load_state_dict(payload["state_dict"])
-    return model.to(device).eval(), cfg, payload
-
-
-def load_checkpoint_payload(path: str | Path, device: str = "cpu") -> dict:
-    """A checkpoint's stored dict, checked to be ModSAR's; one clear line for anything else."""
-    try:
-        payload = torch.load(path, map_location=device, weights_only=True)
-    except FileNotFoundError:
-        raise ModsarError(f"checkpoint '{path}' does not exist") from None
-    except Exception as error:  # pickle/zip errors of a file that is not a torch checkpoint at all
-        raise ModsarError(f"{path}: not a ModSAR checkpoint ({type(error).__name__}); pass a .pt written by "
-                          "modsar train or modsar search") from None
-    missing = {"config", "state_dict", "num_items", "num_users", "max_len"} - set(payload)
-    if missing:
-        raise ModsarError(f"{path}: not a ModSAR checkpoint (no {', '.join(sorted(missing))}); pass a .pt "
-                          "written by modsar train or modsar search")
-    return payload
-
-
-def checkpoint_split(cfg: Config, data_dir: str | None = None):
-    """The split a checkpoint was trained and evaluated on: its dataset, view and protocol."""
-    return make_split(cfg, viewed(load_dataset(cfg.dataset, data_dir), cfg.data.view))
 
 
 def output_dtype(cfg: Config) -> torch.dtype:

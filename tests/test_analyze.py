@@ -30,7 +30,7 @@ from modsar.cli import main
 from modsar.config import load_config
 from modsar.data.split import LeaveOneOut, history_index
 from modsar.model.skips import modular_sites, residual_scale
-from modsar.train import run_trial
+from modsar.training import run_trial
 
 
 @pytest.fixture(scope="module")
@@ -366,7 +366,7 @@ def test_cli_compares_ae_local_ae_and_ar_side_by_side(checkpoints, tmp_path, cap
 
 
 def test_cli_reads_the_selected_checkpoints_of_an_experiment(checkpoints, tmp_path, capsys):
-    from modsar.results import result_row, write_row
+    from modsar.rows import result_row, write_row
 
     data, paths = checkpoints
     results = tmp_path / "results"
@@ -384,7 +384,7 @@ def test_cli_reads_the_selected_checkpoints_of_an_experiment(checkpoints, tmp_pa
 
 
 def test_cli_takes_the_best_validation_checkpoint_of_a_train_experiment(checkpoints, tmp_path):
-    from modsar.results import result_row, write_row
+    from modsar.rows import result_row, write_row
 
     data, paths = checkpoints
     results = tmp_path / "results"

@@ -17,8 +17,8 @@ from modsar.cli import main
 from modsar.config import load_config
 from modsar.errors import ModsarError
 from modsar.model import registry
-from modsar.results import read_rows
-from modsar.train import build_model
+from modsar.rows import read_rows
+from modsar.training import build_model
 
 PLUGIN = Path(__file__).parent / "plugins" / "toy_backbone.py"
 

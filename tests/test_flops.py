@@ -9,7 +9,7 @@ import pytest
 from modsar.config import Config
 from modsar.flops import epoch_flops
 from modsar.model import registry
-from modsar.train import run_trial
+from modsar.training import run_trial
 
 
 @pytest.mark.parametrize(("loss", "candidates"), [({"name": "ce"}, 30), ({"name": "bce", "num_negatives": 4}, 5)])

@@ -15,7 +15,7 @@ from modsar.cli import main
 from modsar.config import load_config
 from modsar.data.split import LeaveOneOut
 from modsar.generate import Sampler, rollout, rollout_metrics, training_facts, true_future
-from modsar.train import run_trial
+from modsar.training import run_trial
 
 N = 9
 

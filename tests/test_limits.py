@@ -165,8 +165,8 @@ def test_train_refuses_sizes_that_cannot_fit_before_building_or_training(tmp_pat
     def never(*args, **kwargs):
         raise AssertionError("the model was built or trained")
 
-    monkeypatch.setattr("modsar.train.build_model", never)
-    monkeypatch.setattr("modsar.train.train_epoch", never)
+    monkeypatch.setattr("modsar.training.build_model", never)
+    monkeypatch.setattr("modsar.training.train_epoch", never)
     results = tmp_path / "results"
     assert main(["train", "--quiet", "--results", str(results), "train.device=cpu", "loss.name=bce",
                  override]) == 2
@@ -190,7 +190,7 @@ def test_space_check_with_the_dataset_refuses_what_cannot_fit(tmp_path, capsys, 
 
 def test_generate_refuses_steps_that_cannot_fit_before_the_first_step(tmp_path, monkeypatch, capsys,
                                                                       ram_16gib):
-    from modsar.train import build_model, save_checkpoint
+    from modsar.training import build_model, save_checkpoint
 
     cfg = load_config(None, ["model.hidden_size=8", "model.num_layers=1"])
     data = load_dataset("synthetic")
@@ -234,13 +234,13 @@ def test_sampled_negatives_with_nothing_left_to_draw_are_refused_before_training
     """fixed_negatives draws, with replacement, from the items outside the history before a target and the
     target itself: only a user with none left cannot get negatives. Before, `modsar train` trained, then died
     with "RuntimeError: could not draw clean negatives"; now the config is refused before a model is built."""
-    from modsar import train
+    from modsar import training
     from modsar.data.store import StoredDataset
 
     def no_model(*args, **kwargs):
         raise AssertionError("a model was built")
 
-    monkeypatch.setattr(train, "build_model", no_model)
+    monkeypatch.setattr(training, "build_model", no_model)
     over = ["model.hidden_size=8", "train.max_epochs=1", "eval.sampled_negatives=1", "eval.ks=[1]",
             "train.monitor=ndcg@1"]
     two = StoredDataset("twoitems", np.ones(6, dtype=np.int64), np.array([1, 2, 1, 2, 1, 2]), 1, 2, {"max_len": 5})
@@ -248,13 +248,13 @@ def test_sampled_negatives_with_nothing_left_to_draw_are_refused_before_training
             "config: 'eval.sampled_negatives' draws each target's negatives from the items its user has not "
             "seen, and user 1's history before its validation target, with the target, holds all 2 items: there "
             "is nothing to draw; use eval.sampled_negatives=0 (full ranking)")):
-        train.run_trial(load_config(None, over), two, progress=False)
+        training.run_trial(load_config(None, over), two, progress=False)
     # user 1 always has item 3 left; user 2's test history 1 1 1 2 1 and its target 3 hold the catalogue
     three = StoredDataset("threeitems", np.repeat([1, 2], 6), np.array([1, 2, 1, 2, 1, 2, 1, 1, 1, 2, 1, 3]), 2, 3,
                           {"max_len": 5})
     with pytest.raises(ModsarError, match=r"user 2's history before its test target, with the target, holds all "
                        r"3 items"):
-        train.run_trial(load_config(None, [*over, "eval.sampled_negatives=2"]), three, progress=False)
+        training.run_trial(load_config(None, [*over, "eval.sampled_negatives=2"]), three, progress=False)
 
 
 def test_more_negatives_than_unseen_items_are_drawn_with_replacement():
@@ -262,7 +262,7 @@ def test_more_negatives_than_unseen_items_are_drawn_with_replacement():
     5,000 items gets that one: before, 1,000 rounds of uniform redraws missed it and raised RuntimeError."""
     from modsar.config import validate_for_dataset
     from modsar.data.split import LeaveOneOut
-    from modsar.evaluate import fixed_negatives, negative_room
+    from modsar.evaluation import fixed_negatives, negative_room
 
     few = LeaveOneOut(np.array([1, 2, 1, 2, 1, 2]), np.array([0, 6]), 3)
     validate_for_dataset(load_config(None, ["eval.sampled_negatives=2"]), 3, split=few)  # not refused

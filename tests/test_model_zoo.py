@@ -91,7 +91,7 @@ def test_the_zoo_on_cuda_matches_cpu():
     """On CUDA, every AR variant and BSARec-AE: the same outputs as on CPU, no future leak under AR, and a finite
     training step with its own loss (DuoRec's regulariser, gBCE for the others) in float32, and with bf16
     products in the fused CE."""
-    from modsar.train import batch_loss
+    from modsar.training import batch_loss
 
     for name, task in [*((n, "ar") for n in sorted(AR_MODELS)), ("bsarec", "ae")]:
         cls, overrides = AR_MODELS.get(name, (BSARec, {}))
@@ -227,7 +227,7 @@ def test_duorec_regularizer_contrasts_the_named_views(views):
 def test_duorec_training_loss_is_ce_plus_lambda_info_nce():
     """The loss a DuoRec batch trains on (train.batch_loss): full-softmax CE over every labelled position plus
     lambda times the InfoNCE of the last states, each written out here from the scores and states."""
-    from modsar.train import batch_loss
+    from modsar.training import batch_loss
 
     model = make(DuoRec, "ar")
     b = duorec_batch()
@@ -430,7 +430,7 @@ def test_bsarec_attention_branch_decomposes_exactly(task):
 @pytest.fixture(scope="module")
 def zoo_checkpoints(tmp_path_factory):
     """GRU4Rec, DuoRec and BSARec (on gBCE) briefly trained on the synthetic data (one data root for the module)."""
-    from modsar.train import run_trial
+    from modsar.training import run_trial
 
     root = tmp_path_factory.mktemp("zoo")
     common = ["train.max_epochs=2", "train.patience=0", "model.hidden_size=16", "seed=3"]

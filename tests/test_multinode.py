@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from modsar.cli import main
-from modsar.results import read_rows
+from modsar.rows import read_rows
 
 SPACE = Path(__file__).parent / "spaces" / "asha.yaml"
 BIN = Path(sys.executable).parent

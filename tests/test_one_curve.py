@@ -26,12 +26,19 @@ from modsar.config import Config
 from modsar.data.batches import TrainBatches
 from modsar.data.split import make_split
 from modsar.data.store import load_dataset
-from modsar.evaluate import Evaluator, model_scorer
+from modsar.evaluation import Evaluator, model_scorer
 from modsar.memory import check_model
 from modsar.randomness import global_states, same_states, seed_everything
-from modsar.results import differing_keys, read_rows
+from modsar.rows import differing_keys, read_rows
 from modsar.spaces import load_space
-from modsar.train import TrainState, build_model, make_optimizer, rollout_metrics, run_trial, save_checkpoint
+from modsar.training import (
+    TrainState,
+    build_model,
+    make_optimizer,
+    rollout_metrics,
+    run_trial,
+    save_checkpoint,
+)
 
 SPACE = Path(__file__).parent / "spaces" / "same_curve.yaml"
 COMPARED = {"train.lr": 0.003}  # the space's second grid point

@@ -10,7 +10,7 @@ import torch
 from modsar.config import load_config
 from modsar.model.registry import build
 from modsar.optim import BertAdamW
-from modsar.train import make_optimizer
+from modsar.training import make_optimizer
 
 
 def test_two_steps_by_hand():

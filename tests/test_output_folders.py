@@ -57,7 +57,7 @@ def test_a_folder_option_on_a_file_is_one_line_before_any_work(tmp_path, isolate
 
 def test_search_refuses_an_experiment_folder_that_is_a_file_before_ray(tmp_path, isolated_data_root, capsys,
                                                                        monkeypatch):
-    from modsar.search import tuner
+    from modsar.sweep import tuner
 
     monkeypatch.setattr(tuner, "connect_ray", lambda req: pytest.fail("Ray started"))
     (tmp_path / "tiny-synthetic").write_text("mine")

@@ -15,7 +15,7 @@ from conftest import write
 
 from modsar.cli import main
 from modsar.outputs import write_parquet
-from modsar.results import read_rows, write_row
+from modsar.rows import read_rows, write_row
 
 
 def strict(text: str):
@@ -244,13 +244,13 @@ def test_json_stdout_is_the_document_alone_whatever_a_plugin_prints(tmp_path, ca
                             "--json", "--quiet")
     assert metrics["steps"] == 1 and "HELLO FROM p2" in err
 
-    import modsar.search
+    import modsar.sweep
 
     def noisy_search(request, plan=None):
         print("HELLO FROM search")
         return {"experiment": request.experiment or "x", "trials": 0, "problem": None}
 
-    monkeypatch.setattr(modsar.search, "run_search", noisy_search)
+    monkeypatch.setattr(modsar.sweep, "run_search", noisy_search)
     summary, err = document("search", "--space", "quickstart", "--dataset", "synthetic", "--json")
     assert summary == {"experiment": "x", "trials": 0, "problem": None} and err.endswith("\nHELLO FROM search\n")
     assert err.startswith("cost of 'quickstart' on synthetic")  # the estimate, on stderr under --json

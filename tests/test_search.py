@@ -16,7 +16,7 @@ import pytest
 import ray
 
 from modsar.cli import main
-from modsar.results import read_rows
+from modsar.rows import read_rows
 from modsar.spaces import load_space
 
 SPACES = Path(__file__).parent / "spaces"
@@ -71,8 +71,8 @@ def test_grid_asha_one_row_per_trial_and_selection(local_ray, data_dir, tmp_path
     assert "best AR" in capsys.readouterr().out
 
     # A selection left by an earlier run (a resume that retried trials) is undone: one selected row per task.
-    from modsar.results import write_row
-    from modsar.search import SearchRequest, make_plan, select_and_test
+    from modsar.rows import write_row
+    from modsar.sweep import SearchRequest, make_plan, select_and_test
 
     stale = rows[~rows["selected"]].iloc[0].to_dict()
     write_row(str(out), {**stale, "selected": True, "test.ndcg@10": 0.99})
@@ -81,6 +81,14 @@ def test_grid_asha_one_row_per_trial_and_selection(local_ray, data_dir, tmp_path
     again = read_rows(str(out), "g")
     assert sorted(again[again["selected"]]["trial_id"]) == sorted(selected["trial_id"])
     assert again.set_index("trial_id").loc[stale["trial_id"], "test.ndcg@10"] != 0.99
+
+    # `modsar evaluate` of a selected trial's checkpoint folder finds its row and equals its test.* values
+    for row in again[again["selected"]].to_dict("records"):
+        capsys.readouterr()
+        assert main(["evaluate", "--checkpoint", row["checkpoint"], "--json"]) == 0
+        scores = json.loads(capsys.readouterr().out)
+        assert scores["row"] == row["trial_id"] and scores["row_differences"] == {}
+        assert scores["metrics"] == {k.removeprefix("test."): v for k, v in row.items() if k.startswith("test.")}
 
 
 def test_seed_reruns_on_a_uri_store(local_ray, data_dir, tmp_path, capsys):
@@ -102,7 +110,7 @@ def test_seed_reruns_on_a_uri_store(local_ray, data_dir, tmp_path, capsys):
     assert "train.max_epochs 2 -> 3 changed" in capsys.readouterr().err
 
     # --resume with more seeds trains the missing ones and retries an errored one (an AE seed-1 node died)
-    from modsar.results import write_row
+    from modsar.rows import write_row
 
     lost = seed_rows[(seed_rows["task"] == "ae") & (seed_rows["seed"] == 1)].iloc[0].to_dict()
     write_row(uri, {**lost, "status": "error", "error": "RayActorError: the node died", "test.ndcg@10": None})
@@ -117,7 +125,7 @@ def test_seed_reruns_on_a_uri_store(local_ray, data_dir, tmp_path, capsys):
     assert again.set_index("trial_id").loc[lost["trial_id"], "role"] == "superseded"
 
     # A seed re-run of another configuration (an earlier winner) is superseded when the selection is redone
-    from modsar.search import SearchRequest, make_plan, select_and_test
+    from modsar.sweep import SearchRequest, make_plan, select_and_test
 
     stale = {**ar.iloc[0].to_dict(), "trial_id": "old-winner-seed0", "train.lr": 0.5}
     write_row(uri, stale)
@@ -173,9 +181,9 @@ def test_a_search_whose_every_trial_fails_exits_non_zero_saying_why(local_ray, d
 
 def test_a_model_none_of_whose_trials_could_be_selected_fails_the_search(tmp_path):
     """AE all errored, AR selected: half an AE-vs-AR answer is none (no Ray: rows as a search leaves them)."""
-    from modsar.results import write_row
-    from modsar.search import SearchRequest, make_plan
-    from modsar.search.tuner import search_problem
+    from modsar.rows import write_row
+    from modsar.sweep import SearchRequest, make_plan
+    from modsar.sweep.tuner import search_problem
 
     out = str(tmp_path / "results")
     plan = make_plan(SearchRequest(space=str(SPACES / "tiny.yaml"), dataset="synthetic", results=out,
@@ -494,14 +502,21 @@ def test_mlflow_without_mlflow_installed_is_one_clear_error(tmp_path, capsys, mo
     assert "--mlflow needs MLflow: pip install 'modsar[mlflow]'" in capsys.readouterr().err
 
 
-def test_tune_callbacks_unpickle_under_their_names_before_the_package_split():
-    """tuner.pkl of a search started with 0.2 names its callbacks modsar.search.<name>; --resume loads them."""
+def test_tune_callbacks_unpickle_under_their_earlier_names_while_a_search_is_restored():
+    """tuner.pkl of a search started with 0.2 names its callbacks modsar.search.<name> (before the package
+    split) or modsar.search.rows.<name> (after it); --resume loads them under those names, and afterwards the
+    name modsar.search is the Python API's again."""
     import pickle
 
-    from modsar.search import rows
+    import modsar
+    from modsar.sweep import rows
+    from modsar.sweep.tuner import modules_under_earlier_names
 
-    for name in ("ResultRows", "LiveTable", "SchedulerState"):
-        assert pickle.loads(f"cmodsar.search\n{name}\n.".encode()) is getattr(rows, name)
+    with modules_under_earlier_names():
+        for name in ("ResultRows", "LiveTable", "SchedulerState"):
+            assert pickle.loads(f"cmodsar.search\n{name}\n.".encode()) is getattr(rows, name)
+            assert pickle.loads(f"cmodsar.search.rows\n{name}\n.".encode()) is getattr(rows, name)
+    assert "modsar.search" not in sys.modules and callable(modsar.search) and modsar.search.__module__ == "modsar.api"
 
 
 def test_rows_from_a_metrics_dataframe_keep_integer_types(data_dir, tmp_path):
@@ -510,8 +525,8 @@ def test_rows_from_a_metrics_dataframe_keep_integer_types(data_dir, tmp_path):
     best_epoch by older versions must still read back together with int ones."""
     import pandas as pd
 
-    from modsar.results import write_row
-    from modsar.search import SearchRequest, make_plan, row_from_results
+    from modsar.rows import write_row
+    from modsar.sweep import SearchRequest, make_plan, row_from_results
 
     plan = make_plan(SearchRequest(space=str(SPACES / "asha.yaml"), dataset="synthetic", results=str(tmp_path),
                                    experiment="df"))
@@ -533,7 +548,7 @@ def test_rows_from_a_metrics_dataframe_keep_integer_types(data_dir, tmp_path):
 LOOPBACK_CHECK = r"""
 import os, sys, psutil, ray
 from modsar.cli import main
-from modsar.search import SearchRequest, connect_ray
+from modsar.sweep import SearchRequest, connect_ray
 
 
 def listening():

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from modsar.results import read_rows
+from modsar.rows import read_rows
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The cost of a search, known before it starts (modsar.search.cost): ASHA's epochs against hand-counted cases,
+"""The cost of a search, known before it starts (modsar.sweep.cost): ASHA's epochs against hand-counted cases,
 steps per epoch against the batches a trial trains on, the probe's timings and the random state it leaves."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from modsar.data.batches import TrainBatches
 from modsar.data.split import make_split
 from modsar.data.store import load_dataset
 from modsar.randomness import global_states, same_states
-from modsar.search import SearchRequest, make_plan
-from modsar.search.cost import Schedule, asha_epochs, duration, estimate
+from modsar.sweep import SearchRequest, make_plan
+from modsar.sweep.cost import Schedule, asha_epochs, duration, estimate
 
 
 @pytest.fixture(scope="module")
@@ -166,14 +166,14 @@ def test_a_real_search_prints_its_estimate_first(data_dir, tmp_path, capsys):
 
 
 def test_no_estimate_skips_the_probe(data_dir, tmp_path, capsys, monkeypatch):
-    import modsar.search
-    import modsar.search.cost
+    import modsar.sweep
+    import modsar.sweep.cost
 
     ran = []
-    monkeypatch.setattr(modsar.search, "run_search", lambda req, plan=None: ran.append(req) or {
+    monkeypatch.setattr(modsar.sweep, "run_search", lambda req, plan=None: ran.append(req) or {
         "experiment": "x", "trials": 0, "errors": 0, "diverged": 0, "wall_time_s": 0.0, "results": "r",
         "selected": {}, "problem": None})
-    monkeypatch.setattr(modsar.search.cost, "estimate", lambda *a, **k: pytest.fail("probed under --no-estimate"))
+    monkeypatch.setattr(modsar.sweep.cost, "estimate", lambda *a, **k: pytest.fail("probed under --no-estimate"))
     assert main(["search", "--space", "quickstart", "--dataset", "synthetic", "--results", str(tmp_path),
                  "--no-estimate"]) == 0
     assert len(ran) == 1 and "cost of" not in capsys.readouterr().out

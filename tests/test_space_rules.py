@@ -381,7 +381,7 @@ def test_a_condition_on_a_continuous_param_is_refused(tmp_path, capsys, kind, wh
 
 def test_an_override_of_a_conditional_param_sets_it_where_the_condition_fails(capsys):
     """residual_models searches model.dropout only for gru4rec: the override is the other models' dropout."""
-    from modsar.search.plan import SearchRequest, make_plan, trial_config
+    from modsar.sweep.plan import SearchRequest, make_plan, trial_config
 
     assert main(["spaces", "residual_models", "--check", "model.dropout=0.4"]) == 0
     assert capsys.readouterr().out.startswith("space 'residual_models' (grid search: AE 1, AR 4 trials): all")

@@ -111,7 +111,7 @@ def test_split_dates_says_which_rule_is_broken(tmp_path, capsys, given, stored, 
 
 
 def test_rows_record_the_cut_times_and_target_counts():
-    from modsar.train import split_facts
+    from modsar.training import split_facts
 
     cfg = load_config(None, ["data.split=temporal", "data.split_valid=0.5", "data.split_test=0.75"])
 

@@ -17,13 +17,13 @@ The package: `plan` (request -> checked plan), `trial` (the trainable: a trial i
 Parquet row per trial), `tuner` (Ray, the Tuners, selection, testing and seed re-runs).
 """
 
-from modsar.search.plan import Plan, SearchRequest, make_plan, trial_config
+from modsar.sweep.plan import Plan, SearchRequest, make_plan, trial_config
 
 # the Tune callbacks are re-exported under their 0.2 names: tuner.pkl of a search started before the split
-# pickled them as modsar.search.<name>, and --resume unpickles them
-from modsar.search.rows import LiveTable, ResultRows, SchedulerState, reconcile_rows, row_from_results
-from modsar.search.trial import make_trainable, trainable
-from modsar.search.tuner import check_resources, connect_ray, rerun_seeds, run_search, select_and_test
+# pickled them as modsar.sweep.<name>, and --resume unpickles them
+from modsar.sweep.rows import LiveTable, ResultRows, SchedulerState, reconcile_rows, row_from_results
+from modsar.sweep.trial import make_trainable, trainable
+from modsar.sweep.tuner import check_resources, connect_ray, rerun_seeds, run_search, select_and_test
 
 __all__ = ["LiveTable", "Plan", "ResultRows", "SchedulerState", "SearchRequest", "check_resources", "connect_ray",
            "make_plan", "make_trainable",

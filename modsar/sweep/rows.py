@@ -16,8 +16,8 @@ from ray.tune.schedulers import ASHAScheduler
 
 from modsar.config import Config
 from modsar.errors import ModsarError
-from modsar.results import PROGRESS_FACTS, PROTOCOL_FACTS, SPEED_FACTS, read_rows, result_row, write_row
-from modsar.search.plan import Plan, sampled_values, trial_config
+from modsar.rows import PROGRESS_FACTS, PROTOCOL_FACTS, SPEED_FACTS, read_rows, result_row, write_row
+from modsar.sweep.plan import Plan, sampled_values, trial_config
 
 
 def _missing(value: Any) -> bool:
@@ -182,7 +182,7 @@ class SchedulerState(tune.Callback):
 def make_callbacks(plan: Plan, role: str = "search") -> list[tune.Callback]:
     callbacks: list[tune.Callback] = [ResultRows(plan, role)] + ([] if plan.request.quiet else [LiveTable(plan)])
     if plan.request.mlflow:
-        from modsar.search.tracking import mlflow_callback  # needs MLflow: only with --mlflow
+        from modsar.sweep.tracking import mlflow_callback  # needs MLflow: only with --mlflow
 
         callbacks.append(mlflow_callback(plan, role))
     return callbacks

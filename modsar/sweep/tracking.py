@@ -11,7 +11,7 @@ from typing import Any
 
 from ray.air.integrations.mlflow import MLflowLoggerCallback
 
-from modsar.search.plan import Plan
+from modsar.sweep.plan import Plan
 
 
 class MLflowRuns(MLflowLoggerCallback):

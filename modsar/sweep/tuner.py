@@ -7,8 +7,8 @@ import contextlib
 import json
 import os
 import sys
-import tempfile
 import time
+import types
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -23,10 +23,10 @@ from modsar.data.store import load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
 from modsar.outputs import ensure_writable_dir, to_json
-from modsar.results import differing_keys, filesystem, read_rows, remove_partial_rows
-from modsar.search.plan import Plan, SearchRequest, make_plan
-from modsar.search.rows import SchedulerState, make_callbacks, reconcile_rows, rewrite_row, rows_dir
-from modsar.search.trial import make_trainable
+from modsar.rows import differing_keys, filesystem, read_rows, remove_partial_rows
+from modsar.sweep.plan import Plan, SearchRequest, make_plan
+from modsar.sweep.rows import SchedulerState, make_callbacks, reconcile_rows, rewrite_row, rows_dir
+from modsar.sweep.trial import make_trainable
 
 RAY_DIR = "ray"
 
@@ -149,7 +149,7 @@ def drop_resume_state(grid) -> None:
 
     Not before the Tuner returns: a trial that ended after Tune's last experiment-state save is resumed
     again after a kill and needs it. Errored trials keep it; --resume retries them from their checkpoint."""
-    from modsar.train import RESUME_FILE
+    from modsar.training import RESUME_FILE
 
     for result in grid:
         if result.error is None and result.path:
@@ -235,6 +235,31 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
     return tune.Tuner(fn, param_space=param_space, tune_config=tune_config, run_config=run_config)
 
 
+EARLIER_NAMES = ("modsar.search",)  # this package's names before 0.3 (`modsar.search` is now the Python API)
+
+
+@contextlib.contextmanager
+def modules_under_earlier_names():
+    """While a search started by an earlier ModSAR is restored: its tuner.pkl names the Tune callbacks by the
+    package's earlier names (modsar.search.<name>, modsar.search.rows.<name>), so those names are made to
+    resolve to this package and its modules, in sys.modules only (the `modsar` package's attributes, the
+    Python API, stay as they are), and are removed again afterwards."""
+    from modsar import sweep
+
+    aliases = {}
+    for old in EARLIER_NAMES:
+        aliases[old] = sweep
+        aliases |= {f"{old}.{name}": module for name, module in vars(sweep).items()
+                    if isinstance(module, types.ModuleType) and module.__name__.startswith("modsar.sweep.")}
+    added = [name for name in aliases if name not in sys.modules]
+    sys.modules.update({name: aliases[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            sys.modules.pop(name, None)
+
+
 def run_search(req: SearchRequest, plan: Plan | None = None) -> dict[str, Any]:
     """Run the search `req` asks for; `plan` is its make_plan(req) where the caller already made it."""
     plan = plan or make_plan(req)
@@ -269,10 +294,11 @@ def run_search(req: SearchRequest, plan: Plan | None = None) -> dict[str, Any]:
         fn = make_trainable(plan)
         ray_path = f"{storage}/{RAY_DIR}-{task}"
         if req.resume and tune.Tuner.can_restore(ray_path):  # checked before a fresh Tuner writes tuner.pkl
-            tuner = tune.Tuner.restore(ray_path, trainable=fn, resume_unfinished=True, resume_errored=True)
+            with modules_under_earlier_names():
+                tuner = tune.Tuner.restore(ray_path, trainable=fn, resume_unfinished=True, resume_errored=True)
+                grid = tuner.fit()
         else:
-            tuner = build_tuner(plan, total, task, fn)
-        grid = tuner.fit()
+            grid = build_tuner(plan, total, task, fn).fit()
         reconcile_rows(plan, grid)
         drop_resume_state(grid)
         trials, errors = trials + len(grid), errors + grid.num_errors
@@ -307,9 +333,10 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
     first. A diverged or errored trial is never a candidate."""
     import torch
 
+    from modsar.checkpoints import load_checkpoint, local_checkpoint
     from modsar.data.split import LeaveOneOut, make_split
-    from modsar.evaluate import Evaluator, model_scorer
-    from modsar.train import load_checkpoint, rollout_metrics
+    from modsar.evaluation import Evaluator, model_scorer
+    from modsar.training import rollout_metrics
 
     every = read_rows(rows_dir(plan), plan.request.experiment_name)
     column = f"valid.{plan.monitor}"
@@ -335,7 +362,7 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
     selected = {}
     backbones = rows["model.backbone"].nunique()
     for (task, backbone, *arms), best in winners.items():
-        with _local_copy(best["checkpoint"]) as path:
+        with local_checkpoint(best["checkpoint"]) as path:
             model, cfg, payload = load_checkpoint(path)
         protocol = (cfg.data.view, cfg.data.split, cfg.data.split_valid, cfg.data.split_test, cfg.data.split_dates,
                     cfg.data.split_targets)
@@ -376,26 +403,6 @@ def search_problem(plan: Plan, rows: pd.DataFrame, selected: dict[str, dict], co
     what = ("nothing: no trial" if len(missing) == len(models)
             else f"no {', '.join(missing)}: no trial of {'it' if len(missing) == 1 else 'them'}")
     return f"search '{name}' selected {what} ended with a validation score ({counts}{first}); {see}"
-
-
-class _local_copy:
-    """A checkpoint folder (local path or URI) as a local best.pt path."""
-
-    def __init__(self, folder: str) -> None:
-        self.folder = folder
-        self.tmp: tempfile.TemporaryDirectory | None = None
-
-    def __enter__(self) -> str:
-        if "://" not in self.folder:
-            return str(Path(self.folder) / "best.pt")
-        self.tmp = tempfile.TemporaryDirectory()
-        fs, path = pafs.FileSystem.from_uri(self.folder)
-        pafs.copy_files(f"{path}/best.pt", f"{self.tmp.name}/best.pt", source_filesystem=fs)
-        return f"{self.tmp.name}/best.pt"
-
-    def __exit__(self, *exc) -> None:
-        if self.tmp:
-            self.tmp.cleanup()
 
 
 def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:

@@ -1,0 +1,128 @@
+"""The Python API, for notebooks and scripts: `import modsar`, then
+
+    row = modsar.train({"task": "ae", "model.hidden_size": 64}, dataset="ml-100k")
+    modsar.evaluate(row["checkpoint"])["ndcg@10"]
+    model, config = modsar.load(row["checkpoint"])
+    modsar.results("train-ml-100k", where={"task": "ae"})
+    modsar.search("quickstart", "synthetic")
+
+Each function is the command of the same name without its printing: it calls the functions the CLI calls
+(modsar.runs, modsar.checkpoints, modsar.rows, modsar.sweep), so a row written here is the row `modsar train`
+would write, and a failure is the same one-line ModsarError the CLI prints."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the API is imported with `modsar`: torch, pandas and Ray load when a function is called
+    import pandas as pd
+
+    from modsar.config import Config
+    from modsar.model.interface import Recommender
+
+
+def _config(config: Config | Mapping[str, Any] | str | Path | list[str] | None, dataset: str | None) -> Config:
+    """A Config from what a notebook has at hand: a Config, a mapping of dotted keys (nested mappings too), a
+    YAML file, or `key=value` strings, with `dataset` on top; checked as `modsar train` checks it."""
+    from modsar.config import Config, apply_overrides, flatten, load_config, validate
+
+    if isinstance(config, Config):
+        cfg = copy.deepcopy(config)  # the caller's object is never changed
+        if dataset is not None:
+            cfg.dataset = dataset
+        validate(cfg)
+        return cfg
+    extra = [f"dataset={dataset}"] if dataset is not None else []
+    if config is None or isinstance(config, (str, Path)):
+        return load_config(config, extra)
+    if isinstance(config, Mapping):
+        cfg = apply_overrides(Config(), flatten(dict(config)), "config")
+        return apply_overrides(cfg, {"dataset": dataset}, "config") if dataset is not None else cfg
+    return load_config(None, [*config, *extra])
+
+
+def train(config: Config | Mapping[str, Any] | str | Path | list[str] | None = None, dataset: str | None = None,
+          *, experiment: str | None = None, results: str = "results", data_dir: str | None = None,
+          checkpoint: bool = True, progress: bool = True) -> dict[str, Any]:
+    """Train one configuration as `modsar train` does and return its row (a dict: config keys, valid.* and
+    test.* metrics, facts; `row["checkpoint"]` is the best checkpoint's path). The row is also written to
+    <results>/<experiment>/trials/, so `modsar results` and `modsar report` see it.
+
+    `config`: a mapping of dotted keys ({"task": "ae", "model.hidden_size": 64}), a YAML path, a Config, or
+    ["key=value", ...]; None is the defaults (an AR SASRec-style model). `dataset` names a prepared dataset."""
+    from modsar.runs import train_and_record
+
+    run = train_and_record(_config(config, dataset), results, experiment, data_dir, checkpoint, progress)
+    return run.row
+
+
+def evaluate(checkpoint: str | Path, split: str = "test", *, filter_seen: str | None = None,
+             ks: list[int] | None = None, sampled_negatives: int | None = None, device: str = "cpu",
+             data_dir: str | None = None) -> dict[str, float]:
+    """The metrics ({"ndcg@10": ...}) of a saved checkpoint (a train .pt, or a search row's checkpoint folder)
+    on its dataset's `valid` or `test` targets, as `modsar evaluate`. With no option the stored protocol is
+    used and the metrics equal the row's; a changed protocol is warned about (the row was not selected and
+    tested under it), as is a result that differs from the row's beside the checkpoint."""
+    from modsar.checkpoints import evaluate_checkpoint
+
+    scores = evaluate_checkpoint(checkpoint, split, filter_seen=filter_seen, ks=ks,
+                                 sampled_negatives=sampled_negatives, device=device, data_dir=data_dir)
+    if not scores.comparable:
+        changes = ", ".join(f"{k}={used} (stored: {stored})" for k, (stored, used) in scores.changed.items())
+        warnings.warn(f"{checkpoint}: evaluated under another protocol than its run was selected and tested "
+                      f"under: {changes}", stacklevel=2)
+    elif scores.row_differences():
+        warnings.warn(f"{checkpoint}: {split} metrics differ from its row {scores.row_trial_id}: "
+                      f"{scores.row_differences()}", stacklevel=2)
+    return scores.metrics
+
+
+def load(checkpoint: str | Path, device: str = "cpu") -> tuple[Recommender, Config]:
+    """The model of a saved checkpoint (in eval mode, on `device`) and its configuration. Evaluation scores
+    with `model.score(encode(model, inputs, users)[:, -1], users)` (modsar.model.interface.encode)."""
+    from modsar import devices
+    from modsar.checkpoints import load_checkpoint, local_checkpoint
+
+    with local_checkpoint(checkpoint) as path:
+        model, cfg, _ = load_checkpoint(path, str(devices.resolve(device, "device")))
+    return model, cfg
+
+
+def results(experiment: str | None = None, where: Mapping[str, Any] | list[str] | None = None, *,
+            root: str = "results") -> pd.DataFrame:
+    """The trial rows (a DataFrame, one row per trial) of `experiment`, or of every experiment under `root`,
+    as `modsar results` lists them: `where` keeps the rows whose columns equal each value ({"task": "ar",
+    "selected": True}, or ["task=ar", ...]); values compare as lower-case text."""
+    from modsar.rows import matching_rows
+
+    conditions = [f"{k}={v}" for k, v in where.items()] if isinstance(where, Mapping) else list(where or [])
+    return matching_rows(root, experiment, conditions).reset_index(drop=True)
+
+
+def search(space: str | Path, dataset: str, overrides: list[str] | None = None, **options: Any) -> pd.DataFrame:
+    """Search a design space (a bundled name or a YAML path) on a prepared dataset, as `modsar search` does,
+    and return the experiment's rows; the selected ones have `selected` True and test.* metrics.
+
+    `options` are SearchRequest's fields, as the CLI's options with dashes as underscores: experiment,
+    results, search, num_samples, max_epochs, time_budget_s, max_t, grace_period, reduction_factor,
+    cpus_per_trial, gpus_per_trial, max_concurrent, max_failures, fresh_actors, seed, seeds, address, data_dir,
+    quiet, resume, overwrite, dashboard, mlflow. A search that selects nothing for a model it trained raises."""
+    import dataclasses
+
+    from modsar.errors import ModsarError
+    from modsar.rows import read_rows
+    from modsar.sweep import SearchRequest, run_search
+
+    fields = {f.name for f in dataclasses.fields(SearchRequest)} - {"space", "dataset", "overrides"}
+    unknown = sorted(set(options) - fields)
+    if unknown:
+        raise ModsarError(f"modsar.search: unknown option {unknown[0]!r}; options: {', '.join(sorted(fields))}")
+    request = SearchRequest(space=str(space), dataset=dataset, overrides=list(overrides or []), **options)
+    summary = run_search(request)
+    if summary["problem"]:
+        raise ModsarError(summary["problem"])
+    return read_rows(request.results, request.experiment_name).reset_index(drop=True)

@@ -1,0 +1,192 @@
+"""Saved checkpoints: load one, find the row that records it, and score it again (`modsar evaluate`).
+
+A checkpoint stores its configuration and sizes, so the split, window and evaluation protocol of the run that
+wrote it are rebuilt exactly. Scored with that stored protocol, on the CPU a search tests on, a checkpoint
+gives its row's test.* values to the last digit: the same Evaluator over the same split as `modsar train` and
+a search's selection use. Any evaluation setting given here that differs from the stored one is named in the
+result, since those metrics are no longer comparable with the row's."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+import torch
+
+from modsar import devices
+from modsar.config import Config, apply_overrides, validate_for_dataset
+from modsar.data.split import make_split
+from modsar.data.store import load_dataset
+from modsar.data.views import viewed
+from modsar.errors import ModsarError
+from modsar.model.interface import Recommender
+from modsar.model.registry import build
+
+CHECKPOINT_FILE = "best.pt"  # what a search trial's checkpoint folder holds
+PROTOCOL_KEYS = ("eval.ks", "eval.filter_seen", "eval.sampled_negatives")  # what `modsar evaluate` may change
+
+
+def load_checkpoint_payload(path: str | Path, device: str = "cpu") -> dict:
+    """A checkpoint's stored dict, checked to be ModSAR's; one clear line for anything else."""
+    try:
+        payload = torch.load(path, map_location=device, weights_only=True)
+    except FileNotFoundError:
+        raise ModsarError(f"checkpoint '{path}' does not exist") from None
+    except IsADirectoryError:
+        raise ModsarError(f"checkpoint '{path}' is a folder without a {CHECKPOINT_FILE}; pass a .pt file written "
+                          "by modsar train, or a search row's checkpoint folder") from None
+    except Exception as error:  # pickle/zip errors of a file that is not a torch checkpoint at all
+        raise ModsarError(f"{path}: not a ModSAR checkpoint ({type(error).__name__}); pass a .pt written by "
+                          "modsar train or modsar search") from None
+    missing = {"config", "state_dict", "num_items", "num_users", "max_len"} - set(payload)
+    if missing:
+        raise ModsarError(f"{path}: not a ModSAR checkpoint (no {', '.join(sorted(missing))}); pass a .pt "
+                          "written by modsar train or modsar search")
+    return payload
+
+
+def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[Recommender, Config, dict]:
+    """The model (in eval mode, on `device`), its configuration and the stored dict of a checkpoint file."""
+    payload = load_checkpoint_payload(path, device)
+    cfg = Config.from_stored(payload["config"], where=str(path))
+    model = build(cfg, payload["num_items"], payload["num_users"], payload["max_len"])
+    try:
+        model.load_state_dict(payload["state_dict"])
+    except RuntimeError as error:  # weights of another shape or name than the stored config and sizes build
+        first = str(error).split("\n\t")[1] if "\n\t" in str(error) else str(error)
+        raise ModsarError(f"{path}: its weights do not fit the model its stored config and sizes build ({first}); "
+                          "the file was changed after modsar wrote it, or another program wrote it") from None
+    return model.to(device).eval(), cfg, payload
+
+
+def checkpoint_split(cfg: Config, data_dir: str | None = None):
+    """The split a checkpoint was trained and evaluated on: its dataset, view and protocol."""
+    return make_split(cfg, viewed(load_dataset(cfg.dataset, data_dir), cfg.data.view))
+
+
+@contextmanager
+def local_checkpoint(where: str | Path) -> Iterator[Path]:
+    """A checkpoint as a local file: a .pt path as it is, a search trial's folder (what its row's `checkpoint`
+    holds) as its best.pt, and either on an object store (s3://...) copied to a temporary folder first."""
+    where = str(where)
+    if "://" not in where:
+        path = Path(where)
+        yield path / CHECKPOINT_FILE if path.is_dir() else path
+        return
+    fs, path = pafs.FileSystem.from_uri(where)
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    source = path if name.endswith(".pt") else f"{path.rstrip('/')}/{CHECKPOINT_FILE}"
+    if fs.get_file_info(source).type != pafs.FileType.File:
+        raise ModsarError(f"checkpoint '{where}' does not exist (looked for {source})")
+    with tempfile.TemporaryDirectory() as folder:
+        pafs.copy_files(source, f"{folder}/{CHECKPOINT_FILE}", source_filesystem=fs)
+        yield Path(folder) / CHECKPOINT_FILE
+
+
+def checkpoint_row(where: str | Path) -> dict[str, Any] | None:
+    """The row that records this checkpoint, where it lies in its usual place: beside a `modsar train`
+    checkpoint (<results>/<experiment>/checkpoints/<trial>.pt) or above a search trial's checkpoint folder
+    (<results>/<experiment>/<trial folder>/checkpoint_N). None when no such row is found (a moved file)."""
+    from modsar.rows import read_rows
+
+    if "://" in str(where):
+        return None
+    target = Path(where).resolve()
+    for experiment in list(target.parents)[:4]:
+        if not (experiment / "trials").is_dir():
+            continue
+        rows = read_rows(str(experiment.parent), experiment.name)
+        if "checkpoint" not in rows:
+            return None
+        for row in rows.to_dict("records"):
+            recorded = row.get("checkpoint")
+            if isinstance(recorded, str) and "://" not in recorded and \
+                    Path(recorded).resolve() in (target, target.parent if target.name == CHECKPOINT_FILE else None):
+                return row
+        return None
+    return None
+
+
+@dataclass
+class CheckpointScores:
+    """What `modsar evaluate` gives: the metrics of one split, the protocol they were taken under, what of it
+    differs from the stored protocol, and, where the checkpoint's row was found, how they compare with it."""
+
+    checkpoint: str
+    split: str  # valid | test
+    metrics: dict[str, float]
+    protocol: dict[str, Any]  # eval.ks, eval.filter_seen, eval.sampled_negatives as used
+    changed: dict[str, tuple[Any, Any]]  # key -> (stored, used), for every protocol setting given otherwise
+    task: str
+    dataset: str
+    backbone: str
+    epoch: int | None  # the best validation epoch the checkpoint holds
+    device: str
+    row_trial_id: str | None = None
+    row_metrics: dict[str, float] = dataclasses.field(default_factory=dict)  # the row's values of this split
+
+    @property
+    def comparable(self) -> bool:
+        """Whether these metrics may be held to the row's: the cut-offs only pick which are shown, while
+        filtering seen items and sampling negatives change every one."""
+        return not set(self.changed) - {"eval.ks"}
+
+    def row_differences(self) -> dict[str, tuple[float, float]]:
+        """Metric -> (row, now) wherever the row records this split and the two are not equal to the last digit
+        (NaN equal to NaN). Empty when they agree, when there is no row, or when the protocol differs."""
+        if not self.comparable:
+            return {}
+        return {k: (self.row_metrics[k], v) for k, v in self.metrics.items() if k in self.row_metrics
+                and not (v == self.row_metrics[k] or (math.isnan(v) and math.isnan(self.row_metrics[k])))}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"checkpoint": self.checkpoint, "split": self.split, "task": self.task, "dataset": self.dataset,
+                "backbone": self.backbone, "epoch": self.epoch, "device": self.device, "protocol": self.protocol,
+                "protocol_changed": {k: {"stored": s, "used": u} for k, (s, u) in self.changed.items()},
+                "metrics": self.metrics, "row": self.row_trial_id, "comparable": self.comparable,
+                "row_differences": {k: {"row": r, "now": n} for k, (r, n) in self.row_differences().items()}}
+
+
+def evaluate_checkpoint(checkpoint: str | Path, split: str = "test", *, filter_seen: str | None = None,
+                        ks: list[int] | None = None, sampled_negatives: int | None = None, device: str = "cpu",
+                        data_dir: str | None = None) -> CheckpointScores:
+    """Score a saved checkpoint on its dataset's `valid` or `test` targets. Unset options keep the stored
+    protocol; the dataset must be prepared here as it was for the run (same items and users)."""
+    from modsar.evaluation import Evaluator, model_scorer
+
+    if split not in ("valid", "test"):
+        raise ModsarError(f"split '{split}' is not one of: valid, test")
+    torch_device = devices.resolve(device, "--device")
+    with local_checkpoint(checkpoint) as path:
+        model, cfg, payload = load_checkpoint(path, str(torch_device))
+    stored = {key: value for key, value in cfg.flat().items() if key in PROTOCOL_KEYS}
+    given = {"eval.ks": ks, "eval.filter_seen": filter_seen, "eval.sampled_negatives": sampled_negatives}
+    # stored=True: a stored config keeps settings of other backbones (no-ops there), as a row may
+    apply_overrides(cfg, {k: v for k, v in given.items() if v is not None}, "evaluate option", stored=True)
+    used = {key: value for key, value in cfg.flat().items() if key in PROTOCOL_KEYS}
+    dataset = viewed(load_dataset(cfg.dataset, data_dir), cfg.data.view)
+    if (dataset.num_items, dataset.num_users) != (payload["num_items"], payload["num_users"]):
+        raise ModsarError(f"checkpoint '{checkpoint}' was trained on '{cfg.dataset}' with {payload['num_items']:,} "
+                          f"items and {payload['num_users']:,} users; the '{cfg.dataset}' prepared here has "
+                          f"{dataset.num_items:,} and {dataset.num_users:,}: prepare it from the same source and "
+                          "options (see its row's dataset.* columns), or pass --data-dir")
+    data_split = make_split(cfg, dataset)
+    validate_for_dataset(cfg, dataset.num_items, "evaluate option", data_split, max_len=payload["max_len"])
+    evaluator = Evaluator.of(data_split, cfg, payload["max_len"], torch_device)
+    metrics = evaluator(model_scorer(model), split)
+    scores = CheckpointScores(str(checkpoint), split, metrics, used,
+                              {k: (stored[k], used[k]) for k in PROTOCOL_KEYS if stored[k] != used[k]},
+                              cfg.task, cfg.dataset, cfg.model.backbone, payload.get("epoch"), str(torch_device))
+    row = checkpoint_row(checkpoint)
+    if row is not None:
+        scores.row_trial_id = str(row.get("trial_id"))
+        scores.row_metrics = {k: float(row[f"{split}.{k}"]) for k in metrics
+                              if isinstance(row.get(f"{split}.{k}"), (int, float))}
+    return scores

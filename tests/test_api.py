@@ -1,0 +1,122 @@
+"""The Python API, used as a notebook uses it: `import modsar`, then train, evaluate, load, results, search.
+Each returns what the command of the same name computes (the same row, the same metrics)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+import modsar
+from modsar.config import Config, load_config
+from modsar.errors import ModsarError
+from modsar.evaluation import Evaluator, model_scorer
+from modsar.rows import read_rows
+
+TINY = {"model.hidden_size": 16, "model.num_layers": 1, "train.max_epochs": 2, "train.patience": 0,
+        "train.threads": 1}
+
+
+@pytest.fixture
+def ran(tmp_path):
+    row = modsar.train({"task": "ae", **TINY}, dataset="synthetic", results=str(tmp_path / "results"),
+                       progress=False)
+    return tmp_path / "results", row
+
+
+def test_train_returns_the_row_it_wrote_and_evaluate_equals_it(ran):
+    root, row = ran
+    assert row["task"] == "ae" and row["model.hidden_size"] == 16 and row["status"] == "finished"
+    stored = read_rows(str(root), "train-synthetic")
+    assert stored["trial_id"].tolist() == [row["trial_id"]] and stored["test.ndcg@10"].iloc[0] == row["test.ndcg@10"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the stored protocol, and equal to the row: nothing to warn about
+        metrics = modsar.evaluate(row["checkpoint"])
+    assert metrics == {k.removeprefix("test."): v for k, v in row.items() if k.startswith("test.")}
+    assert modsar.evaluate(row["checkpoint"], "valid")["ndcg@10"] == row["valid.ndcg@10"]
+    with pytest.warns(UserWarning, match=r"another protocol .*eval\.filter_seen=history \(stored: none\)"):
+        modsar.evaluate(row["checkpoint"], filter_seen="history")
+
+
+def test_load_gives_the_model_that_scores_as_the_row_says(ran):
+    _, row = ran
+    model, cfg = modsar.load(row["checkpoint"])
+    assert isinstance(cfg, Config) and cfg.task == "ae" and not model.training
+    from modsar.checkpoints import checkpoint_split
+
+    split = checkpoint_split(cfg)
+    test = Evaluator.of(split, cfg, cfg.data.max_len or 50, torch.device("cpu"))(model_scorer(model), "test")
+    assert test["ndcg@10"] == row["test.ndcg@10"]
+
+
+def test_results_filters_as_the_command_does(ran, tmp_path):
+    root, row = ran
+    second = modsar.train(["task=ar", *(f"{k}={v}" for k, v in TINY.items())], dataset="synthetic",
+                          results=str(root), progress=False, checkpoint=False)
+    both = modsar.results("train-synthetic", root=str(root))
+    assert isinstance(both, pd.DataFrame) and sorted(both["trial_id"]) == sorted([row["trial_id"], second["trial_id"]])
+    assert modsar.results(root=str(root), where={"task": "ar"})["trial_id"].tolist() == [second["trial_id"]]
+    assert modsar.results(root=str(root), where=["task=AE"])["trial_id"].tolist() == [row["trial_id"]]
+    assert not len(modsar.results(root=str(root), where={"task": "ar", "status": "diverged"}))
+    with pytest.raises(ModsarError, match="unknown column 'colour'"):
+        modsar.results(root=str(root), where={"colour": "red"})
+    with pytest.raises(ModsarError, match="no trial rows under"):
+        modsar.results("nothing-here", root=str(root))
+
+
+def test_every_form_of_config_is_read_as_the_command_reads_it(tmp_path):
+    """A mapping (dotted or nested), a YAML path, key=value strings and a Config give the same config; a
+    Config passed in is never changed; an unknown key is the command's error."""
+    from modsar.api import _config
+
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text("task: ae\nmodel:\n  hidden_size: 16\n")
+    expected = load_config(yaml_file, ["dataset=video"])
+    given = load_config(None, ["task=ae", "model.hidden_size=16"])
+    forms = [{"task": "ae", "model.hidden_size": 16}, {"task": "ae", "model": {"hidden_size": 16}}, yaml_file,
+             str(yaml_file), ["task=ae", "model.hidden_size=16"], given]
+    for form in forms:
+        assert _config(form, "video") == expected, form
+    assert given.dataset == "synthetic"  # untouched
+    with pytest.raises(ModsarError, match="hidden_sise"):
+        _config({"model.hidden_sise": 16}, None)
+    with pytest.raises(ModsarError, match="does not exist"):
+        modsar.train(tmp_path / "missing.yaml")
+
+
+def test_the_api_is_importable_without_loading_the_machinery():
+    """`import modsar` stays light: torch, pandas and Ray load when a function is called (a fresh process)."""
+    import subprocess
+    import sys
+
+    probe = "import sys, modsar; print(sorted(m for m in ('torch', 'pandas', 'ray') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+    assert all(callable(getattr(modsar, name)) for name in ("train", "evaluate", "load", "results", "search"))
+
+
+@pytest.mark.slow
+def test_search_returns_the_experiments_rows(tmp_path, monkeypatch):
+    import ray
+
+    monkeypatch.setenv("MODSAR_DATA", str(tmp_path / "data"))  # trials run in Ray workers: a real folder
+    space = tmp_path / "one.yaml"
+    space.write_text("description: one trial\nbase: {task: ar, model.hidden_size: 16, model.num_layers: 1}\n"
+                     "params:\n  model.num_heads: {grid: [1, 2]}\n"
+                     "budget: {search: grid, num_samples: 1, max_epochs: 2, eval_every: 1}\n")
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, object_store_memory=128 * 1024 * 1024,
+             log_to_driver=False, logging_level="ERROR")
+    try:
+        rows = modsar.search(space, "synthetic", results=str(tmp_path / "results"), quiet=True)
+        with pytest.raises(ModsarError, match="unknown option 'max_epoch'"):
+            modsar.search(space, "synthetic", max_epoch=3)
+    finally:
+        ray.shutdown()
+    assert len(rows) == 2 and rows["selected"].sum() == 1
+    best = rows[rows["selected"]].iloc[0]
+    assert best["valid.ndcg@10"] == rows["valid.ndcg@10"].max() and pd.notna(best["test.ndcg@10"])
+    assert Path(best["checkpoint"]).is_dir()
+    assert modsar.evaluate(best["checkpoint"])["ndcg@10"] == best["test.ndcg@10"]
