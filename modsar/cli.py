@@ -21,7 +21,7 @@ EPILOG_TRAIN = """examples:
 
 Overrides are dotted keys (see `modsar train --list-keys`); values are read as YAML (1e-3, true, [5,10]).
 The result row is written to <results>/<experiment>/trials/<trial>.parquet and the best checkpoint
-next to it under checkpoints/."""
+next to it under checkpoints/ (`modsar evaluate --checkpoint` scores it again). From Python: modsar.train()."""
 
 EPILOG_PROFILE = """examples:
   modsar data profile video                                  # print every measure with its shuffled baseline

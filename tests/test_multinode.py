@@ -17,6 +17,8 @@ import pytest
 from modsar.cli import main
 from modsar.rows import read_rows
 
+pytestmark = pytest.mark.slow  # real multi-process runs: the full suite's tier
+
 SPACE = Path(__file__).parent / "spaces" / "asha.yaml"
 BIN = Path(sys.executable).parent
 
@@ -27,10 +29,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def cluster(tmp_path):
+@pytest.fixture(scope="module")
+def cluster():
     """Head + worker as separate `ray start` nodes, each with 1 CPU and its own custom resource
-    (so two concurrent 1-CPU trials must land on different nodes). Torn down even when the test fails."""
+    (so two concurrent 1-CPU trials must land on different nodes). Torn down even when a test fails; the
+    module's tests share it (a cluster takes ~10 s to start), each submitting jobs of its own."""
     marker = uuid.uuid4().hex
     env = {**os.environ, "RAY_AUTH_MODE": "token", "MODSAR_TEST_CLUSTER": marker,
            "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}  # the job's `python` is this venv's

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import psutil
+import pytest
 import torch
 import yaml
 
@@ -131,6 +132,7 @@ def _compared_row(results: Path, experiment: str) -> pd.Series:
     return rows[rows["train.lr"] == COMPARED["train.lr"]].iloc[0]
 
 
+@pytest.mark.slow
 def test_train_reused_actor_retry_and_resume_give_one_curve(tmp_path):
     data = tmp_path / "data"
     results = tmp_path / "results"

@@ -91,6 +91,7 @@ def test_grid_asha_one_row_per_trial_and_selection(local_ray, data_dir, tmp_path
         assert scores["metrics"] == {k.removeprefix("test."): v for k, v in row.items() if k.startswith("test.")}
 
 
+@pytest.mark.slow
 def test_seed_reruns_on_a_uri_store(local_ray, data_dir, tmp_path, capsys):
     uri = f"file://{tmp_path}/store"
     assert search("--space", str(SPACES / "seeds.yaml"), "--dataset", "synthetic", "--results", uri,
@@ -288,6 +289,7 @@ def test_every_bundled_space_passes_its_check(space, capsys):
     assert out.startswith(f"space '{space}' (grid search: AE ") and "configurations are valid on dataset synthetic" in out
 
 
+@pytest.mark.slow
 def test_optuna_seed_reproduces_first_configurations(local_ray, data_dir, tmp_path):
     out = tmp_path / "results"
     configs = []
@@ -372,6 +374,7 @@ def _mid_run(experiment: Path, tag: str) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_sigkill_driver_then_resume(data_dir, tmp_path):
     """Kill the driver (and its local Ray) while a trial is mid-run; --resume continues that trial from its
     checkpoint and ASHA from its rungs, and every row equals the row of a search that was never killed."""
@@ -415,6 +418,7 @@ def test_sigkill_driver_then_resume(data_dir, tmp_path):
     assert resumed.equals(uninterrupted), resumed.compare(uninterrupted)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("space", ["hf_albert", "hf_llama", "hf_transfo_xl"])
 def test_hf_spaces_run_end_to_end(local_ray, data_dir, tmp_path, space):
     out = tmp_path / "results"
@@ -471,6 +475,7 @@ def test_fractional_gpus_share_one_device(data_dir, tmp_path):
     assert overlapping >= 2  # several 0.25-GPU trials shared the single GPU
 
 
+@pytest.mark.slow
 def test_mlflow_gets_one_run_per_trial_with_params_and_epoch_metrics(local_ray, data_dir, tmp_path):
     from mlflow.tracking import MlflowClient
 
@@ -576,11 +581,23 @@ if sys.argv[1] == "modsar":
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: builds a network namespace with a veth pair")
+def _own_network_namespace() -> bool:
+    """Whether this user may make a network namespace of its own (`unshare -rn`: a user namespace maps it to
+    root there), with no privilege outside it; kernels may switch unprivileged user namespaces off."""
+    try:
+        return subprocess.run(["unshare", "-rn", "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _own_network_namespace(), reason="builds a network namespace with a veth pair, and "
+                    "`unshare -rn` is refused here (unprivileged user namespaces are disabled, and this is not root)")
 def test_a_local_search_binds_only_to_loopback(tmp_path):
     """In a network namespace that also has a routable non-loopback address (where Ray's default listens on all
     interfaces and takes that address as the node's), the cluster `modsar search` starts listens on 127.0.0.1
-    only, and a trial runs on it. So the main job needs no private namespace (and no root)."""
+    only, and a trial runs on it. So the main job needs no private namespace (and no root). The namespace is the
+test's own (`unshare -rn`), so an ordinary user runs it too."""
     space = tmp_path / "one.yaml"
     space.write_text("description: one trial\nbase:\n  model.hidden_size: 8\nparams:\n  task: {grid: [ar]}\n"
                      "  train.lr: {grid: [0.01]}\nbudget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n")
@@ -591,7 +608,7 @@ def test_a_local_search_binds_only_to_loopback(tmp_path):
     env = {**os.environ, "MODSAR_DATA": str(tmp_path / "data")}
     seen = {}
     for mode in ("default", "modsar"):
-        done = subprocess.run(["unshare", "-n", "sh", "-c", f"{setup} && {sys.executable} {script} {mode} {space} "
+        done = subprocess.run(["unshare", "-rn", "sh", "-c", f"{setup} && {sys.executable} {script} {mode} {space} "
                                f"{tmp_path / 'results'}"], capture_output=True, text=True, env=env, timeout=600)
         lines = [x for x in done.stdout.splitlines() if x.startswith(("LISTEN", "AFTER"))]
         assert done.returncode == 0 and lines, done.stderr[-2000:]
@@ -604,6 +621,7 @@ def test_a_local_search_binds_only_to_loopback(tmp_path):
     assert len(rows) == 1 and rows["status"].eq("finished").all()
 
 
+@pytest.mark.slow
 def test_a_temporal_split_search_records_and_reports_its_protocol(local_ray, data_dir, tmp_path, capsys):
     """A search under data.split=temporal on a timestamped log: every row records the split, its cut times and
     target counts, and the report states them."""
@@ -630,6 +648,7 @@ def test_a_temporal_split_search_records_and_reports_its_protocol(local_ray, dat
     assert "protocol: data.split=temporal" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_arms_select_and_test_every_compared_model(local_ray, data_dir, tmp_path, capsys):
     """A space with `arms` selects the best trial of every task x arm value, tests it with its rollouts
     (eval.generate_steps), and the report shows one row per arm."""
@@ -673,6 +692,7 @@ def test_arms_must_be_categorical_params(tmp_path, capsys):
     assert "'train.lr' must be a grid or choice param other than task and model.backbone" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_residual_models_space_runs_the_five_models(local_ray, data_dir, tmp_path, capsys):
     """The bundled residual_models space, one epoch each: a row per model with its own settings, one selected
     and tested per model (not one per task), and report and analyze put the five side by side."""
@@ -697,6 +717,7 @@ def test_the_residual_models_space_runs_the_five_models(local_ray, data_dir, tmp
         assert name in text
 
 
+@pytest.mark.slow
 def test_a_scheduler_in_optimizer_steps_decides_on_steps(local_ray, data_dir, tmp_path):
     """unit: steps counts ASHA's rungs in optimizer steps: synthetic at batch 256 takes 4 steps an epoch, so
     max_t 10 steps stops every trial at its first validation at or past 10 steps, epoch 3 (12 steps), of its 6;

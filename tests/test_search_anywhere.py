@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from modsar.rows import read_rows
+
+pytestmark = pytest.mark.slow  # real multi-process runs: the full suite's tier
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 

@@ -148,6 +148,7 @@ def test_human_durations():
                                                                        "3.0 days"]
 
 
+@pytest.mark.slow
 def test_a_real_search_prints_its_estimate_first(data_dir, tmp_path, capsys):
     import ray
 

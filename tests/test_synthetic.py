@@ -196,6 +196,7 @@ def quickstart_trial(name: str, task: str, max_epochs: int):
     return run_trial(cfg, progress=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TRAINED)
 def test_quickstart_ae_and_ar_learn_a_fraction_of_the_optimum(name):
     max_epochs, fractions = TRAINED[name]

@@ -1,6 +1,6 @@
-"""`modsar search`: a design space searched by Ray Tune, every trial one Parquet row.
+"""`modsar search` (the package modsar.sweep): a design space searched by Ray Tune, every trial one Parquet row.
 
-Each trial runs `train.run_trial` (the same function as `modsar train`) inside a Ray Tune function
+Each trial runs `training.run_trial` (the same function as `modsar train`) inside a Ray Tune function
 trainable and reports validation metrics at every evaluation, with a checkpoint whenever the monitored
 metric improves. ASHA stops weak trials early; grid enumerates the conditional grid exactly; random and
 Optuna sample through Ray's OptunaSearch (RandomSampler / TPE, both seeded). A driver-side callback

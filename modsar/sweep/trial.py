@@ -1,4 +1,4 @@
-"""The Ray Tune function trainable: one trial is one `train.run_trial`, run inside a Ray worker."""
+"""The Ray Tune function trainable: one trial is one `training.run_trial`, run inside a Ray worker."""
 
 from __future__ import annotations
 
