@@ -735,3 +735,29 @@ def test_a_scheduler_in_optimizer_steps_decides_on_steps(local_ray, data_dir, tm
     assert rows["popularity_level"].between(0.01, 0.2).all()
     search_json = json.loads((out / "s" / "search.json").read_text())
     assert search_json["asha"] == {"max_t": 10, "grace_period": 10, "reduction_factor": 2, "unit": "steps"}
+
+
+def test_a_search_whose_tune_state_cannot_be_restored_is_refused_not_rerun(local_ray, data_dir, tmp_path, capsys):
+    """Tune, failing to read a search's state back, logs an error and runs the search as if it were new; from
+    its restored searcher that ran too few trials and exited 0 (seen with another user's Ray lock file in
+    /tmp). --resume refuses instead, naming the cause, and runs nothing."""
+    space = tmp_path / "two.yaml"
+    space.write_text("description: two trials\nbase: {task: ar, model.hidden_size: 8, model.num_layers: 1}\n"
+                     "params:\n  train.lr: {grid: [0.001, 0.01]}\n"
+                     "budget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n")
+    out = tmp_path / "results"
+    assert search("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment", "r") == 0
+    before = read_rows(str(out), "r")
+    states = sorted((out / "r" / "ray-ar").glob("experiment_state-*.json"))
+    assert states
+    for state in states:
+        state.write_text("{ not json")
+    capsys.readouterr()
+    assert search("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment", "r",
+                  "--resume") == 2
+    err = capsys.readouterr().err
+    assert f"--resume cannot restore the search's Tune state in {out / 'r' / 'ray-ar'}: " in err
+    assert "nothing was run" in err and "--overwrite" in err and "Traceback" not in err.split("modsar: error:")[-1]
+    after = read_rows(str(out), "r")
+    assert sorted(after["trial_id"]) == sorted(before["trial_id"])
+    assert after.set_index("trial_id")["valid.ndcg@10"].equals(before.set_index("trial_id")["valid.ndcg@10"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sys
 import time
@@ -235,6 +236,48 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
     return tune.Tuner(fn, param_space=param_space, tune_config=tune_config, run_config=run_config)
 
 
+class _RestoreFailed(Exception):
+    """Tune could not read back a search's state (and would have started the search again)."""
+
+
+class _RefuseRestart(logging.Filter):
+    """On Tune's controller logger while a search is restored. When Tune cannot read the search's state back it
+    logs "Failed to restore the run state." and runs the search as if it were new (unless fail_fast, which a
+    search cannot set: it would also end the search at its first trial error); from a restored searcher that
+    ran a few trials, or none, and exited 0: a resumed search that silently lost trials. This turns that log
+    record into an exception, before any trial runs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("Failed to restore the run state"):
+            raise _RestoreFailed(record.exc_info[1] if record.exc_info else record.getMessage())
+        return True
+
+
+@contextlib.contextmanager
+def restore_or_refuse(ray_path: str):
+    """Raise one ModsarError naming the cause where Tune fails to restore the search at `ray_path`."""
+    controller = logging.getLogger("ray.tune.execution.tune_controller")
+    refuse = _RefuseRestart()
+    controller.addFilter(refuse)
+    try:
+        yield
+    except Exception as error:
+        cause: BaseException | None = error
+        while cause is not None and not isinstance(cause, _RestoreFailed):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        reason = cause.args[0] if cause.args else "unknown"
+        hint = (" (a file another user's Ray left; give each user a Ray temp folder of their own with RAY_TMPDIR)"
+                if isinstance(reason, PermissionError) else "")
+        raise ModsarError(f"--resume cannot restore the search's Tune state in {ray_path}: "
+                          f"{type(reason).__name__ + ': ' if isinstance(reason, BaseException) else ''}{reason}"
+                          f"{hint}; nothing was run. Fix the cause and resume again, or start the search afresh "
+                          "with --overwrite") from None
+    finally:
+        controller.removeFilter(refuse)
+
+
 EARLIER_NAMES = ("modsar.search",)  # this package's names before 0.3 (`modsar.search` is now the Python API)
 
 
@@ -294,7 +337,7 @@ def run_search(req: SearchRequest, plan: Plan | None = None) -> dict[str, Any]:
         fn = make_trainable(plan)
         ray_path = f"{storage}/{RAY_DIR}-{task}"
         if req.resume and tune.Tuner.can_restore(ray_path):  # checked before a fresh Tuner writes tuner.pkl
-            with modules_under_earlier_names():
+            with modules_under_earlier_names(), restore_or_refuse(ray_path):
                 tuner = tune.Tuner.restore(ray_path, trainable=fn, resume_unfinished=True, resume_errored=True)
                 grid = tuner.fit()
         else:
