@@ -86,9 +86,9 @@ EPILOG_EVALUATE = """examples:
   modsar evaluate --checkpoint results/vanilla-video/ray-ar/TRIAL/checkpoint_000012 --split valid
   modsar evaluate --checkpoint C --filter-seen history --ks 1,10,100 --json
 
-With no option the checkpoint's stored protocol (its eval.* settings and window) is used, on the CPU where a
-search tests its selected trials: the metrics then equal the row's test.* values to the last digit, and the
-output says so when it finds the row (beside a train checkpoint, above a search trial's folder). An option that
+With no option the checkpoint's stored protocol (its eval.* settings and window) is used, on the device its
+row was tested on (the CPU for a search's selected trial, the training device for modsar train): the metrics
+then equal the row's test.* values to the last digit, and the output says so when it finds the row (beside a train checkpoint, above a search trial's folder). An option that
 changes the protocol is named in the output: the row was not selected and tested under it. The dataset must be
 prepared here as it was for the run (--data-dir, else $MODSAR_DATA)."""
 
@@ -226,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--ks", help="comma-separated cut-offs, e.g. 1,5,10,20,50 (default: as stored)")
     evaluate.add_argument("--sampled-negatives", type=int, metavar="N", help="rank against N sampled negatives; "
                           "0 = full ranking (default: as stored)")
-    evaluate.add_argument("--device", default="cpu", help="cpu (default: a search tests on it), cuda, cuda:N, auto")
+    evaluate.add_argument("--device", help="cpu, cuda, cuda:N or auto (default: where its row was tested: the CPU "
+                          "for a search's selected trial, the training device for modsar train and seed re-runs)")
     evaluate.add_argument("--json", action="store_true", help="print metrics, protocol and the row comparison as JSON")
     _add_data_dir(evaluate)
 
@@ -888,6 +889,8 @@ def _ks(text: str) -> list[int]:
         raise ModsarError(f"--ks {text!r} is not a comma-separated list of cut-offs (e.g. --ks 1,5,10,20,50)") from None
     if not ks or min(ks) < 1:
         raise ModsarError(f"--ks {text!r}: every cut-off must be >= 1")
+    if len(set(ks)) < len(ks):
+        raise ModsarError(f"--ks {text!r} names a cut-off twice; give each once")
     return ks
 
 
@@ -895,7 +898,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from modsar.checkpoints import evaluate_checkpoint
 
     scores = evaluate_checkpoint(args.checkpoint, args.split, filter_seen=args.filter_seen,
-                                 ks=_ks(args.ks) if args.ks else None, sampled_negatives=args.sampled_negatives,
+                                 ks=_ks(args.ks) if args.ks is not None else None, sampled_negatives=args.sampled_negatives,
                                  device=args.device, data_dir=args.data_dir)
     if args.json:
         print_json(args, to_json(scores.to_dict()))
@@ -906,10 +909,14 @@ def _evaluate(args: argparse.Namespace) -> int:
     print(f"{scores.task.upper()} ({scores.backbone}) on {scores.dataset}, {scores.checkpoint}{epoch}: "
           f"{scores.split}, ranking: {ranking}, filter_seen={protocol['eval.filter_seen']}, {scores.device}")
     print(metrics_table(protocol["eval.ks"], {scores.split: scores.metrics}))
-    if scores.changed:
-        changes = ", ".join(f"{key}={used} (stored: {stored})" for key, (stored, used) in scores.changed.items())
+    changes = ", ".join(f"{key}={used} (stored: {stored})" for key, (stored, used) in scores.changed.items())
+    if not scores.comparable:
         print(f"protocol: not the one this checkpoint's run was selected and tested under: {changes}; these "
               f"metrics are not comparable with its row's {scores.split}.* values")
+    elif scores.changed:
+        print(f"protocol: the stored one, at other cut-offs: {changes}")
+    if scores.device_note:
+        print(f"device: {scores.device_note}")
     if scores.row_trial_id is None:
         print("row: none found beside the checkpoint (moved, or written to a URI), so nothing to compare with")
     elif not scores.comparable:

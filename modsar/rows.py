@@ -8,7 +8,6 @@ Columns: run facts, every config value under its dotted name, ``valid.<metric>``
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import platform
@@ -26,6 +25,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from modsar.config import Config
+from modsar.data.store import dataset_identity
 from modsar.errors import ModsarError
 
 STATUSES = ("finished", "stopped", "diverged", "error")  # diverged: NaN/inf loss, weights or metrics
@@ -57,8 +57,7 @@ def result_row(cfg: Config, *, experiment: str, trial_id: str, status: str, vali
     row: dict[str, Any] = {
         "experiment": experiment, "trial_id": trial_id, "space": space, "status": status, "error": error,
         "selected": False, "role": "search" if space else "train",
-        "dataset_preprocessing": json.dumps(manifest.get("options")) if manifest else None,
-        "dataset_sha256": ",".join(map(_source_hash, manifest.get("sources", []))) or None,
+        **dataset_identity(manifest),
         # generated datasets: the expected test metrics of the Bayes-optimal ranking (full, unfiltered)
         "dataset_optimum": json.dumps(manifest["optimum"]["test"]) if manifest.get("optimum") else None,
         "backbone": cfg.model.backbone,
@@ -71,15 +70,6 @@ def result_row(cfg: Config, *, experiment: str, trial_id: str, status: str, vali
     row.update({f"valid.{k}": v for k, v in (valid or {}).items()})
     row.update({f"test.{k}": v for k, v in (test or {}).items()})
     return row
-
-
-def _source_hash(source: dict) -> str:
-    """A source file's SHA-256; for generated data, a hash of the generator's facts (name, options, version),
-    so rows of two generator versions never pass for the same data."""
-    if "sha256" in source:
-        return source["sha256"]
-    facts = json.dumps({k: v for k, v in source.items() if k != "path"}, sort_keys=True)
-    return "generated:" + hashlib.sha256(facts.encode()).hexdigest()[:16]
 
 
 PROTOCOL_FACTS = ("valid_targets", "test_targets", "split_valid_cut", "split_test_cut")  # train.split_facts
@@ -305,23 +295,25 @@ def _read_row_file(fs: pafs.FileSystem, file: str) -> pa.Table | str:
     return table
 
 
-def matching_rows(root: str, experiment: str | None = None, where: list[str] | None = None) -> pd.DataFrame:
+def matching_rows(root: str, experiment: str | None = None, where: list[str] | None = None,
+                  option: str = "--where") -> pd.DataFrame:
     """The rows of `experiment` (every experiment under `root` when None) whose columns equal each KEY=VALUE
     of `where`, compared as lower-case text (`selected=true`, `task=ar`, `model.hidden_size=64`). What
     `modsar results` and `modsar.results()` show; a root without rows, an unknown column or a malformed
-    condition is one ModsarError."""
+    condition is one ModsarError, naming `option` (the CLI's --where, the API's where)."""
     where = list(where or [])
     malformed = next((cond for cond in where if "=" not in cond), None)
     if malformed is not None:
-        raise ModsarError(f"--where {malformed!r} is not KEY=VALUE (e.g. --where task=ar --where selected=true)")
+        raise ModsarError(f"{option} {malformed!r} is not KEY=VALUE (e.g. task=ar, selected=true)")
     rows = read_rows(root, experiment)
     if not len(rows):
         folder = f"{root}/{experiment}" if experiment else root
-        raise ModsarError(f"no trial rows under {folder}; pass --results the folder `modsar search` or "
-                          f"`modsar train` wrote to{' and an --experiment in it' if experiment else ''}")
+        named = ("--results", "--experiment") if option.startswith("-") else ("root", "experiment")
+        raise ModsarError(f"no trial rows under {folder}; pass {named[0]} the folder `modsar search` or "
+                          f"`modsar train` wrote to{f' and an {named[1]} in it' if experiment else ''}")
     for cond in where:
         key, _, value = cond.partition("=")
         if key not in rows:
-            raise ModsarError(f"--where: unknown column '{key}' (e.g. task, status, selected, model.hidden_size)")
+            raise ModsarError(f"{option}: unknown column '{key}' (e.g. task, status, selected, model.hidden_size)")
         rows = rows[rows[key].astype(str).str.lower() == value.lower()]
     return rows

@@ -26,7 +26,7 @@ from modsar import devices
 from modsar.config import Config, validate_for_dataset
 from modsar.data.batches import Batch, TrainBatches
 from modsar.data.split import TemporalSplit, make_split
-from modsar.data.store import StoredDataset, load_dataset
+from modsar.data.store import StoredDataset, dataset_identity, load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
 from modsar.evaluation import Evaluator, model_scorer, popularity_scorer
@@ -387,7 +387,8 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     state = TrainState(optimizer, batches, device, rate)
     popularity = popularity_level(evaluator, split, device, monitor)
     checkpoint_path = Path(checkpoint_path) if checkpoint_path else None
-    meta = {"num_items": dataset.num_items, "num_users": dataset.num_users, "max_len": max_len}
+    meta = {"num_items": dataset.num_items, "num_users": dataset.num_users, "max_len": max_len,
+            **dataset_identity(dataset.manifest)}  # what `modsar evaluate` checks the data against
 
     def facts(last: bool, loss: float) -> dict:
         return {"last": last, "epoch_time_s": float(np.mean(state.epoch_times)), "num_parameters": num_parameters,

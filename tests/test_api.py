@@ -39,6 +39,9 @@ def test_train_returns_the_row_it_wrote_and_evaluate_equals_it(ran):
     assert modsar.evaluate(row["checkpoint"], "valid")["ndcg@10"] == row["valid.ndcg@10"]
     with pytest.warns(UserWarning, match=r"another protocol .*eval\.filter_seen=history \(stored: none\)"):
         modsar.evaluate(row["checkpoint"], filter_seen="history")
+    assert modsar.evaluate(Path(row["checkpoint"]), device="cpu", ks=[5])["ndcg@5"] == row["test.ndcg@5"]
+    with pytest.raises(ModsarError, match="device='gpu' is not a device ModSAR runs on"):
+        modsar.evaluate(row["checkpoint"], device="gpu")
 
 
 def test_load_gives_the_model_that_scores_as_the_row_says(ran):
@@ -63,8 +66,13 @@ def test_results_filters_as_the_command_does(ran, tmp_path):
     assert not len(modsar.results(root=str(root), where={"task": "ar", "status": "diverged"}))
     with pytest.raises(ModsarError, match="unknown column 'colour'"):
         modsar.results(root=str(root), where={"colour": "red"})
-    with pytest.raises(ModsarError, match="no trial rows under"):
+    with pytest.raises(ModsarError, match=r"no trial rows under .*; pass root the folder .* and an experiment in it"):
         modsar.results("nothing-here", root=str(root))
+    assert modsar.results(root=root, where="task=ae")["trial_id"].tolist() == [row["trial_id"]]  # a Path, one str
+    with pytest.raises(ModsarError, match="where 'task' is not KEY=VALUE"):
+        modsar.results(root=root, where=["task"])
+    with pytest.raises(ModsarError, match="where must be a mapping"):
+        modsar.results(root=root, where=5)  # type: ignore[arg-type]
 
 
 def test_every_form_of_config_is_read_as_the_command_reads_it(tmp_path):
@@ -85,6 +93,9 @@ def test_every_form_of_config_is_read_as_the_command_reads_it(tmp_path):
         _config({"model.hidden_sise": 16}, None)
     with pytest.raises(ModsarError, match="does not exist"):
         modsar.train(tmp_path / "missing.yaml")
+    for wrong in (5, b"task=ae", [1, 2]):
+        with pytest.raises(ModsarError, match="config must be a mapping of keys"):
+            _config(wrong, None)  # type: ignore[arg-type]
 
 
 def test_the_api_is_importable_without_loading_the_machinery():

@@ -70,10 +70,13 @@ def test_another_protocol_is_named_and_not_held_to_the_row(tmp_path, capsys):
     assert f"row {row['trial_id']}: not compared" in out
     header = out.splitlines()[1].split()
     assert header == ["split", "recall@1", "recall@10", "ndcg@1", "ndcg@10", "mrr@1", "mrr@10"]
-    # cut-offs alone change nothing that is shown: still held to the row
+    # cut-offs alone change nothing that is shown: still held to the row, and said so in one consistent way
     code, out, _ = evaluate(capsys, "--checkpoint", row["checkpoint"], "--ks", "10", "--json")
     scores = json.loads(out)
     assert scores["comparable"] and scores["metrics"] == {f"{m}@10": row[f"test.{m}@10"] for m in ("recall", "ndcg", "mrr")}
+    code, out, _ = evaluate(capsys, "--checkpoint", row["checkpoint"], "--ks", "5,20")  # without the monitor's 10
+    assert code == 0 and "protocol: the stored one, at other cut-offs: eval.ks=[5, 20] (stored: [1, 5, 10, 20, 50])" in out
+    assert "not comparable" not in out and out.splitlines()[-1].endswith("equal to its test.* values to the last digit")
     # sampled negatives: 100 fixed negatives per target, so recall@10 can only rise
     code, out, _ = evaluate(capsys, "--checkpoint", row["checkpoint"], "--sampled-negatives", "100", "--json")
     scores = json.loads(out)
@@ -114,7 +117,6 @@ def test_a_timed_model_is_scored_with_its_times(tmp_path, capsys):
 @pytest.mark.parametrize(("make", "args", "message"), [
     (None, ["--checkpoint", "{tmp}/nope.pt"], "checkpoint '{tmp}/nope.pt' does not exist"),
     ("text", ["--checkpoint", "{tmp}/notes.pt"], "{tmp}/notes.pt: not a ModSAR checkpoint (UnpicklingError)"),
-    ("folder", ["--checkpoint", "{tmp}/folder"], "checkpoint '{tmp}/folder/best.pt' does not exist"),
     ("row", ["--checkpoint", "{ckpt}", "--ks", "1,x"], "--ks '1,x' is not a comma-separated list of cut-offs"),
     ("row", ["--checkpoint", "{ckpt}", "--ks", "0,10"], "--ks '0,10': every cut-off must be >= 1"),
     ("row", ["--checkpoint", "{ckpt}", "--sampled-negatives", "100000"],
@@ -123,6 +125,17 @@ def test_a_timed_model_is_scored_with_its_times(tmp_path, capsys):
      "(size mismatch for "),
     ("resized", ["--checkpoint", "{ckpt}", "--data-dir", "{tmp}/data"], "was trained on 'mine' with 20 items and 30 "
      "users; the 'mine' prepared here has 21 and 30: prepare it from the same source"),
+    ("reordered", ["--checkpoint", "{ckpt}", "--data-dir", "{tmp}/data"], "was trained on another 'mine' than the "
+     "one prepared here (its sources differ, with the same numbers of items and users)"),
+    (None, ["--checkpoint", "foo://x"], "checkpoint 'foo://x': "),
+    ("folder", ["--checkpoint", "{tmp}/folder"], "checkpoint folder '{tmp}/folder' holds no best.pt"),
+    ("trial", ["--checkpoint", "{tmp}/trial"], "(a trial's folder: pass one of its checkpoint_000002)"),
+    ("resume", ["--checkpoint", "{tmp}/resume.pt"], "(a search's resume state: pass the best.pt beside it)"),
+    ("number", ["--checkpoint", "{tmp}/five.pt"], "not a ModSAR checkpoint (it holds a int)"),
+    ("sizes", ["--checkpoint", "{ckpt}"], "a damaged ModSAR checkpoint (num_items=-5)"),
+    ("config", ["--checkpoint", "{ckpt}"], "a damaged ModSAR checkpoint (its config: AttributeError"),
+    ("row", ["--checkpoint", "{ckpt}", "--ks", "10,10"], "--ks '10,10' names a cut-off twice"),
+    ("row", ["--checkpoint", "{ckpt}", "--ks", ""], "--ks '' is not a comma-separated list of cut-offs"),
 ])
 def test_bad_input_is_one_clear_line(make, args, message, tmp_path, capsys, monkeypatch):
     ckpt = ""
@@ -130,12 +143,36 @@ def test_bad_input_is_one_clear_line(make, args, message, tmp_path, capsys, monk
         (tmp_path / "notes.pt").write_text("not a checkpoint")
     elif make == "folder":
         (tmp_path / "folder").mkdir()
-    elif make in ("row", "edited"):
+    elif make == "trial":  # a search trial's folder, above its checkpoint folders
+        (tmp_path / "trial" / "checkpoint_000002").mkdir(parents=True)
+        torch.save({"state_dict": {}}, tmp_path / "trial" / "checkpoint_000002" / "best.pt")
+    elif make == "resume":
+        torch.save({"optimizer": {}, "history": []}, tmp_path / "resume.pt")
+    elif make == "number":
+        torch.save(5, tmp_path / "five.pt")
+    elif make in ("row", "edited", "sizes", "config"):
         ckpt = train(tmp_path, capsys)["checkpoint"]
+    if make in ("sizes", "config"):  # a size no model has; a config section that is no mapping
+        payload = torch.load(ckpt, weights_only=True)
+        if make == "sizes":
+            payload["num_items"] = -5
+        else:
+            payload["config"]["model"] = 3
+        torch.save(payload, ckpt)
     if make == "edited":  # sizes that the stored weights do not have
         payload = torch.load(ckpt, weights_only=True)
         payload["num_items"] += 1
         torch.save(payload, ckpt)
+    if make == "reordered":  # the same pairs, each user's items in another order: same sizes, other data
+        from modsar.data.store import prepare_dataset
+
+        pairs = [f"{u} {1 + (u * 7 + k) % 20}" for u in range(1, 31) for k in range(5)]
+        (tmp_path / "mine.txt").write_text("\n".join(pairs) + "\n")
+        prepare_dataset("mine", sources=[tmp_path / "mine.txt"], root=tmp_path / "data")
+        ckpt = train(tmp_path, capsys, dataset="mine", data_dir=tmp_path / "data")["checkpoint"]
+        backwards = [f"{u} {1 + (u * 7 + k) % 20}" for u in range(1, 31) for k in reversed(range(5))]
+        (tmp_path / "mine.txt").write_text("\n".join(backwards) + "\n")
+        prepare_dataset("mine", sources=[tmp_path / "mine.txt"], root=tmp_path / "data", force=True)
     if make == "resized":  # trained on 20 items; the dataset is prepared again from a file with a 21st
         from modsar.data.store import prepare_dataset
 
@@ -164,3 +201,19 @@ def test_a_search_trials_checkpoint_folder_is_found_and_matches(tmp_path, capsys
     assert read_rows(str(experiment.parent), experiment.name)["checkpoint"].tolist() == [str(folder)]
     code, out, _ = evaluate(capsys, "--checkpoint", str(folder))
     assert code == 0 and out.splitlines()[-1] == f"row {row['trial_id']}: equal to its test.* values to the last digit"
+
+
+def test_a_row_without_test_values_is_said_so_not_called_different(tmp_path, capsys):
+    """A search tests only the trials it selects: the others' rows hold no test.* (NaN beside the selected
+    ones). Scoring such a trial's checkpoint says so; it never reports 'differs' against a missing value."""
+    from modsar.rows import write_row
+
+    row = train(tmp_path, capsys)
+    root = Path(row["checkpoint"]).parent.parent.parent
+    write_row(str(root), {**row, "role": "search", **{k: None for k in row if k.startswith("test.")}})
+    write_row(str(root), {**row, "trial_id": "another", "checkpoint": None, "selected": True})  # one that was tested
+    code, out, _ = evaluate(capsys, "--checkpoint", row["checkpoint"])
+    assert code == 0 and out.splitlines()[-1] == (f"row {row['trial_id']}: it holds no test.* values (a search tests "
+                                                  "only the trials it selects)")
+    code, out, _ = evaluate(capsys, "--checkpoint", row["checkpoint"], "--json")
+    assert json.loads(out)["row_differences"] == {}

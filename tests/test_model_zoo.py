@@ -225,7 +225,7 @@ def test_duorec_regularizer_contrasts_the_named_views(views):
 
 
 def test_duorec_training_loss_is_ce_plus_lambda_info_nce():
-    """The loss a DuoRec batch trains on (train.batch_loss): full-softmax CE over every labelled position plus
+    """The loss a DuoRec batch trains on (training.batch_loss): full-softmax CE over every labelled position plus
     lambda times the InfoNCE of the last states, each written out here from the scores and states."""
     from modsar.training import batch_loss
 

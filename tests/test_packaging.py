@@ -40,10 +40,14 @@ def test_the_version_is_defined_once_and_installed_as_written():
 
 
 def test_the_spaces_are_found_as_package_data():
-    """In this checkout's editable install, importlib.resources maps modsar.search_spaces to search_spaces/."""
+    """In this checkout's editable install, importlib.resources maps modsar.search_spaces to search_spaces/
+    (the installed wheel's case is the slow test below)."""
+    import importlib.resources
+
     from modsar.spaces import SPACES_DIR
 
-    assert SPACES_DIR == CHECKOUT / "search_spaces" and (SPACES_DIR / "quickstart.yaml").is_file()
+    found = importlib.resources.files("modsar.search_spaces")
+    assert Path(str(found)) == SPACES_DIR == CHECKOUT / "search_spaces" and (found / "quickstart.yaml").is_file()
 
 
 def fresh_venv(folder: Path) -> Path:

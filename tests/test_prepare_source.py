@@ -150,3 +150,14 @@ def test_a_registry_rating_filter_needs_ratings_in_the_file(tmp_path):
     manifest, _ = prepare_dataset("rated", [dat], spec=spec)
     assert manifest["options"]["min_rating"] == 4.0
     assert manifest["statistics"]["interactions"] < manifest["raw_interactions"]
+
+
+def test_sessions_whose_first_items_differ_stay_sessions_under_a_session_registry(tmp_path, capsys):
+    """Distinct first ids look like one line per user; read so, each session would lose its first item. Under
+    diginetica (a registry of sessions) such a file is sessions; under a name of your own it stays user-lines."""
+    src = write(tmp_path / "train.txt", "".join(f"{s} {s + 1} {s + 2} {s + 3} {s + 4}\n" for s in range(1, 41)))
+    manifest = _prepare_json(capsys, "diginetica", "--source", str(src), "--min-user-count", "0",
+                             "--min-item-count", "0")
+    assert manifest["sources"][0]["format"] == "sessions" and manifest["statistics"]["interactions"] == 200
+    mine = _prepare_json(capsys, "mine", "--source", str(src))
+    assert mine["sources"][0]["format"] == "user-lines" and mine["statistics"]["interactions"] == 160

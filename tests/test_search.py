@@ -514,14 +514,17 @@ def test_tune_callbacks_unpickle_under_their_earlier_names_while_a_search_is_res
     import pickle
 
     import modsar
-    from modsar.sweep import rows
+    from modsar.sweep import rows, tracking
     from modsar.sweep.tuner import modules_under_earlier_names
 
     with modules_under_earlier_names():
         for name in ("ResultRows", "LiveTable", "SchedulerState"):
             assert pickle.loads(f"cmodsar.search\n{name}\n.".encode()) is getattr(rows, name)
             assert pickle.loads(f"cmodsar.search.rows\n{name}\n.".encode()) is getattr(rows, name)
-    assert "modsar.search" not in sys.modules and callable(modsar.search) and modsar.search.__module__ == "modsar.api"
+        # a search started with --mlflow names its MLflow logger too (modsar.search.tracking)
+        assert pickle.loads(b"cmodsar.search.tracking\nMLflowRuns\n.") is tracking.MLflowRuns
+    assert not [n for n in sys.modules if n.split(".")[:2] == ["modsar", "search"]]
+    assert callable(modsar.search) and modsar.search.__module__ == "modsar.api"
 
 
 def test_rows_from_a_metrics_dataframe_keep_integer_types(data_dir, tmp_path):
@@ -581,30 +584,35 @@ if sys.argv[1] == "modsar":
 """
 
 
+NAMESPACE_SETUP = ("ip link set lo up && ip link add veth0 type veth peer name veth1 && ip addr add 10.9.9.9/24 "
+                   "dev veth0 && ip link set veth0 up && ip link set veth1 up && ip route add default dev veth0")
+
+
 def _own_network_namespace() -> bool:
-    """Whether this user may make a network namespace of its own (`unshare -rn`: a user namespace maps it to
-    root there), with no privilege outside it; kernels may switch unprivileged user namespaces off."""
+    """Whether this user may build the test's network namespace (`unshare -rn`: a user namespace maps it to
+    root there, with no privilege outside it). Kernels may switch unprivileged user namespaces off, or allow
+    them without the capabilities a veth pair needs (AppArmor's restriction): the setup itself is tried."""
     try:
-        return subprocess.run(["unshare", "-rn", "true"], capture_output=True, timeout=30).returncode == 0
+        done = subprocess.run(["unshare", "-rn", "sh", "-c", NAMESPACE_SETUP], capture_output=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return False
+    return done.returncode == 0
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _own_network_namespace(), reason="builds a network namespace with a veth pair, and "
-                    "`unshare -rn` is refused here (unprivileged user namespaces are disabled, and this is not root)")
+@pytest.mark.skipif(not _own_network_namespace(), reason="builds a network namespace with a routable veth "
+                    "address, and this user cannot (`unshare -rn` with a veth pair is refused here)")
 def test_a_local_search_binds_only_to_loopback(tmp_path):
     """In a network namespace that also has a routable non-loopback address (where Ray's default listens on all
     interfaces and takes that address as the node's), the cluster `modsar search` starts listens on 127.0.0.1
     only, and a trial runs on it. So the main job needs no private namespace (and no root). The namespace is the
-test's own (`unshare -rn`), so an ordinary user runs it too."""
+    test's own (`unshare -rn`), so an ordinary user runs it too."""
     space = tmp_path / "one.yaml"
     space.write_text("description: one trial\nbase:\n  model.hidden_size: 8\nparams:\n  task: {grid: [ar]}\n"
                      "  train.lr: {grid: [0.01]}\nbudget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n")
     script = tmp_path / "check.py"
     script.write_text(LOOPBACK_CHECK)
-    setup = ("ip link set lo up && ip link add veth0 type veth peer name veth1 && ip addr add 10.9.9.9/24 dev veth0"
-             " && ip link set veth0 up && ip link set veth1 up && ip route add default dev veth0")
+    setup = NAMESPACE_SETUP
     env = {**os.environ, "MODSAR_DATA": str(tmp_path / "data")}
     seen = {}
     for mode in ("default", "modsar"):

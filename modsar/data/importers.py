@@ -241,7 +241,9 @@ def detect_format(path: Path, text: str, prefer: str | None = None) -> str:
     if all(len(r) == 2 for r in rows) and len(set(firsts)) < len(firsts):
         return "pairs"
     if len(set(firsts)) == len(firsts) and all(len(r) >= 2 for r in rows):
-        return "user-lines"
+        # one line per user and one line per session look alike (distinct first ids): a registry of sessions
+        # (diginetica) means sessions, where reading them as user-lines would drop each session's first item
+        return "sessions" if prefer == "sessions" else "user-lines"
     fits = _readable_as(path, head)
     if prefer in fits:
         return str(prefer)

@@ -377,3 +377,20 @@ def list_prepared(root: str | Path | None = None) -> list[dict]:
         if listed and (manifest := read_manifest(child.name, root)) is not None:
             found.append(manifest)
     return found
+
+
+def _source_hash(source: dict) -> str:
+    """A source file's SHA-256; for generated data, a hash of the generator's facts (name, options, version),
+    so rows of two generator versions never pass for the same data."""
+    if "sha256" in source:
+        return source["sha256"]
+    facts = json.dumps({k: v for k, v in source.items() if k != "path"}, sort_keys=True)
+    return "generated:" + hashlib.sha256(facts.encode()).hexdigest()[:16]
+
+
+def dataset_identity(manifest: dict) -> dict[str, str | None]:
+    """What tells one preparation of a dataset from another: the sources' SHA-256 and the preprocessing
+    options. Rows record it (dataset_sha256, dataset_preprocessing) and checkpoints too, so a checkpoint is
+    never scored on a dataset prepared otherwise under the same name (modsar evaluate)."""
+    return {"dataset_preprocessing": json.dumps(manifest.get("options")) if manifest else None,
+            "dataset_sha256": ",".join(map(_source_hash, manifest.get("sources", []))) or None}

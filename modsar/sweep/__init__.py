@@ -19,8 +19,8 @@ Parquet row per trial), `tuner` (Ray, the Tuners, selection, testing and seed re
 
 from modsar.sweep.plan import Plan, SearchRequest, make_plan, trial_config
 
-# the Tune callbacks are re-exported under their 0.2 names: tuner.pkl of a search started before the split
-# pickled them as modsar.sweep.<name>, and --resume unpickles them
+# the Tune callbacks are re-exported at the package's top, where a search started before the package split
+# pickled them (as modsar.search.<name>); --resume finds them there under that name (tuner.modules_under_earlier_names)
 from modsar.sweep.rows import LiveTable, ResultRows, SchedulerState, reconcile_rows, row_from_results
 from modsar.sweep.trial import make_trainable, trainable
 from modsar.sweep.tuner import check_resources, connect_ray, rerun_seeds, run_search, select_and_test

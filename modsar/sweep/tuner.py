@@ -4,12 +4,15 @@ and test the best AE and AR trials and re-run seeds."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import logging
 import os
+import pkgutil
 import sys
 import time
 import types
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -254,7 +257,7 @@ class _RefuseRestart(logging.Filter):
 
 
 @contextlib.contextmanager
-def restore_or_refuse(ray_path: str):
+def restore_or_refuse(ray_path: str) -> Iterator[None]:
     """Raise one ModsarError naming the cause where Tune fails to restore the search at `ray_path`."""
     controller = logging.getLogger("ray.tune.execution.tune_controller")
     refuse = _RefuseRestart()
@@ -282,24 +285,27 @@ EARLIER_NAMES = ("modsar.search",)  # this package's names before 0.3 (`modsar.s
 
 
 @contextlib.contextmanager
-def modules_under_earlier_names():
+def modules_under_earlier_names() -> Iterator[None]:
     """While a search started by an earlier ModSAR is restored: its tuner.pkl names the Tune callbacks by the
     package's earlier names (modsar.search.<name>, modsar.search.rows.<name>), so those names are made to
     resolve to this package and its modules, in sys.modules only (the `modsar` package's attributes, the
     Python API, stay as they are), and are removed again afterwards."""
     from modsar import sweep
 
-    aliases = {}
+    modules = {}
+    for info in pkgutil.iter_modules(sweep.__path__):  # every one, imported yet or not
+        with contextlib.suppress(ImportError):  # one that needs an optional package it was resumed without
+            modules[info.name] = importlib.import_module(f"modsar.sweep.{info.name}")
+    aliases: dict[str, types.ModuleType] = {}
     for old in EARLIER_NAMES:
         aliases[old] = sweep
-        aliases |= {f"{old}.{name}": module for name, module in vars(sweep).items()
-                    if isinstance(module, types.ModuleType) and module.__name__.startswith("modsar.sweep.")}
+        aliases |= {f"{old}.{name}": module for name, module in modules.items()}
     added = [name for name in aliases if name not in sys.modules]
     sys.modules.update({name: aliases[name] for name in added})
     try:
         yield
     finally:
-        for name in added:
+        for name in [*added, *(n for n in sys.modules if n.split(".")[:2] == ["modsar", "search"])]:
             sys.modules.pop(name, None)
 
 
