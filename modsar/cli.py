@@ -1,4 +1,8 @@
-"""`modsar` command line: data preparation and training (search, report and analysis build on these)."""
+"""`modsar` command line: one handler per command, each a thin layer over the package (the Python API in
+modsar/api.py calls the same functions).
+
+data (prepare, stats, profile, list), train, evaluate, search, spaces, results, report, analyze, generate,
+submit; `modsar COMMAND --help` teaches each with examples."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from modsar.errors import ModsarError
-from modsar.outputs import to_json
+from modsar.outputs import to_json, write_text
 
 EPILOG_TRAIN = """examples:
   modsar train --dataset synthetic                          # SASRec-style AR model, CE loss
@@ -578,9 +582,7 @@ def _report(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     target = out / f"report.{'tex' if args.format == 'latex' else args.format}"
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(target)
+    write_text(target, text)
     plots = [path for r in reports  # one plot folder per experiment when the report is split by experiment
              for path in plot_all(r.rows, r.cells, r.datasets, r.spaces, args.metric,
                                   out / r.experiment if r.experiment else out)]
@@ -766,9 +768,7 @@ def _profile(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        tmp = out / ".profile.json.tmp"
-        tmp.write_text(document + "\n")
-        tmp.replace(out / "profile.json")
+        write_text(out / "profile.json", document + "\n")
         written = [out / "profile.json", write_parquet(profile_output.long_table(found), out / "profile.parquet")]
         written += profile_output.plot(found, corpora, out)
     if args.json:

@@ -397,20 +397,14 @@ def write(generation: Generation, out: str | Path, facts: dict) -> list[Path]:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    from modsar.outputs import to_json
+    from modsar.outputs import save_figure, to_json, write_parquet, write_text
 
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, frame in (("rollouts.parquet", generation.rollouts), ("steps.parquet", generation.steps)):
-        tmp = folder / f".{name}.tmp"
-        frame.to_parquet(tmp, index=False)
-        tmp.replace(folder / name)
-        paths.append(folder / name)
-    tmp = folder / ".metrics.json.tmp"
-    tmp.write_text(to_json({**facts, **generation.metrics}) + "\n")
-    tmp.replace(folder / "metrics.json")
-    paths.append(folder / "metrics.json")
+        paths.append(write_parquet(frame, folder / name))
+    paths.append(write_text(folder / "metrics.json", to_json({**facts, **generation.metrics}) + "\n"))
     m, s = generation.metrics, generation.steps
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     left.plot(s["step"], s["hit_in_future"], marker="o", label="pick among the true future")
@@ -431,9 +425,5 @@ def write(generation: Generation, out: str | Path, facts: dict) -> list[Path]:
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle(f"{facts.get('strategy', '')} rollouts, {generation.counted()}, H={m['steps']}", fontsize=10)
     fig.tight_layout()
-    tmp = folder / ".generate.png.tmp"
-    fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
-    tmp.replace(folder / "generate.png")
-    paths.append(folder / "generate.png")
+    paths.append(save_figure(fig, folder / "generate.png"))
     return paths

@@ -1,11 +1,14 @@
-"""Outputs: atomic files (a reader never sees a half-written table or figure: write a temp name, then rename)
-and strict JSON."""
+"""Outputs: atomic files (a reader never sees a half-written row, table or figure: `atomic_write` writes a
+temporary name and renames it) and strict JSON."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +16,37 @@ from modsar.errors import ModsarError
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow.fs as pafs
+
+PARTIAL_PREFIX = ".tmp-"  # a write in progress, or one a killed process left: listings skip hidden names
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | Path, fs: pafs.FileSystem | None = None) -> Iterator[str]:
+    """The name to write `path` under: a hidden temporary name beside it (".tmp-<random>-<name>", so the
+    extension, which savefig reads, is kept), renamed onto `path` when the block ends and deleted when it
+    raises. Every file ModSAR writes goes through here. `fs` is a pyarrow filesystem for an object store
+    (its path without the scheme); local paths need none."""
+    if fs is None:
+        import pyarrow.fs as pafs
+
+        fs, path = pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(str(path)))
+    folder, _, name = str(path).rpartition("/")
+    fs.create_dir(folder, recursive=True)
+    tmp = f"{folder}/{PARTIAL_PREFIX}{uuid.uuid4().hex[:12]}-{name}"
+    try:
+        yield tmp
+        fs.move(tmp, str(path))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            fs.delete_file(tmp)
+        raise
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    with atomic_write(path) as tmp:
+        Path(tmp).write_text(text)
+    return Path(path)
 
 
 def pyplot():
@@ -48,11 +82,11 @@ def ensure_writable_dir(path: str | Path, flag: str, *, write: bool = True) -> N
 
 def save_figure(fig, path: Path) -> Path:
     plt = pyplot()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        with atomic_write(path) as tmp:
+            fig.savefig(tmp, dpi=120)
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -60,10 +94,8 @@ def write_parquet(frame: pd.DataFrame, path: Path) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
-    tmp.replace(path)
+    with atomic_write(path) as tmp:
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
     return path
 
 

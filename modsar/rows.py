@@ -13,7 +13,6 @@ import os
 import platform
 import socket
 import sys
-import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
@@ -27,6 +26,7 @@ import pyarrow.parquet as pq
 from modsar.config import Config
 from modsar.data.store import dataset_identity
 from modsar.errors import ModsarError
+from modsar.outputs import PARTIAL_PREFIX, atomic_write
 
 STATUSES = ("finished", "stopped", "diverged", "error")  # diverged: NaN/inf loss, weights or metrics
 ROW_KIND = (b"modsar.kind", b"trial-row")  # schema metadata of every row file: `read_rows` takes nothing else
@@ -107,13 +107,10 @@ def write_row(root: str, row: dict[str, Any]) -> str:
     """Write one trial row atomically; returns the final path."""
     fs, base = filesystem(root)
     folder = f"{base}/{row['experiment']}/trials"
-    fs.create_dir(folder, recursive=True)
     final = f"{folder}/{row['trial_id']}.parquet"
-    tmp = f"{folder}/.tmp-{uuid.uuid4().hex}.parquet"
     table = pa.Table.from_pylist([row]).replace_schema_metadata(dict([ROW_KIND]))
-    with fs.open_output_stream(tmp) as out:
+    with atomic_write(final, fs) as tmp, fs.open_output_stream(tmp) as out:
         pq.write_table(table, out)
-    fs.move(tmp, final)
     return final
 
 
@@ -123,7 +120,7 @@ def remove_partial_rows(root: str, experiment: str) -> int:
     Only safe while no other writer is active: `modsar search --resume` calls it before its Tuners start."""
     fs, base = filesystem(root)
     selector = pafs.FileSelector(f"{base}/{experiment}/trials", allow_not_found=True)
-    partial = [f.path for f in fs.get_file_info(selector) if f.base_name.startswith(".tmp-")]
+    partial = [f.path for f in fs.get_file_info(selector) if f.base_name.startswith(PARTIAL_PREFIX)]
     for path in partial:
         fs.delete_file(path)
     return len(partial)

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import random
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +35,7 @@ from modsar.model import registry
 from modsar.model.interface import Recommender, encode
 from modsar.model.losses import training_loss
 from modsar.optim import BertAdamW
+from modsar.outputs import atomic_write
 from modsar.randomness import global_states, seed_everything, untouched
 
 # on_eval(epoch, valid metrics, improved, checkpoint or None, facts): facts has "last" (training stops after
@@ -139,11 +138,9 @@ def build_model(cfg: Config, num_items: int, num_users: int, max_len: int) -> Re
 
 
 def _atomic_save(path: Path, payload: dict) -> None:
-    """torch.save to a temporary name, then rename: never a half file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.stem}-{uuid.uuid4().hex[:8]}.tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    """torch.save, never a half file."""
+    with atomic_write(path) as tmp:
+        torch.save(payload, tmp)
 
 
 def _weights(model: Recommender) -> dict[str, torch.Tensor]:

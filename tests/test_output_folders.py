@@ -115,3 +115,19 @@ def test_prepare_removes_what_a_killed_prepare_of_that_name_left_and_keeps_the_r
     assert "toy" in names and not [n for n in names if "staging" in n or n.startswith(".")]
     assert main(["data", "prepare", "toy", "--source", str(src), "--force"]) == 0  # the replaced copy is removed
     assert sorted(p.name for p in root.iterdir() if p.name.startswith(".old-")) == []
+
+
+def test_atomic_write_leaves_the_old_file_or_the_new_one_never_half(tmp_path):
+    """Every file ModSAR writes goes through atomic_write: a write that raises leaves the earlier file as it
+    was and no temporary name behind; one that ends replaces it whole."""
+    from modsar.outputs import atomic_write
+
+    target = tmp_path / "deep" / "table.json"
+    with atomic_write(target) as tmp:
+        assert tmp != str(target) and tmp.endswith("-table.json") and "/deep/.tmp-" in tmp
+        Path(tmp).write_text("first")
+    assert target.read_text() == "first"
+    with pytest.raises(RuntimeError), atomic_write(target) as tmp:
+        Path(tmp).write_text("half a sec")
+        raise RuntimeError("killed mid-write")
+    assert target.read_text() == "first" and sorted(p.name for p in target.parent.iterdir()) == ["table.json"]

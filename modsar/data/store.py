@@ -34,7 +34,7 @@ from modsar.data.prepare import PreparedLog, PrepareOptions, prepare_log, statis
 from modsar.data.registry import DatasetSpec, get_spec, is_generated
 from modsar.data.split import LeaveOneOut
 from modsar.errors import ModsarError
-from modsar.outputs import to_json
+from modsar.outputs import atomic_write, to_json
 
 
 def data_root(override: str | Path | None = None) -> Path:
@@ -108,27 +108,23 @@ def download(spec: DatasetSpec, root: Path, url: str | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / url.rstrip("/").split("/")[-1]
     if not target.is_file() or _checksum_problem(spec, target):
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".part-")
-        try:
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
-                shutil.copyfileobj(response, out)
-        except (urllib.error.URLError, OSError) as exc:
-            os.unlink(tmp)
-            raise ModsarError(f"download of '{spec.name}' from {url} failed: {exc}; check the network, or "
-                              "download it yourself and pass --source PATH") from None
-        problem = _checksum_problem(spec, Path(tmp))
-        if problem:
-            os.unlink(tmp)
-            raise ModsarError(f"checksum mismatch for '{spec.name}' from {url}: {problem}; the file was discarded")
-        os.replace(tmp, target)
+        with atomic_write(target) as tmp:  # a failed or mismatched download leaves nothing behind
+            try:
+                with open(tmp, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
+                    shutil.copyfileobj(response, out)
+            except (urllib.error.URLError, OSError) as exc:
+                raise ModsarError(f"download of '{spec.name}' from {url} failed: {exc}; check the network, or "
+                                  "download it yourself and pass --source PATH") from None
+            problem = _checksum_problem(spec, Path(tmp))
+            if problem:
+                raise ModsarError(f"checksum mismatch for '{spec.name}' from {url}: {problem}; the file was "
+                                  "discarded")
     if spec.member:
         extracted = folder / Path(spec.member).name
         if not extracted.is_file():
-            with zipfile.ZipFile(target) as archive, archive.open(spec.member) as src:
-                fd, tmp = tempfile.mkstemp(dir=folder, prefix=".part-")
-                with os.fdopen(fd, "wb") as out:
-                    shutil.copyfileobj(src, out)
-                os.replace(tmp, extracted)
+            with zipfile.ZipFile(target) as archive, archive.open(spec.member) as src, \
+                    atomic_write(extracted) as tmp, open(tmp, "wb") as out:
+                shutil.copyfileobj(src, out)
         return extracted
     return target
 

@@ -26,7 +26,7 @@ from ray.tune.search import ConcurrencyLimiter
 from modsar.data.store import load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
-from modsar.outputs import ensure_writable_dir, to_json
+from modsar.outputs import atomic_write, ensure_writable_dir, to_json
 from modsar.rows import differing_keys, filesystem, read_rows, remove_partial_rows
 from modsar.sweep.plan import Plan, SearchRequest, make_plan
 from modsar.sweep.rows import SchedulerState, make_callbacks, reconcile_rows, rewrite_row, rows_dir
@@ -192,10 +192,8 @@ def _read_json(path: str) -> dict:
 
 def _write_json(path: str, data: dict) -> None:
     fs, p = filesystem(path)
-    fs.create_dir(p.rsplit("/", 1)[0], recursive=True)
-    with fs.open_output_stream(p + ".tmp") as out:
+    with atomic_write(p, fs) as tmp, fs.open_output_stream(tmp) as out:
         out.write(to_json(data, default=str).encode())
-    fs.move(p + ".tmp", p)
 
 
 
