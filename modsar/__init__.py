@@ -5,6 +5,8 @@ The command line is `modsar --help`."""
 
 __version__ = "0.3.0"
 
+# the backbone registry (torch-free) adds its checks to config.validate: any use of modsar has them
+import modsar.model.registry  # noqa: F401
 from modsar.api import evaluate, load, results, search, train
 
 __all__ = ["__version__", "evaluate", "load", "results", "search", "train"]

@@ -49,6 +49,7 @@ from tqdm import tqdm
 from modsar.checkpoints import checkpoint_split, load_checkpoint
 from modsar.data.batches import eval_inputs
 from modsar.data.split import history_index
+from modsar.devices import resolve as resolve_device
 from modsar.diagnostics import (
     attention_window,
     effective_rank,
@@ -58,10 +59,10 @@ from modsar.diagnostics import (
     sparsity,
 )
 from modsar.errors import ModsarError
-from modsar.evaluation import Evaluator, model_scorer, target_ranks, trim_left_padding
+from modsar.evaluation import Evaluator, model_scorer, target_ranks
 from modsar.model import registry
+from modsar.model.interface import trim_left_padding
 from modsar.model.skips import SkipSite, residual_scale, skip_input, skip_vector
-from modsar.training import resolve_device
 
 DIAGNOSTICS = ("sparsity", "rank", "hrli", "shuffle", "mixing", "residual-scaling", "nonfinal", "recovery", "user")
 ALPHAS = tuple(round(a / 10, 1) for a in range(11))

@@ -22,11 +22,12 @@ import pyarrow.fs as pafs
 import torch
 
 from modsar import devices
-from modsar.config import Config, apply_overrides, validate_for_dataset
+from modsar.config import Config, apply_overrides
 from modsar.data.split import make_split
 from modsar.data.store import dataset_identity, load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
+from modsar.feasible import validate_for_dataset
 from modsar.memory import check_model
 from modsar.model.interface import Recommender
 from modsar.model.registry import build

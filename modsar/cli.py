@@ -398,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _generate(args: argparse.Namespace) -> int:
     from modsar import generate
     from modsar.checkpoints import checkpoint_split, load_checkpoint
-    from modsar.training import resolve_device
+    from modsar.devices import resolve as resolve_device
 
     if not Path(args.checkpoint).is_file():
         raise ModsarError(f"checkpoint '{args.checkpoint}' does not exist")
@@ -466,8 +466,8 @@ def _best_checkpoints(rows) -> list[tuple[str, str]]:
 
 def _analyze(args: argparse.Namespace) -> int:
     from modsar import analyze, analyze_output
+    from modsar.devices import resolve as resolve_device
     from modsar.rows import read_rows
-    from modsar.training import resolve_device
 
     resolve_device(args.device, "--device")  # before any checkpoint is read
     diagnostics = [d.strip() for d in args.diagnostic.split(",") if d.strip()]

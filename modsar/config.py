@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -312,6 +313,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return cfg
 
 
+# The backbone registry's checks (modsar.model.registry.check_config), added when it is imported, which the
+# package does on import (modsar/__init__.py): the registry sits above the config it checks, never below it.
+BACKBONE_CHECKS: list[Callable[[Config, Callable[[str], NoReturn], bool], None]] = []
+
+
 def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
     """Cross-field checks a single field's type cannot express. `stored`: a record an earlier run wrote (a
     checkpoint, a search's base), which keeps another backbone's settings: they were no-ops there, and refusing
@@ -344,9 +350,8 @@ def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
             bad(f"'{key}' must be >= 1; got {value}")
     if m.hidden_size % m.num_heads:
         bad(f"'model.hidden_size' ({m.hidden_size}) must be divisible by 'model.num_heads' ({m.num_heads})")
-    from modsar.model import registry  # torch-free: names, checks, capabilities
-
-    registry.check_config(cfg, bad, stored)
+    for check in BACKBONE_CHECKS:  # the backbone exists, has the task and accepts these settings
+        check(cfg, bad, stored)
     if not 0 <= m.local_heads <= m.num_heads:
         bad(f"'model.local_heads' must be between 0 and model.num_heads ({m.num_heads}); got {m.local_heads}")
     if m.local_window < 0:
@@ -423,44 +428,3 @@ def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
         bad(f"'train.monitor' must be a metric at one of eval.ks, e.g. ndcg@10; got {cfg.train.monitor!r}")
     if cfg.eval.sampled_negatives < 0:
         bad(f"'eval.sampled_negatives' must be >= 0; got {cfg.eval.sampled_negatives}")
-
-
-def validate_for_dataset(cfg: Config, num_items: int, where: str = "config", split: Any = None,
-                         sizes: dict[str, int] | None = None, max_len: int = 0) -> None:
-    """Checks that need the dataset's size: the same rule for `modsar train` and a search's space check.
-    With the dataset's `split` (a LeaveOneOut: `modsar train`, before training), also that the rollouts of
-    eval.generate_steps can be made, so a trial never trains only to fail at its test. Last, that the tensors
-    the settings size fit in this machine's memory (modsar.memory; where no split is given, a space check's
-    `sizes`, the manifest's counts, bound the batches, evaluation and rollouts from below; `max_len`, the
-    model's window where known, how many positions a training row labels)."""
-    if cfg.eval.sampled_negatives >= num_items:
-        raise ModsarError(f"{where}: 'eval.sampled_negatives' ({cfg.eval.sampled_negatives}) must be below the "
-                          f"number of items ({num_items}); use 0 for full ranking")
-    if split is not None and cfg.eval.sampled_negatives:
-        from modsar.evaluation import negative_room
-
-        for which, name in (("valid", "validation"), ("test", "test")):
-            users, history_end, targets = split.targets(which)
-            room = negative_room(split, users, history_end, targets)  # drawn with replacement: only 0 is too few
-            if len(room) and room.min() == 0:
-                row = int(room.argmin())
-                raise ModsarError(f"{where}: 'eval.sampled_negatives' draws each target's negatives from the items "
-                                  f"its user has not seen, and user {int(users[row]) + 1}'s history before its "
-                                  f"{name} target, with the target, holds all {split.num_items} items: there is "
-                                  "nothing to draw; use eval.sampled_negatives=0 (full ranking)")
-    if split is not None and cfg.eval.generate_steps:
-        from modsar.generate import resolve_exclude, rollout_targets, step_limit
-
-        users, history_end, _ = split.targets("test")
-        index = rollout_targets(history_end)
-        # history or none: earlier picks stay allowed, so the limit is 0 or inf
-        exclude = resolve_exclude("auto", cfg.eval.filter_seen)
-        limit, who, _ = step_limit(split, users[index], history_end[index], exclude)
-        if cfg.eval.generate_steps > limit:
-            raise ModsarError(f"{where}: 'eval.generate_steps' rolls out without each test history's items "
-                              f"(eval.filter_seen=history), and user {who}'s history before its test target "
-                              f"holds all {split.num_items} items: nothing is left to pick; use "
-                              "eval.generate_steps=0 or eval.filter_seen=none")
-    from modsar import memory
-
-    memory.refuse(memory.dataset_needs(cfg, num_items, split, sizes, max_len), cfg.train.device, where)

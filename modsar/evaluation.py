@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from modsar.config import Config, EvalConfig
 from modsar.data.batches import eval_inputs, eval_times
 from modsar.data.split import LeaveOneOut, history_index
-from modsar.model.interface import Recommender, encode
+from modsar.model.interface import Recommender, encode, trim_left_padding
 
 SCORES_BUDGET = 1 << 24  # scores held at once (16M floats, 64 MiB): fewer users per batch on huge catalogues
 # (inputs (B, T), users (B,)) -> scores (B, N); an evaluation with `timed` also passes the times (B, T)
@@ -85,7 +85,7 @@ def negative_room(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray
                   targets: np.ndarray) -> np.ndarray:
     """(len(users),) the items each row's negatives may be drawn from. Negatives are drawn with replacement,
     so any count can be drawn where this is >= 1; at 0 (the history and target hold the whole catalogue)
-    none can (config.validate_for_dataset refuses that before training)."""
+    none can (feasible.validate_for_dataset refuses that before training)."""
     keys = forbidden_keys(split, users, history_end, targets)
     return split.num_items - np.bincount(keys // (split.num_items + 1), minlength=len(users))
 
@@ -192,12 +192,6 @@ class Evaluator:
     def __call__(self, scorer: Scorer, which: str) -> dict[str, float]:
         return evaluate(scorer, self.split, which, self.cfg, self.task, self.max_len, self.batch_size, self.device,
                         self.in_order, self.timed)
-
-
-def trim_left_padding(inputs: torch.Tensor) -> torch.Tensor:
-    """Drop leading columns that are padding in every row (no compute spent on them)."""
-    real_columns = (inputs > 0).any(0).nonzero()
-    return inputs[:, int(real_columns[0]):] if len(real_columns) else inputs
 
 
 def model_scorer(model: Recommender, offset: int = 0) -> Scorer:

@@ -42,7 +42,7 @@ from tqdm import tqdm
 
 from modsar import memory
 from modsar.data.batches import eval_inputs, eval_times
-from modsar.data.split import LeaveOneOut, history_index
+from modsar.data.split import LeaveOneOut, history_index, rollout_targets
 from modsar.errors import ModsarError
 from modsar.model.interface import Recommender, encode
 
@@ -198,14 +198,6 @@ def check_steps(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, 
                       f"never picks an item twice or one of the {held} distinct items of its history, "
                       f"which leaves {int(limit)} of the {n} items; use --steps {int(limit)} or fewer, or "
                       "--exclude history")
-
-
-def rollout_targets(history_end: np.ndarray) -> np.ndarray:
-    """Indices into `split.targets("test")` (whose `history_end` this reads) of the targets rolled out: the
-    first of each distinct (user, history). Under `data.split_targets=every`, events that share a timestamp
-    are targets with one history, and the first of them in stored order starts the true future (a history end
-    is a position in `items`, so it names the user too)."""
-    return np.unique(history_end, return_index=True)[1]
 
 
 def true_future(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, steps: int,

@@ -186,7 +186,7 @@ def dataset_needs(cfg: Config, num_items: int, split: Any = None, sizes: dict[st
         if cfg.eval.sampled_negatives:
             users = len(split.targets("valid")[0])
         if cfg.eval.generate_steps:
-            from modsar.generate import rollout_targets
+            from modsar.data.split import rollout_targets
 
             rollouts = len(rollout_targets(split.targets("test")[1]))
     elif sizes and cfg.data.split == "loo" and cfg.data.view == "user":  # the manifest counts the user view

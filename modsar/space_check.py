@@ -21,8 +21,9 @@ from typing import Any
 import torch
 
 from modsar import memory
-from modsar.config import Config, apply_overrides, validate_for_dataset
+from modsar.config import Config, apply_overrides
 from modsar.errors import ModsarError
+from modsar.feasible import validate_for_dataset
 from modsar.spaces import MAX_GRID_POINTS, Param, SearchSpace, grid_size_by_task
 
 PLACEHOLDER_SIZES = {"num_items": 100, "num_users": 100}  # model sizes when no dataset is named
@@ -196,7 +197,7 @@ def check_space(space: SearchSpace, base: dict[str, Any], search: str, num_sampl
 
 def _build_problem(cfg: Config, sizes: dict[str, int] | None) -> str | None:
     """Why the model of `cfg` cannot be constructed (on the meta device: no memory, no compute), or None."""
-    from modsar.training import build_model
+    from modsar.model.registry import build as build_model
 
     sizes = sizes or PLACEHOLDER_SIZES
     try:

@@ -21,13 +21,14 @@ import torch
 from tqdm.auto import tqdm
 
 from modsar import devices
-from modsar.config import Config, validate_for_dataset
+from modsar.config import Config
 from modsar.data.batches import Batch, TrainBatches
 from modsar.data.split import TemporalSplit, make_split
 from modsar.data.store import StoredDataset, dataset_identity, load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
 from modsar.evaluation import Evaluator, model_scorer, popularity_scorer
+from modsar.feasible import validate_for_dataset
 from modsar.flops import epoch_flops, utilisation
 from modsar.heap import bound_heap, roomy_heap
 from modsar.memory import check_model

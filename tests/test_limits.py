@@ -14,11 +14,12 @@ import pytest
 
 from modsar import memory
 from modsar.cli import main
-from modsar.config import Config, load_config, validate_for_dataset
+from modsar.config import Config, load_config
 from modsar.data.profile import Corpus, profile
 from modsar.data.split import make_split
 from modsar.data.store import load_dataset
 from modsar.errors import ModsarError
+from modsar.feasible import validate_for_dataset
 
 GIB = 1 << 30
 
@@ -260,9 +261,9 @@ def test_sampled_negatives_with_nothing_left_to_draw_are_refused_before_training
 def test_more_negatives_than_unseen_items_are_drawn_with_replacement():
     """Room for one negative is enough for any count (they repeat), and a user who has seen all but one of
     5,000 items gets that one: before, 1,000 rounds of uniform redraws missed it and raised RuntimeError."""
-    from modsar.config import validate_for_dataset
     from modsar.data.split import LeaveOneOut
     from modsar.evaluation import fixed_negatives, negative_room
+    from modsar.feasible import validate_for_dataset
 
     few = LeaveOneOut(np.array([1, 2, 1, 2, 1, 2]), np.array([0, 6]), 3)
     validate_for_dataset(load_config(None, ["eval.sampled_negatives=2"]), 3, split=few)  # not refused

@@ -223,3 +223,11 @@ def cut_times(data_cfg, timestamp: np.ndarray) -> tuple[float, float]:
         return first.timestamp(), second.timestamp()
     cuts = np.quantile(timestamp, [data_cfg.split_valid, data_cfg.split_test])
     return float(cuts[0]), float(cuts[1])
+
+
+def rollout_targets(history_end: np.ndarray) -> np.ndarray:
+    """Indices into `split.targets("test")` (whose `history_end` this reads) of the targets rolled out: the
+    first of each distinct (user, history). Under `data.split_targets=every`, events that share a timestamp
+    are targets with one history, and the first of them in stored order starts the true future (a history end
+    is a position in `items`, so it names the user too)."""
+    return np.unique(history_end, return_index=True)[1]

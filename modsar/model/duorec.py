@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from modsar.config import LossConfig
 from modsar.data.batches import Batch
-from modsar.evaluation import trim_left_padding
+from modsar.model.interface import trim_left_padding
 from modsar.model.modular import ModularSAR
 
 

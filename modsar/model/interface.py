@@ -58,3 +58,9 @@ def encode(model: Recommender, inputs: torch.Tensor, users: torch.Tensor | None,
            times: torch.Tensor | None = None) -> torch.Tensor:
     """Hidden states; `times` go only to a model that reads them (model.time_bias): other backbones take none."""
     return model(inputs, users) if times is None else model(inputs, users, times=times)
+
+
+def trim_left_padding(inputs: torch.Tensor) -> torch.Tensor:
+    """Drop leading columns that are padding in every row (no compute spent on them)."""
+    real_columns = (inputs > 0).any(0).nonzero()
+    return inputs[:, int(real_columns[0]):] if len(real_columns) else inputs

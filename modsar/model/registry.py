@@ -24,10 +24,10 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from modsar.config import BACKBONE_CHECKS, Config, ModelConfig
 from modsar.errors import ModsarError
 
 if TYPE_CHECKING:
-    from modsar.config import Config, ModelConfig
     from modsar.model.interface import Recommender
 
 Bad = Callable[[str], NoReturn]
@@ -110,9 +110,7 @@ OWNED_SETTINGS = {"model.gru_size": "gru4rec", "model.bsa_cutoff": "bsarec", "mo
 
 
 def _refuse_foreign(cfg: Config, bad: Bad) -> None:
-    from modsar.config import Config as Defaults
-
-    default = Defaults()
+    default = Config()
     now, before = cfg.flat(), default.flat()  # dotted names, as OWNED_SETTINGS writes them
     for key, owner in OWNED_SETTINGS.items():
         if owner != cfg.model.backbone and now[key] != before[key]:
@@ -289,8 +287,6 @@ def _check_modular(cfg: Config, bad: Bad) -> None:
 
 def _refuse_unused(cfg: Config, bad: Bad, keys: tuple[str, ...], why: str) -> None:
     """Refuse a changed model knob the backbone has no use for (a silent no-op would mislead a search)."""
-    from modsar.config import ModelConfig
-
     default = ModelConfig()
     changed = [k for k in keys if getattr(cfg.model, k) != getattr(default, k)]
     if changed:
@@ -337,3 +333,5 @@ register(BackboneEntry("gru4rec", "modsar.model.gru4rec:GRU4Rec", _check_gru4rec
                        attention_maps=False, residual_sites=False, recurrent=True))
 for _name in ("albert", "llama", "transfo_xl", "hf:"):  # hf:<any model type taking input_ids and a 4-D mask>
     register(BackboneEntry(_name, "hf_plugins.adapter:HFBackbone", _check_hf))
+
+BACKBONE_CHECKS.append(check_config)  # config.validate runs it from now on (modsar/__init__.py imports this)
