@@ -158,3 +158,20 @@ def test_plugin_paths_are_made_absolute_for_the_workers(tmp_path, monkeypatch):
     finally:
         registry.unregister("hf:tiny")
     assert str(tmp_path / "tiny.py") not in registry.loaded_plugins()
+
+
+def test_the_core_never_imports_hf_plugins_which_registers_through_its_entry_point():
+    """hf_plugins is a plugin like any other: declared under the modsar.backbones entry point, loaded by the
+    registry, never imported by the core (modsar/)."""
+    import ast
+    from importlib.metadata import entry_points
+
+    core = Path(registry.__file__).resolve().parents[1]
+    importing = sorted(str(path.relative_to(core)) for path in core.rglob("*.py")
+                       for node in ast.walk(ast.parse(path.read_text()))
+                       if isinstance(node, (ast.Import, ast.ImportFrom))
+                       and any(name.split(".")[0] == "hf_plugins" for name in
+                               ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])))
+    assert importing == []
+    assert "hf_plugins.backbones" in {point.value for point in entry_points(group="modsar.backbones")}
+    assert registry.find("llama") is not None and "hf_plugins.backbones" in registry.load_plugins()

@@ -320,18 +320,11 @@ def _check_gru4rec(cfg: Config, bad: Bad) -> None:
         bad(f"gru4rec has no user embedding; 'model.user_fusion={cfg.model.user_fusion}' is for the modular backbone")
 
 
-def _check_hf(cfg: Config, bad: Bad) -> None:
-    from hf_plugins.spec import check_config as check_hf  # transformers' config table, never torch models
-
-    check_hf(cfg, bad)
-
-
 register(BackboneEntry("modular", "modsar.model.modular:ModularSAR", _check_modular))  # SASRec / BERT4Rec
 register(BackboneEntry("duorec", "modsar.model.duorec:DuoRec", _check_modular, tasks=("ar",)))
 register(BackboneEntry("bsarec", "modsar.model.bsarec:BSARec", _check_bsarec))
 register(BackboneEntry("gru4rec", "modsar.model.gru4rec:GRU4Rec", _check_gru4rec, tasks=("ar",),
                        attention_maps=False, residual_sites=False, recurrent=True))
-for _name in ("albert", "llama", "transfo_xl", "hf:"):  # hf:<any model type taking input_ids and a 4-D mask>
-    register(BackboneEntry(_name, "hf_plugins.adapter:HFBackbone", _check_hf))
+# albert, llama, transfo_xl and hf:<model type> come from hf_plugins, through the modsar.backbones entry point
 
 BACKBONE_CHECKS.append(check_config)  # config.validate runs it from now on (modsar/__init__.py imports this)
