@@ -17,11 +17,9 @@ from typing import Any, NoReturn
 import yaml
 
 from modsar.errors import ModsarError
+from modsar.limits import SIZE_LIMITS
 
 FLOAT32_MAX = 3.4028234663852886e38
-SIZE_LIMITS = {"model.hidden_size": 2**16, "model.ffn_size": 2**18, "model.user_size": 2**16,
-               "model.num_layers": 2**10, "model.num_heads": 2**10, "data.max_len": 2**20,
-               "data.batch_size": 2**24, "data.eval_batch_size": 2**24}
 MAX_THREADS = 1024  # train.threads: torch CPU threads (a trial may run on a larger machine than the one checking)
 
 

@@ -27,13 +27,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from modsar import __version__
-from modsar.config import SIZE_LIMITS
 from modsar.data import synthetic
 from modsar.data.importers import Interactions, read_interactions, resolve_format
 from modsar.data.prepare import PreparedLog, PrepareOptions, prepare_log, statistics
 from modsar.data.registry import DatasetSpec, get_spec, is_generated
 from modsar.data.split import LeaveOneOut
 from modsar.errors import ModsarError
+from modsar.limits import SIZE_LIMITS
 from modsar.outputs import atomic_write, to_json
 
 
