@@ -80,7 +80,7 @@ def evaluate(checkpoint: str | Path, split: str = "test", *, filter_seen: str | 
     the row's beside the checkpoint."""
     from modsar.checkpoints import evaluate_checkpoint
 
-    scores = evaluate_checkpoint(checkpoint if "://" in str(checkpoint) else _text(checkpoint) or "", split,
+    scores = evaluate_checkpoint(checkpoint, split,  # local_checkpoint expands ~ and reads URIs
                                  filter_seen=filter_seen, ks=ks, sampled_negatives=sampled_negatives,
                                  device=None if device is None else str(device), data_dir=_text(data_dir),
                                  option="device")

@@ -134,7 +134,7 @@ def checkpoint_row(where: str | Path) -> dict[str, Any] | None:
 
     if "://" in str(where):
         return None
-    target = Path(where).resolve()
+    target = Path(where).expanduser().resolve()
     for experiment in list(target.parents)[:4]:
         if not (experiment / "trials").is_dir():
             continue
@@ -176,12 +176,13 @@ class CheckpointScores:
         return not set(self.changed) - {"eval.ks"}
 
     def row_differences(self) -> dict[str, tuple[float, float]]:
-        """Metric -> (row, now) wherever the row records this split and the two are not equal to the last digit
-        (NaN equal to NaN). Empty when they agree, when there is no row, or when the protocol differs."""
+        """Metric -> (row, now) wherever the row records this split (finite values only, see
+        evaluate_checkpoint) and the two are not equal to the last digit. Empty when they agree, when there is
+        no row, or when the protocol differs."""
         if not self.comparable:
             return {}
-        return {k: (self.row_metrics[k], v) for k, v in self.metrics.items() if k in self.row_metrics
-                and not (v == self.row_metrics[k] or (math.isnan(v) and math.isnan(self.row_metrics[k])))}
+        return {k: (self.row_metrics[k], v) for k, v in self.metrics.items()
+                if k in self.row_metrics and v != self.row_metrics[k]}
 
     def to_dict(self) -> dict[str, Any]:
         return {"checkpoint": self.checkpoint, "split": self.split, "task": self.task, "dataset": self.dataset,
@@ -192,7 +193,7 @@ class CheckpointScores:
                 "row_differences": {k: {"row": r, "now": n} for k, (r, n) in self.row_differences().items()}}
 
 
-def test_device(row: dict[str, Any] | None) -> str:
+def tested_on(row: dict[str, Any] | None) -> str:
     """Where a row's test.* values were computed: a search tests its selected trials on the CPU after the
     search (sweep.tuner.select_and_test); `modsar train` and seed re-runs test on the device they trained on."""
     if row is None or row.get("role") == "search" or not isinstance(row.get("device"), str):
@@ -206,7 +207,7 @@ def evaluate_checkpoint(checkpoint: str | Path, split: str = "test", *, filter_s
                         option: str = "--device") -> CheckpointScores:
     """Score a saved checkpoint on its dataset's `valid` or `test` targets. Unset options keep the stored
     protocol; the dataset must be prepared here as it was for the run (same items and users). `device` None
-    is the device its row was tested on (test_device), or the CPU where that one is not here (noted)."""
+    is the device its row was tested on (tested_on), or the CPU where that one is not here (noted)."""
     from modsar.evaluation import Evaluator, model_scorer
 
     if split not in ("valid", "test"):
@@ -214,7 +215,7 @@ def evaluate_checkpoint(checkpoint: str | Path, split: str = "test", *, filter_s
     row = checkpoint_row(checkpoint)
     note = ""
     if device is None:
-        device = test_device(row)
+        device = tested_on(row)
         try:
             devices.resolve(device, option)
         except ModsarError:  # a GPU row scored on a machine without that GPU
@@ -225,8 +226,8 @@ def evaluate_checkpoint(checkpoint: str | Path, split: str = "test", *, filter_s
         model, cfg, payload = load_checkpoint(path, str(torch_device))
     stored = {key: value for key, value in cfg.flat().items() if key in PROTOCOL_KEYS}
     given: dict[str, Any] = {"eval.ks": ks, "eval.filter_seen": filter_seen, "eval.sampled_negatives": sampled_negatives}
-    metric, _, k = cfg.train.monitor.partition("@")
-    if ks is not None and int(k) not in ks:  # the monitor chose the training epoch; nothing here reads it
+    metric, _, monitor_k = cfg.train.monitor.partition("@")
+    if ks is not None and int(monitor_k) not in ks:  # the monitor chose the training epoch; nothing here reads it
         given["train.monitor"] = f"{metric}@{ks[0]}"
     # stored=True: a stored config keeps settings of other backbones (no-ops there), as a row may
     apply_overrides(cfg, {k: v for k, v in given.items() if v is not None}, "evaluate option", stored=True)

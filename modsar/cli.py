@@ -92,9 +92,10 @@ EPILOG_EVALUATE = """examples:
 
 With no option the checkpoint's stored protocol (its eval.* settings and window) is used, on the device its
 row was tested on (the CPU for a search's selected trial, the training device for modsar train): the metrics
-then equal the row's test.* values to the last digit, and the output says so when it finds the row (beside a train checkpoint, above a search trial's folder). An option that
-changes the protocol is named in the output: the row was not selected and tested under it. The dataset must be
-prepared here as it was for the run (--data-dir, else $MODSAR_DATA)."""
+then equal the row's test.* values to the last digit, and the output says so when it finds the row (beside a
+train checkpoint, above a search trial's folder). An option that changes the protocol is named in the output:
+the row was not selected and tested under it. The dataset must be prepared here as it was for the run
+(--data-dir, else $MODSAR_DATA)."""
 
 EPILOG_RESULTS = """examples:
   modsar results --experiment loss_ce-synthetic
@@ -389,8 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub_submit.add_argument("rest", nargs=argparse.REMAINDER,
                             help="-- <modsar command ...>, or: status JOB | logs JOB | stop JOB")
     for command, handler in ((prep, _prepare), (stats, _stats), (prof, _profile), (listing, _list), (train, _train),
-                             (evaluate, _evaluate), (search, _search), (spaces, _spaces), (results, _results), (report, _report),
-                             (analyze, _analyze), (gen, _generate), (sub_submit, _submit)):
+                             (evaluate, _evaluate), (search, _search), (spaces, _spaces), (results, _results),
+                             (report, _report), (analyze, _analyze), (gen, _generate), (sub_submit, _submit)):
         command.set_defaults(handler=handler)
     return parser
 
