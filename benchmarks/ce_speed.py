@@ -24,7 +24,7 @@ from modsar.data.batches import TrainBatches
 from modsar.data.split import make_split
 from modsar.data.store import load_dataset
 from modsar.model.losses import training_loss
-from modsar.training import batch_loss, build_model, make_optimizer, output_dtype, seed_everything
+from modsar.training.trainer import batch_loss, build_model, make_optimizer, output_dtype, seed_everything
 
 BASE = ["data.max_len=50", "model.hidden_size=64", "model.num_layers=2", "model.num_heads=1", "model.dropout=0.2",
         "model.attn_dropout=0.2", "data.batch_size=128", "train.optimizer=adam", "train.lr=0.001", "loss.name=ce"]

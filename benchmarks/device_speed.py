@@ -22,8 +22,8 @@ from modsar.config import load_config
 from modsar.data.batches import TrainBatches
 from modsar.data.split import LeaveOneOut
 from modsar.data.synthetic import generate
-from modsar.evaluation import evaluate, model_scorer
-from modsar.training import build_model, make_optimizer, seed_everything, train_epoch
+from modsar.evaluation.ranking import evaluate, model_scorer
+from modsar.training.trainer import build_model, make_optimizer, seed_everything, train_epoch
 
 BACKBONES = {
     "modular AR ce": ["task=ar", "loss.name=ce"],

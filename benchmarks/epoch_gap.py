@@ -31,7 +31,7 @@ from modsar.config import load_config
 from modsar.data.batches import TrainBatches
 from modsar.data.split import LeaveOneOut
 from modsar.data.store import load_dataset
-from modsar.training import build_model, make_optimizer, run_trial, seed_everything, train_epoch
+from modsar.training.trainer import build_model, make_optimizer, run_trial, seed_everything, train_epoch
 
 BASE = ["data.max_len=50", "model.hidden_size=64", "model.num_layers=2", "model.num_heads=1",
         "model.dropout=0.2", "model.attn_dropout=0.2", "data.batch_size=128", "train.optimizer=adam",

@@ -21,8 +21,8 @@ import torch
 from modsar.config import load_config
 from modsar.data.split import make_split
 from modsar.data.store import load_dataset
-from modsar.evaluation import Evaluator, model_scorer
-from modsar.training import build_model, seed_everything
+from modsar.evaluation.ranking import Evaluator, model_scorer
+from modsar.training.trainer import build_model, seed_everything
 
 
 def main() -> None:

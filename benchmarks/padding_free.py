@@ -21,7 +21,7 @@ from modsar.config import load_config
 from modsar.data.batches import TrainBatches
 from modsar.data.split import LeaveOneOut
 from modsar.data.store import load_dataset
-from modsar.training import build_model, make_optimizer, seed_everything, train_epoch
+from modsar.training.trainer import build_model, make_optimizer, seed_everything, train_epoch
 
 
 def main() -> None:

@@ -63,7 +63,7 @@ def run_one(dataset: str, task: str, variant: str, max_steps: int, seed: int) ->
 def table() -> None:
     """One line per run: the escape steps beside the curve's level, from the committed rows."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from modsar.rows import read_rows
+    from modsar.records.rows import read_rows
 
     rows = read_rows(ROOT)
     print("| dataset | task | variant | seed | steps/epoch | popularity R@10 | escape (steps) | best valid R@10 "

@@ -41,7 +41,7 @@ wait
 # every checkpoint the experiment's rows name (a re-run with MODELS=duorec adds to the earlier rows)
 mapfile -t checkpoints < <(python - "$root" "residual-$dataset" <<'PY'
 import sys
-from modsar.rows import read_rows
+from modsar.records.rows import read_rows
 for path in read_rows(sys.argv[1], sys.argv[2]).sort_values(["backbone", "seed"])["checkpoint"]:
     print(f"--checkpoint\n{path}")
 PY

@@ -19,7 +19,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from modsar.rows import read_rows
+from modsar.records.rows import read_rows
 
 PAPER_TABLE2 = {  # (Attn, +Res, +LN) per dataset and model
     ("toys", "modular"): (.772, .123, .123), ("toys", "duorec"): (.780, .121, .121),

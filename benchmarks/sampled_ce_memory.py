@@ -43,7 +43,7 @@ from modsar.data.batches import Batch, TrainBatches
 from modsar.data.split import LeaveOneOut
 from modsar.model.losses import training_loss
 from modsar.model.modular import ModularSAR
-from modsar.training import build_model, make_optimizer, seed_everything
+from modsar.training.trainer import build_model, make_optimizer, seed_everything
 
 USERS, ITEMS, INTERACTIONS, MIN_LEN, MAX_LEN, HIDDEN = 6040, 3416, 1_000_209, 20, 200, 64
 DEFAULT_VARIANTS = [

@@ -7,7 +7,7 @@
     modsar.search("quickstart", "synthetic")
 
 Each function is the command of the same name without its printing: it calls the functions the CLI calls
-(modsar.runs, modsar.checkpoints, modsar.rows, modsar.sweep), so a row written here is the row `modsar train`
+(modsar.records.run, modsar.training.checkpoints, modsar.records.rows, modsar.sweep), so a row written here is the row `modsar train`
 would write, and a failure is the same one-line ModsarError the CLI prints."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def train(config: Config | Mapping[str, Any] | str | Path | list[str] | None = N
 
     `config`: a mapping of dotted keys ({"task": "ae", "model.hidden_size": 64}), a YAML path, a Config, or
     ["key=value", ...]; None is the defaults (an AR SASRec-style model). `dataset` names a prepared dataset."""
-    from modsar.runs import train_and_record
+    from modsar.records.run import train_and_record
 
     run = train_and_record(_config(config, dataset), str(results), experiment, _text(data_dir), checkpoint,
                            progress)
@@ -78,7 +78,7 @@ def evaluate(checkpoint: str | Path, split: str = "test", *, filter_seen: str | 
     used, on the device the row was tested on (device None), and the metrics equal the row's; a changed
     protocol is warned about (the row was not selected and tested under it), as is a result that differs from
     the row's beside the checkpoint."""
-    from modsar.checkpoints import evaluate_checkpoint
+    from modsar.records.rescore import evaluate_checkpoint
 
     scores = evaluate_checkpoint(checkpoint, split,  # local_checkpoint expands ~ and reads URIs
                                  filter_seen=filter_seen, ks=ks, sampled_negatives=sampled_negatives,
@@ -98,7 +98,7 @@ def load(checkpoint: str | Path, device: str = "cpu") -> tuple[Recommender, Conf
     """The model of a saved checkpoint (in eval mode, on `device`) and its configuration. Evaluation scores
     with `model.score(encode(model, inputs, users)[:, -1], users)` (modsar.model.interface.encode)."""
     from modsar import devices
-    from modsar.checkpoints import load_checkpoint, local_checkpoint
+    from modsar.training.checkpoints import load_checkpoint, local_checkpoint
 
     with local_checkpoint(checkpoint) as path:
         model, cfg, _ = load_checkpoint(path, str(devices.resolve(str(device), "device")))
@@ -111,7 +111,7 @@ def results(experiment: str | None = None, where: Mapping[str, Any] | list[str] 
     as `modsar results` lists them: `where` keeps the rows whose columns equal each value ({"task": "ar",
     "selected": True}, or ["task=ar", ...]); values compare as lower-case text."""
     from modsar.errors import ModsarError
-    from modsar.rows import matching_rows
+    from modsar.records.rows import matching_rows
 
     if isinstance(where, Mapping):
         conditions = [f"{k}={v}" for k, v in where.items()]
@@ -136,7 +136,7 @@ def search(space: str | Path, dataset: str, overrides: list[str] | str | None = 
     import dataclasses
 
     from modsar.errors import ModsarError
-    from modsar.rows import read_rows
+    from modsar.records.rows import read_rows
     from modsar.sweep import SearchRequest, run_search
 
     fields = {f.name for f in dataclasses.fields(SearchRequest)} - {"space", "dataset", "overrides"}

@@ -137,7 +137,7 @@ class EvalConfig:
     sampled_negatives: int = 0  # 0 = exact full ranking over all items; N = rank against N fixed negatives
     sample_seed: int = 12345
     generate_steps: int = 0  # > 0: greedy rollouts of this many steps from every test user's history after
-    #                          testing (modsar.generate); their metrics become the row's generate.* columns
+    #                          testing (modsar.evaluation.rollouts); their metrics become the row's generate.* columns
 
 
 @dataclass

@@ -19,7 +19,7 @@ from modsar.errors import ModsarError
 if TYPE_CHECKING:
     from modsar.config import Config
 
-ROLLOUT_BATCH = 512  # users per rollout batch of eval.generate_steps (modsar.generate.generate's default)
+ROLLOUT_BATCH = 512  # users per rollout batch of eval.generate_steps (modsar.evaluation.rollouts.generate's default)
 
 
 @dataclass(frozen=True)

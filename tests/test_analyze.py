@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from modsar.analyze import (
+from modsar.analysis.analyze import (
     DIAGNOSTICS,
     Analysis,
     Probe,
@@ -25,12 +25,12 @@ from modsar.analyze import (
     run,
     user_token_mass,
 )
-from modsar.analyze_output import plot, residual_table_2
+from modsar.analysis.output import plot, residual_table_2
 from modsar.cli import main
 from modsar.config import load_config
 from modsar.data.split import LeaveOneOut, history_index
 from modsar.model.skips import modular_sites, residual_scale
-from modsar.training import run_trial
+from modsar.training.trainer import run_trial
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +148,7 @@ def test_residual_table_2_keeps_one_row_per_checkpoint():
 
 
 def test_select_alpha_rule():
-    from modsar.analyze import select_alpha
+    from modsar.analysis.analyze import select_alpha
 
     rec = {0.0: 0.5, 0.5: 0.3, 1.0: 0.0}
     assert select_alpha(rec, {0.0: 0.80, 0.5: 0.995, 1.0: 1.0}) == 0.5  # 0.0 loses too much HR
@@ -288,7 +288,7 @@ def test_modular_contributions_and_scaled_skips_match_the_real_block(norm):
     """Per block style: sum_j c_ij + b_O is the real attention output; sum_j c^Res_ij adds the real skip
     (x, or SASRec's normed query); c^LN rebuilds the real LayerNorm after the sum; and under scaled_skips the
     block really computes alpha * skip + Attn before that LayerNorm."""
-    from modsar.analyze import contributions
+    from modsar.analysis.analyze import contributions
     from modsar.config import ModelConfig
     from modsar.model.modular import ModularSAR
     from modsar.model.skips import scaled_skips
@@ -366,7 +366,7 @@ def test_cli_compares_ae_local_ae_and_ar_side_by_side(checkpoints, tmp_path, cap
 
 
 def test_cli_reads_the_selected_checkpoints_of_an_experiment(checkpoints, tmp_path, capsys):
-    from modsar.rows import result_row, write_row
+    from modsar.records.rows import result_row, write_row
 
     data, paths = checkpoints
     results = tmp_path / "results"
@@ -384,7 +384,7 @@ def test_cli_reads_the_selected_checkpoints_of_an_experiment(checkpoints, tmp_pa
 
 
 def test_cli_takes_the_best_validation_checkpoint_of_a_train_experiment(checkpoints, tmp_path):
-    from modsar.rows import result_row, write_row
+    from modsar.records.rows import result_row, write_row
 
     data, paths = checkpoints
     results = tmp_path / "results"

@@ -13,8 +13,8 @@ import torch
 import modsar
 from modsar.config import Config, load_config
 from modsar.errors import ModsarError
-from modsar.evaluation import Evaluator, model_scorer
-from modsar.rows import read_rows
+from modsar.evaluation.ranking import Evaluator, model_scorer
+from modsar.records.rows import read_rows
 
 TINY = {"model.hidden_size": 16, "model.num_layers": 1, "train.max_epochs": 2, "train.patience": 0,
         "train.threads": 1}
@@ -48,7 +48,7 @@ def test_load_gives_the_model_that_scores_as_the_row_says(ran):
     _, row = ran
     model, cfg = modsar.load(row["checkpoint"])
     assert isinstance(cfg, Config) and cfg.task == "ae" and not model.training
-    from modsar.checkpoints import checkpoint_split
+    from modsar.training.checkpoints import checkpoint_split
 
     split = checkpoint_split(cfg)
     test = Evaluator.of(split, cfg, cfg.data.max_len or 50, torch.device("cpu"))(model_scorer(model), "test")

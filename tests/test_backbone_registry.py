@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from modsar.analyze import run
+from modsar.analysis.analyze import run
 from modsar.cli import main
 from modsar.config import load_config
 from modsar.errors import ModsarError
 from modsar.model import registry
-from modsar.rows import read_rows
-from modsar.training import build_model
+from modsar.records.rows import read_rows
+from modsar.training.trainer import build_model
 
 PLUGIN = Path(__file__).parent / "plugins" / "toy_backbone.py"
 

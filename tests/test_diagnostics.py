@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from modsar.diagnostics import (
+from modsar.analysis.diagnostics import (
     attention_window,
     hard_threshold_rank,
     last_item_hit,

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from modsar.cli import main
-from modsar.rows import read_rows
+from modsar.records.rows import read_rows
 
 TINY = ["model.hidden_size=16", "model.num_layers=1", "train.max_epochs=2", "train.patience=0", "train.threads=1"]
 KINDS = {  # one of each: the modular AE and AR, the zoo, the HF plugins
@@ -190,7 +190,7 @@ def test_bad_input_is_one_clear_line(make, args, message, tmp_path, capsys, monk
 def test_a_search_trials_checkpoint_folder_is_found_and_matches(tmp_path, capsys):
     """A search row's `checkpoint` is a folder holding best.pt; given that folder, evaluate reads the file and
     finds the row above it (<results>/<experiment>/trials)."""
-    from modsar.rows import write_row
+    from modsar.records.rows import write_row
 
     row = train(tmp_path, capsys)
     experiment = Path(row["checkpoint"]).parent.parent
@@ -206,7 +206,7 @@ def test_a_search_trials_checkpoint_folder_is_found_and_matches(tmp_path, capsys
 def test_a_row_without_test_values_is_said_so_not_called_different(tmp_path, capsys):
     """A search tests only the trials it selects: the others' rows hold no test.* (NaN beside the selected
     ones). Scoring such a trial's checkpoint says so; it never reports 'differs' against a missing value."""
-    from modsar.rows import write_row
+    from modsar.records.rows import write_row
 
     row = train(tmp_path, capsys)
     root = Path(row["checkpoint"]).parent.parent.parent

@@ -7,9 +7,9 @@ import math
 import pytest
 
 from modsar.config import Config
-from modsar.flops import epoch_flops
 from modsar.model import registry
-from modsar.training import run_trial
+from modsar.training.flops import epoch_flops
+from modsar.training.trainer import run_trial
 
 
 @pytest.mark.parametrize(("loss", "candidates"), [({"name": "ce"}, 30), ({"name": "bce", "num_negatives": 4}, 5)])
@@ -41,7 +41,7 @@ def test_a_trial_reports_its_flops_rate_and_mfu():
 def test_the_heap_threshold_is_set_with_glibc():
     import platform
 
-    from modsar.heap import bound_heap, roomy_heap
+    from modsar.training.heap import bound_heap, roomy_heap
 
     assert bound_heap() is (platform.libc_ver()[0] == "glibc")
     with roomy_heap():  # evaluation's setting, then the training threshold again

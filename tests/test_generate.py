@@ -14,8 +14,8 @@ from torch import nn
 from modsar.cli import main
 from modsar.config import load_config
 from modsar.data.split import LeaveOneOut
-from modsar.generate import Sampler, rollout, rollout_metrics, training_facts, true_future
-from modsar.training import run_trial
+from modsar.evaluation.rollouts import Sampler, rollout, rollout_metrics, training_facts, true_future
+from modsar.training.trainer import run_trial
 
 N = 9
 
@@ -121,7 +121,7 @@ def test_a_future_with_repeats_counts_each_item_once():
 
 def test_rollouts_come_back_in_target_order_with_their_targets():
     """Batched by history length, reported in the order of split.targets, each row naming its target."""
-    from modsar.generate import generate
+    from modsar.evaluation.rollouts import generate
 
     split = LeaveOneOut(np.array([1, 2, 3, 4, 5, 6, 7, 2, 3, 4, 8, 9, 5, 6, 7]), np.array([0, 7, 11, 15]), 9)
     result = generate(NextItem(), split, "ar", 5, 2, Sampler("greedy"), batch_size=1)
@@ -210,7 +210,7 @@ def test_generate_cli_and_train_rows(tmp_path, monkeypatch, capsys):
 
 
 def test_auto_exclusion_follows_the_evaluation_filter():
-    from modsar.generate import resolve_exclude
+    from modsar.evaluation.rollouts import resolve_exclude
 
     assert resolve_exclude("auto", "history") == "history" and resolve_exclude("auto", "none") == "none"
     assert resolve_exclude("history", "none") == "history"
@@ -233,7 +233,7 @@ def tied_split():
 def test_tied_targets_share_one_rollout_whose_future_starts_at_the_target():
     """Under split_targets=every, targets that share a timestamp share a history: one rollout, its future the
     log from the first of them in stored order (the target itself), not one rollout per tied target."""
-    from modsar.generate import generate
+    from modsar.evaluation.rollouts import generate
 
     split = tied_split()
     users, _, targets = split.targets("test")
@@ -257,7 +257,7 @@ def test_steps_a_rollout_cannot_take_are_refused_before_the_first():
     """--exclude rollout allows N steps, all allows N - |set(history)| (the largest history), history allows
     any number unless a history holds the whole catalogue; none any number."""
     from modsar.errors import ModsarError
-    from modsar.generate import generate
+    from modsar.evaluation.rollouts import generate
 
     # test histories 1 2 3 4 (4 distinct items) and 1 2 3 2 (3)
     split = LeaveOneOut(np.array([1, 2, 3, 4, 5, 1, 2, 3, 2, 6]), np.array([0, 5, 10]), 9)
@@ -343,7 +343,7 @@ def test_each_setting_is_checked_only_for_the_strategies_that_read_it():
 def test_rollouts_are_counted_as_histories_where_a_user_has_several():
     """Under split_targets=every a user has one history per test timestamp: 5 rollouts of 3 users are not "5
     users"; under leave-one-out every user has one history, and the words stay "users"."""
-    from modsar.generate import generate
+    from modsar.evaluation.rollouts import generate
 
     assert generate(NextItem(), tied_split(), "ar", 5, 1, Sampler("greedy")).counted() == \
         "5 test histories of 3 users"
@@ -383,7 +383,7 @@ def test_exclude_suggestions_are_never_refused_themselves():
     """On a one-item corpus every history holds the catalogue, so --exclude history is refused: the message
     for --exclude rollout suggests only none (before: "none or history")."""
     from modsar.errors import ModsarError
-    from modsar.generate import generate
+    from modsar.evaluation.rollouts import generate
 
     one = LeaveOneOut(np.array([1, 1, 1, 1]), np.array([0, 4]), 1)
     with pytest.raises(ModsarError, match=r"^--steps 5 is more than a rollout can take with --exclude rollout: it "

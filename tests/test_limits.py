@@ -19,7 +19,7 @@ from modsar.data.profile import Corpus, profile
 from modsar.data.split import make_split
 from modsar.data.store import load_dataset
 from modsar.errors import ModsarError
-from modsar.feasible import validate_for_dataset
+from modsar.training.feasible import validate_for_dataset
 
 GIB = 1 << 30
 
@@ -166,8 +166,8 @@ def test_train_refuses_sizes_that_cannot_fit_before_building_or_training(tmp_pat
     def never(*args, **kwargs):
         raise AssertionError("the model was built or trained")
 
-    monkeypatch.setattr("modsar.training.build_model", never)
-    monkeypatch.setattr("modsar.training.train_epoch", never)
+    monkeypatch.setattr("modsar.training.trainer.build_model", never)
+    monkeypatch.setattr("modsar.training.trainer.train_epoch", never)
     results = tmp_path / "results"
     assert main(["train", "--quiet", "--results", str(results), "train.device=cpu", "loss.name=bce",
                  override]) == 2
@@ -191,7 +191,7 @@ def test_space_check_with_the_dataset_refuses_what_cannot_fit(tmp_path, capsys, 
 
 def test_generate_refuses_steps_that_cannot_fit_before_the_first_step(tmp_path, monkeypatch, capsys,
                                                                       ram_16gib):
-    from modsar.training import build_model, save_checkpoint
+    from modsar.training.trainer import build_model, save_checkpoint
 
     cfg = load_config(None, ["model.hidden_size=8", "model.num_layers=1"])
     data = load_dataset("synthetic")
@@ -202,7 +202,7 @@ def test_generate_refuses_steps_that_cannot_fit_before_the_first_step(tmp_path, 
     def never(*args, **kwargs):
         raise AssertionError("a rollout step ran")
 
-    monkeypatch.setattr("modsar.generate.rollout", never)
+    monkeypatch.setattr("modsar.evaluation.rollouts.rollout", never)
     assert main(["generate", "--checkpoint", str(checkpoint), "--steps", "100000", "--users", "100"]) == 2
     assert capsys.readouterr().err.strip() == (
         "modsar: error: --steps 100000 needs at least 931.5 GiB for the rollouts and their comparison with "
@@ -235,8 +235,8 @@ def test_sampled_negatives_with_nothing_left_to_draw_are_refused_before_training
     """fixed_negatives draws, with replacement, from the items outside the history before a target and the
     target itself: only a user with none left cannot get negatives. Before, `modsar train` trained, then died
     with "RuntimeError: could not draw clean negatives"; now the config is refused before a model is built."""
-    from modsar import training
     from modsar.data.store import StoredDataset
+    from modsar.training import trainer as training
 
     def no_model(*args, **kwargs):
         raise AssertionError("a model was built")
@@ -262,8 +262,8 @@ def test_more_negatives_than_unseen_items_are_drawn_with_replacement():
     """Room for one negative is enough for any count (they repeat), and a user who has seen all but one of
     5,000 items gets that one: before, 1,000 rounds of uniform redraws missed it and raised RuntimeError."""
     from modsar.data.split import LeaveOneOut
-    from modsar.evaluation import fixed_negatives, negative_room
-    from modsar.feasible import validate_for_dataset
+    from modsar.evaluation.ranking import fixed_negatives, negative_room
+    from modsar.training.feasible import validate_for_dataset
 
     few = LeaveOneOut(np.array([1, 2, 1, 2, 1, 2]), np.array([0, 6]), 3)
     validate_for_dataset(load_config(None, ["eval.sampled_negatives=2"]), 3, split=few)  # not refused

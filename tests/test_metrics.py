@@ -10,7 +10,13 @@ import torch
 
 from modsar.config import EvalConfig
 from modsar.data.split import LeaveOneOut
-from modsar.evaluation import evaluate, fixed_negatives, metric_sums, popularity_scorer, ranks_from_scores
+from modsar.evaluation.ranking import (
+    evaluate,
+    fixed_negatives,
+    metric_sums,
+    popularity_scorer,
+    ranks_from_scores,
+)
 
 
 def test_rank_counts_ties_against_target():
@@ -124,7 +130,7 @@ def test_nan_model_scores_zero_not_perfect(filter_seen, sampled):
 
 
 def test_worst_rank_under_history_filter_counts_only_candidates():
-    from modsar.evaluation import target_ranks
+    from modsar.evaluation.ranking import target_ranks
 
     split = _split([[1, 2, 3, 4]], 6)  # test target 4; items 1-3 filtered -> candidates 4, 5, 6
     ranks = target_ranks(FixedScorer([0.0, 0.0, 0.0, NAN, 1.0, 2.0]), split, "test",
@@ -148,7 +154,7 @@ def test_ranks_in_user_order_match_a_brute_force_count(batch_size):
     """Users of mixed lengths (evaluated in length order, in batches) with repeated history items and targets
     that repeat an earlier item: each rank is the count, over the candidates left after the filter (the
     distinct history items except the target), of scores >= the target's, minus the target itself."""
-    from modsar.evaluation import target_ranks
+    from modsar.evaluation.ranking import target_ranks
 
     rng = np.random.default_rng(3)
     n_items, lengths = 9, rng.integers(3, 25, size=23)
@@ -167,7 +173,7 @@ def test_ranks_in_user_order_match_a_brute_force_count(batch_size):
 
 def test_scores_held_at_once_stay_within_the_budget(monkeypatch):
     """On a catalogue too large for the eval batch, fewer users are scored at once; ranks do not change."""
-    import modsar.evaluation as ev
+    import modsar.evaluation.ranking as ev
 
     rng = np.random.default_rng(4)
     split = _split([list(rng.integers(1, 10, size=n)) for n in rng.integers(3, 12, size=20)], 9)

@@ -91,7 +91,7 @@ def test_the_zoo_on_cuda_matches_cpu():
     """On CUDA, every AR variant and BSARec-AE: the same outputs as on CPU, no future leak under AR, and a finite
     training step with its own loss (DuoRec's regulariser, gBCE for the others) in float32, and with bf16
     products in the fused CE."""
-    from modsar.training import batch_loss
+    from modsar.training.trainer import batch_loss
 
     for name, task in [*((n, "ar") for n in sorted(AR_MODELS)), ("bsarec", "ae")]:
         cls, overrides = AR_MODELS.get(name, (BSARec, {}))
@@ -227,7 +227,7 @@ def test_duorec_regularizer_contrasts_the_named_views(views):
 def test_duorec_training_loss_is_ce_plus_lambda_info_nce():
     """The loss a DuoRec batch trains on (training.batch_loss): full-softmax CE over every labelled position plus
     lambda times the InfoNCE of the last states, each written out here from the scores and states."""
-    from modsar.training import batch_loss
+    from modsar.training.trainer import batch_loss
 
     model = make(DuoRec, "ar")
     b = duorec_batch()
@@ -396,7 +396,7 @@ def test_registry_refuses_what_the_models_cannot_do():
 def test_bsarec_attention_branch_decomposes_exactly(task):
     """The residual analyses on BSARec's attention branch: sum_j c_ij + b_O is the real projection output,
     c^LN rebuilds the branch's real LayerNorm, and under scaled skips the branch computes LN(alpha x + Attn)."""
-    from modsar.analyze import contributions
+    from modsar.analysis.analyze import contributions
     from modsar.model.skips import scaled_skips
 
     model = make(BSARec, task, num_heads=2, bsa_alpha=0.6)
@@ -430,7 +430,7 @@ def test_bsarec_attention_branch_decomposes_exactly(task):
 @pytest.fixture(scope="module")
 def zoo_checkpoints(tmp_path_factory):
     """GRU4Rec, DuoRec and BSARec (on gBCE) briefly trained on the synthetic data (one data root for the module)."""
-    from modsar.training import run_trial
+    from modsar.training.trainer import run_trial
 
     root = tmp_path_factory.mktemp("zoo")
     common = ["train.max_epochs=2", "train.patience=0", "model.hidden_size=16", "seed=3"]
@@ -447,7 +447,7 @@ def zoo_checkpoints(tmp_path_factory):
 def test_diagnostics_on_the_zoo(zoo_checkpoints):
     """Every model gets last-item reliance, shuffles, non-final predictions and recovery's set R; the attention
     models also mixing, residual scaling and Rec(alpha); GRU4Rec says plainly why it has not those."""
-    from modsar.analyze import run
+    from modsar.analysis.analyze import run
 
     data, paths = zoo_checkpoints
     wanted = ["hrli", "shuffle", "mixing", "residual-scaling", "nonfinal", "recovery"]

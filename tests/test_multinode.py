@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from modsar.cli import main
-from modsar.rows import read_rows
+from modsar.records.rows import read_rows
 
 pytestmark = pytest.mark.slow  # real multi-process runs: the full suite's tier
 

@@ -22,17 +22,17 @@ import pytest
 import torch
 import yaml
 
-from modsar import flops
 from modsar.config import Config
 from modsar.data.batches import TrainBatches
 from modsar.data.split import make_split
 from modsar.data.store import load_dataset
-from modsar.evaluation import Evaluator, model_scorer
+from modsar.evaluation.ranking import Evaluator, model_scorer
 from modsar.memory import check_model
 from modsar.randomness import global_states, same_states, seed_everything
-from modsar.rows import differing_keys, read_rows
-from modsar.spaces import load_space
-from modsar.training import (
+from modsar.records.rows import differing_keys, read_rows
+from modsar.sweep.spaces import load_space
+from modsar.training import flops
+from modsar.training.trainer import (
     TrainState,
     build_model,
     make_optimizer,
@@ -68,7 +68,7 @@ def test_helpers_a_trial_calls_between_epochs_draw_nothing(tmp_path):
     _draws_nothing("sampled evaluation",
                    lambda: Evaluator.of(split, sampled_cfg, 30, torch.device("cpu"))(model_scorer(model), "valid"))
     _draws_nothing("greedy rollouts", lambda: rollout_metrics(model, split, cfg, 30, torch.device("cpu")))
-    from modsar.generate import Sampler, generate
+    from modsar.evaluation.rollouts import Sampler, generate
 
     _draws_nothing("sampled rollouts", lambda: generate(model, split, "ar", 30, 3, Sampler("topk", top_k=5), "none",
                                                         seed=1, device=torch.device("cpu")))

@@ -9,8 +9,8 @@ import torch
 
 from modsar.config import load_config
 from modsar.model.registry import build
-from modsar.optim import BertAdamW
-from modsar.training import make_optimizer
+from modsar.training.optim import BertAdamW
+from modsar.training.trainer import make_optimizer
 
 
 def test_two_steps_by_hand():

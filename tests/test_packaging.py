@@ -44,7 +44,7 @@ def test_the_spaces_are_found_as_package_data():
     (the installed wheel's case is the slow test below)."""
     import importlib.resources
 
-    from modsar.spaces import SPACES_DIR
+    from modsar.sweep.spaces import SPACES_DIR
 
     found = importlib.resources.files("modsar.search_spaces")
     assert Path(str(found)) == SPACES_DIR == CHECKOUT / "search_spaces" and (found / "quickstart.yaml").is_file()
@@ -78,7 +78,7 @@ def user_env(python: Path, home: Path) -> dict[str, str]:
 
 def installed(python: Path, folder: Path) -> None:
     """modsar, and the spaces it finds, come from the venv (not from this checkout)."""
-    where = subprocess.run([str(python), "-c", "import modsar, modsar.spaces as s; print(modsar.__file__); "
+    where = subprocess.run([str(python), "-c", "import modsar, modsar.sweep.spaces as s; print(modsar.__file__); "
                             "print(s.SPACES_DIR)"], cwd=folder, capture_output=True, text=True, check=True).stdout
     package, spaces = map(Path, where.split())
     venv = python.parent.parent

@@ -19,8 +19,8 @@ from modsar.config import EvalConfig, load_config
 from modsar.data.batches import TrainBatches, eval_inputs
 from modsar.data.split import LeaveOneOut
 from modsar.data.store import load_dataset
-from modsar.evaluation import evaluate, fixed_negatives, target_ranks
-from modsar.training import run_trial
+from modsar.evaluation.ranking import evaluate, fixed_negatives, target_ranks
+from modsar.training.trainer import run_trial
 
 CPU = torch.device("cpu")
 NAN, INF = float("nan"), float("inf")

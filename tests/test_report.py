@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from modsar.cli import main
-from modsar.rows import write_row
+from modsar.records.rows import write_row
 
 
 def row(trial, dataset, space, task, ndcg10, *, seed=0, role="search", selected=True, status="finished",
@@ -251,7 +251,7 @@ def test_the_sampling_seed_matters_only_where_negatives_were_sampled(tmp_path, c
 
 def test_generated_data_of_two_generator_versions_has_two_hashes():
     from modsar.config import Config
-    from modsar.rows import result_row
+    from modsar.records.rows import result_row
 
     def sha(version: int) -> str:
         manifest = {"sources": [{"generator": "modsar.data.synthetic", "version": version, "format": "synthetic"}]}

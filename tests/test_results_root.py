@@ -15,7 +15,7 @@ from conftest import write
 
 from modsar.cli import main
 from modsar.outputs import write_parquet
-from modsar.rows import read_rows, write_row
+from modsar.records.rows import read_rows, write_row
 
 
 def strict(text: str):

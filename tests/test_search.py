@@ -16,8 +16,8 @@ import pytest
 import ray
 
 from modsar.cli import main
-from modsar.rows import read_rows
-from modsar.spaces import load_space
+from modsar.records.rows import read_rows
+from modsar.sweep.spaces import load_space
 
 SPACES = Path(__file__).parent / "spaces"
 
@@ -71,7 +71,7 @@ def test_grid_asha_one_row_per_trial_and_selection(local_ray, data_dir, tmp_path
     assert "best AR" in capsys.readouterr().out
 
     # A selection left by an earlier run (a resume that retried trials) is undone: one selected row per task.
-    from modsar.rows import write_row
+    from modsar.records.rows import write_row
     from modsar.sweep import SearchRequest, make_plan, select_and_test
 
     stale = rows[~rows["selected"]].iloc[0].to_dict()
@@ -111,7 +111,7 @@ def test_seed_reruns_on_a_uri_store(local_ray, data_dir, tmp_path, capsys):
     assert "train.max_epochs 2 -> 3 changed" in capsys.readouterr().err
 
     # --resume with more seeds trains the missing ones and retries an errored one (an AE seed-1 node died)
-    from modsar.rows import write_row
+    from modsar.records.rows import write_row
 
     lost = seed_rows[(seed_rows["task"] == "ae") & (seed_rows["seed"] == 1)].iloc[0].to_dict()
     write_row(uri, {**lost, "status": "error", "error": "RayActorError: the node died", "test.ndcg@10": None})
@@ -182,7 +182,7 @@ def test_a_search_whose_every_trial_fails_exits_non_zero_saying_why(local_ray, d
 
 def test_a_model_none_of_whose_trials_could_be_selected_fails_the_search(tmp_path):
     """AE all errored, AR selected: half an AE-vs-AR answer is none (no Ray: rows as a search leaves them)."""
-    from modsar.rows import write_row
+    from modsar.records.rows import write_row
     from modsar.sweep import SearchRequest, make_plan
     from modsar.sweep.tuner import search_problem
 
@@ -533,7 +533,7 @@ def test_rows_from_a_metrics_dataframe_keep_integer_types(data_dir, tmp_path):
     best_epoch by older versions must still read back together with int ones."""
     import pandas as pd
 
-    from modsar.rows import write_row
+    from modsar.records.rows import write_row
     from modsar.sweep import SearchRequest, make_plan, row_from_results
 
     plan = make_plan(SearchRequest(space=str(SPACES / "asha.yaml"), dataset="synthetic", results=str(tmp_path),

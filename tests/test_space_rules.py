@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from modsar import space_check, spaces
 from modsar.cli import main
 from modsar.errors import ModsarError
-from modsar.spaces import MAX_GRID_POINTS, SearchSpace, grid_size_by_task, load_space, parse_space
+from modsar.sweep import space_check, spaces
+from modsar.sweep.spaces import MAX_GRID_POINTS, SearchSpace, grid_size_by_task, load_space, parse_space
 
 SPACES = Path(__file__).parent / "spaces"
 BUNDLED = Path(__file__).parent.parent / "search_spaces"
@@ -174,7 +174,7 @@ def no_points_built(monkeypatch):
 def test_a_grid_above_the_limit_is_refused_before_any_point_is_built(tmp_path, capsys, no_points_built):
     path = _space_file(tmp_path, HUGE)
     message = (f"modsar: error: space '{path}': its grid has 100,000,000 points, above the 100,000 a grid search "
-               "builds (modsar.spaces.MAX_GRID_POINTS); search it with --search random or --search optuna and "
+               "builds (modsar.sweep.spaces.MAX_GRID_POINTS); search it with --search random or --search optuna and "
                "--num-samples N, or shrink the grid")
     assert _refused(capsys, "spaces", path) == message
     assert _refused(capsys, "spaces", path, "--check") == message
@@ -291,7 +291,7 @@ def test_a_key_every_trial_shares_is_refused_as_a_param(tmp_path, capsys, param,
 
 def test_every_protocol_key_the_report_compares_is_fixed():
     from modsar.config import Config
-    from modsar.report import PROTOCOL
+    from modsar.report.render import PROTOCOL
 
     config_keys = [k for k in PROTOCOL if k in Config().flat()]
     assert len(config_keys) == 9  # the others (dataset_sha256, dataset_preprocessing) are not config keys

@@ -16,9 +16,9 @@ from modsar.data.importers import Interactions
 from modsar.data.prepare import PreparedLog, PrepareOptions, prepare_log
 from modsar.data.split import LeaveOneOut
 from modsar.data.store import load_dataset
-from modsar.evaluation import evaluate, target_ranks
-from modsar.spaces import load_space
-from modsar.training import run_trial
+from modsar.evaluation.ranking import evaluate, target_ranks
+from modsar.sweep.spaces import load_space
+from modsar.training.trainer import run_trial
 
 KS = (1, 2, 10, 50)
 CPU = torch.device("cpu")

@@ -111,7 +111,7 @@ def test_split_dates_says_which_rule_is_broken(tmp_path, capsys, given, stored, 
 
 
 def test_rows_record_the_cut_times_and_target_counts():
-    from modsar.training import split_facts
+    from modsar.training.trainer import split_facts
 
     cfg = load_config(None, ["data.split=temporal", "data.split_valid=0.5", "data.split_test=0.75"])
 
@@ -160,7 +160,7 @@ def test_search_refuses_a_protocol_that_needs_timestamps_before_any_trial(capsys
 def test_the_space_check_sees_the_item_view_catalogue():
     """Under data.view=item the candidates are users: 1,000 sampled negatives exceed ML-100K-sized 943."""
     from modsar.config import Config
-    from modsar.space_check import viewed_sizes
+    from modsar.sweep.space_check import viewed_sizes
 
     sizes = {"num_items": 1682, "num_users": 943, "max_len": 50, "has_timestamp": 1}
     cfg = Config.from_dict({"data": {"view": "item"}})

@@ -141,7 +141,7 @@ def test_eval_times_end_at_the_history_and_ae_masks_take_the_last_items_time():
 
 
 def test_time_bias_is_refused_where_it_cannot_hold():
-    from modsar.training import run_trial
+    from modsar.training.trainer import run_trial
 
     with pytest.raises(ModsarError, match=r"'model\.time_bias=gap' is an attention bias of the modular backbone"):
         load_config(None, ["model.backbone=gru4rec", "model.time_bias=gap"])
@@ -177,7 +177,7 @@ def timed_checkpoint(tmp_path_factory):
     """A session-bias AR model briefly trained on a generated timestamped MovieLens-format log (60 users, sessions
     of 3-6 items an hour to a week apart) with rollouts in its rows."""
     from modsar.data.store import prepare_dataset
-    from modsar.training import run_trial
+    from modsar.training.trainer import run_trial
 
     root = tmp_path_factory.mktemp("timed")
     rng = np.random.default_rng(0)
@@ -210,9 +210,9 @@ def test_a_timed_model_trains_evaluates_and_generates_with_its_times(timed_check
     """The run records metrics and rollouts; the evaluator ranks every validation target exactly as
     model(history, times=eval_times(history)) ranks it by hand, in batches of 7 (trimmed differently), and the
     times matter: all-zero times rank differently."""
-    from modsar.checkpoints import checkpoint_split, load_checkpoint
     from modsar.data.batches import eval_inputs
-    from modsar.evaluation import model_scorer, target_ranks
+    from modsar.evaluation.ranking import model_scorer, target_ranks
+    from modsar.training.checkpoints import checkpoint_split, load_checkpoint
 
     root, result = timed_checkpoint
     assert result.generation["distinct_ratio"] > 0 and set(result.test) >= {"ndcg@10"}
@@ -241,7 +241,7 @@ def test_timed_rollouts_give_each_pick_the_last_history_time(task):
     """Greedy rollouts equal a manual loop in which every generated item joins the window with the time of the
     last history item (AE: a mask token with that time follows the window), and the model is passed exactly
     those times at every step."""
-    from modsar.generate import Sampler, rollout
+    from modsar.evaluation.rollouts import Sampler, rollout
 
     torch.manual_seed(0)
     model = shaken(ModularSAR(ModelConfig(hidden_size=16, num_heads=2, dropout=0.0, attn_dropout=0.0,
@@ -284,7 +284,7 @@ def test_modsar_generate_runs_on_a_timed_checkpoint(timed_checkpoint, capsys):
 
 
 def test_analyze_refuses_a_timed_checkpoint(timed_checkpoint):
-    from modsar.analyze import run
+    from modsar.analysis.analyze import run
 
     root, _ = timed_checkpoint
     with pytest.raises(ModsarError, match=r"refuses a model\.time_bias=session checkpoint"):
@@ -298,7 +298,7 @@ def test_an_ae_timed_model_trains_and_the_time_space_checks_on_timestamped_data(
     """AE with a gap bias runs end to end (masks with borrowed times, the appended mask at evaluation and in
     rollouts), and the bluesky_time space is accepted on a dataset with timestamps."""
     from modsar.cli import main
-    from modsar.training import run_trial
+    from modsar.training.trainer import run_trial
 
     root, _ = timed_checkpoint
     cfg = load_config(None, ["task=ae", "model.time_bias=gap", "model.num_heads=2", "model.hidden_size=16",

@@ -8,16 +8,16 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from modsar.checkpoints import load_checkpoint
 from modsar.cli import main
 from modsar.config import Config, LossConfig, load_config
 from modsar.data.batches import TrainBatches
 from modsar.data.split import LeaveOneOut
 from modsar.data.store import load_dataset
-from modsar.evaluation import evaluate, model_scorer, popularity_scorer
+from modsar.evaluation.ranking import evaluate, model_scorer, popularity_scorer
 from modsar.model.losses import training_loss
 from modsar.model.modular import ModularSAR
-from modsar.training import (
+from modsar.training.checkpoints import load_checkpoint
+from modsar.training.trainer import (
     TrainingDiverged,
     batch_loss,
     decay_groups,
@@ -97,7 +97,7 @@ def test_resumed_trial_continues_exactly_as_the_uninterrupted_one(tmp_path, sche
     """A search trial killed mid-run restarts from its last best checkpoint (Tune restores it on --resume or a
     retry): optimizer, RNG, mask draws and the step count (hence the learning-rate schedule) restored, it must
     reproduce the uninterrupted run bit for bit."""
-    from modsar.training import load_resume_state
+    from modsar.training.trainer import load_resume_state
 
     class Killed(Exception):
         pass
@@ -130,7 +130,7 @@ def test_resumed_trial_continues_exactly_as_the_uninterrupted_one(tmp_path, sche
 
 
 def test_best_epoch_is_the_validation_max_not_the_last(monkeypatch):
-    import modsar.training as train_module
+    import modsar.training.trainer as train_module
 
     monkeypatch.setattr(train_module, "popularity_level", lambda *a: 0.05)  # fakes validation passes only
     values = iter([0.2, 0.5, 0.3, 0.1])
@@ -142,7 +142,7 @@ def test_best_epoch_is_the_validation_max_not_the_last(monkeypatch):
 
 
 def test_early_stopping_patience(monkeypatch):
-    import modsar.training as train_module
+    import modsar.training.trainer as train_module
 
     monkeypatch.setattr(train_module, "popularity_level", lambda *a: 0.05)  # fakes validation passes only
     monkeypatch.setattr(train_module.Evaluator, "__call__", lambda *a, **k: {"ndcg@10": 0.1, "recall@10": 0.0})
@@ -151,7 +151,7 @@ def test_early_stopping_patience(monkeypatch):
 
 
 def test_nan_loss_raises_training_diverged(monkeypatch):
-    import modsar.training as train_module
+    import modsar.training.trainer as train_module
 
     monkeypatch.setattr(train_module, "training_loss", lambda *a, **k: torch.tensor(float("nan"), requires_grad=True))
     with pytest.raises(TrainingDiverged, match="loss became nan"):
@@ -176,7 +176,7 @@ def test_cli_train_writes_result_row(tmp_path, capsys):
 
 def _nan_weights_in_epoch(monkeypatch, bad_epoch: int) -> None:
     """Epoch `bad_epoch` ends with NaN weights after a finite loss (the last optimizer step blew up)."""
-    import modsar.training as train_module
+    import modsar.training.trainer as train_module
 
     real = train_module.train_epoch
 
@@ -201,7 +201,7 @@ def test_nan_weights_before_validation_end_the_trial_with_the_best_so_far(monkey
 
 
 def test_non_finite_validation_metric_is_never_the_best_epoch(monkeypatch):
-    import modsar.training as train_module
+    import modsar.training.trainer as train_module
 
     monkeypatch.setattr(train_module, "popularity_level", lambda *a: 0.05)  # fakes validation passes only
     values = iter([0.1, float("inf")])
@@ -310,7 +310,7 @@ def test_the_fused_optimizer_takes_adams_first_step(optimizer):
 
 
 def test_learning_rate_warms_up_then_decays_linearly():
-    from modsar.training import LearningRate
+    from modsar.training.trainer import LearningRate
 
     rate = LearningRate(1e-3, warmup=4, linear=True, total=10)
     assert [round(rate.factor(s), 6) for s in range(11)] == [0.25, 0.5, 0.75, 1.0, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0]
@@ -320,7 +320,7 @@ def test_learning_rate_warms_up_then_decays_linearly():
 def test_each_optimizer_step_gets_its_scheduled_rate():
     """The rate the optimizer applies at step s is lr * factor(s): checked on the updates of a plain SGD-like
     probe (the last step of an epoch of 16 batches under a 10-step warm-up and linear decay over 3 epochs)."""
-    from modsar.training import LearningRate, train_epoch
+    from modsar.training.trainer import LearningRate, train_epoch
 
     cfg = quick("train.warmup_steps=10", "train.lr_schedule=linear")
     data = load_dataset("synthetic")
@@ -340,7 +340,7 @@ def test_each_optimizer_step_gets_its_scheduled_rate():
 def test_min_steps_keeps_patience_from_stopping_a_run_early(monkeypatch):
     """A flat validation curve stops after `patience` passes, but not before train.min_steps optimizer steps:
     16 steps per epoch (1,000 users, batch 64) and min_steps 100 give the first stop at epoch 7 (112 steps)."""
-    import modsar.training as train_module
+    import modsar.training.trainer as train_module
 
     monkeypatch.setattr(train_module, "popularity_level", lambda *a: 0.05)
     monkeypatch.setattr(train_module.Evaluator, "__call__", lambda *a, **k: {"ndcg@10": 0.1, "recall@10": 0.0})
@@ -351,7 +351,7 @@ def test_min_steps_keeps_patience_from_stopping_a_run_early(monkeypatch):
 
 def test_escape_steps_count_to_the_first_pass_clear_of_the_popularity_level(monkeypatch):
     """Popularity level 0.1: passes of .10, .12, .13 and .2 clear 1.25 x .1 first at epoch 3, after 48 steps."""
-    import modsar.training as train_module
+    import modsar.training.trainer as train_module
 
     monkeypatch.setattr(train_module, "popularity_level", lambda *a: 0.1)
     values = iter([0.10, 0.12, 0.13, 0.2])
@@ -367,7 +367,7 @@ def test_escape_steps_count_to_the_first_pass_clear_of_the_popularity_level(monk
 
 
 def test_the_popularity_level_is_the_most_popular_ranking_on_validation():
-    from modsar.evaluation import Evaluator
+    from modsar.evaluation.ranking import Evaluator
 
     cfg = quick("eval.filter_seen=history")
     result = run_trial(cfg, progress=False)

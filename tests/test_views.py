@@ -62,7 +62,7 @@ def test_the_item_view_orders_each_items_users_by_time(timestamped):
 def test_training_on_the_item_view_is_recorded(timestamped, tmp_path, capsys):
     """`modsar train data.view=item` trains on 4 item sequences over 3 'items' (users) and its row says so."""
     from modsar.cli import main
-    from modsar.rows import read_rows
+    from modsar.records.rows import read_rows
 
     assert main(["train", "--dataset", "tiny", "--data-dir", str(timestamped), "--results", str(tmp_path / "r"),
                  "--experiment", "v", "--quiet", "--no-checkpoint", "data.view=item", "train.max_epochs=1",

@@ -28,9 +28,9 @@ from typing import Any
 import torch
 
 from modsar.config import Config
-from modsar.spaces import MAX_GRID_POINTS, Param, SearchSpace, grid_size_by_task
 from modsar.sweep.plan import STEPS_MAX_T, Plan, trial_config
-from modsar.training import train_batches
+from modsar.sweep.spaces import MAX_GRID_POINTS, Param, SearchSpace, grid_size_by_task
+from modsar.training.trainer import train_batches
 
 # the config keys that change what a training step costs: points that agree on them share one probe
 COST_KEYS = ("task", "mask_prob", "model.backbone", "model.hidden_size", "model.num_layers", "model.num_heads",
@@ -153,7 +153,7 @@ class Group:
     max_len: int
     trials: float  # grid: counted; random/optuna: the expected share of --num-samples
     steps_per_epoch: int = 0
-    flops: float = 0.0  # model FLOPs of one training step (modsar.flops): orders the sizes for probing
+    flops: float = 0.0  # model FLOPs of one training step (modsar.training.flops): orders the sizes for probing
     step_s: float = math.nan
     eval_s: float = math.nan
     probed: bool = False
@@ -441,8 +441,8 @@ def _full_point(space: SearchSpace, point: dict[str, Any], closure: set[str]) ->
 
 def measure_steps(directions: list[Direction], split, dataset) -> None:
     """Each size's steps per epoch (once per data shape) and model FLOPs per step (on the meta device)."""
-    from modsar.flops import epoch_flops
     from modsar.model import registry
+    from modsar.training.flops import epoch_flops
 
     shapes: dict[tuple, tuple[int, int, int]] = {}
     for g in (g for d in directions for g in d.groups):
@@ -517,7 +517,7 @@ class _Enough(Exception):
 def probe(cfg: Config, dataset, split, max_len: int, device: torch.device) -> tuple[float, float]:
     """(seconds per optimizer step, seconds per validation pass) of `cfg`, built as run_trial builds it: one
     warm-up step, then the mean of PROBE_STEPS real steps; then validation_seconds."""
-    from modsar.training import build_model, make_optimizer
+    from modsar.training.trainer import build_model, make_optimizer
 
     model = build_model(cfg, dataset.num_items, dataset.num_users, max_len).to(device)
     optimizer = make_optimizer(model, cfg)
@@ -535,8 +535,8 @@ def probe(cfg: Config, dataset, split, max_len: int, device: torch.device) -> tu
 
 
 def _step(model, optimizer: torch.optim.Optimizer, batch, cfg: Config, per_batch: float) -> None:
-    """One optimizer step as modsar.training.train_epoch takes it (its loss read back, as there)."""
-    from modsar.training import batch_loss, optimizer_step
+    """One optimizer step as modsar.training.trainer.train_epoch takes it (its loss read back, as there)."""
+    from modsar.training.trainer import batch_loss, optimizer_step
 
     loss = batch_loss(model, batch, cfg, per_batch)
     optimizer_step(model, optimizer, loss, cfg)
@@ -547,8 +547,8 @@ def validation_seconds(model, split, cfg: Config, max_len: int, device: torch.de
     """A validation pass as run_trial runs it, timed whole where it takes under EVAL_PROBE_S; a longer one is
     stopped there and extrapolated: the set-up before its first batch, plus the mean batch so far per batch
     (the shortest histories come first, so a long pass is somewhat underestimated)."""
-    from modsar.evaluation import SCORES_BUDGET, Evaluator, model_scorer
-    from modsar.heap import roomy_heap
+    from modsar.evaluation.ranking import SCORES_BUDGET, Evaluator, model_scorer
+    from modsar.training.heap import roomy_heap
 
     evaluator = Evaluator.of(split, cfg, max_len, device)
     per_batch = max(1, min(evaluator.batch_size, SCORES_BUDGET // max(split.num_items, 1)))

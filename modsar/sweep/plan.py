@@ -11,8 +11,8 @@ from typing import Any
 from modsar.config import Config, apply_overrides, parse_override
 from modsar.data.store import data_root, load_dataset
 from modsar.errors import ModsarError
-from modsar.space_check import SpaceCheck, check_space, dataset_sizes
-from modsar.spaces import Param, SearchSpace, load_space
+from modsar.sweep.space_check import SpaceCheck, check_space, dataset_sizes
+from modsar.sweep.spaces import Param, SearchSpace, load_space
 
 STEPS_MAX_T = 2**62  # ASHA's max_t where a space counts optimizer steps and names none: max_epochs ends trials
 
@@ -80,7 +80,7 @@ class Plan:
 
 def make_plan(req: SearchRequest, check: bool = True) -> Plan:
     """Everything the search will do, derived and checked before Ray starts: with `check`, every configuration
-    of the space is validated against the dataset (modsar.space_check) and all problems are raised at once.
+    of the space is validated against the dataset (modsar.sweep.space_check) and all problems are raised at once.
     An empty `req.dataset` plans without data (`modsar spaces NAME --check` without --dataset)."""
     _check_request_numbers(req)
     space = load_space(req.space)

@@ -16,7 +16,7 @@ from ray.tune.schedulers import ASHAScheduler
 
 from modsar.config import Config
 from modsar.errors import ModsarError
-from modsar.rows import PROGRESS_FACTS, PROTOCOL_FACTS, SPEED_FACTS, read_rows, result_row, write_row
+from modsar.records.rows import PROGRESS_FACTS, PROTOCOL_FACTS, SPEED_FACTS, read_rows, result_row, write_row
 from modsar.sweep.plan import Plan, sampled_values, trial_config
 
 

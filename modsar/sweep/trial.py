@@ -12,8 +12,8 @@ from typing import Any
 
 from ray import tune
 
-from modsar.spaces import SearchSpace
 from modsar.sweep.plan import Plan, sampled_values, trial_config
+from modsar.sweep.spaces import SearchSpace
 
 
 def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_dir: str, test: bool = False,
@@ -22,8 +22,8 @@ def trainable(config: dict[str, Any], *, base: dict, space: SearchSpace, data_di
     import torch
 
     from modsar.model import registry
-    from modsar.rows import PROGRESS_FACTS, PROTOCOL_FACTS, SPEED_FACTS
-    from modsar.training import TrainingDiverged, load_resume_state, resolve_device, run_trial
+    from modsar.records.rows import PROGRESS_FACTS, PROTOCOL_FACTS, SPEED_FACTS
+    from modsar.training.trainer import TrainingDiverged, load_resume_state, resolve_device, run_trial
 
     registry.load_plugins(list(plugins))  # the driver's plugin backbones, registered in this worker too
     cfg = trial_config(base, space, sampled_values(config))

@@ -27,7 +27,7 @@ from modsar.data.store import load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
 from modsar.outputs import atomic_write, ensure_writable_dir, to_json
-from modsar.rows import differing_keys, filesystem, read_rows, remove_partial_rows
+from modsar.records.rows import differing_keys, filesystem, read_rows, remove_partial_rows
 from modsar.sweep.plan import Plan, SearchRequest, make_plan
 from modsar.sweep.rows import SchedulerState, make_callbacks, reconcile_rows, rewrite_row, rows_dir
 from modsar.sweep.trial import make_trainable
@@ -153,7 +153,7 @@ def drop_resume_state(grid) -> None:
 
     Not before the Tuner returns: a trial that ended after Tune's last experiment-state save is resumed
     again after a kill and needs it. Errored trials keep it; --resume retries them from their checkpoint."""
-    from modsar.training import RESUME_FILE
+    from modsar.training.trainer import RESUME_FILE
 
     for result in grid:
         if result.error is None and result.path:
@@ -264,9 +264,14 @@ def restore_or_refuse(ray_path: str) -> Iterator[None]:
         yield
     except Exception as error:
         cause: BaseException | None = error
-        while cause is not None and not isinstance(cause, _RestoreFailed):
+        while cause is not None and not isinstance(cause, (_RestoreFailed, ModuleNotFoundError)):
             cause = cause.__cause__ or cause.__context__
-        if cause is None:
+        if isinstance(cause, ModuleNotFoundError) and (cause.name or "").startswith("modsar"):
+            raise ModsarError(f"--resume cannot restore the search in {ray_path}: its Tune state was saved by "
+                              f"another ModSAR, which had a module {cause.name} that this one has not; resume "
+                              "it with the ModSAR that started it, or start the search afresh with --overwrite"
+                              ) from None
+        if cause is None or isinstance(cause, ModuleNotFoundError):
             raise
         reason = cause.args[0] if cause.args else "unknown"
         hint = (" (a file another user's Ray left; give each user a Ray temp folder of their own with RAY_TMPDIR)"
@@ -280,14 +285,22 @@ def restore_or_refuse(ray_path: str) -> Iterator[None]:
 
 
 EARLIER_NAMES = ("modsar.search",)  # this package's names before 0.3 (`modsar.search` is now the Python API)
+# modules a search's tuner.pkl may name (its plan holds the space's SearchSpace) by where they were before 0.4
+MOVED_MODULES = {"modsar.spaces": "modsar.sweep.spaces", "modsar.space_check": "modsar.sweep.space_check",
+                 "modsar.submit": "modsar.sweep.submit", "modsar.rows": "modsar.records.rows",
+                 "modsar.runs": "modsar.records.run", "modsar.checkpoints": "modsar.training.checkpoints",
+                 "modsar.feasible": "modsar.training.feasible", "modsar.flops": "modsar.training.flops",
+                 "modsar.heap": "modsar.training.heap", "modsar.optim": "modsar.training.optim",
+                 "modsar.generate": "modsar.evaluation.rollouts", "modsar.diagnostics": "modsar.analysis.diagnostics",
+                 "modsar.analyze": "modsar.analysis.analyze", "modsar.analyze_output": "modsar.analysis.output"}
 
 
 @contextlib.contextmanager
 def modules_under_earlier_names() -> Iterator[None]:
     """While a search started by an earlier ModSAR is restored: its tuner.pkl names the Tune callbacks by the
-    package's earlier names (modsar.search.<name>, modsar.search.rows.<name>), so those names are made to
-    resolve to this package and its modules, in sys.modules only (the `modsar` package's attributes, the
-    Python API, stay as they are), and are removed again afterwards."""
+    package's earlier names (modsar.search.<name>, modsar.search.rows.<name>) and the space by its module's
+    earlier place (modsar.spaces), so those names are made to resolve to today's modules, in sys.modules only
+    (the `modsar` package's attributes, the Python API, stay as they are), and are removed again afterwards."""
     from modsar import sweep
 
     modules = {}
@@ -298,6 +311,9 @@ def modules_under_earlier_names() -> Iterator[None]:
     for old in EARLIER_NAMES:
         aliases[old] = sweep
         aliases |= {f"{old}.{name}": module for name, module in modules.items()}
+    for old, new in MOVED_MODULES.items():
+        with contextlib.suppress(ImportError):
+            aliases[old] = importlib.import_module(new)
     added = [name for name in aliases if name not in sys.modules]
     sys.modules.update({name: aliases[name] for name in added})
     try:
@@ -380,10 +396,10 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
     first. A diverged or errored trial is never a candidate."""
     import torch
 
-    from modsar.checkpoints import load_checkpoint, local_checkpoint
     from modsar.data.split import LeaveOneOut, make_split
-    from modsar.evaluation import Evaluator, model_scorer
-    from modsar.training import rollout_metrics
+    from modsar.evaluation.ranking import Evaluator, model_scorer
+    from modsar.training.checkpoints import load_checkpoint, local_checkpoint
+    from modsar.training.trainer import rollout_metrics
 
     every = read_rows(rows_dir(plan), plan.request.experiment_name)
     column = f"valid.{plan.monitor}"

@@ -27,17 +27,17 @@ from modsar.data.split import TemporalSplit, make_split
 from modsar.data.store import StoredDataset, dataset_identity, load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
-from modsar.evaluation import Evaluator, model_scorer, popularity_scorer
-from modsar.feasible import validate_for_dataset
-from modsar.flops import epoch_flops, utilisation
-from modsar.heap import bound_heap, roomy_heap
+from modsar.evaluation.ranking import Evaluator, model_scorer, popularity_scorer
 from modsar.memory import check_model
 from modsar.model import registry
 from modsar.model.interface import Recommender, encode
 from modsar.model.losses import training_loss
-from modsar.optim import BertAdamW
 from modsar.outputs import atomic_write
 from modsar.randomness import global_states, seed_everything, untouched
+from modsar.training.feasible import validate_for_dataset
+from modsar.training.flops import epoch_flops, utilisation
+from modsar.training.heap import bound_heap, roomy_heap
+from modsar.training.optim import BertAdamW
 
 # on_eval(epoch, valid metrics, improved, checkpoint or None, facts): facts has "last" (training stops after
 # this pass: patience or max epochs) and the mean epoch/eval times so far.
@@ -75,7 +75,7 @@ class TrialResult:
     history: list[dict] = field(default_factory=list)  # one entry per validation pass
     checkpoint: str | None = None
     monitor: str = "ndcg@10"
-    epoch_gflop: float = math.nan  # model GFLOP of one training epoch (modsar.flops)
+    epoch_gflop: float = math.nan  # model GFLOP of one training epoch (modsar.training.flops)
     output_gflop: float = math.nan  # of which in the output layer (scoring + loss)
     gflops: float = math.nan  # of which achieved per second of training
     mfu: float = math.nan  # gflops over this device's measured matmul rate in the training dtype
@@ -486,7 +486,7 @@ def rollout_metrics(model: Recommender, split, cfg: Config, max_len: int, device
     never picking a seen item where the evaluation filters them (`--exclude auto` of modsar generate)."""
     if not cfg.eval.generate_steps:
         return {}
-    from modsar.generate import Sampler, generate, resolve_exclude
+    from modsar.evaluation.rollouts import Sampler, generate, resolve_exclude
 
     return generate(model, split, cfg.task, max_len, cfg.eval.generate_steps, Sampler("greedy"),
                     resolve_exclude("auto", cfg.eval.filter_seen), seed=cfg.seed, device=device).metrics

@@ -46,11 +46,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from modsar.checkpoints import checkpoint_split, load_checkpoint
-from modsar.data.batches import eval_inputs
-from modsar.data.split import history_index
-from modsar.devices import resolve as resolve_device
-from modsar.diagnostics import (
+from modsar.analysis.diagnostics import (
     attention_window,
     effective_rank,
     hard_threshold_rank,
@@ -58,11 +54,15 @@ from modsar.diagnostics import (
     recovery_rate,
     sparsity,
 )
+from modsar.data.batches import eval_inputs
+from modsar.data.split import history_index
+from modsar.devices import resolve as resolve_device
 from modsar.errors import ModsarError
-from modsar.evaluation import Evaluator, model_scorer, target_ranks
+from modsar.evaluation.ranking import Evaluator, model_scorer, target_ranks
 from modsar.model import registry
 from modsar.model.interface import trim_left_padding
 from modsar.model.skips import SkipSite, residual_scale, skip_input, skip_vector
+from modsar.training.checkpoints import checkpoint_split, load_checkpoint
 
 DIAGNOSTICS = ("sparsity", "rank", "hrli", "shuffle", "mixing", "residual-scaling", "nonfinal", "recovery", "user")
 ALPHAS = tuple(round(a / 10, 1) for a in range(11))
@@ -593,8 +593,8 @@ def refuse_timed(checkpoint: str | Path, time_bias: str) -> None:
 
 def stored_time_bias(checkpoint: str | Path) -> str:
     """A checkpoint's model.time_bias, read from its stored config without building the model."""
-    from modsar.checkpoints import load_checkpoint_payload
     from modsar.config import Config
+    from modsar.training.checkpoints import load_checkpoint_payload
 
     return Config.from_stored(load_checkpoint_payload(checkpoint)["config"], where=str(checkpoint)).model.time_bias
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from modsar.analyze import Analysis
+from modsar.analysis.analyze import Analysis
 from modsar.errors import ModsarError
 from modsar.model.registry import PAPER_NAMES
 from modsar.outputs import pyplot, save_figure, write_parquet

@@ -73,7 +73,7 @@ def result_row(cfg: Config, *, experiment: str, trial_id: str, status: str, vali
 
 
 PROTOCOL_FACTS = ("valid_targets", "test_targets", "split_valid_cut", "split_test_cut")  # train.split_facts
-SPEED_FACTS = ("epoch_gflop", "output_gflop", "gflops", "mfu")  # TrialResult fields (modsar.flops)
+SPEED_FACTS = ("epoch_gflop", "output_gflop", "gflops", "mfu")  # TrialResult fields (modsar.training.flops)
 # TrialResult fields: optimizer steps, and the most-popular ranking's validation value with the steps at which the
 # run first cleared it (train.PLATEAU_FACTOR; None: it never left that level)
 PROGRESS_FACTS = ("steps", "steps_per_epoch", "popularity_level", "escape_steps")

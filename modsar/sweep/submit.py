@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 from modsar.errors import ModsarError
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parents[2]
 EXCLUDES = [".venv", ".git", "results", "tests", "benchmarks", "docker", "**/__pycache__", "*.egg-info"]
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 

@@ -26,7 +26,7 @@ from modsar.config import TrainConfig
 from modsar.errors import ModsarError
 from modsar.model.registry import PAPER_NAMES, paper_name
 from modsar.outputs import pyplot, save_figure
-from modsar.rows import differing_keys
+from modsar.records.rows import differing_keys
 
 METRICS = ["recall@5", "recall@10", "recall@20", "ndcg@5", "ndcg@10", "ndcg@20"]
 SHORT = {"recall": "R", "ndcg": "N", "mrr": "MRR"}
@@ -597,7 +597,7 @@ def _build(rows: pd.DataFrame, metrics: list[str] | None, headline: str, experim
     for space in comparisons:
         tables.append(models_table(f"{prefix}{space}: one row per model", cells, datasets, space, metrics))
     if (rollouts := generation_table(f"{prefix}Generative evaluation: greedy rollouts of the selected models "
-                                     "(modsar/generate.py; H = steps, H gen/true in bits)", rows)) is not None:
+                                     "(modsar/evaluation/rollouts.py; H = steps, H gen/true in bits)", rows)) is not None:
         tables.append(rollouts)
     all_spaces = (["vanilla"] if "vanilla" in present else []) + modular + hf
     sig = significance_table(cells, datasets, all_spaces, metrics)

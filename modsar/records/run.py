@@ -12,8 +12,8 @@ from modsar.config import Config
 from modsar.data.store import load_dataset
 from modsar.errors import ModsarError
 from modsar.outputs import ensure_writable_dir
-from modsar.rows import result_row, trial_facts, write_row
-from modsar.training import TrainingDiverged, TrialResult, resolve_device, run_trial
+from modsar.records.rows import result_row, trial_facts, write_row
+from modsar.training.trainer import TrainingDiverged, TrialResult, resolve_device, run_trial
 
 
 @dataclass

@@ -52,7 +52,7 @@ def _bundled_folder() -> Path:
     try:
         found = importlib.resources.files("modsar.search_spaces")
     except ModuleNotFoundError:
-        return Path(__file__).resolve().parent.parent / "search_spaces"
+        return Path(__file__).resolve().parents[2] / "search_spaces"
     return Path(str(found))  # ModSAR is installed unzipped: the package data is a folder on disk
 
 
@@ -67,7 +67,7 @@ SEARCHES = ("grid", "random", "optuna")
 # is built; random/Optuna search samples --num-samples points of any space.
 MAX_GRID_POINTS = 100_000
 # Keys every trial of a search shares: a search selects across its trials by their validation values, so
-# what is compared (the data and its cut, modsar.report.PROTOCOL's evaluation keys, the monitored metric) and
+# what is compared (the data and its cut, modsar.report.render.PROTOCOL's evaluation keys, the monitored metric) and
 # the budget are fixed for the search; none may be a param or an `also` target. Key -> why, and what instead.
 _PROTOCOL = ("validation values measured under different evaluation protocols are not comparable (modsar "
              "report keeps them apart), so no trial could be selected over the others; set it in 'base' and "
@@ -639,7 +639,7 @@ def grid_size_by_task(space: SearchSpace) -> dict[str, int]:
     if total > MAX_GRID_POINTS:
         size = f"{total:,} points" if exact else f"more than {MAX_GRID_POINTS:,} points"
         raise ModsarError(f"space '{space.path}': its grid has {size}, above the {MAX_GRID_POINTS:,} a grid search "
-                          "builds (modsar.spaces.MAX_GRID_POINTS); search it with --search random or --search "
+                          "builds (modsar.sweep.spaces.MAX_GRID_POINTS); search it with --search random or --search "
                           "optuna and --num-samples N, or shrink the grid")
     return counts
 

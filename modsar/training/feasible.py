@@ -10,8 +10,8 @@ from modsar import memory
 from modsar.config import Config
 from modsar.data.split import rollout_targets
 from modsar.errors import ModsarError
-from modsar.evaluation import negative_room
-from modsar.generate import resolve_exclude, step_limit
+from modsar.evaluation.ranking import negative_room
+from modsar.evaluation.rollouts import resolve_exclude, step_limit
 
 
 def validate_for_dataset(cfg: Config, num_items: int, where: str = "config", split: Any = None,

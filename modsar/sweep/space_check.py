@@ -23,8 +23,8 @@ import torch
 from modsar import memory
 from modsar.config import Config, apply_overrides
 from modsar.errors import ModsarError
-from modsar.feasible import validate_for_dataset
-from modsar.spaces import MAX_GRID_POINTS, Param, SearchSpace, grid_size_by_task
+from modsar.sweep.spaces import MAX_GRID_POINTS, Param, SearchSpace, grid_size_by_task
+from modsar.training.feasible import validate_for_dataset
 
 PLACEHOLDER_SIZES = {"num_items": 100, "num_users": 100}  # model sizes when no dataset is named
 # Probabilities that shape no module (their ranges are checked by config.validate): one model build serves

@@ -125,7 +125,7 @@ Prints ModSAR Tables 2-3 (S, k per layer and on average) and the residual-domina
 HF backbones get every diagnostic where ModSAR knows their layers (llama, gpt2, bert, roberta, albert,
 transfo_xl); for any other hf:<type>, mixing and alpha are skipped with a note.
 
-Conventions (window, head averaging, padding, where alpha acts) are in modsar/analyze.py and in every row."""
+Conventions (window, head averaging, padding, where alpha acts) are in modsar/analysis/analyze.py and in every row."""
 
 EPILOG_GENERATE = """examples:
   modsar generate --checkpoint results/train-ml-100k/checkpoints/ar-1234abcd.pt --steps 10
@@ -137,7 +137,7 @@ token), then compared with the user's true future: the log from the test target 
 future is one item; train with data.split=temporal for a real multi-item future. Under
 data.split_targets=every a user has a history per test timestamp, each rolled out once: the counts (and
 --users) are of histories, not users. Metrics (defined in
-modsar/generate.py): alignment (hits, recall, NDCG, exact order), diversity (distinct ratio, immediate repeats,
+modsar/evaluation/rollouts.py): alignment (hits, recall, NDCG, exact order), diversity (distinct ratio, immediate repeats,
 distinct-2), entropy of generated vs true future items, catalogue coverage, the share of top-1% popular
 items (mode collapse) and unseen transitions (oscillation). --json prints them; --out adds rollouts.parquet,
 steps.parquet, metrics.json and generate.png."""
@@ -397,9 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from modsar import generate
-    from modsar.checkpoints import checkpoint_split, load_checkpoint
     from modsar.devices import resolve as resolve_device
+    from modsar.evaluation import rollouts as generate
+    from modsar.training.checkpoints import checkpoint_split, load_checkpoint
 
     if not Path(args.checkpoint).is_file():
         raise ModsarError(f"checkpoint '{args.checkpoint}' does not exist")
@@ -466,9 +466,10 @@ def _best_checkpoints(rows) -> list[tuple[str, str]]:
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    from modsar import analyze, analyze_output
+    from modsar.analysis import analyze
+    from modsar.analysis import output as analyze_output
     from modsar.devices import resolve as resolve_device
-    from modsar.rows import read_rows
+    from modsar.records.rows import read_rows
 
     resolve_device(args.device, "--device")  # before any checkpoint is read
     diagnostics = [d.strip() for d in args.diagnostic.split(",") if d.strip()]
@@ -525,7 +526,7 @@ def _analyze(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from modsar import submit
+    from modsar.sweep import submit
 
     if not args.address:
         raise ModsarError("--address is required (the cluster's dashboard, e.g. http://HEAD:8265)")
@@ -555,8 +556,8 @@ def parse_env(text: str) -> tuple[str, str]:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from modsar.report import REPORT_KEYS, build_reports, plot_all, render
-    from modsar.rows import read_rows
+    from modsar.records.rows import read_rows
+    from modsar.report.render import REPORT_KEYS, build_reports, plot_all, render
 
     rows = read_rows(args.results)
     if not len(rows):
@@ -653,7 +654,7 @@ def _estimate_space(args: argparse.Namespace) -> int:
 
 
 def _spaces(args: argparse.Namespace) -> int:
-    from modsar.spaces import bundled_spaces, describe, grid_size_by_task, load_space
+    from modsar.sweep.spaces import bundled_spaces, describe, grid_size_by_task, load_space
 
     resources = {"--cpus-per-trial": args.cpus_per_trial, "--gpus-per-trial": args.gpus_per_trial,
                  "--max-concurrent": args.max_concurrent, "--json": args.json or None}
@@ -691,7 +692,7 @@ def _check_space(args: argparse.Namespace) -> int:
 
 
 def _results(args: argparse.Namespace) -> int:
-    from modsar.rows import matching_rows
+    from modsar.records.rows import matching_rows
 
     if args.limit < 1:
         raise ModsarError(f"--limit must be >= 1 (rows to show); got {args.limit}")
@@ -846,7 +847,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace) -> int:
     from modsar.config import Config, load_config
-    from modsar.runs import train_and_record
+    from modsar.records.run import train_and_record
 
     if args.list_keys:
         for key, value in Config().flat().items():
@@ -896,7 +897,7 @@ def _ks(text: str) -> list[int]:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from modsar.checkpoints import evaluate_checkpoint
+    from modsar.records.rescore import evaluate_checkpoint
 
     scores = evaluate_checkpoint(args.checkpoint, args.split, filter_seen=args.filter_seen,
                                  ks=_ks(args.ks) if args.ks is not None else None, sampled_negatives=args.sampled_negatives,

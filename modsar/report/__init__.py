@@ -1,0 +1,1 @@
+"""`modsar report`: the AE-vs-AR verdict of a results folder."""
