@@ -26,13 +26,25 @@ from modsar.data.store import load_dataset
 from modsar.model.losses import training_loss
 from modsar.training.trainer import batch_loss, build_model, make_optimizer, output_dtype, seed_everything
 
-BASE = ["data.max_len=50", "model.hidden_size=64", "model.num_layers=2", "model.num_heads=1", "model.dropout=0.2",
-        "model.attn_dropout=0.2", "data.batch_size=128", "train.optimizer=adam", "train.lr=0.001", "loss.name=ce"]
+BASE = [
+    "data.max_len=50",
+    "model.hidden_size=64",
+    "model.num_layers=2",
+    "model.num_heads=1",
+    "model.dropout=0.2",
+    "model.attn_dropout=0.2",
+    "data.batch_size=128",
+    "train.optimizer=adam",
+    "train.lr=0.001",
+    "loss.name=ce",
+]
 VARIANTS = {"plain": ["loss.fused=false"], "fused": [], "fused_bf16": ["train.precision=bf16"]}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dataset", default="video")
     parser.add_argument("--variants", default="plain,fused,fused_bf16")
     parser.add_argument("--rounds", type=int, default=2)
@@ -52,8 +64,10 @@ def main() -> None:
     positions = sum(int((b.labels > 0).sum()) for b in made)
     flop = 6.0 * positions * dataset.num_items * first.model.hidden_size  # output layer, fwd + bwd
     scale = len(plan) / len(timed)
-    print(f"{args.dataset}: {len(plan)} batches per epoch, timing {len(timed)} ({positions:,} labelled positions, "
-          f"output layer {flop / 1e12:.3f} TFLOP), {args.threads} threads")
+    print(
+        f"{args.dataset}: {len(plan)} batches per epoch, timing {len(timed)} ({positions:,} labelled positions, "
+        f"output layer {flop / 1e12:.3f} TFLOP), {args.threads} threads"
+    )
     step_s: dict[str, list[float]] = {n: [] for n in names}
     head_s: dict[str, list[float]] = {n: [] for n in names}
     for r in range(args.rounds):
@@ -79,11 +93,16 @@ def main() -> None:
                 training_loss(model, hidden, b.labels, b.users, cfg.loss, dtype=dtype).backward()
                 head += time.perf_counter() - tick  # the output layer alone
             head_s[name].append(head)
-    print(f"{'variant':<12} {'s / epoch (rounds)':<34} {'mean':>6} {'ratio':>6}   output layer s (timed) GFLOP/s")
+    print(
+        f"{'variant':<12} {'s / epoch (rounds)':<34} {'mean':>6} {'ratio':>6}   output layer s (timed) GFLOP/s"
+    )
     base = statistics.mean(step_s[names[0]])
     for n in names:
         mean = statistics.mean(step_s[n])
-        print(f"{n:<12} {', '.join(f'{t:.1f}' for t in step_s[n]):<34} {mean:6.1f} {mean / base:6.2f}   ", end="")
+        print(
+            f"{n:<12} {', '.join(f'{t:.1f}' for t in step_s[n]):<34} {mean:6.1f} {mean / base:6.2f}   ",
+            end="",
+        )
         print(f"{statistics.mean(head_s[n]):.2f} s  {flop / statistics.mean(head_s[n]) / 1e9:.0f}")
 
 

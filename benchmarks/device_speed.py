@@ -28,7 +28,13 @@ from modsar.training.trainer import build_model, make_optimizer, seed_everything
 BACKBONES = {
     "modular AR ce": ["task=ar", "loss.name=ce"],
     "modular AE ce": ["task=ae", "loss.name=ce"],
-    "modular AR local w=20": ["task=ar", "loss.name=ce", "model.num_heads=2", "model.local_heads=2", "model.local_window=20"],
+    "modular AR local w=20": [
+        "task=ar",
+        "loss.name=ce",
+        "model.num_heads=2",
+        "model.local_heads=2",
+        "model.local_window=20",
+    ],
     "hf llama AR": ["task=ar", "loss.name=ce", "model.backbone=llama", "model.dropout=0"],
     "hf albert AE": ["task=ae", "loss.name=ce", "model.backbone=albert"],
 }
@@ -40,7 +46,9 @@ def synchronize(device: torch.device) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--users", type=int, default=31013)
     parser.add_argument("--items", type=int, default=23715)
     parser.add_argument("--devices", default="cuda,cpu")
@@ -51,22 +59,42 @@ def main() -> None:
     devices = [torch.device(d) for d in args.devices.split(",") if d != "cuda" or torch.cuda.is_available()]
     log = generate(num_users=args.users, num_items=args.items, min_len=5, max_len=14, seed=0)
     split = LeaveOneOut.from_log(log.user, log.item, args.users, args.items)
-    print(f"synthetic log: {args.users:,} users, {args.items:,} items, {len(log.item):,} interactions; "
-          f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, devices {[str(d) for d in devices]}")
+    print(
+        f"synthetic log: {args.users:,} users, {args.items:,} items, {len(log.item):,} interactions; "
+        f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, devices {[str(d) for d in devices]}"
+    )
     if any(d.type == "cuda" for d in devices):
         print(f"GPU: {torch.cuda.get_device_name(0)}")
-    print(f"{'backbone':<28} {'device':<7} {'1st epoch s':>11} {'epoch s':>8} {'eval s':>7} {'loss':>7} "
-          f"{'valid N@10':>10}")
+    print(
+        f"{'backbone':<28} {'device':<7} {'1st epoch s':>11} {'epoch s':>8} {'eval s':>7} {'loss':>7} "
+        f"{'valid N@10':>10}"
+    )
     for name in args.backbones.split(","):
-        cfg = load_config(None, ["dataset=synthetic", "model.hidden_size=64", "model.num_layers=2",
-                                 "data.max_len=50", *BACKBONES[name], *args.overrides])
+        cfg = load_config(
+            None,
+            [
+                "dataset=synthetic",
+                "model.hidden_size=64",
+                "model.num_layers=2",
+                "data.max_len=50",
+                *BACKBONES[name],
+                *args.overrides,
+            ],
+        )
         seed_everything(cfg.seed)
         base = build_model(cfg, args.items, args.users, cfg.data.max_len)
         for device in devices:
             model = copy.deepcopy(base).to(device).train()
             optimizer = make_optimizer(model, cfg)
-            batches = TrainBatches(split, cfg.task, cfg.data.max_len, cfg.data.batch_size, cfg.mask_prob,
-                                   cfg.data.padding_free, seed=cfg.seed)
+            batches = TrainBatches(
+                split,
+                cfg.task,
+                cfg.data.max_len,
+                cfg.data.batch_size,
+                cfg.mask_prob,
+                cfg.data.padding_free,
+                seed=cfg.seed,
+            )
             times, loss = [], float("nan")
             for epoch in range(1, args.epochs + 1):
                 synchronize(device)
@@ -76,13 +104,24 @@ def main() -> None:
                 times.append(time.perf_counter() - tick)
             model.eval()
             tick = time.perf_counter()
-            metrics = evaluate(model_scorer(model), split, "valid", cfg.eval, cfg.task, cfg.data.max_len,
-                               cfg.data.eval_batch_size, device)
+            metrics = evaluate(
+                model_scorer(model),
+                split,
+                "valid",
+                cfg.eval,
+                cfg.task,
+                cfg.data.max_len,
+                cfg.data.eval_batch_size,
+                device,
+            )
             synchronize(device)
             eval_s = time.perf_counter() - tick
             steady = np.mean(times[1:]) if len(times) > 1 else times[0]
-            print(f"{name:<28} {device.type:<7} {times[0]:>11.2f} {steady:>8.2f} {eval_s:>7.2f} {loss:>7.3f} "
-                  f"{metrics['ndcg@10']:>10.4f}", flush=True)
+            print(
+                f"{name:<28} {device.type:<7} {times[0]:>11.2f} {steady:>8.2f} {eval_s:>7.2f} {loss:>7.3f} "
+                f"{metrics['ndcg@10']:>10.4f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -33,11 +33,26 @@ from modsar.data.split import LeaveOneOut
 from modsar.data.store import load_dataset
 from modsar.training.trainer import build_model, make_optimizer, run_trial, seed_everything, train_epoch
 
-BASE = ["data.max_len=50", "model.hidden_size=64", "model.num_layers=2", "model.num_heads=1",
-        "model.dropout=0.2", "model.attn_dropout=0.2", "data.batch_size=128", "train.optimizer=adam",
-        "train.lr=0.001", "loss.name=ce", "eval.filter_seen=history", "train.patience=0", "eval.ks=[10]",
-        # the trainer before issue 12 (its defaults then), so every row below changes only what it names
-        "data.batching=length", "model.norm=pre", "model.init=normal", "model.attn_output_dropout=true"]
+BASE = [
+    "data.max_len=50",
+    "model.hidden_size=64",
+    "model.num_layers=2",
+    "model.num_heads=1",
+    "model.dropout=0.2",
+    "model.attn_dropout=0.2",
+    "data.batch_size=128",
+    "train.optimizer=adam",
+    "train.lr=0.001",
+    "loss.name=ce",
+    "eval.filter_seen=history",
+    "train.patience=0",
+    "eval.ks=[10]",
+    # the trainer before issue 12 (its defaults then), so every row below changes only what it names
+    "data.batching=length",
+    "model.norm=pre",
+    "model.init=normal",
+    "model.attn_output_dropout=true",
+]
 
 TOKENS_POST = ["data.batching=tokens", "model.norm=post"]
 VARIANTS: dict[str, list[str]] = {
@@ -55,27 +70,68 @@ VARIANTS: dict[str, list[str]] = {
     "tok_post_embnorm": [*TOKENS_POST, "model.embedding_norm=true"],
     "tok_post_xattn": [*TOKENS_POST, "model.init=xavier_attention"],
     "tok_post_xattn_embnorm": [*TOKENS_POST, "model.init=xavier_attention", "model.embedding_norm=true"],
-    "tok_post_xattn_noattnout": [*TOKENS_POST, "model.init=xavier_attention", "model.attn_output_dropout=false"],
+    "tok_post_xattn_noattnout": [
+        *TOKENS_POST,
+        "model.init=xavier_attention",
+        "model.attn_output_dropout=false",
+    ],
     # the 0.2 defaults: token batches, post-LN, SASRec+ init, no attention-output dropout
     "tok_post_splus_noattnout": [*TOKENS_POST, "model.init=sasrec_plus", "model.attn_output_dropout=false"],
-    "s_pre": ["data.batching=tokens", "model.norm=pre", "model.init=sasrec_plus", "model.attn_output_dropout=false"],
-    "s_start": [*TOKENS_POST, "model.init=sasrec_plus", "model.attn_output_dropout=false",
-                "model.positions_from=start"],
-    "s_ffn64": [*TOKENS_POST, "model.init=sasrec_plus", "model.attn_output_dropout=false", "model.ffn_size=64",
-                "model.activation=relu"],
-    "defaults_bf16": [*TOKENS_POST, "model.init=sasrec_plus", "model.attn_output_dropout=false",
-                      "train.precision=bf16"],  # the 0.2 defaults with the CE's products in bfloat16
-    "s_sasrec": ["data.batching=tokens", "model.norm=sasrec", "model.init=sasrec_plus",
-                 "model.attn_output_dropout=false"],
-    "s_sasrec_exact": ["data.batching=tokens", "model.norm=sasrec", "model.init=sasrec_plus",
-                       "model.attn_output_dropout=false", "model.ffn_size=64", "model.activation=relu",
-                       "model.positions_from=start"],
+    "s_pre": [
+        "data.batching=tokens",
+        "model.norm=pre",
+        "model.init=sasrec_plus",
+        "model.attn_output_dropout=false",
+    ],
+    "s_start": [
+        *TOKENS_POST,
+        "model.init=sasrec_plus",
+        "model.attn_output_dropout=false",
+        "model.positions_from=start",
+    ],
+    "s_ffn64": [
+        *TOKENS_POST,
+        "model.init=sasrec_plus",
+        "model.attn_output_dropout=false",
+        "model.ffn_size=64",
+        "model.activation=relu",
+    ],
+    "defaults_bf16": [
+        *TOKENS_POST,
+        "model.init=sasrec_plus",
+        "model.attn_output_dropout=false",
+        "train.precision=bf16",
+    ],  # the 0.2 defaults with the CE's products in bfloat16
+    "s_sasrec": [
+        "data.batching=tokens",
+        "model.norm=sasrec",
+        "model.init=sasrec_plus",
+        "model.attn_output_dropout=false",
+    ],
+    "s_sasrec_exact": [
+        "data.batching=tokens",
+        "model.norm=sasrec",
+        "model.init=sasrec_plus",
+        "model.attn_output_dropout=false",
+        "model.ffn_size=64",
+        "model.activation=relu",
+        "model.positions_from=start",
+    ],
 }
 
 
 def config(overrides: list[str], dataset, epochs: int, seed: int, threads: int):
-    return load_config(None, [*BASE, *overrides, f"dataset={dataset.name}", f"seed={seed}",
-                              f"train.max_epochs={epochs}", f"train.threads={threads}"])
+    return load_config(
+        None,
+        [
+            *BASE,
+            *overrides,
+            f"dataset={dataset.name}",
+            f"seed={seed}",
+            f"train.max_epochs={epochs}",
+            f"train.threads={threads}",
+        ],
+    )
 
 
 def time_epochs(variants: dict[str, list[str]], names: list[str], dataset, rounds: int, threads: int) -> None:
@@ -87,8 +143,16 @@ def time_epochs(variants: dict[str, list[str]], names: list[str], dataset, round
         cfg = config(variants[name], dataset, 1, 0, threads)
         seed_everything(cfg.seed)
         model = build_model(cfg, dataset.num_items, dataset.num_users, cfg.data.max_len).train()
-        batches = TrainBatches(split, cfg.task, cfg.data.max_len, cfg.data.batch_size, cfg.mask_prob,
-                               cfg.data.padding_free, seed=cfg.seed, batching=cfg.data.batching)
+        batches = TrainBatches(
+            split,
+            cfg.task,
+            cfg.data.max_len,
+            cfg.data.batch_size,
+            cfg.mask_prob,
+            cfg.data.padding_free,
+            seed=cfg.seed,
+            batching=cfg.data.batching,
+        )
         runs[name] = (cfg, model, make_optimizer(model, cfg), batches, [])
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:  # A B, B A, ...: drift in machine load cancels
@@ -106,20 +170,39 @@ def time_epochs(variants: dict[str, list[str]], names: list[str], dataset, round
 def run(name: str, overrides: list[str], dataset, epochs: int, seed: int, threads: int) -> dict:
     cfg = config(overrides, dataset, epochs, seed, threads)
     curve: list[float] = []
-    result = run_trial(cfg, dataset, on_eval=lambda epoch, m, *_: curve.append(m["ndcg@10"]), progress=False,
-                       evaluate_test=False)
-    return {"variant": name, "overrides": overrides, "seed": seed, "valid_ndcg@10": curve,
-            "epoch_time_s": result.epoch_time_s, "eval_time_s": result.eval_time_s, "finished": time.time()}
+    result = run_trial(
+        cfg,
+        dataset,
+        on_eval=lambda epoch, m, *_: curve.append(m["ndcg@10"]),
+        progress=False,
+        evaluate_test=False,
+    )
+    return {
+        "variant": name,
+        "overrides": overrides,
+        "seed": seed,
+        "valid_ndcg@10": curve,
+        "epoch_time_s": result.epoch_time_s,
+        "eval_time_s": result.eval_time_s,
+        "finished": time.time(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dataset", default="video")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     parser.add_argument("--variants", default="base", help="comma-separated names (see --list)")
-    parser.add_argument("--extra", action="append", default=[], metavar="NAME:KEY=V[,KEY=V]",
-                        help="an ad-hoc variant, e.g. --extra 'lr2:train.lr=0.002'")
+    parser.add_argument(
+        "--extra",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=V[,KEY=V]",
+        help="an ad-hoc variant, e.g. --extra 'lr2:train.lr=0.002'",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="results/epoch_gap.jsonl")
     parser.add_argument("--list", action="store_true")
@@ -151,15 +234,23 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             with out.open("a") as f:
                 f.write(json.dumps(row) + "\n")
-            print(f"{name} seed {seed}: " + " / ".join(f"{v:.4f}" for v in row["valid_ndcg@10"])
-                  + f"  {row['epoch_time_s']:.1f} s/epoch", flush=True)
-    print(f"\n| variant | overrides | valid NDCG@10 after epoch {' / '.join(map(str, range(1, args.epochs + 1)))} "
-          "| s / epoch |\n|---|---|---|---|")
+            print(
+                f"{name} seed {seed}: "
+                + " / ".join(f"{v:.4f}" for v in row["valid_ndcg@10"])
+                + f"  {row['epoch_time_s']:.1f} s/epoch",
+                flush=True,
+            )
+    print(
+        f"\n| variant | overrides | valid NDCG@10 after epoch {' / '.join(map(str, range(1, args.epochs + 1)))} "
+        "| s / epoch |\n|---|---|---|---|"
+    )
     for name in names:
         mine = [r for r in rows if r["variant"] == name]
         curve = [statistics.mean(r["valid_ndcg@10"][e] for r in mine) for e in range(args.epochs)]
-        print(f"| {name} | `{' '.join(variants[name]) or '-'}` | {' / '.join(f'{v:.4f}' for v in curve)} | "
-              f"{statistics.mean(r['epoch_time_s'] for r in mine):.1f} |")
+        print(
+            f"| {name} | `{' '.join(variants[name]) or '-'}` | {' / '.join(f'{v:.4f}' for v in curve)} | "
+            f"{statistics.mean(r['epoch_time_s'] for r in mine):.1f} |"
+        )
     return 0
 
 

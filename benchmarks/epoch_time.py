@@ -17,13 +17,30 @@ import statistics
 import subprocess
 import sys
 
-COMMON = ["data.max_len=50", "model.hidden_size=64", "model.num_layers=2", "model.num_heads=1", "model.dropout=0.2",
-          "model.attn_dropout=0.2", "data.batch_size=128", "train.optimizer=adam", "train.lr=0.001", "loss.name=ce",
-          "eval.filter_seen=history", "eval.ks=[10]", "train.patience=0"]
+COMMON = [
+    "data.max_len=50",
+    "model.hidden_size=64",
+    "model.num_layers=2",
+    "model.num_heads=1",
+    "model.dropout=0.2",
+    "model.attn_dropout=0.2",
+    "data.batch_size=128",
+    "train.optimizer=adam",
+    "train.lr=0.001",
+    "loss.name=ce",
+    "eval.filter_seen=history",
+    "eval.ks=[10]",
+    "train.patience=0",
+]
 VARIANTS = {
     # the trainer before issue 12: length-bucketed batches, pre-LN, N(0, 0.02), attention-output dropout, plain CE
-    "base": ["data.batching=length", "model.norm=pre", "model.init=normal", "model.attn_output_dropout=true",
-             "loss.fused=false"],
+    "base": [
+        "data.batching=length",
+        "model.norm=pre",
+        "model.init=normal",
+        "model.attn_output_dropout=true",
+        "loss.fused=false",
+    ],
     "defaults_plain": ["loss.fused=false"],  # the 0.2 defaults with the plain logits + cross_entropy
     "defaults": [],  # the 0.2 defaults: fused chunked CE, float32
     "defaults_bf16": ["train.precision=bf16"],
@@ -40,19 +57,34 @@ VARIANTS = {
 
 
 def run(dataset: str, overrides: list[str], epochs: int, threads: int) -> dict:
-    cmd = ["modsar", "train", "--dataset", dataset, "--experiment", "bench-epoch-time", "--json",
-           *COMMON, *overrides, f"train.max_epochs={epochs}", f"train.threads={threads}"]
+    cmd = [
+        "modsar",
+        "train",
+        "--dataset",
+        dataset,
+        "--experiment",
+        "bench-epoch-time",
+        "--json",
+        *COMMON,
+        *overrides,
+        f"train.max_epochs={epochs}",
+        f"train.threads={threads}",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode:
         sys.exit(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout[done.stdout.index("{"):])
+    return json.loads(done.stdout[done.stdout.index("{") :])
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dataset", default="video")
     parser.add_argument("--variants", default="base,defaults_plain,defaults,defaults_bf16")
-    parser.add_argument("--rounds", type=int, default=2, help="each round runs every variant once (order flips)")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="each round runs every variant once (order flips)"
+    )
     parser.add_argument("--epochs", type=int, default=1, help="epochs per run (the mean is recorded)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--list", action="store_true", help="print the variants and their overrides")
@@ -71,14 +103,18 @@ def main() -> None:
             facts[name] = row
             print(f"round {r + 1} {name}: {row['epoch_time_s']:.1f} s/epoch", flush=True)
     print(f"\n{args.dataset}, {args.threads} threads, {args.rounds} rounds, alternated")
-    print(f"{'variant':<16} {'s / epoch':<28} {'mean':>6} {'ratio':>6} {'GFLOP/s':>8} {'MFU':>5}  valid N@10 (1 epoch)")
+    print(
+        f"{'variant':<16} {'s / epoch':<28} {'mean':>6} {'ratio':>6} {'GFLOP/s':>8} {'MFU':>5}  valid N@10 (1 epoch)"
+    )
     base = statistics.mean(times[names[0]])
     for n in names:
         mean = statistics.mean(times[n])
         row = facts[n]
-        print(f"{n:<16} {', '.join(f'{t:.1f}' for t in times[n]):<28} {mean:6.1f} {mean / base:6.2f} "
-              f"{row['epoch_gflop'] / mean:8.0f} {row['epoch_gflop'] / mean / row['gflops'] * row['mfu']:5.0%}  "
-              f"{row['valid.ndcg@10']:.4f}")
+        print(
+            f"{n:<16} {', '.join(f'{t:.1f}' for t in times[n]):<28} {mean:6.1f} {mean / base:6.2f} "
+            f"{row['epoch_gflop'] / mean:8.0f} {row['epoch_gflop'] / mean / row['gflops'] * row['mfu']:5.0%}  "
+            f"{row['valid.ndcg@10']:.4f}"
+        )
 
 
 if __name__ == "__main__":

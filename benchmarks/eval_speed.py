@@ -26,7 +26,9 @@ from modsar.training.trainer import build_model, seed_everything
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dataset", default="video")
     parser.add_argument("--batch-sizes", default="256,1024,4096")
     parser.add_argument("--rounds", type=int, default=2)
@@ -34,8 +36,16 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     dataset = load_dataset(args.dataset)
-    cfg = load_config(None, [f"dataset={args.dataset}", "data.max_len=50", "model.hidden_size=64", "model.num_heads=1",
-                             "eval.filter_seen=history"])
+    cfg = load_config(
+        None,
+        [
+            f"dataset={args.dataset}",
+            "data.max_len=50",
+            "model.hidden_size=64",
+            "model.num_heads=1",
+            "eval.filter_seen=history",
+        ],
+    )
     split = make_split(cfg, dataset)
     seed_everything(0)
     model = build_model(cfg, dataset.num_items, dataset.num_users, 50).eval()
@@ -51,8 +61,10 @@ def main() -> None:
     users = len(split.targets("valid")[0])
     print(f"{args.dataset}: {users:,} validation users x {dataset.num_items:,} items, {args.threads} threads")
     for b in sizes:
-        print(f"eval batch {b:>5}: {', '.join(f'{t:.2f}' for t in times[b])} s (mean {statistics.mean(times[b]):.2f})"
-              f"  N@10 {metrics[b]['ndcg@10']:.6f}")
+        print(
+            f"eval batch {b:>5}: {', '.join(f'{t:.2f}' for t in times[b])} s (mean {statistics.mean(times[b]):.2f})"
+            f"  N@10 {metrics[b]['ndcg@10']:.6f}"
+        )
     assert len({m["ndcg@10"] for m in metrics.values()}) == 1, "metrics differ between batch sizes"
 
 

@@ -31,7 +31,9 @@ FILES = {
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--shared", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
     parser.add_argument("--data-dir", default="/tmp/modsar-bench-data")
     args = parser.parse_args()
@@ -39,16 +41,19 @@ def main() -> int:
     for name, files in FILES.items():
         tick = time.perf_counter()
         options = None if name in REGISTRY else PrepareOptions(min_user_count=5, min_item_count=5)
-        manifest, reused = prepare_dataset(name, [Path(args.shared) / f for f in files], options=options,
-                                           root=args.data_dir, force=False)
+        manifest, reused = prepare_dataset(
+            name, [Path(args.shared) / f for f in files], options=options, root=args.data_dir, force=False
+        )
         s = manifest["statistics"]
         expected = REGISTRY[name].expected if name in REGISTRY else {}
         wrong = {k: (s[k], v) for k, v in expected.items() if s[k] != v}
         failed += bool(wrong)
-        print(f"{name:<16} {s['users']:>8,} users {s['items']:>7,} items {s['interactions']:>9,} inter. "
-              f"avg {s['avg_length']:6.2f} density {density_text(s):>7} "
-              f"[{manifest['sources'][0]['format']}] {time.perf_counter() - tick:5.1f}s"
-              f"{' (reused)' if reused else ''}{'  MISMATCH ' + str(wrong) if wrong else ''}")
+        print(
+            f"{name:<16} {s['users']:>8,} users {s['items']:>7,} items {s['interactions']:>9,} inter. "
+            f"avg {s['avg_length']:6.2f} density {density_text(s):>7} "
+            f"[{manifest['sources'][0]['format']}] {time.perf_counter() - tick:5.1f}s"
+            f"{' (reused)' if reused else ''}{'  MISMATCH ' + str(wrong) if wrong else ''}"
+        )
     return 1 if failed else 0
 
 

@@ -25,7 +25,9 @@ from modsar.training.trainer import build_model, make_optimizer, seed_everything
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dataset", default="video")
     parser.add_argument("--config", default=None)
     parser.add_argument("--rounds", type=int, default=2)
@@ -45,12 +47,23 @@ def main() -> None:
         mode_cfg = copy.deepcopy(cfg)
         mode_cfg.data.padding_free = padding_free
         model = copy.deepcopy(base).train()
-        batches = TrainBatches(split, cfg.task, max_len, cfg.data.batch_size, cfg.mask_prob, padding_free,
-                               seed=cfg.seed)
-        slots = sum(b.inputs.numel() for b in TrainBatches(split, cfg.task, max_len, cfg.data.batch_size,
-                                                            cfg.mask_prob, padding_free, seed=cfg.seed))
-        runs[mode] = {"cfg": mode_cfg, "model": model, "opt": make_optimizer(model, mode_cfg), "batches": batches,
-                      "times": [], "slots": slots}
+        batches = TrainBatches(
+            split, cfg.task, max_len, cfg.data.batch_size, cfg.mask_prob, padding_free, seed=cfg.seed
+        )
+        slots = sum(
+            b.inputs.numel()
+            for b in TrainBatches(
+                split, cfg.task, max_len, cfg.data.batch_size, cfg.mask_prob, padding_free, seed=cfg.seed
+            )
+        )
+        runs[mode] = {
+            "cfg": mode_cfg,
+            "model": model,
+            "opt": make_optimizer(model, mode_cfg),
+            "batches": batches,
+            "times": [],
+            "slots": slots,
+        }
     device = torch.device("cpu")
     for r in range(args.rounds):
         for mode, run in runs.items():
@@ -60,13 +73,19 @@ def main() -> None:
             print(f"round {r + 1} {mode:<13} {run['times'][-1]:7.1f} s  loss {loss:.4f}", flush=True)
     free, dense = (np.mean(runs[m]["times"]) for m in ("padding-free", "dense"))
     targets = runs["padding-free"]["batches"].num_targets
-    print(f"\n{cfg.dataset}: {len(runs['dense']['batches'])} batches of {cfg.data.batch_size}, "
-          f"{targets:,} labelled positions per epoch")
+    print(
+        f"\n{cfg.dataset}: {len(runs['dense']['batches'])} batches of {cfg.data.batch_size}, "
+        f"{targets:,} labelled positions per epoch"
+    )
     for mode, run in runs.items():
-        print(f"  {mode:<13} {np.mean(run['times']):7.1f} s/epoch   {run['slots']:>10,} batch slots "
-              f"({100 * (1 - targets / run['slots']):.0f}% padding)")
-    print(f"  dense / padding-free epoch-time ratio: {dense / free:.2f}x  (torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads)")
+        print(
+            f"  {mode:<13} {np.mean(run['times']):7.1f} s/epoch   {run['slots']:>10,} batch slots "
+            f"({100 * (1 - targets / run['slots']):.0f}% padding)"
+        )
+    print(
+        f"  dense / padding-free epoch-time ratio: {dense / free:.2f}x  (torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads)"
+    )
 
 
 if __name__ == "__main__":

@@ -29,8 +29,13 @@ CONFIGS = {"ar": "benchmarks/configs/video_table4_ar.yaml", "ae": "benchmarks/co
 MOVIELENS = {"ar": ["model.dropout=0.2", "model.attn_dropout=0.2"], "ae": ["mask_prob=0.2"]}
 # Every variant names all five factors; the configs' own values (since issue 29: BERT-TF AdamW with a 100-step
 # warm-up, wd 0.1, post-LN, N(0, 0.02)) are not relied on, so the rows mean the same whatever the configs hold.
-FACTORS = {"train.optimizer": "adamw_bert", "train.warmup_steps": "0", "train.weight_decay": "0.1",
-           "model.norm": "post", "model.init": "normal"}
+FACTORS = {
+    "train.optimizer": "adamw_bert",
+    "train.warmup_steps": "0",
+    "train.weight_decay": "0.1",
+    "model.norm": "post",
+    "model.init": "normal",
+}
 CHANGES = {
     "bert_adamw": {},  # the configs before issue 29: BERT-TF AdamW (no bias correction), no warm-up
     "bert_adamw_warmup": {"train.warmup_steps": "100"},
@@ -41,23 +46,45 @@ CHANGES = {
     "bert_adamw_bert_init": {"model.init": "truncated_normal"},  # with model.norm_eps=1e-12, below
     "torch_adamw_pre_ln": {"train.optimizer": "adamw", "model.norm": "pre"},
 }
-VARIANTS = {name: [f"{k}={v}" for k, v in {**FACTORS, **change}.items()]
-            + (["model.norm_eps=1e-12"] if name == "bert_adamw_bert_init" else []) for name, change in CHANGES.items()}
+VARIANTS = {
+    name: [f"{k}={v}" for k, v in {**FACTORS, **change}.items()]
+    + (["model.norm_eps=1e-12"] if name == "bert_adamw_bert_init" else [])
+    for name, change in CHANGES.items()
+}
 
 
 def run_one(dataset: str, task: str, variant: str, max_steps: int, seed: int) -> str:
     steps_per_epoch = {"ml-100k": 4, "ml-latest-small": 3, "video": 121}.get(dataset, 100)  # batch 256
     epochs = math.ceil(max_steps / steps_per_epoch)
     extra = MOVIELENS[task] if dataset.startswith("ml-") else []
-    cmd = ["modsar", "train", "--dataset", dataset, "--config", CONFIGS[task], "--results", ROOT,
-           "--experiment", f"plateau-{dataset}", "--quiet", "--json", "train.threads=1", f"seed={seed}",
-           f"train.max_epochs={epochs}", "train.patience=0", *extra, *VARIANTS[variant]]
+    cmd = [
+        "modsar",
+        "train",
+        "--dataset",
+        dataset,
+        "--config",
+        CONFIGS[task],
+        "--results",
+        ROOT,
+        "--experiment",
+        f"plateau-{dataset}",
+        "--quiet",
+        "--json",
+        "train.threads=1",
+        f"seed={seed}",
+        f"train.max_epochs={epochs}",
+        "train.patience=0",
+        *extra,
+        *VARIANTS[variant],
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode:
         return f"{dataset} {task} {variant}: FAILED {done.stderr.strip().splitlines()[-1:]}"
-    row = json.loads(done.stdout[done.stdout.index("{"):])
-    return (f"{dataset} {task} {variant}: escape {row['escape_steps']} steps, best valid "
-            f"{row['valid.recall@10']:.4f} (popularity {row['popularity_level']:.4f})")
+    row = json.loads(done.stdout[done.stdout.index("{") :])
+    return (
+        f"{dataset} {task} {variant}: escape {row['escape_steps']} steps, best valid "
+        f"{row['valid.recall@10']:.4f} (popularity {row['popularity_level']:.4f})"
+    )
 
 
 def table() -> None:
@@ -66,18 +93,28 @@ def table() -> None:
     from modsar.records.rows import read_rows
 
     rows = read_rows(ROOT)
-    print("| dataset | task | variant | seed | steps/epoch | popularity R@10 | escape (steps) | best valid R@10 "
-          "(epoch) | test N@10 |")
+    print(
+        "| dataset | task | variant | seed | steps/epoch | popularity R@10 | escape (steps) | best valid R@10 "
+        "(epoch) | test N@10 |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     rows = rows.assign(variant=[_variant(r) for _, r in rows.iterrows()])
     order = {name: i for i, name in enumerate([*VARIANTS, "other"])}
-    rows = rows.sort_values(["dataset", "task", "variant", "seed"], key=lambda c: c.map(order) if c.name == "variant" else c)
+    rows = rows.sort_values(
+        ["dataset", "task", "variant", "seed"], key=lambda c: c.map(order) if c.name == "variant" else c
+    )
     for _, r in rows.iterrows():
         name = r["variant"]
-        escape = "never" if r["escape_steps"] is None or math.isnan(r["escape_steps"]) else f"{r['escape_steps']:.0f}"
-        print(f"| {r['dataset']} | {r['task'].upper()} | {name} | {r['seed']} | {r['steps_per_epoch']:.0f} | "
-              f"{r['popularity_level']:.4f} | {escape} | {r['valid.recall@10']:.4f} ({r['best_epoch']}) | "
-              f"{r['test.ndcg@10']:.4f} |")
+        escape = (
+            "never"
+            if r["escape_steps"] is None or math.isnan(r["escape_steps"])
+            else f"{r['escape_steps']:.0f}"
+        )
+        print(
+            f"| {r['dataset']} | {r['task'].upper()} | {name} | {r['seed']} | {r['steps_per_epoch']:.0f} | "
+            f"{r['popularity_level']:.4f} | {escape} | {r['valid.recall@10']:.4f} ({r['best_epoch']}) | "
+            f"{r['test.ndcg@10']:.4f} |"
+        )
 
 
 def _variant(row) -> str:
@@ -96,7 +133,9 @@ def _matches(row, change: str) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("action", choices=["run", "table"])
     parser.add_argument("--datasets", default="ml-100k,ml-latest-small")
     parser.add_argument("--tasks", default="ar,ae")
@@ -113,8 +152,13 @@ def main() -> None:
     if args.action == "table":
         table()
         return
-    jobs = [(d, t, v, args.max_steps, int(s)) for s in args.seeds.split(",") for d in args.datasets.split(",")
-            for t in args.tasks.split(",") for v in args.variants.split(",")]
+    jobs = [
+        (d, t, v, args.max_steps, int(s))
+        for s in args.seeds.split(",")
+        for d in args.datasets.split(",")
+        for t in args.tasks.split(",")
+        for v in args.variants.split(",")
+    ]
     with ThreadPoolExecutor(args.parallel) as pool:
         for line in pool.map(lambda job: run_one(*job), jobs):
             print(line, flush=True)

@@ -22,13 +22,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from modsar.records.rows import read_rows
 
 PAPER_TABLE2 = {  # (Attn, +Res, +LN) per dataset and model
-    ("toys", "modular"): (.772, .123, .123), ("toys", "duorec"): (.780, .121, .121),
-    ("beauty", "modular"): (.776, .119, .119), ("beauty", "duorec"): (.776, .116, .115),
-    ("sports", "modular"): (.775, .126, .122), ("sports", "duorec"): (.790, .119, .119),
-    ("video", "modular"): (.798, .169, .169), ("video", "duorec"): (.773, .170, .170),
-    ("diginetica", "modular"): (.721, .150, .149), ("diginetica", "duorec"): (.724, .152, .151),
+    ("toys", "modular"): (0.772, 0.123, 0.123),
+    ("toys", "duorec"): (0.780, 0.121, 0.121),
+    ("beauty", "modular"): (0.776, 0.119, 0.119),
+    ("beauty", "duorec"): (0.776, 0.116, 0.115),
+    ("sports", "modular"): (0.775, 0.126, 0.122),
+    ("sports", "duorec"): (0.790, 0.119, 0.119),
+    ("video", "modular"): (0.798, 0.169, 0.169),
+    ("video", "duorec"): (0.773, 0.170, 0.170),
+    ("diginetica", "modular"): (0.721, 0.150, 0.149),
+    ("diginetica", "duorec"): (0.724, 0.152, 0.151),
 }
-PAPER_TABLE3 = {"toys": {1: (.1278, .1283, .1251), 2: (.1182, .1178, .1135)}}  # SASRec +LN at L, L-1, L-2
+PAPER_TABLE3 = {
+    "toys": {1: (0.1278, 0.1283, 0.1251), 2: (0.1182, 0.1178, 0.1135)}
+}  # SASRec +LN at L, L-1, L-2
 NAMES = {"modular": "SASRec", "duorec": "DuoRec"}
 
 
@@ -48,14 +55,20 @@ def main(root: str, dataset: str, experiment: str = "") -> None:
         runs = rows.loc[group["checkpoint"].unique()]
         accuracy = f"{runs['test.ndcg@10'].mean():.4f} / {runs['test.recall@10'].mean():.4f}"
         paper = "/".join(f"{v:.3f}" for v in PAPER_TABLE2.get((dataset, backbone), ()))
-        for scope, suffix in (("pooled", ""), ("without position 1", " without position 1"), ("at L", " at L")):
+        for scope, suffix in (
+            ("pooled", ""),
+            ("without position 1", " without position 1"),
+            ("at L", " at L"),
+        ):
             values = []
             for kind in ("attn", "res", "ln"):
                 picked = group[group["quantity"] == f"mixing_{kind}{suffix}"]
                 per_run = picked.groupby("checkpoint")["value"].mean()  # at L: the mean of the layers
                 values.append(cell(per_run))
-            print(f"| {NAMES.get(backbone, backbone)} | {runs['seed'].nunique()} | {accuracy} | {scope} | "
-                  f"{' | '.join(values)} | {paper} |")
+            print(
+                f"| {NAMES.get(backbone, backbone)} | {runs['seed'].nunique()} | {accuracy} | {scope} | "
+                f"{' | '.join(values)} | {paper} |"
+            )
     print(f"\nTable 3 on {dataset}: +LN per layer and position, mean ± std over seeds (paper: SASRec)\n")
     print("| model | layer | L | L-1 | L-2 | paper L / L-1 / L-2 |")
     print("|---|---|---|---|---|---|")
@@ -63,11 +76,19 @@ def main(root: str, dataset: str, experiment: str = "") -> None:
         for layer in sorted(group["layer"].unique()):
             if layer == "all":
                 continue
-            values = [cell(group[(group["quantity"] == f"mixing_ln at {name}") & (group["layer"] == layer)]
-                           .set_index("checkpoint")["value"]) for name in ("L", "L-1", "L-2")]
+            values = [
+                cell(
+                    group[
+                        (group["quantity"] == f"mixing_ln at {name}") & (group["layer"] == layer)
+                    ].set_index("checkpoint")["value"]
+                )
+                for name in ("L", "L-1", "L-2")
+            ]
             paper = PAPER_TABLE3.get(dataset, {}).get(int(layer) + 1) if backbone == "modular" else None
             paper_text = " / ".join(f"{v:.4f}" for v in paper) if paper else ""
-            print(f"| {NAMES.get(backbone, backbone)} | {int(layer) + 1} | {' | '.join(values)} | {paper_text} |")
+            print(
+                f"| {NAMES.get(backbone, backbone)} | {int(layer) + 1} | {' | '.join(values)} | {paper_text} |"
+            )
 
 
 if __name__ == "__main__":

@@ -79,15 +79,33 @@ def parse(variant: str) -> dict:
     task, loss, k, batch, path = variant.split(":")
     if task not in ("ar", "ae") or loss not in ("ce", "sampled_ce") or path not in ("matmul", "broadcast"):
         raise SystemExit(f"bad variant {variant!r}; expected TASK:LOSS:K:BATCH:PATH, see --help")
-    return {"task": task, "loss": loss, "k": int(k) if loss == "sampled_ce" else 0, "batch": int(batch),
-            "path": path if loss == "sampled_ce" else "-", "name": variant}
+    return {
+        "task": task,
+        "loss": loss,
+        "k": int(k) if loss == "sampled_ce" else 0,
+        "batch": int(batch),
+        "path": path if loss == "sampled_ce" else "-",
+        "name": variant,
+    }
 
 
 def config(spec: dict) -> Config:
-    return load_config(None, [f"task={spec['task']}", "model.num_layers=2", f"model.hidden_size={HIDDEN}",
-                              "model.num_heads=1", "train.optimizer=adam", "train.lr=0.001", "mask_prob=0.2",
-                              f"data.max_len={MAX_LEN}", f"data.batch_size={spec['batch']}",
-                              f"loss.name={spec['loss']}", f"loss.num_negatives={max(spec['k'], 1)}"])
+    return load_config(
+        None,
+        [
+            f"task={spec['task']}",
+            "model.num_layers=2",
+            f"model.hidden_size={HIDDEN}",
+            "model.num_heads=1",
+            "train.optimizer=adam",
+            "train.lr=0.001",
+            "mask_prob=0.2",
+            f"data.max_len={MAX_LEN}",
+            f"data.batch_size={spec['batch']}",
+            f"loss.name={spec['loss']}",
+            f"loss.num_negatives={max(spec['k'], 1)}",
+        ],
+    )
 
 
 def heaviest_batches(split: LeaveOneOut, cfg: Config, steps: int) -> list[Batch]:
@@ -95,8 +113,12 @@ def heaviest_batches(split: LeaveOneOut, cfg: Config, steps: int) -> list[Batch]
     return sorted(batches, key=lambda b: int((b.labels > 0).sum()), reverse=True)[:steps]
 
 
-def broadcast_score(self: ModularSAR, hidden: torch.Tensor, users: torch.Tensor | None = None,
-                    items: torch.Tensor | None = None) -> torch.Tensor:
+def broadcast_score(
+    self: ModularSAR,
+    hidden: torch.Tensor,
+    users: torch.Tensor | None = None,
+    items: torch.Tensor | None = None,
+) -> torch.Tensor:
     """ModularSAR.score before issue 11, fed what sampled_ce passed it then: negatives expanded per row."""
     if items is not None and items.dim() == 1:
         items = items[None, :].expand(len(hidden), -1)
@@ -106,7 +128,7 @@ def broadcast_score(self: ModularSAR, hidden: torch.Tensor, users: torch.Tensor 
     else:
         scores = (h_item.unsqueeze(-2) * self.item_emb(items)).sum(-1)
     if self.user_emb is not None and users is not None:
-        scores = scores + (hidden[..., self.item_dim:] * self.user_emb(users)).sum(-1, keepdim=True)
+        scores = scores + (hidden[..., self.item_dim :] * self.user_emb(users)).sum(-1, keepdim=True)
     return scores
 
 
@@ -134,8 +156,13 @@ def child(spec: dict, steps: int) -> dict:
         loss.backward()
         optimizer.step()
         times.append(time.perf_counter() - tick)
-    return {"positions": int((batches[0].labels > 0).sum()), "setup_gb": setup, "peak_gb": max_rss_gb(),
-            "s_per_step": min(times[1:] or times), "loss": float(loss)}
+    return {
+        "positions": int((batches[0].labels > 0).sum()),
+        "setup_gb": setup,
+        "peak_gb": max_rss_gb(),
+        "s_per_step": min(times[1:] or times),
+        "loss": float(loss),
+    }
 
 
 def broadcast_gb(positions: int, k: int) -> float:
@@ -145,8 +172,16 @@ def broadcast_gb(positions: int, k: int) -> float:
 
 def run_variant(spec: dict, steps: int, threads: int) -> dict | str:
     """The child's measurements, or why there are none (a killed child says so instead of a number)."""
-    command = [sys.executable, __file__, "--steps", str(steps), "--threads", str(threads),
-               "--child", json.dumps(spec)]
+    command = [
+        sys.executable,
+        __file__,
+        "--steps",
+        str(steps),
+        "--threads",
+        str(threads),
+        "--child",
+        json.dumps(spec),
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         return f"failed (exit {done.returncode}): {done.stderr.strip()[-200:]}"
@@ -154,16 +189,30 @@ def run_variant(spec: dict, steps: int, threads: int) -> dict | str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, metavar="TASK:LOSS:K:BATCH:PATH",
-                        help="variants to run, each in its own subprocess (default: the table in RESULTS.md)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=DEFAULT_VARIANTS,
+        metavar="TASK:LOSS:K:BATCH:PATH",
+        help="variants to run, each in its own subprocess (default: the table in RESULTS.md)",
+    )
     parser.add_argument("--steps", type=int, default=6, help="training steps per variant (first = warm-up)")
-    parser.add_argument("--max-gb", type=float, default=2.0,
-                        help="skip a broadcast variant whose (positions x K x d) tensor exceeds this many "
-                             "GB; the old path holds about 3 of them at once")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="torch threads per child (0 = torch's default); 1 is steadier on a busy machine")
+    parser.add_argument(
+        "--max-gb",
+        type=float,
+        default=2.0,
+        help="skip a broadcast variant whose (positions x K x d) tensor exceeds this many "
+        "GB; the old path holds about 3 of them at once",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads per child (0 = torch's default); 1 is steadier on a busy machine",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.threads:
@@ -173,10 +222,12 @@ def main() -> None:
         return
 
     split = ml1m_like_split()
-    print(f"synthetic ML-1M-sized log: {USERS:,} users, {ITEMS:,} items, {len(split.items):,} interactions "
-          f"(mean length {len(split.items) / USERS:.1f}); max_len {MAX_LEN}, hidden {HIDDEN}; "
-          f"{args.steps} steps per variant on the heaviest batches; torch {torch.__version__}, "
-          f"torch threads {torch.get_num_threads()}; load average {os.getloadavg()[0]:.1f}\n")
+    print(
+        f"synthetic ML-1M-sized log: {USERS:,} users, {ITEMS:,} items, {len(split.items):,} interactions "
+        f"(mean length {len(split.items) / USERS:.1f}); max_len {MAX_LEN}, hidden {HIDDEN}; "
+        f"{args.steps} steps per variant on the heaviest batches; torch {torch.__version__}, "
+        f"torch threads {torch.get_num_threads()}; load average {os.getloadavg()[0]:.1f}\n"
+    )
     print("| variant | K | batch | positions | setup RSS | peak RSS | peak - setup | s/step | last loss |")
     print("|---|---|---|---|---|---|---|---|---|")
     rows = []
@@ -195,8 +246,11 @@ def main() -> None:
             continue
         rows.append(result)
         setup, peak = result["setup_gb"], result["peak_gb"]
-        print(f"{cells} {setup:.2f} GB | {peak:.2f} GB | {peak - setup:.2f} GB | "
-              f"{result['s_per_step']:.2f} | {result['loss']:.4f} |", flush=True)
+        print(
+            f"{cells} {setup:.2f} GB | {peak:.2f} GB | {peak - setup:.2f} GB | "
+            f"{result['s_per_step']:.2f} | {result['loss']:.4f} |",
+            flush=True,
+        )
     extrapolate(rows)
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
 
@@ -214,9 +268,11 @@ def extrapolate(rows: list[dict]) -> None:
         slope, intercept = np.polyfit(ks, [r["peak_gb"] - r["setup_gb"] for r in group], 1)
         positions = max(r["positions"] for r in group)
         copies = slope * 1e9 / (positions * HIDDEN * 4)
-        print(f"\nestimate, broadcast {task.upper()} batch {batch} ({positions:,} positions): step memory "
-              f"~ {intercept:.2f} GB + {slope * 1000:.2f} GB per 1000 negatives (~{copies:.1f} float32 "
-              f"(P, K, d) tensors); at K=3000 ~ {intercept + slope * 3000:.1f} GB on top of setup")
+        print(
+            f"\nestimate, broadcast {task.upper()} batch {batch} ({positions:,} positions): step memory "
+            f"~ {intercept:.2f} GB + {slope * 1000:.2f} GB per 1000 negatives (~{copies:.1f} float32 "
+            f"(P, K, d) tensors); at K=3000 ~ {intercept + slope * 3000:.1f} GB on top of setup"
+        )
 
 
 if __name__ == "__main__":

@@ -33,17 +33,42 @@ def _hf_config(spec: Backbone, m, vocab: int, positions: int, task: str):
         import hf_plugins.transfo_xl  # noqa: F401  (registers the Auto classes)
 
         # One user sequence per row, no segments: memory off, distances clamped at the window length.
-        return AutoConfig.for_model(spec.model_type, vocab_size=vocab, d_model=d, d_embed=d, n_head=m.num_heads,
-                                    d_head=d // m.num_heads, d_inner=ffn, n_layer=m.num_layers,
-                                    pre_lnorm=m.norm == "pre", mem_len=0, clamp_len=positions,
-                                    same_length=False, dropout=m.dropout, dropatt=m.attn_dropout,
-                                    bidirectional=task == "ae")
-    common = {"vocab_size": vocab, "hidden_size": d, "num_hidden_layers": m.num_layers,
-              "num_attention_heads": m.num_heads, "intermediate_size": ffn, "pad_token_id": 0,
-              "max_position_embeddings": positions, spec.activation_field: m.activation}
+        return AutoConfig.for_model(
+            spec.model_type,
+            vocab_size=vocab,
+            d_model=d,
+            d_embed=d,
+            n_head=m.num_heads,
+            d_head=d // m.num_heads,
+            d_inner=ffn,
+            n_layer=m.num_layers,
+            pre_lnorm=m.norm == "pre",
+            mem_len=0,
+            clamp_len=positions,
+            same_length=False,
+            dropout=m.dropout,
+            dropatt=m.attn_dropout,
+            bidirectional=task == "ae",
+        )
+    common = {
+        "vocab_size": vocab,
+        "hidden_size": d,
+        "num_hidden_layers": m.num_layers,
+        "num_attention_heads": m.num_heads,
+        "intermediate_size": ffn,
+        "pad_token_id": 0,
+        "max_position_embeddings": positions,
+        spec.activation_field: m.activation,
+    }
     if spec.norm == "auto":  # generic: standard names (configs map them with attribute_map) + fields found
-        common = {"vocab_size": vocab, "hidden_size": d, "num_hidden_layers": m.num_layers,
-                  "num_attention_heads": m.num_heads, "pad_token_id": 0, "max_position_embeddings": positions}
+        common = {
+            "vocab_size": vocab,
+            "hidden_size": d,
+            "num_hidden_layers": m.num_layers,
+            "num_attention_heads": m.num_heads,
+            "pad_token_id": 0,
+            "max_position_embeddings": positions,
+        }
         ffn_field = dict(spec.extra)["ffn"]
         if ffn_field:
             common[ffn_field] = ffn
@@ -56,10 +81,18 @@ def _hf_config(spec: Backbone, m, vocab: int, positions: int, task: str):
         config._attn_implementation = "sdpa"
         return config
     if spec.model_type == "gpt2":  # GPT-2 spells its sizes differently
-        common = {"vocab_size": vocab, "n_embd": d, "n_layer": m.num_layers, "n_head": m.num_heads,
-                  "n_inner": ffn, "n_positions": positions, "pad_token_id": 0,
-                  "bos_token_id": None, "eos_token_id": None,  # item ids have no text markers (50256 > vocab)
-                  spec.activation_field: m.activation}
+        common = {
+            "vocab_size": vocab,
+            "n_embd": d,
+            "n_layer": m.num_layers,
+            "n_head": m.num_heads,
+            "n_inner": ffn,
+            "n_positions": positions,
+            "pad_token_id": 0,
+            "bos_token_id": None,
+            "eos_token_id": None,  # item ids have no text markers (50256 > vocab)
+            spec.activation_field: m.activation,
+        }
     if spec.model_type == "albert":
         common["embedding_size"] = d  # tie the output head to the item embedding without a projection
     if spec.model_type == "llama":
@@ -87,7 +120,9 @@ def _linear(layer: Any) -> tuple[Callable[[], torch.Tensor], Callable[[], torch.
     return weight, bias
 
 
-def attention_skips(model: Any) -> list[SkipSite] | None:  # any HF model: its attributes are looked up by type
+def attention_skips(
+    model: Any,
+) -> list[SkipSite] | None:  # any HF model: its attributes are looked up by type
     """The attention sub-layers (modsar.model.skips.SkipSite) of the architectures whose layers ModSAR knows,
     None for any other. Every such layer computes [LN](x + drop(proj(...))) [then LN], so adding
     -(1 - alpha) x to proj's output gives alpha x + Attn(x) exactly in eval mode, whatever the norm placement."""
@@ -100,19 +135,26 @@ def attention_skips(model: Any) -> list[SkipSite] | None:  # any HF model: its a
             def llama_values(x: torch.Tensor, layer=layer) -> torch.Tensor:
                 return layer.self_attn.v_proj(layer.input_layernorm(x))
 
-            sites.append(SkipSite(layer, layer.self_attn.o_proj, llama_values, *_linear(layer.self_attn.o_proj), None))
+            sites.append(
+                SkipSite(layer, layer.self_attn.o_proj, llama_values, *_linear(layer.self_attn.o_proj), None)
+            )
     elif kind == "gpt2":
         for block in model.h:
 
-            def gpt2_values(x: torch.Tensor, block=block, d=block.attn.c_proj.weight.shape[0]) -> torch.Tensor:
-                return block.attn.c_attn(block.ln_1(x))[..., 2 * d:]
+            def gpt2_values(
+                x: torch.Tensor, block=block, d=block.attn.c_proj.weight.shape[0]
+            ) -> torch.Tensor:
+                return block.attn.c_attn(block.ln_1(x))[..., 2 * d :]
 
             sites.append(SkipSite(block, block.attn.c_proj, gpt2_values, *_linear(block.attn.c_proj), None))
     elif kind in ("bert", "roberta"):
         for layer in model.encoder.layer:
             out = layer.attention.output
-            sites.append(SkipSite(layer.attention, out.dense, layer.attention.self.value, *_linear(out.dense),
-                                  out.LayerNorm))
+            sites.append(
+                SkipSite(
+                    layer.attention, out.dense, layer.attention.self.value, *_linear(out.dense), out.LayerNorm
+                )
+            )
     elif kind == "albert":  # shared layers: one site, called once per layer
         for group in model.encoder.albert_layer_groups:
             for layer in group.albert_layers:
@@ -124,10 +166,18 @@ def attention_skips(model: Any) -> list[SkipSite] | None:  # any HF model: its a
             d = attn.o_net.in_features
 
             def values(x, attn=attn, d=d):
-                return attn.qkv_net(attn.layer_norm(x) if attn.pre_lnorm else x)[..., 2 * d:]
+                return attn.qkv_net(attn.layer_norm(x) if attn.pre_lnorm else x)[..., 2 * d :]
 
-            sites.append(SkipSite(attn, attn.o_net, values, *_linear(attn.o_net),
-                                  None if attn.pre_lnorm else attn.layer_norm, seq_first=True))
+            sites.append(
+                SkipSite(
+                    attn,
+                    attn.o_net,
+                    values,
+                    *_linear(attn.o_net),
+                    None if attn.pre_lnorm else attn.layer_norm,
+                    seq_first=True,
+                )
+            )
     else:
         return None
     return sites
@@ -169,13 +219,18 @@ class HFBackbone(nn.Module):
     def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
         B, T = inputs.shape
         if self.spec.model_type == "modsar_transfo_xl":  # relative positions; padding mask + direction flag
-            out = self.model(input_ids=inputs, attention_mask=(inputs > 0).long(), output_attentions=need_weights)
+            out = self.model(
+                input_ids=inputs, attention_mask=(inputs > 0).long(), output_attentions=need_weights
+            )
             return (out.last_hidden_state, list(out.attentions)) if need_weights else out.last_hidden_state
         allowed = attention_mask(inputs, self.causal, 1, 0, 0)  # (B, 1, T, T), True = may attend
         position_ids = torch.arange(self.positions - T, self.positions, device=inputs.device).expand(B, T)
         kwargs: dict[str, Any] = {"input_ids": inputs}
-        for name, value in (("position_ids", position_ids), ("use_cache", False),
-                            ("token_type_ids", torch.zeros_like(inputs))):
+        for name, value in (
+            ("position_ids", position_ids),
+            ("use_cache", False),
+            ("token_type_ids", torch.zeros_like(inputs)),
+        ):
             if name in self.accepts:
                 kwargs[name] = value
         if not need_weights:
@@ -187,8 +242,9 @@ class HFBackbone(nn.Module):
             out = self.model(attention_mask=additive, output_attentions=True, **kwargs)
         return out.last_hidden_state, list(out.attentions)
 
-    def score(self, hidden: torch.Tensor, users: torch.Tensor | None = None,
-              items: torch.Tensor | None = None) -> torch.Tensor:
+    def score(
+        self, hidden: torch.Tensor, users: torch.Tensor | None = None, items: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Tied item-embedding scores of all items, shared candidates (K,) or per-row ones (`item_scores`)."""
         return item_scores(hidden, self.item_emb, self.num_items, items)
 

@@ -23,13 +23,28 @@ class Backbone:
 
 
 BACKBONES: dict[str, Backbone] = {
-    "albert": Backbone("albert", "post", "learned", ("hidden_dropout_prob",), ("attention_probs_dropout_prob",),
-                       "hidden_act", (("type_vocab_size", 1),)),
+    "albert": Backbone(
+        "albert",
+        "post",
+        "learned",
+        ("hidden_dropout_prob",),
+        ("attention_probs_dropout_prob",),
+        "hidden_act",
+        (("type_vocab_size", 1),),
+    ),
     "llama": Backbone("llama", "pre", "rope", (), ("attention_dropout",), "hidden_act"),
-    "bert": Backbone("bert", "post", "learned", ("hidden_dropout_prob",), ("attention_probs_dropout_prob",),
-                     "hidden_act", (("type_vocab_size", 1),)),
-    "gpt2": Backbone("gpt2", "pre", "learned", ("resid_pdrop", "embd_pdrop"), ("attn_pdrop",),
-                     "activation_function"),
+    "bert": Backbone(
+        "bert",
+        "post",
+        "learned",
+        ("hidden_dropout_prob",),
+        ("attention_probs_dropout_prob",),
+        "hidden_act",
+        (("type_vocab_size", 1),),
+    ),
+    "gpt2": Backbone(
+        "gpt2", "pre", "learned", ("resid_pdrop", "embd_pdrop"), ("attn_pdrop",), "activation_function"
+    ),
     "transfo_xl": Backbone("modsar_transfo_xl", "post", "relative", ("dropout",), ("dropatt",), ""),
 }
 
@@ -46,18 +61,29 @@ def backbone_spec(name: str) -> Backbone | None:
         if key in CONFIG_MAPPING:
             defaults = CONFIG_MAPPING[key]()
             present = [f for f in _GENERIC_FIELDS if hasattr(defaults, f)]
-            return Backbone(key, "auto", "auto", tuple(f for f in present if f in _HIDDEN_DROPOUT),
-                            tuple(f for f in present if f in _ATTN_DROPOUT),
-                            next((f for f in present if f in ("hidden_act", "activation_function")), ""),
-                            (("ffn", next((f for f in present if f in ("intermediate_size", "n_inner")), "")),))
+            return Backbone(
+                key,
+                "auto",
+                "auto",
+                tuple(f for f in present if f in _HIDDEN_DROPOUT),
+                tuple(f for f in present if f in _ATTN_DROPOUT),
+                next((f for f in present if f in ("hidden_act", "activation_function")), ""),
+                (("ffn", next((f for f in present if f in ("intermediate_size", "n_inner")), "")),),
+            )
     return None
 
 
 # Config fields a generic HF model may have, by the names transformers uses across architectures.
 _HIDDEN_DROPOUT = ("hidden_dropout_prob", "hidden_dropout", "resid_pdrop", "embd_pdrop")
 _ATTN_DROPOUT = ("attention_probs_dropout_prob", "attention_dropout", "attn_pdrop")
-_GENERIC_FIELDS = (*_HIDDEN_DROPOUT, *_ATTN_DROPOUT, "hidden_act", "activation_function", "intermediate_size",
-                   "n_inner")
+_GENERIC_FIELDS = (
+    *_HIDDEN_DROPOUT,
+    *_ATTN_DROPOUT,
+    "hidden_act",
+    "activation_function",
+    "intermediate_size",
+    "n_inner",
+)
 
 
 def check_config(cfg, bad: Callable[[str], NoReturn]) -> None:
@@ -72,26 +98,39 @@ def check_config(cfg, bad: Callable[[str], NoReturn]) -> None:
     if generic and not spec.activation_field and m.activation != "gelu":
         bad(f"{name} has no activation field ModSAR knows; leave model.activation at gelu")
     if not spec.attn_dropout and m.attn_dropout:
-        bad(f"{name} has no attention dropout ModSAR knows, so 'model.attn_dropout={m.attn_dropout}' would do "
-            "nothing; set it to 0")
-    if m.norm not in ("auto", spec.norm) and not (name == "transfo_xl" and m.norm == "pre"):  # pre_lnorm exists
+        bad(
+            f"{name} has no attention dropout ModSAR knows, so 'model.attn_dropout={m.attn_dropout}' would do "
+            "nothing; set it to 0"
+        )
+    if m.norm not in ("auto", spec.norm) and not (
+        name == "transfo_xl" and m.norm == "pre"
+    ):  # pre_lnorm exists
         bad(f"{name} is {spec.norm}-norm by design; leave 'model.norm' at auto (or set {spec.norm})")
     if m.activation != "relu" and name == "transfo_xl":
         bad("transfo_xl's feed-forward is ReLU by design; set model.activation=relu")
     if m.positional not in ("auto", spec.positional):
-        bad(f"{name} uses {spec.positional} positions; leave 'model.positional' at auto (or set {spec.positional})")
+        bad(
+            f"{name} uses {spec.positional} positions; leave 'model.positional' at auto (or set {spec.positional})"
+        )
     if not spec.dropout and m.dropout:
-        bad(f"{name} has no hidden/embedding dropout, so 'model.dropout={m.dropout}' would do nothing; set "
-            "model.dropout=0" + (" and use model.attn_dropout" if spec.attn_dropout else ""))
+        bad(
+            f"{name} has no hidden/embedding dropout, so 'model.dropout={m.dropout}' would do nothing; set "
+            "model.dropout=0" + (" and use model.attn_dropout" if spec.attn_dropout else "")
+        )
     if spec.positional == "rope" and (m.hidden_size // m.num_heads) % 2:
-        bad(f"{name} rotates pairs of dimensions (RoPE): the head size hidden_size / num_heads = "
-            f"{m.hidden_size // m.num_heads} must be even")
-    for key, value, what in [("local_heads", m.local_heads, "local window heads"),
-                             ("user_fusion", m.user_fusion != "none", "user embeddings"),
-                             ("pos_dim", m.pos_dim, "a separate position channel"),
-                             ("pos_fusion", m.pos_fusion != "add", "a separate position channel"),
-                             ("item_sse_prob", m.item_sse_prob, "SSE"), ("user_sse_prob", m.user_sse_prob, "SSE"),
-                             ("norm_eps", m.norm_eps != 1e-5, "a LayerNorm epsilon set by ModSAR"),
-                             ("init", m.init != "sasrec_plus", "ModSAR's initialisations; HF models keep their own")]:
+        bad(
+            f"{name} rotates pairs of dimensions (RoPE): the head size hidden_size / num_heads = "
+            f"{m.hidden_size // m.num_heads} must be even"
+        )
+    for key, value, what in [
+        ("local_heads", m.local_heads, "local window heads"),
+        ("user_fusion", m.user_fusion != "none", "user embeddings"),
+        ("pos_dim", m.pos_dim, "a separate position channel"),
+        ("pos_fusion", m.pos_fusion != "add", "a separate position channel"),
+        ("item_sse_prob", m.item_sse_prob, "SSE"),
+        ("user_sse_prob", m.user_sse_prob, "SSE"),
+        ("norm_eps", m.norm_eps != 1e-5, "a LayerNorm epsilon set by ModSAR"),
+        ("init", m.init != "sasrec_plus", "ModSAR's initialisations; HF models keep their own"),
+    ]:
         if value:
             bad(f"'model.{key}' ({what}) exists only in the modular backbone, not in {name}")

@@ -31,14 +31,41 @@ from transformers.utils import ModelOutput
 class TransfoXLConfig(PretrainedConfig):
     model_type = "modsar_transfo_xl"
 
-    def __init__(self, vocab_size: int = 267735, d_model: int = 1024, d_embed: int = 1024, n_head: int = 16,
-                 d_head: int = 64, d_inner: int = 4096, n_layer: int = 18, pre_lnorm: bool = False,
-                 mem_len: int = 1600, clamp_len: int = 1000, same_length: bool = True, dropout: float = 0.1,
-                 dropatt: float = 0.0, untie_r: bool = True, layer_norm_epsilon: float = 1e-5,
-                 init_std: float = 0.02, bidirectional: bool = False, **kwargs) -> None:
-        self.vocab_size, self.d_model, self.d_embed, self.n_head, self.d_head = vocab_size, d_model, d_embed, n_head, d_head
+    def __init__(
+        self,
+        vocab_size: int = 267735,
+        d_model: int = 1024,
+        d_embed: int = 1024,
+        n_head: int = 16,
+        d_head: int = 64,
+        d_inner: int = 4096,
+        n_layer: int = 18,
+        pre_lnorm: bool = False,
+        mem_len: int = 1600,
+        clamp_len: int = 1000,
+        same_length: bool = True,
+        dropout: float = 0.1,
+        dropatt: float = 0.0,
+        untie_r: bool = True,
+        layer_norm_epsilon: float = 1e-5,
+        init_std: float = 0.02,
+        bidirectional: bool = False,
+        **kwargs,
+    ) -> None:
+        self.vocab_size, self.d_model, self.d_embed, self.n_head, self.d_head = (
+            vocab_size,
+            d_model,
+            d_embed,
+            n_head,
+            d_head,
+        )
         self.d_inner, self.n_layer, self.pre_lnorm, self.mem_len = d_inner, n_layer, pre_lnorm, mem_len
-        self.clamp_len, self.same_length, self.dropout, self.dropatt = clamp_len, same_length, dropout, dropatt
+        self.clamp_len, self.same_length, self.dropout, self.dropatt = (
+            clamp_len,
+            same_length,
+            dropout,
+            dropatt,
+        )
         self.untie_r, self.layer_norm_epsilon, self.init_std = untie_r, layer_norm_epsilon, init_std
         self.bidirectional = bidirectional
         super().__init__(**kwargs)
@@ -64,8 +91,13 @@ class PositionalEmbedding(nn.Module):
 class PositionwiseFF(nn.Module):
     def __init__(self, d_model: int, d_inner: int, dropout: float, pre_lnorm: bool, eps: float) -> None:
         super().__init__()
-        self.CoreNet = nn.Sequential(nn.Linear(d_model, d_inner), nn.ReLU(inplace=True), nn.Dropout(dropout),
-                                     nn.Linear(d_inner, d_model), nn.Dropout(dropout))
+        self.CoreNet = nn.Sequential(
+            nn.Linear(d_model, d_inner),
+            nn.ReLU(inplace=True),
+            nn.Dropout(dropout),
+            nn.Linear(d_inner, d_model),
+            nn.Dropout(dropout),
+        )
         self.layer_norm = nn.LayerNorm(d_model, eps=eps)
         self.pre_lnorm = pre_lnorm
 
@@ -79,7 +111,12 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
     def __init__(self, config: TransfoXLConfig) -> None:
         super().__init__()
         c = config
-        self.n_head, self.d_head, self.scale, self.pre_lnorm = c.n_head, c.d_head, 1 / c.d_head**0.5, c.pre_lnorm
+        self.n_head, self.d_head, self.scale, self.pre_lnorm = (
+            c.n_head,
+            c.d_head,
+            1 / c.d_head**0.5,
+            c.pre_lnorm,
+        )
         self.qkv_net = nn.Linear(c.d_model, 3 * c.n_head * c.d_head, bias=False)
         self.r_net = nn.Linear(c.d_model, c.n_head * c.d_head, bias=False)
         self.o_net = nn.Linear(c.n_head * c.d_head, c.d_model, bias=False)
@@ -103,13 +140,19 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
         k, v = (t.view(klen, bsz, self.n_head, self.d_head) for t in (k, v))
         r_k = self.r_net(r).view(r.size(0), self.n_head, self.d_head)
 
-        content = torch.einsum("ibnd,jbnd->ijbn", q + r_w_bias, k)  # (a) + (c): content and global content bias
+        content = torch.einsum(
+            "ibnd,jbnd->ijbn", q + r_w_bias, k
+        )  # (a) + (c): content and global content bias
         by_distance = torch.einsum("ibnd,jnd->ijbn", q + r_r_bias, r_k)  # (b) + (d), per relative distance
         if r.size(0) == klen:  # causal (4.x): distances klen-1..0, aligned to keys by the relative shift
             position = rel_shift(by_distance)
         else:  # bidirectional: distances klen-1..-(qlen-1); key j of query i sits at distance mlen + i - j
             mlen = klen - qlen
-            index = (klen - 1 - mlen) - torch.arange(qlen, device=w.device)[:, None] + torch.arange(klen, device=w.device)
+            index = (
+                (klen - 1 - mlen)
+                - torch.arange(qlen, device=w.device)[:, None]
+                + torch.arange(klen, device=w.device)
+            )
             position = by_distance.gather(1, index[:, :, None, None].expand(qlen, klen, bsz, self.n_head))
         score = (content + position) * self.scale
         score = score.float().masked_fill(attn_mask[:, :, :, None], torch.finfo(torch.float32).min)
@@ -124,8 +167,9 @@ class RelPartialLearnableDecoderLayer(nn.Module):
     def __init__(self, config: TransfoXLConfig) -> None:
         super().__init__()
         self.dec_attn = RelPartialLearnableMultiHeadAttn(config)
-        self.pos_ff = PositionwiseFF(config.d_model, config.d_inner, config.dropout, config.pre_lnorm,
-                                     config.layer_norm_epsilon)
+        self.pos_ff = PositionwiseFF(
+            config.d_model, config.d_inner, config.dropout, config.pre_lnorm, config.layer_norm_epsilon
+        )
 
     def forward(self, x, r, attn_mask, mems, r_w_bias=None, r_r_bias=None, output_attentions=False):
         out, probs = self.dec_attn(x, r, attn_mask, mems, r_w_bias, r_r_bias, output_attentions)
@@ -138,7 +182,9 @@ class AdaptiveEmbedding(nn.Module):
     def __init__(self, n_token: int, d_embed: int, d_proj: int) -> None:
         super().__init__()
         self.emb_layers = nn.ModuleList([nn.Embedding(n_token, d_embed)])
-        self.emb_projs = nn.ParameterList([nn.Parameter(torch.zeros(d_proj, d_embed))] if d_proj != d_embed else [])
+        self.emb_projs = nn.ParameterList(
+            [nn.Parameter(torch.zeros(d_proj, d_embed))] if d_proj != d_embed else []
+        )
         self.emb_scale = d_proj**0.5
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -202,8 +248,10 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         if self.mem_len <= 0:
             return None
         param = next(self.parameters())
-        return [torch.zeros(self.mem_len, bsz, self.config.d_model, dtype=param.dtype, device=param.device)
-                for _ in range(self.config.n_layer)]
+        return [
+            torch.zeros(self.mem_len, bsz, self.config.d_model, dtype=param.dtype, device=param.device)
+            for _ in range(self.config.n_layer)
+        ]
 
     def update_mems(self, hids: list[torch.Tensor], mems: list[torch.Tensor] | None, mlen: int, qlen: int):
         """Keep the last `mem_len` steps of every layer's input; no gradient flows into memory."""
@@ -214,8 +262,14 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         with torch.no_grad():
             return [torch.cat([m, h], dim=0)[beg:end].detach() for m, h in zip(mems, hids, strict=True)]
 
-    def forward(self, input_ids: torch.Tensor, mems: list[torch.Tensor] | None = None,
-                attention_mask: torch.Tensor | None = None, output_attentions: bool = False, **kwargs):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        mems: list[torch.Tensor] | None = None,
+        attention_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        **kwargs,
+    ):
         ids = input_ids.transpose(0, 1).contiguous()  # 4.x works time-major: (qlen, B)
         qlen, bsz = ids.shape
         mems = self.init_mems(bsz) if mems is None else mems
@@ -233,7 +287,9 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
             mask = torch.triu(ones, diagonal=1 + mlen)
         mask = mask[:, :, None].expand(qlen, klen, bsz)
         if attention_mask is not None:  # padding keys are masked (memory slots stay visible)
-            pad = torch.cat([torch.zeros(bsz, mlen, dtype=torch.bool, device=ids.device), attention_mask == 0], 1)
+            pad = torch.cat(
+                [torch.zeros(bsz, mlen, dtype=torch.bool, device=ids.device), attention_mask == 0], 1
+            )
             own = torch.zeros(qlen, klen, dtype=torch.bool, device=ids.device)
             own[torch.arange(qlen), mlen + torch.arange(qlen)] = True  # a padding query still sees itself
             mask = (mask | pad.T[None, :, :]) & ~own[:, :, None]
@@ -247,18 +303,25 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         for i, layer in enumerate(self.layers):
             hids.append(core)
             biases = (None, None) if self.config.untie_r else (self.r_w_bias, self.r_r_bias)
-            core, probs = layer(core, pos_emb, mask, None if mems is None else mems[i], *biases, output_attentions)
+            core, probs = layer(
+                core, pos_emb, mask, None if mems is None else mems[i], *biases, output_attentions
+            )
             attentions.append(probs)
         core = self.drop(core)
         new_mems = self.update_mems(hids, mems, mlen, qlen)
-        return TransfoXLOutput(last_hidden_state=core.transpose(0, 1).contiguous(), mems=new_mems,
-                               attentions=tuple(attentions) if output_attentions else None)
+        return TransfoXLOutput(
+            last_hidden_state=core.transpose(0, 1).contiguous(),
+            mems=new_mems,
+            attentions=tuple(attentions) if output_attentions else None,
+        )
 
 
 def _drop_4x_bias_copies(module, state_dict, prefix, *args) -> None:
     """4.x shares the tied r_w_bias/r_r_bias with every layer, so its state dict repeats them per layer
     (`layers.N.dec_attn.r_w_bias`); they are the same tensors as the model-level pair and are dropped."""
-    for key in [k for k in state_dict if re.fullmatch(re.escape(prefix) + r"layers\.\d+\.dec_attn\.r_[wr]_bias", k)]:
+    for key in [
+        k for k in state_dict if re.fullmatch(re.escape(prefix) + r"layers\.\d+\.dec_attn\.r_[wr]_bias", k)
+    ]:
         del state_dict[key]
 
 

@@ -25,7 +25,9 @@ if TYPE_CHECKING:  # the API is imported with `modsar`: torch, pandas and Ray lo
     from modsar.model.interface import Recommender
 
 
-def _config(config: Config | Mapping[str, Any] | str | Path | list[str] | None, dataset: str | None) -> Config:
+def _config(
+    config: Config | Mapping[str, Any] | str | Path | list[str] | None, dataset: str | None
+) -> Config:
     """A Config from what a notebook has at hand: a Config, a mapping of dotted keys (nested mappings too), a
     YAML file, or `key=value` strings, with `dataset` on top; checked as `modsar train` checks it."""
     from modsar.config import Config, apply_overrides, flatten, load_config, validate
@@ -45,8 +47,10 @@ def _config(config: Config | Mapping[str, Any] | str | Path | list[str] | None, 
         return apply_overrides(cfg, {"dataset": dataset}, "config") if dataset is not None else cfg
     if isinstance(config, (list, tuple)) and all(isinstance(item, str) for item in config):
         return load_config(None, [*config, *extra])
-    raise ModsarError(f"config must be a mapping of keys ({{'task': 'ae'}}), a YAML path, a Config or a list of "
-                      f"'key=value' strings; got {type(config).__name__}")
+    raise ModsarError(
+        f"config must be a mapping of keys ({{'task': 'ae'}}), a YAML path, a Config or a list of "
+        f"'key=value' strings; got {type(config).__name__}"
+    )
 
 
 def _text(path: str | Path | None) -> str | None:
@@ -54,9 +58,16 @@ def _text(path: str | Path | None) -> str | None:
     return None if path is None else str(Path(path).expanduser())
 
 
-def train(config: Config | Mapping[str, Any] | str | Path | list[str] | None = None, dataset: str | None = None,
-          *, experiment: str | None = None, results: str | Path = "results", data_dir: str | Path | None = None,
-          checkpoint: bool = True, progress: bool = True) -> dict[str, Any]:
+def train(
+    config: Config | Mapping[str, Any] | str | Path | list[str] | None = None,
+    dataset: str | None = None,
+    *,
+    experiment: str | None = None,
+    results: str | Path = "results",
+    data_dir: str | Path | None = None,
+    checkpoint: bool = True,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Train one configuration as `modsar train` does and return its row (a dict: config keys, valid.* and
     test.* metrics, facts; `row["checkpoint"]` is the best checkpoint's path). The row is also written to
     <results>/<experiment>/trials/, so `modsar results` and `modsar report` see it.
@@ -65,14 +76,22 @@ def train(config: Config | Mapping[str, Any] | str | Path | list[str] | None = N
     ["key=value", ...]; None is the defaults (an AR SASRec-style model). `dataset` names a prepared dataset."""
     from modsar.records.run import train_and_record
 
-    run = train_and_record(_config(config, dataset), str(results), experiment, _text(data_dir), checkpoint,
-                           progress)
+    run = train_and_record(
+        _config(config, dataset), str(results), experiment, _text(data_dir), checkpoint, progress
+    )
     return run.row
 
 
-def evaluate(checkpoint: str | Path, split: str = "test", *, filter_seen: str | None = None,
-             ks: list[int] | None = None, sampled_negatives: int | None = None, device: str | None = None,
-             data_dir: str | Path | None = None) -> dict[str, float]:
+def evaluate(
+    checkpoint: str | Path,
+    split: str = "test",
+    *,
+    filter_seen: str | None = None,
+    ks: list[int] | None = None,
+    sampled_negatives: int | None = None,
+    device: str | None = None,
+    data_dir: str | Path | None = None,
+) -> dict[str, float]:
     """The metrics ({"ndcg@10": ...}) of a saved checkpoint (a train .pt, or a search row's checkpoint folder)
     on its dataset's `valid` or `test` targets, as `modsar evaluate`. With no option the stored protocol is
     used, on the device the row was tested on (device None), and the metrics equal the row's; a changed
@@ -80,17 +99,29 @@ def evaluate(checkpoint: str | Path, split: str = "test", *, filter_seen: str | 
     the row's beside the checkpoint."""
     from modsar.records.rescore import evaluate_checkpoint
 
-    scores = evaluate_checkpoint(checkpoint, split,  # local_checkpoint expands ~ and reads URIs
-                                 filter_seen=filter_seen, ks=ks, sampled_negatives=sampled_negatives,
-                                 device=None if device is None else str(device), data_dir=_text(data_dir),
-                                 option="device")
+    scores = evaluate_checkpoint(
+        checkpoint,
+        split,  # local_checkpoint expands ~ and reads URIs
+        filter_seen=filter_seen,
+        ks=ks,
+        sampled_negatives=sampled_negatives,
+        device=None if device is None else str(device),
+        data_dir=_text(data_dir),
+        option="device",
+    )
     if not scores.comparable:
         changes = ", ".join(f"{k}={used} (stored: {stored})" for k, (stored, used) in scores.changed.items())
-        warnings.warn(f"{checkpoint}: evaluated under another protocol than its run was selected and tested "
-                      f"under: {changes}", stacklevel=2)
+        warnings.warn(
+            f"{checkpoint}: evaluated under another protocol than its run was selected and tested "
+            f"under: {changes}",
+            stacklevel=2,
+        )
     elif scores.row_differences():
-        warnings.warn(f"{checkpoint}: {split} metrics differ from its row {scores.row_trial_id}: "
-                      f"{scores.row_differences()}", stacklevel=2)
+        warnings.warn(
+            f"{checkpoint}: {split} metrics differ from its row {scores.row_trial_id}: "
+            f"{scores.row_differences()}",
+            stacklevel=2,
+        )
     return scores.metrics
 
 
@@ -105,8 +136,12 @@ def load(checkpoint: str | Path, device: str = "cpu") -> tuple[Recommender, Conf
     return model, cfg
 
 
-def results(experiment: str | None = None, where: Mapping[str, Any] | list[str] | str | None = None, *,
-            root: str | Path = "results") -> pd.DataFrame:
+def results(
+    experiment: str | None = None,
+    where: Mapping[str, Any] | list[str] | str | None = None,
+    *,
+    root: str | Path = "results",
+) -> pd.DataFrame:
     """The trial rows (a DataFrame, one row per trial) of `experiment`, or of every experiment under `root`,
     as `modsar results` lists them: `where` keeps the rows whose columns equal each value ({"task": "ar",
     "selected": True}, or ["task=ar", ...]); values compare as lower-case text."""
@@ -120,12 +155,16 @@ def results(experiment: str | None = None, where: Mapping[str, Any] | list[str] 
     elif where is None or (isinstance(where, (list, tuple)) and all(isinstance(c, str) for c in where)):
         conditions = list(where or [])
     else:
-        raise ModsarError(f"where must be a mapping ({{'task': 'ar'}}) or 'key=value' strings; got {type(where).__name__}")
+        raise ModsarError(
+            f"where must be a mapping ({{'task': 'ar'}}) or 'key=value' strings; got {type(where).__name__}"
+        )
     root = str(root) if "://" in str(root) else _text(root) or "results"
     return matching_rows(root, experiment, conditions, option="where").reset_index(drop=True)
 
 
-def search(space: str | Path, dataset: str, overrides: list[str] | str | None = None, **options: Any) -> pd.DataFrame:
+def search(
+    space: str | Path, dataset: str, overrides: list[str] | str | None = None, **options: Any
+) -> pd.DataFrame:
     """Search a design space (a bundled name or a YAML path) on a prepared dataset, as `modsar search` does,
     and return the experiment's rows; the selected ones have `selected` True and test.* metrics.
 
@@ -142,7 +181,9 @@ def search(space: str | Path, dataset: str, overrides: list[str] | str | None = 
     fields = {f.name for f in dataclasses.fields(SearchRequest)} - {"space", "dataset", "overrides"}
     unknown = sorted(set(options) - fields)
     if unknown:
-        raise ModsarError(f"modsar.search: unknown option {unknown[0]!r}; options: {', '.join(sorted(fields))}")
+        raise ModsarError(
+            f"modsar.search: unknown option {unknown[0]!r}; options: {', '.join(sorted(fields))}"
+        )
     given = [overrides] if isinstance(overrides, str) else list(overrides or [])
     paths: dict[str, Any] = {k: str(v) if isinstance(v, Path) else v for k, v in options.items()}
     request = SearchRequest(space=str(space), dataset=dataset, overrides=given, **paths)

@@ -20,7 +20,9 @@ from modsar.errors import ModsarError
 from modsar.limits import SIZE_LIMITS
 
 FLOAT32_MAX = 3.4028234663852886e38
-MAX_THREADS = 1024  # train.threads: torch CPU threads (a trial may run on a larger machine than the one checking)
+MAX_THREADS = (
+    1024  # train.threads: torch CPU threads (a trial may run on a larger machine than the one checking)
+)
 
 
 def choice(default: Any, *allowed: Any) -> Any:
@@ -33,20 +35,30 @@ class DataConfig:
     max_len: int = 0  # history items the model sees; 0 = the dataset's registry default (50; 200 for ML-1M)
     batch_size: int = 128
     eval_batch_size: int = 256
-    padding_free: bool = True  # batches only as wide as their longest row; output layer only at real positions
-    batching: str = choice("tokens", "tokens", "length", "random")  # who shares a batch: see modsar.data.batches
-    samples: str = choice("sequences", "sequences", "prefixes")  # a row: a user's window, or one prefix (RecBole)
+    padding_free: bool = (
+        True  # batches only as wide as their longest row; output layer only at real positions
+    )
+    batching: str = choice(
+        "tokens", "tokens", "length", "random"
+    )  # who shares a batch: see modsar.data.batches
+    samples: str = choice(
+        "sequences", "sequences", "prefixes"
+    )  # a row: a user's window, or one prefix (RecBole)
     view: str = choice("user", "user", "item")  # item: each item's users in time order (modsar.data.views)
     split: str = choice("loo", "loo", "temporal")  # leave-one-out, or one global time cut (modsar.data.split)
     split_valid: float = 0.8  # temporal: the validation cut, a quantile of all timestamps
     split_test: float = 0.9  # temporal: the test cut, a quantile of all timestamps
     split_dates: str = ""  # temporal: "YYYY-MM-DD,YYYY-MM-DD" cuts instead of the quantiles (UTC)
-    split_targets: str = choice("first", "first", "every")  # temporal: each user's first event after a cut, or all
+    split_targets: str = choice(
+        "first", "first", "every"
+    )  # temporal: each user's first event after a cut, or all
 
 
 @dataclass
 class ModelConfig:
-    backbone: str = "modular"  # modular | duorec | bsarec | gru4rec | albert | llama | transfo_xl | hf:<model_type>
+    backbone: str = (
+        "modular"  # modular | duorec | bsarec | gru4rec | albert | llama | transfo_xl | hf:<model_type>
+    )
     hidden_size: int = 64
     num_layers: int = 2
     num_heads: int = 1
@@ -54,33 +66,51 @@ class ModelConfig:
     activation: str = choice("gelu", "gelu", "relu")
     norm: str = choice("auto", "auto", "pre", "post", "sasrec", "normed_skip")  # auto: the backbone's own
     #   (modular: post); modular only: sasrec = SASRec's block, normed_skip = the ModSAR code's layernorm_first
-    positional: str = choice("auto", "auto", "learned", "sinusoidal", "none", "target_aligned", "rope",
-                             "relative")  # modular: learned; target_aligned: relative keys by distance to the target
+    positional: str = choice(
+        "auto", "auto", "learned", "sinusoidal", "none", "target_aligned", "rope", "relative"
+    )  # modular: learned; target_aligned: relative keys by distance to the target
     pos_dim: int = 0  # learned/sinusoidal with pos_fusion concat|project: the position channel's width (< d);
     #                   target_aligned: each head's query dimensions that meet the distance codes (0 = all)
-    pos_fusion: str = choice("add", "add", "concat", "project")  # absolute positions: added to the item vector,
+    pos_fusion: str = choice(
+        "add", "add", "concat", "project"
+    )  # absolute positions: added to the item vector,
     #                   concatenated beside it (items get d - pos_dim), or [item; position] projected to d
     dropout: float = 0.2  # embedding and hidden (residual branch) dropout
     attn_dropout: float = 0.2  # dropout on attention probabilities
     attn_output_dropout: bool = False  # `dropout` on the attention output before the sum (GPT, BERT and the
     #   residual paper's SASRec and DuoRec code; not the original SASRec code, which drops attention weights only)
-    ffn_inner_dropout: bool = True  # `dropout` between the FFN's two layers (SASRec, ModSAR code; BERT has none)
+    ffn_inner_dropout: bool = (
+        True  # `dropout` between the FFN's two layers (SASRec, ModSAR code; BERT has none)
+    )
     local_heads: int = 0  # LOCKER-style window heads (the last `local_heads` of `num_heads`)
     local_window: int = 2  # AE: |i - j| <= w ; AR: 0 <= i - j <= w
-    user_fusion: str = choice("none", "none", "concat", "token", "bias")  # how the user enters (modular only):
+    user_fusion: str = choice(
+        "none", "none", "concat", "token", "bias"
+    )  # how the user enters (modular only):
     #   concat = SSE-PT's vector beside every item vector, token = a first token every position attends to,
     #   bias = a per-layer projection of the user vector added to every attention query
     time_bias: str = choice("none", "none", "gap", "session")  # modular, timestamped data: a learned per-head
     #   attention bias by the time between query and key (gap: log2 buckets of the seconds apart) or by the
     #   session boundaries between them (session: pauses longer than session_gap); see modsar.model.modular
     session_gap: float = 1800.0  # time_bias=session: seconds of inactivity that start a new session
-    user_size: int = 0  # concat: the user vector's width; 0 = hidden_size // 2 (the item vector gets the rest)
+    user_size: int = (
+        0  # concat: the user vector's width; 0 = hidden_size // 2 (the item vector gets the rest)
+    )
     embedding_norm: bool = False  # LayerNorm on item + position embedding before dropout (BERT4Rec)
     scale_embedding: bool = True  # multiply item vectors by sqrt(d) (SASRec); BERT4Rec adds them unscaled
     head: str = choice("dot", "dot", "bert4rec")  # dot: h . E ; bert4rec: LN(GELU(W h + b)) . E + item bias
-    init: str = choice("sasrec_plus", "sasrec_plus", "normal", "truncated_normal", "xavier", "xavier_uniform",
-                       "xavier_attention")  # see ModularSAR.__init__
-    norm_eps: float = 1e-5  # modular: the blocks' LayerNorm epsilon (BERT's code: 1e-12; its embedding and output
+    init: str = choice(
+        "sasrec_plus",
+        "sasrec_plus",
+        "normal",
+        "truncated_normal",
+        "xavier",
+        "xavier_uniform",
+        "xavier_attention",
+    )  # see ModularSAR.__init__
+    norm_eps: float = (
+        1e-5  # modular: the blocks' LayerNorm epsilon (BERT's code: 1e-12; its embedding and output
+    )
     #                         head LayerNorms use 1e-12 always)
     positions_from: str = choice("end", "end", "start")  # position 0 = the most recent item, or the first one
     item_sse_prob: float = 0.0  # SSE: probability p of replacing training-input items (see sse_style)
@@ -88,7 +118,9 @@ class ModelConfig:
     #                                                      each of its items w.p. 1 - p (rate p(1 - p))
     user_sse_prob: float = 0.0  # SSE: replace the training user id with a random user with this prob.
     gru_size: int = 0  # gru4rec: the GRU's state size; 0 = hidden_size
-    bsa_cutoff: int = 3  # bsarec: c, the low-pass keeps the lowest c // 2 + 1 frequencies of the max_len window
+    bsa_cutoff: int = (
+        3  # bsarec: c, the low-pass keeps the lowest c // 2 + 1 frequencies of the max_len window
+    )
     bsa_alpha: float = 0.9  # bsarec (official default; 0.7 on Beauty/Toys): layer = alpha * frequency branch + (1 - alpha) * attention branch
 
 
@@ -99,10 +131,16 @@ class LossConfig:
     gbce_t: float = 0.75  # gbce: calibration t in [0, 1] (0 = plain BCE), as gSASRec
     cl_weight: float = 0.1  # duorec: lambda, the contrastive term's weight (0 = SASRec's loss alone)
     cl_temperature: float = 1.0  # duorec: tau of the InfoNCE
-    cl_views: str = choice("us_x", "us_x", "un", "su", "us")  # duorec: which views are contrasted (see duorec.py)
+    cl_views: str = choice(
+        "us_x", "us_x", "un", "su", "us"
+    )  # duorec: which views are contrasted (see duorec.py)
     cl_similarity: str = choice("dot", "dot", "cos")  # duorec: similarity of two sequence representations
-    normalize: str = choice("batch", "batch", "epoch")  # mean over the batch's positions, or over an average batch
-    fused: bool = True  # ce: chunked output layer + softmax with its gradient (false: the plain logits, to compare)
+    normalize: str = choice(
+        "batch", "batch", "epoch"
+    )  # mean over the batch's positions, or over an average batch
+    fused: bool = (
+        True  # ce: chunked output layer + softmax with its gradient (false: the plain logits, to compare)
+    )
 
 
 @dataclass
@@ -110,7 +148,9 @@ class TrainConfig:
     optimizer: str = choice("adam", "adam", "adamw", "adamw_bert")  # adamw_bert: BERT's (no bias correction)
     lr: float = 1e-3
     weight_decay: float = 0.0
-    weight_decay_exclude: str = choice("norm,bias", "norm,bias", "none", "norm,bias,embedding")  # kept from decay
+    weight_decay_exclude: str = choice(
+        "norm,bias", "norm,bias", "none", "norm,bias,embedding"
+    )  # kept from decay
     beta2: float = 0.999  # Adam's second-moment decay (SASRec's code: 0.98)
     grad_clip: float = 0.0  # max global grad norm; 0 = off
     warmup_steps: int = 0  # optimizer steps of linear warm-up from lr / warmup_steps to lr (BERT); 0 = none
@@ -118,7 +158,9 @@ class TrainConfig:
     max_epochs: int = 200
     eval_every: int = 1  # epochs between validation passes
     patience: int = 10  # validation passes without improvement before stopping; 0 = never stop early
-    min_steps: int = 0  # optimizer steps before patience may stop a run (a plateau is not a verdict); 0 = none
+    min_steps: int = (
+        0  # optimizer steps before patience may stop a run (a plateau is not a verdict); 0 = none
+    )
     monitor: str = "ndcg@10"  # validation metric for early stopping and model selection
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0  # torch CPU threads; 0 = leave torch's default
@@ -216,7 +258,9 @@ def _coerce(value: Any, annotation: str, key: str, where: str) -> Any:
         except ValueError:
             pass
     if expected is list:
-        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
             raise ModsarError(f"{where}: '{key}' must be a list of integers, got {value!r}")
         return list(value)
     if expected is int and isinstance(value, bool):
@@ -227,8 +271,10 @@ def _coerce(value: Any, annotation: str, key: str, where: str) -> Any:
         return value.isoformat()  # was meant, and validate says what is wrong with it (split_dates needs two)
     if key == "data.split_dates" and isinstance(value, list):  # [A, B] (YAML's list) means "A,B": validate
         if not value:  # then says what is wrong with its dates, as for the text
-            raise ModsarError(f"{where}: '{key}' needs two ISO dates, the validation cut then the test cut, and has "
-                              "none (e.g. \"2000-11-20,2000-12-01\"); got []")
+            raise ModsarError(
+                f"{where}: '{key}' needs two ISO dates, the validation cut then the test cut, and has "
+                'none (e.g. "2000-11-20,2000-12-01"); got []'
+            )
         return ",".join(v.isoformat() if isinstance(v, datetime.date) else str(v) for v in value)
     if not isinstance(value, expected):
         raise ModsarError(f"{where}: '{key}' must be {expected.__name__}, got {value!r}")
@@ -241,7 +287,9 @@ RENAMED = {"model.user_embedding": "model.user_fusion (true = concat, false = no
 def set_value(cfg: Config, key: str, value: Any, where: str = "config") -> None:
     """Set one dotted key, validating the name, the type and the allowed choices."""
     if not isinstance(key, str):  # YAML reads `1:` or `null:` as a non-string key
-        raise ModsarError(f"{where}: key {key!r} is not a config name; use dotted names like model.hidden_size")
+        raise ModsarError(
+            f"{where}: key {key!r} is not a config name; use dotted names like model.hidden_size"
+        )
     if key in RENAMED:
         raise ModsarError(f"{where}: '{key}' is now {RENAMED[key]}")
     parts = key.split(".")
@@ -263,11 +311,15 @@ def set_value(cfg: Config, key: str, value: Any, where: str = "config") -> None:
         value = _coerce(value, str(f.type), key, where)  # annotations are strings (postponed evaluation)
         allowed = f.metadata.get("choices")
         if allowed and value not in allowed:
-            raise ModsarError(f"{where}: '{key}' must be one of {', '.join(map(str, allowed))}; got {value!r}")
+            raise ModsarError(
+                f"{where}: '{key}' must be one of {', '.join(map(str, allowed))}; got {value!r}"
+            )
         setattr(node, part, value)
 
 
-def apply_overrides(cfg: Config, values: dict[str, Any], where: str = "config", stored: bool = False) -> Config:
+def apply_overrides(
+    cfg: Config, values: dict[str, Any], where: str = "config", stored: bool = False
+) -> Config:
     for key, value in values.items():
         set_value(cfg, key, value, where)
     validate(cfg, where, stored)
@@ -326,8 +378,10 @@ def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
         raise ModsarError(f"{where}: {msg}")
 
     if cfg.train.precision == "bf16" and (cfg.loss.name != "ce" or not cfg.loss.fused):
-        bad("train.precision=bf16 runs the fused full-softmax CE's products in bfloat16, and this run has none "
-            f"(loss.name={cfg.loss.name}, loss.fused={str(cfg.loss.fused).lower()}); use train.precision=fp32")
+        bad(
+            "train.precision=bf16 runs the fused full-softmax CE's products in bfloat16, and this run has none "
+            f"(loss.name={cfg.loss.name}, loss.fused={str(cfg.loss.fused).lower()}); use train.precision=fp32"
+        )
     for key, value in cfg.flat().items():
         if isinstance(value, float) and not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
             bad(f"'{key}' must be a finite number of float32 range; got {value}")  # YAML reads .nan, .inf
@@ -340,10 +394,15 @@ def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
     for key, value in (("seed", cfg.seed), ("eval.sample_seed", cfg.eval.sample_seed)):
         if not 0 <= value < 2**32:  # numpy and torch seeds are unsigned 32-bit
             bad(f"'{key}' must be between 0 and 2**32 - 1; got {value}")
-    for key, value in [("model.hidden_size", m.hidden_size), ("model.num_layers", m.num_layers),
-                       ("model.num_heads", m.num_heads), ("data.batch_size", cfg.data.batch_size),
-                       ("data.eval_batch_size", cfg.data.eval_batch_size), ("train.max_epochs", cfg.train.max_epochs),
-                       ("train.eval_every", cfg.train.eval_every)]:
+    for key, value in [
+        ("model.hidden_size", m.hidden_size),
+        ("model.num_layers", m.num_layers),
+        ("model.num_heads", m.num_heads),
+        ("data.batch_size", cfg.data.batch_size),
+        ("data.eval_batch_size", cfg.data.eval_batch_size),
+        ("train.max_epochs", cfg.train.max_epochs),
+        ("train.eval_every", cfg.train.eval_every),
+    ]:
         if value < 1:
             bad(f"'{key}' must be >= 1; got {value}")
     if m.hidden_size % m.num_heads:
@@ -364,8 +423,10 @@ def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
         if not 0 < user < m.hidden_size:
             bad(f"'model.user_size' must be between 1 and hidden_size - 1; got {user}")
     elif m.user_size:
-        bad(f"'model.user_size' is the width of user_fusion=concat's vector; user_fusion={m.user_fusion} uses the "
-            "hidden size; leave it at 0")
+        bad(
+            f"'model.user_size' is the width of user_fusion=concat's vector; user_fusion={m.user_fusion} uses the "
+            "hidden size; leave it at 0"
+        )
     if not 0.0 < cfg.mask_prob < 1.0:
         bad(f"'mask_prob' must be in (0, 1); got {cfg.mask_prob}")
     if cfg.loss.num_negatives < 1:
@@ -375,8 +436,10 @@ def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
     if cfg.loss.cl_temperature <= 0:
         bad(f"'loss.cl_temperature' must be > 0; got {cfg.loss.cl_temperature}")
     if not 0.0 < cfg.data.split_valid < cfg.data.split_test < 1.0:
-        bad(f"'data.split_valid' and 'data.split_test' must be quantiles with 0 < valid < test < 1; got "
-            f"{cfg.data.split_valid} and {cfg.data.split_test}")
+        bad(
+            f"'data.split_valid' and 'data.split_test' must be quantiles with 0 < valid < test < 1; got "
+            f"{cfg.data.split_valid} and {cfg.data.split_test}"
+        )
     if cfg.data.split_dates:
         from modsar.data.split import parse_dates
 
@@ -391,8 +454,10 @@ def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
     if m.session_gap <= 0:
         bad(f"'model.session_gap' must be > 0 seconds; got {m.session_gap}")
     if cfg.data.samples == "prefixes" and cfg.task != "ar":
-        bad("'data.samples=prefixes' labels each training prefix's next item, a causal objective; task=ae masks "
-            "whole windows: use data.samples=sequences, or task=ar")
+        bad(
+            "'data.samples=prefixes' labels each training prefix's next item, a causal objective; task=ae masks "
+            "whole windows: use data.samples=sequences, or task=ar"
+        )
     if cfg.data.max_len < 0:
         bad(f"'data.max_len' must be >= 1, or 0 for the dataset default; got {cfg.data.max_len}")
     if not cfg.eval.ks or min(cfg.eval.ks) < 1:
@@ -400,27 +465,35 @@ def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
     if cfg.train.lr <= 0:
         bad(f"'train.lr' must be > 0; got {cfg.train.lr}")
     if not 0.0 <= cfg.train.beta2 < 1.0:  # torch's Adam refuses it only once the data and model are built
-        bad(f"'train.beta2' (Adam's second-moment decay) must be in [0, 1), e.g. 0.999 or SASRec's 0.98; got "
-            f"{cfg.train.beta2}")
+        bad(
+            f"'train.beta2' (Adam's second-moment decay) must be in [0, 1), e.g. 0.999 or SASRec's 0.98; got "
+            f"{cfg.train.beta2}"
+        )
     if not m.norm_eps >= 1e-30:  # float32 holds it (1e-45 would be 0 there)
-        bad(f"'model.norm_eps' must be > 0 (LayerNorm's epsilon, e.g. 1e-5 or BERT's 1e-12); got {m.norm_eps}")
-    for key, value, what in [("train.patience", cfg.train.patience, "0 = never stop early"),
-                             ("train.warmup_steps", cfg.train.warmup_steps, "0 = no warm-up"),
-                             ("train.min_steps", cfg.train.min_steps, "0 = patience may stop at any step"),
-                             ("train.weight_decay", cfg.train.weight_decay, "0 = none"),
-                             ("train.grad_clip", cfg.train.grad_clip, "0 = off"),
-                             ("train.threads", cfg.train.threads, "0 = torch's default"),
-                             ("model.ffn_size", m.ffn_size, "0 = 4 * hidden_size"),
-                             ("model.user_size", m.user_size, "0 = hidden_size // 2"),
-                             ("model.pos_dim", m.pos_dim, "0 = the hidden size, added"),
-                             ("eval.generate_steps", cfg.eval.generate_steps, "0 = no rollouts"),
-                             ("model.gru_size", m.gru_size, "0 = hidden_size"),
-                             ("loss.cl_weight", cfg.loss.cl_weight, "0 = no contrastive term")]:
+        bad(
+            f"'model.norm_eps' must be > 0 (LayerNorm's epsilon, e.g. 1e-5 or BERT's 1e-12); got {m.norm_eps}"
+        )
+    for key, value, what in [
+        ("train.patience", cfg.train.patience, "0 = never stop early"),
+        ("train.warmup_steps", cfg.train.warmup_steps, "0 = no warm-up"),
+        ("train.min_steps", cfg.train.min_steps, "0 = patience may stop at any step"),
+        ("train.weight_decay", cfg.train.weight_decay, "0 = none"),
+        ("train.grad_clip", cfg.train.grad_clip, "0 = off"),
+        ("train.threads", cfg.train.threads, "0 = torch's default"),
+        ("model.ffn_size", m.ffn_size, "0 = 4 * hidden_size"),
+        ("model.user_size", m.user_size, "0 = hidden_size // 2"),
+        ("model.pos_dim", m.pos_dim, "0 = the hidden size, added"),
+        ("eval.generate_steps", cfg.eval.generate_steps, "0 = no rollouts"),
+        ("model.gru_size", m.gru_size, "0 = hidden_size"),
+        ("loss.cl_weight", cfg.loss.cl_weight, "0 = no contrastive term"),
+    ]:
         if value < 0:
             bad(f"'{key}' must be >= 0 ({what}); got {value}")
     if cfg.train.threads > MAX_THREADS:  # torch fails to start that many (an ImportError deep in its import)
-        bad(f"'train.threads' must be <= {MAX_THREADS} (more than any machine's cores; 0 = torch's default); got "
-            f"{cfg.train.threads}")
+        bad(
+            f"'train.threads' must be <= {MAX_THREADS} (more than any machine's cores; 0 = torch's default); got "
+            f"{cfg.train.threads}"
+        )
     metric_names = {f"{name}@{k}" for name in ("recall", "ndcg", "mrr", "hr") for k in cfg.eval.ks}
     if cfg.train.monitor not in metric_names:
         bad(f"'train.monitor' must be a metric at one of eval.ks, e.g. ndcg@10; got {cfg.train.monitor!r}")

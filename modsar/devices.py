@@ -42,13 +42,17 @@ def resolve(name: str, option: str = "train.device") -> torch.device:
         return torch.device("cpu")
     if not torch.cuda.is_available():
         cpu, auto = _spelled(option, "cpu"), _spelled(option, "auto")
-        raise ModsarError(f"{_spelled(option, name)}: no CUDA device is present on this machine (PyTorch "
-                          f"sees no GPU); use {cpu}, or {auto} (a GPU when there is one)")
+        raise ModsarError(
+            f"{_spelled(option, name)}: no CUDA device is present on this machine (PyTorch "
+            f"sees no GPU); use {cpu}, or {auto} (a GPU when there is one)"
+        )
     count = torch.cuda.device_count()
     index = int(name.partition(":")[2] or 0)
     if index >= count:
         last = f"cuda:{count - 1}"
         present = "1 CUDA device, cuda:0" if count == 1 else f"{count} CUDA devices, cuda:0 to {last}"
-        raise ModsarError(f"{_spelled(option, name)}: this machine has {present}; use one of those, or "
-                          f"{_spelled(option, 'auto')}")
+        raise ModsarError(
+            f"{_spelled(option, name)}: this machine has {present}; use one of those, or "
+            f"{_spelled(option, 'auto')}"
+        )
     return torch.device(name)

@@ -19,7 +19,9 @@ from modsar.errors import ModsarError
 if TYPE_CHECKING:
     from modsar.config import Config
 
-ROLLOUT_BATCH = 512  # users per rollout batch of eval.generate_steps (modsar.evaluation.rollouts.generate's default)
+ROLLOUT_BATCH = (
+    512  # users per rollout batch of eval.generate_steps (modsar.evaluation.rollouts.generate's default)
+)
 
 
 @dataclass(frozen=True)
@@ -65,11 +67,15 @@ def parameters_need(cfg: Config, model: Any) -> Need:
     built on the meta device (no memory): its parameters have their shapes."""
     count = sum(p.numel() for p in model.parameters())
     m = cfg.model
-    return Need("model.hidden_size", m.hidden_size,
-                f"its {count:,} parameters with their gradients and Adam's two moments", 16 * count, False,
-                "use a smaller model.hidden_size, model.ffn_size, model.num_layers or data.max_len",
-                f"the model ({m.backbone}, model.hidden_size={m.hidden_size}, "
-                f"model.num_layers={m.num_layers})")
+    return Need(
+        "model.hidden_size",
+        m.hidden_size,
+        f"its {count:,} parameters with their gradients and Adam's two moments",
+        16 * count,
+        False,
+        "use a smaller model.hidden_size, model.ffn_size, model.num_layers or data.max_len",
+        f"the model ({m.backbone}, model.hidden_size={m.hidden_size}, model.num_layers={m.num_layers})",
+    )
 
 
 def check_model(cfg: Config, num_items: int, num_users: int, max_len: int, where: str = "config") -> None:
@@ -119,36 +125,75 @@ def training_needs(cfg: Config, num_items: int, positions: int) -> list[Need]:
     positions = max(1, positions)
     fewer = "use fewer loss.num_negatives or a smaller data.batch_size"
     if cfg.loss.name in ("bce", "bpr", "gbce"):  # per-position negatives: their item vectors gathered
-        return [Need("loss.num_negatives", negatives, f"each position's negatives and their item vectors "
-                     f"({positions:,} positions x {negatives:,} negatives x {width:,} floats)",
-                     positions * negatives * (8 + 4 * width), False,
-                     f"{fewer} (or loss.name=sampled_ce, whose negatives the batch shares)")]
+        return [
+            Need(
+                "loss.num_negatives",
+                negatives,
+                f"each position's negatives and their item vectors "
+                f"({positions:,} positions x {negatives:,} negatives x {width:,} floats)",
+                positions * negatives * (8 + 4 * width),
+                False,
+                f"{fewer} (or loss.name=sampled_ce, whose negatives the batch shares)",
+            )
+        ]
     if cfg.loss.name == "sampled_ce":  # shared negatives: their scores and the logits beside the target
-        return [Need("loss.num_negatives", negatives,
-                     f"the negatives' scores and logits ({positions:,} positions x {negatives:,} negatives)",
-                     4 * positions * (2 * negatives + 1) + negatives * (8 + 4 * width), False, fewer)]
+        return [
+            Need(
+                "loss.num_negatives",
+                negatives,
+                f"the negatives' scores and logits ({positions:,} positions x {negatives:,} negatives)",
+                4 * positions * (2 * negatives + 1) + negatives * (8 + 4 * width),
+                False,
+                fewer,
+            )
+        ]
     if not cfg.loss.fused:  # the plain CE: logits and their log-softmax, positions x items
-        return [Need("data.batch_size", cfg.data.batch_size,
-                     f"the logits and their log-softmax ({positions:,} positions x {num_items:,} items)",
-                     8 * positions * num_items, False,
-                     "use loss.fused=true (one chunk of logits at a time) or a smaller data.batch_size")]
+        return [
+            Need(
+                "data.batch_size",
+                cfg.data.batch_size,
+                f"the logits and their log-softmax ({positions:,} positions x {num_items:,} items)",
+                8 * positions * num_items,
+                False,
+                "use loss.fused=true (one chunk of logits at a time) or a smaller data.batch_size",
+            )
+        ]
     return []
 
 
-def rollout_needs(steps: int, rollouts: int, batch_size: int, num_items: int, steps_key: str = "--steps",
-                  batch_key: str = "--batch-size", batch_fix: str = "use a smaller --batch-size"
-                  ) -> list[Need]:
+def rollout_needs(
+    steps: int,
+    rollouts: int,
+    batch_size: int,
+    num_items: int,
+    steps_key: str = "--steps",
+    batch_key: str = "--batch-size",
+    batch_fix: str = "use a smaller --batch-size",
+) -> list[Need]:
     """What `modsar generate` holds: each batch's scores over the catalogue with its ban mask (on the device),
     and the rollouts, their true futures and the step-by-step comparison of the two (rollouts x steps x steps
     booleans, in RAM) from which the alignment metrics are read."""
     batch = max(1, min(batch_size, rollouts))
     fewer = f"use fewer {steps_key}" + (" or --users" if steps_key == "--steps" else "")
-    return [Need(batch_key, batch_size,
-                 f"a batch's scores and ban mask ({batch:,} rollouts x {num_items:,} items)",
-                 5 * batch * num_items, False, batch_fix),
-            Need(steps_key, steps, f"the rollouts and their comparison with the true future "
-                 f"({rollouts:,} rollouts x {steps:,} x {steps:,} steps)", rollouts * steps * (16 + steps),
-                 True, fewer)]
+    return [
+        Need(
+            batch_key,
+            batch_size,
+            f"a batch's scores and ban mask ({batch:,} rollouts x {num_items:,} items)",
+            5 * batch * num_items,
+            False,
+            batch_fix,
+        ),
+        Need(
+            steps_key,
+            steps,
+            f"the rollouts and their comparison with the true future "
+            f"({rollouts:,} rollouts x {steps:,} x {steps:,} steps)",
+            rollouts * steps * (16 + steps),
+            True,
+            fewer,
+        ),
+    ]
 
 
 def evaluation_needs(cfg: Config, users: int) -> list[Need]:
@@ -157,9 +202,16 @@ def evaluation_needs(cfg: Config, users: int) -> list[Need]:
     count = cfg.eval.sampled_negatives
     if not count:
         return []
-    return [Need("eval.sampled_negatives", count, f"the fixed negatives ({users:,} users x {count:,} items)",
-                 17 * users * count, True,
-                 "use fewer eval.sampled_negatives (0 ranks every item, in batches)")]
+    return [
+        Need(
+            "eval.sampled_negatives",
+            count,
+            f"the fixed negatives ({users:,} users x {count:,} items)",
+            17 * users * count,
+            True,
+            "use fewer eval.sampled_negatives (0 ranks every item, in batches)",
+        )
+    ]
 
 
 def loo_training_rows(sizes: dict[str, int]) -> int:
@@ -173,8 +225,9 @@ def loo_training_rows(sizes: dict[str, int]) -> int:
     return max(1, -(-(sizes.get("interactions", 0) - 3 * users) // max(longest - 3, 1)))
 
 
-def dataset_needs(cfg: Config, num_items: int, split: Any = None, sizes: dict[str, int] | None = None,
-                  max_len: int = 0) -> list[Need]:
+def dataset_needs(
+    cfg: Config, num_items: int, split: Any = None, sizes: dict[str, int] | None = None, max_len: int = 0
+) -> list[Need]:
     """Every need of a training run of `cfg`, with the counts `split` gives exactly; without one (a space
     check reads only the manifest's `sizes`), leave-one-out's counts are bounded from below by the
     manifest's (a batch of min(batch_size, rows) rows, one labelled position each), and one row stands for
@@ -234,8 +287,10 @@ def problem(needs: list[Need], device: str) -> str | None:
         limit = (total_ram(), "RAM") if need.host or device == "cpu" else on_device
         if limit is None or need.bytes <= limit[0]:
             continue
-        return (f"{need.setting} needs at least {size(need.bytes)} for {need.what}, more than this machine's "
-                f"{size(limit[0])} of {limit[1]}; {need.fix}")
+        return (
+            f"{need.setting} needs at least {size(need.bytes)} for {need.what}, more than this machine's "
+            f"{size(limit[0])} of {limit[1]}; {need.fix}"
+        )
     return None
 
 

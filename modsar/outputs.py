@@ -70,14 +70,18 @@ def ensure_writable_dir(path: str | Path, flag: str, *, write: bool = True) -> N
     folder = given.absolute()
     while not folder.exists() and folder != folder.parent:
         if folder.is_symlink():  # a dangling link: mkdir would fail on it
-            raise ModsarError(f"{flag} {path}: {folder} is a broken link; name a folder (it is created if missing)")
+            raise ModsarError(
+                f"{flag} {path}: {folder} is a broken link; name a folder (it is created if missing)"
+            )
         folder = folder.parent
     if not folder.is_dir():
         where = "is a file" if folder == given.absolute() else f"lies under the file {folder}"
         raise ModsarError(f"{flag} {path} {where}, not a folder; name a folder (it is created if missing)")
     if write and not os.access(folder, os.W_OK | os.X_OK):
-        raise ModsarError(f"{flag} {path}: cannot write to the folder {folder} (permissions or a read-only "
-                          "filesystem); name a folder you can write to")
+        raise ModsarError(
+            f"{flag} {path}: cannot write to the folder {folder} (permissions or a read-only "
+            "filesystem); name a folder you can write to"
+        )
 
 
 def save_figure(fig, path: Path) -> Path:

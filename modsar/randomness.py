@@ -29,8 +29,11 @@ def seed_everything(seed: int) -> None:
 
 def global_states(device: torch.device | None = None) -> dict[str, Any]:
     """The global generators' states: python, numpy, torch CPU and, on a CUDA device, that device's."""
-    states: dict[str, Any] = {"python": random.getstate(), "numpy": np.random.get_state(),
-                              "torch": torch.get_rng_state()}
+    states: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
     if device is not None and device.type == "cuda":
         states["cuda"] = torch.cuda.get_rng_state(device)
     return states
@@ -47,9 +50,15 @@ def restore_states(states: dict[str, Any], device: torch.device | None = None) -
 def same_states(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """True when two `global_states` snapshots are equal (what a helper that draws nothing leaves)."""
     numpy_a, numpy_b = a["numpy"], b["numpy"]
-    return (a["python"] == b["python"] and numpy_a[0] == numpy_b[0] and np.array_equal(numpy_a[1], numpy_b[1])
-            and numpy_a[2:] == numpy_b[2:] and torch.equal(a["torch"], b["torch"])
-            and (("cuda" in a) == ("cuda" in b)) and ("cuda" not in a or torch.equal(a["cuda"], b["cuda"])))
+    return (
+        a["python"] == b["python"]
+        and numpy_a[0] == numpy_b[0]
+        and np.array_equal(numpy_a[1], numpy_b[1])
+        and numpy_a[2:] == numpy_b[2:]
+        and torch.equal(a["torch"], b["torch"])
+        and (("cuda" in a) == ("cuda" in b))
+        and ("cuda" not in a or torch.equal(a["cuda"], b["cuda"]))
+    )
 
 
 @contextlib.contextmanager

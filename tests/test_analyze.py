@@ -39,19 +39,26 @@ def checkpoints(tmp_path_factory):
     shared across this module)."""
     root = tmp_path_factory.mktemp("analyze")
     common = ["train.max_epochs=6", "train.patience=0", "model.hidden_size=32", "seed=3"]
-    models = {"pre": ["model.norm=pre", "model.num_heads=2"], "post": ["model.norm=post", "model.num_heads=2"],
-              "ae": ["task=ae", "model.num_heads=2"],
-              "local_ae": ["task=ae", "model.num_heads=1", "model.local_heads=1", "model.local_window=2"],
-              "llama": ["model.backbone=llama", "model.dropout=0", "model.num_heads=2"],
-              "electra": ["model.backbone=hf:electra", "model.num_heads=2"],
-              "token": ["model.user_fusion=token", "model.positional=target_aligned", "model.num_heads=2"]}
+    models = {
+        "pre": ["model.norm=pre", "model.num_heads=2"],
+        "post": ["model.norm=post", "model.num_heads=2"],
+        "ae": ["task=ae", "model.num_heads=2"],
+        "local_ae": ["task=ae", "model.num_heads=1", "model.local_heads=1", "model.local_window=2"],
+        "llama": ["model.backbone=llama", "model.dropout=0", "model.num_heads=2"],
+        "electra": ["model.backbone=hf:electra", "model.num_heads=2"],
+        "token": ["model.user_fusion=token", "model.positional=target_aligned", "model.num_heads=2"],
+    }
     paths = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MODSAR_DATA", str(root / "data"))
         for name, overrides in models.items():
             paths[name] = root / f"{name}.pt"
-            run_trial(load_config(None, common + overrides), checkpoint_path=paths[name], progress=False,
-                      evaluate_test=False)
+            run_trial(
+                load_config(None, common + overrides),
+                checkpoint_path=paths[name],
+                progress=False,
+                evaluate_test=False,
+            )
     return root / "data", paths
 
 
@@ -135,13 +142,27 @@ def test_states_further_back_than_every_history_count_as_misses(checkpoints):
 
 def test_residual_table_2_keeps_one_row_per_checkpoint():
     """Two SASRec checkpoints on one dataset (named apart by their files) are two Table 2 rows, not one."""
+
     def analysis(label: str, res: float) -> Analysis:
-        table = pd.DataFrame({"diagnostic": "mixing", "quantity": ["mixing_attn", "mixing_res", "mixing_ln"],
-                              "layer": "all", "alpha": 1.0, "value": [0.7, res, res], "n": 10})
+        table = pd.DataFrame(
+            {
+                "diagnostic": "mixing",
+                "quantity": ["mixing_attn", "mixing_res", "mixing_ln"],
+                "layer": "all",
+                "alpha": 1.0,
+                "value": [0.7, res, res],
+                "n": 10,
+            }
+        )
         return Analysis(label, "toys", "ar", table)
 
-    table = residual_table_2([analysis("Vanilla-AR (ar-1)", 0.06), analysis("Vanilla-AR (ar-2)", 0.2),
-                              analysis("SASRec (toys)", 0.1)])
+    table = residual_table_2(
+        [
+            analysis("Vanilla-AR (ar-1)", 0.06),
+            analysis("Vanilla-AR (ar-2)", 0.2),
+            analysis("SASRec (toys)", 0.1),
+        ]
+    )
     assert list(table.index) == ["Vanilla-AR (ar-1, toys)", "Vanilla-AR (ar-2, toys)", "SASRec (toys)"]
     assert list(table["+Res"]) == [0.06, 0.2, 0.1]
     assert list(table["paper +Res"]) == [0.123] * 3
@@ -153,7 +174,9 @@ def test_select_alpha_rule():
     rec = {0.0: 0.5, 0.5: 0.3, 1.0: 0.0}
     assert select_alpha(rec, {0.0: 0.80, 0.5: 0.995, 1.0: 1.0}) == 0.5  # 0.0 loses too much HR
     assert select_alpha(rec, {0.0: 0.999, 0.5: 0.999, 1.0: 1.0}) == 0.0
-    assert select_alpha({0.0: 0.2, 0.5: 0.2, 1.0: 0.0}, {0.0: 1.0, 0.5: 1.0, 1.0: 1.0}) == 0.0  # ties: smallest
+    assert (
+        select_alpha({0.0: 0.2, 0.5: 0.2, 1.0: 0.0}, {0.0: 1.0, 0.5: 1.0, 1.0: 1.0}) == 0.0
+    )  # ties: smallest
 
 
 def test_filtered_hrli_matches_a_hand_ranking(checkpoints):
@@ -161,14 +184,15 @@ def test_filtered_hrli_matches_a_hand_ranking(checkpoints):
     data, paths = checkpoints
     probe = Probe(paths["pre"], str(data))
     n = probe.split.num_items
-    probe.final_scores = lambda inputs, sl: torch.arange(1, n + 1, dtype=torch.float32).expand(
-        len(probe.user_ids[sl]), n).clone()
+    probe.final_scores = lambda inputs, sl: (
+        torch.arange(1, n + 1, dtype=torch.float32).expand(len(probe.user_ids[sl]), n).clone()
+    )
     result = hrli(probe, ks=(1, 10))
     rows, items = history_index(probe.split, probe.users, probe.end)
     seen = np.zeros((len(probe.users), n + 1), bool)
     seen[rows, items] = True
     last = probe.history[:, -1].numpy()
-    larger_unseen = np.array([(~seen[u, last[u] + 1:]).sum() for u in range(len(probe.users))])
+    larger_unseen = np.array([(~seen[u, last[u] + 1 :]).sum() for u in range(len(probe.users))])
     assert result["hrli@1 filtered"] == pytest.approx(np.mean(larger_unseen == 0))
     assert result["hrli@10 filtered"] == pytest.approx(np.mean(larger_unseen < 10))
     assert result["hrli@1"] == pytest.approx(np.mean(last == n))  # unfiltered: only item N is ever top-1
@@ -197,13 +221,16 @@ def test_tables_2_3_are_the_means_of_the_per_user_figures(checkpoints):
     probe = Probe(paths["ae"], str(data), attention_users=150)
     stats, _ = attention_stats(probe)
     table = run(paths["ae"], ["sparsity", "rank"], str(data), attention_users=150).table
-    value = {(q.split(" (")[0], layer): v for q, layer, v in zip(table["quantity"], table["layer"], table["value"],
-                                                                 strict=True)}
+    value = {
+        (q.split(" (")[0], layer): v
+        for q, layer, v in zip(table["quantity"], table["layer"], table["value"], strict=True)
+    }
     assert value[("S", "all")] == pytest.approx(stats["sparsity"].mean())
     assert value[("S", "1")] == pytest.approx(stats.loc[stats["layer"] == 1, "sparsity"].mean())
     assert value[("k modsar_eq8", "all")] == pytest.approx(stats["rank modsar_eq8"].mean())
     assert value[("k gd_unknown_sigma", "0")] == pytest.approx(
-        stats.loc[stats["layer"] == 0, "rank gd_unknown_sigma"].mean())
+        stats.loc[stats["layer"] == 0, "rank gd_unknown_sigma"].mean()
+    )
     assert 1 <= value[("k modsar_eq8", "all")] <= 20 and 1 / 400 <= value[("S", "all")] <= 1 / 20
 
 
@@ -224,15 +251,23 @@ def test_hf_backbone_gets_every_diagnostic(checkpoints):
     data, paths = checkpoints
     analysis = run(paths["llama"], list(DIAGNOSTICS), str(data), attention_users=100, alphas=(0.2, 1.0))
     assert set(analysis.table["diagnostic"]) == set(DIAGNOSTICS) - {"user"}  # llama has no user
-    assert analysis.notes == ["llama Vanilla-AR: user not defined: the model has no user (model.user_fusion=none)"]
+    assert analysis.notes == [
+        "llama Vanilla-AR: user not defined: the model has no user (model.user_fusion=none)"
+    ]
     assert analysis.label == "llama Vanilla-AR" and (analysis.table["norm"] == "pre").all()
     maps = analysis.maps
     assert maps.loc[maps["key"] > maps["query"], "value"].max() == 0  # causal LLaMA
-    value = {(q, a): v for q, a, v in zip(analysis.table["quantity"], analysis.table["alpha"],
-                                          analysis.table["value"], strict=True)}
+    value = {
+        (q, a): v
+        for q, a, v in zip(
+            analysis.table["quantity"], analysis.table["alpha"], analysis.table["value"], strict=True
+        )
+    }
     standard = Probe(paths["llama"], str(data)).metrics()
     assert value[("ndcg@10 original", 1.0)] == pytest.approx(standard["ndcg@10"])
-    assert value[("ndcg@10", 1.0)] == standard["ndcg@10"] != value[("ndcg@10", 0.2)]  # alpha acts through hooks
+    assert (
+        value[("ndcg@10", 1.0)] == standard["ndcg@10"] != value[("ndcg@10", 0.2)]
+    )  # alpha acts through hooks
     assert value[("mixing_res", 0.2)] > value[("mixing_res", 1.0)]
 
 
@@ -243,7 +278,9 @@ def test_unknown_hf_layers_skip_what_needs_them_with_a_note(checkpoints):
     assert "skipped mixing, residual-scaling" in analysis.notes[0] and "hf:electra" in analysis.notes[0]
 
 
-@pytest.mark.parametrize("backbone", ["llama", "hf:gpt2", "hf:bert", "albert", "transfo_xl", "transfo_xl-pre"])
+@pytest.mark.parametrize(
+    "backbone", ["llama", "hf:gpt2", "hf:bert", "albert", "transfo_xl", "transfo_xl-pre"]
+)
 def test_hf_contributions_rebuild_the_real_sublayer(backbone):
     """sum_j c_ij + b_O is the attention output projection's real output; post-norm: sum_j c^LN_ij + the bias
     terms is the real LayerNorm output (hooks read both off a forward pass)."""
@@ -252,19 +289,39 @@ def test_hf_contributions_rebuild_the_real_sublayer(backbone):
 
     name, norm = backbone.split("-")[0], "pre" if backbone.endswith("-pre") else "auto"
     torch.manual_seed(0)
-    cfg = Config.from_dict({"task": "ar", "model": {"backbone": name, "hidden_size": 16, "num_heads": 2,
-                                                     "dropout": 0.0, "attn_dropout": 0.0, "norm": norm,
-                                                     "activation": "relu" if name == "transfo_xl" else "gelu"}})
+    cfg = Config.from_dict(
+        {
+            "task": "ar",
+            "model": {
+                "backbone": name,
+                "hidden_size": 16,
+                "num_heads": 2,
+                "dropout": 0.0,
+                "attn_dropout": 0.0,
+                "norm": norm,
+                "activation": "relu" if name == "transfo_xl" else "gelu",
+            },
+        }
+    )
     model = HFBackbone(cfg.model, 30, 4, 12, "ar").eval()
     sites = model.skip_sites()
     seen = {"x": [], "proj": [], "ln": []}
-    hooks = [s.container.register_forward_pre_hook(
-        lambda m, a, k: seen["x"].append(a[0] if a else k["hidden_states"]), with_kwargs=True) for s in sites]
+    hooks = [
+        s.container.register_forward_pre_hook(
+            lambda m, a, k: seen["x"].append(a[0] if a else k["hidden_states"]), with_kwargs=True
+        )
+        for s in sites
+    ]
     hooks += [s.projection.register_forward_hook(lambda m, a, out: seen["proj"].append(out)) for s in sites]
-    hooks += [s.post_norm.register_forward_hook(lambda m, a, out: seen["ln"].append(out))
-              for s in sites if s.post_norm is not None]
+    hooks += [
+        s.post_norm.register_forward_hook(lambda m, a, out: seen["ln"].append(out))
+        for s in sites
+        if s.post_norm is not None
+    ]
     with torch.no_grad():
-        _, maps = model(torch.randint(1, 31, (3, 9), generator=torch.Generator().manual_seed(2)), need_weights=True)
+        _, maps = model(
+            torch.randint(1, 31, (3, 9), generator=torch.Generator().manual_seed(2)), need_weights=True
+        )
     for hook in hooks:
         hook.remove()
     for layer, probs in enumerate(maps):
@@ -279,8 +336,9 @@ def test_hf_contributions_rebuild_the_real_sublayer(backbone):
             ln, real = site.post_norm, seen["ln"][layer]
             real = real.transpose(0, 1) if site.seq_first else real
             s = torch.sqrt((c["res"].sum(2) + b_o).var(-1, unbiased=False) + ln.eps)[..., None]
-            torch.testing.assert_close(c["ln"].sum(2) + ln.weight * (b_o - b_o.mean()) / s + ln.bias, real,
-                                       rtol=0, atol=1e-5)
+            torch.testing.assert_close(
+                c["ln"].sum(2) + ln.weight * (b_o - b_o.mean()) / s + ln.bias, real, rtol=0, atol=1e-5
+            )
 
 
 @pytest.mark.parametrize("norm", ["pre", "post", "sasrec", "normed_skip"])
@@ -304,10 +362,17 @@ def test_modular_contributions_and_scaled_skips_match_the_real_block(norm):
         for captured in seen.values():
             captured.clear()
         with torch.no_grad(), scaled_skips(sites, alpha):  # hooks after its own: they see the scaled output
-            hooks = [s.container.register_forward_pre_hook(lambda m, a: seen["x"].append(a[0])) for s in sites]
-            hooks += [s.projection.register_forward_hook(lambda m, a, out: seen["proj"].append(out)) for s in sites]
-            hooks += [s.post_norm.register_forward_pre_hook(lambda m, a: seen["ln"].append(a[0]))
-                      for s in sites if s.post_norm is not None]
+            hooks = [
+                s.container.register_forward_pre_hook(lambda m, a: seen["x"].append(a[0])) for s in sites
+            ]
+            hooks += [
+                s.projection.register_forward_hook(lambda m, a, out: seen["proj"].append(out)) for s in sites
+            ]
+            hooks += [
+                s.post_norm.register_forward_pre_hook(lambda m, a: seen["ln"].append(a[0]))
+                for s in sites
+                if s.post_norm is not None
+            ]
             _, maps = model(inputs, need_weights=True)
             for hook in hooks:
                 hook.remove()
@@ -325,20 +390,39 @@ def test_modular_contributions_and_scaled_skips_match_the_real_block(norm):
                 ln = site.post_norm
                 z = c["res"].sum(2) + b_o
                 s = torch.sqrt(z.var(-1, unbiased=False) + ln.eps)[..., None]
-                torch.testing.assert_close(c["ln"].sum(2) + ln.weight * (b_o - b_o.mean()) / s + ln.bias, ln(z),
-                                           rtol=0, atol=1e-5)
+                torch.testing.assert_close(
+                    c["ln"].sum(2) + ln.weight * (b_o - b_o.mean()) / s + ln.bias, ln(z), rtol=0, atol=1e-5
+                )
 
 
 def test_cli_writes_table_and_plot(checkpoints, tmp_path, capsys):
     data, paths = checkpoints
     out = tmp_path / "analysis"
-    assert main(["analyze", "--checkpoint", str(paths["post"]), "--diagnostic", "sparsity,rank,residual-scaling",
-                 "--data-dir", str(data), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                "--checkpoint",
+                str(paths["post"]),
+                "--diagnostic",
+                "sparsity,rank,residual-scaling",
+                "--data-dir",
+                str(data),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     table = pq.read_table(out / "diagnostics.parquet").to_pandas()
     assert set(table["diagnostic"]) == {"sparsity", "rank", "residual-scaling"}
     assert (out / "residual_scaling.png").stat().st_size > 1000
-    assert main(["analyze", "--checkpoint", str(paths["post"]), "--diagnostic", "nosuch",
-                 "--data-dir", str(data)]) == 2
+    assert (
+        main(
+            ["analyze", "--checkpoint", str(paths["post"]), "--diagnostic", "nosuch", "--data-dir", str(data)]
+        )
+        == 2
+    )
     assert "unknown diagnostic 'nosuch'" in capsys.readouterr().err
     garbage = tmp_path / "notes.pt"
     garbage.write_text("not a checkpoint")
@@ -349,13 +433,35 @@ def test_cli_writes_table_and_plot(checkpoints, tmp_path, capsys):
 def test_cli_compares_ae_local_ae_and_ar_side_by_side(checkpoints, tmp_path, capsys):
     data, paths = checkpoints
     out = tmp_path / "tables"
-    assert main(["analyze", "--checkpoint", str(paths["ae"]), "--checkpoint", str(paths["local_ae"]),
-                 "--checkpoint", str(paths["pre"]), "--diagnostic", "sparsity,rank,hrli", "--users", "100",
-                 "--data-dir", str(data), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                "--checkpoint",
+                str(paths["ae"]),
+                "--checkpoint",
+                str(paths["local_ae"]),
+                "--checkpoint",
+                str(paths["pre"]),
+                "--diagnostic",
+                "sparsity,rank,hrli",
+                "--users",
+                "100",
+                "--data-dir",
+                str(data),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "ModSAR Tables 2-3" in printed
-    lines = [line.split()[0] for line in printed.splitlines() if line.split()[:1] in (["Vanilla-AE"],
-                                                                                       ["Local-AE"], ["Vanilla-AR"])]
+    lines = [
+        line.split()[0]
+        for line in printed.splitlines()
+        if line.split()[:1] in (["Vanilla-AE"], ["Local-AE"], ["Vanilla-AR"])
+    ]
     assert lines[:3] == ["Vanilla-AE", "Local-AE", "Vanilla-AR"]
     for name in ("attention_heatmaps.png", "singular_values.png"):
         assert (out / name).stat().st_size > 5000
@@ -372,14 +478,38 @@ def test_cli_reads_the_selected_checkpoints_of_an_experiment(checkpoints, tmp_pa
     results = tmp_path / "results"
     for task, name in (("ar", "pre"), ("ae", "ae")):
         cfg = load_config(None, [f"task={task}"])
-        row = result_row(cfg, experiment="exp", trial_id=task, status="finished", space="vanilla",
-                         facts={"checkpoint": str(paths[name])})
+        row = result_row(
+            cfg,
+            experiment="exp",
+            trial_id=task,
+            status="finished",
+            space="vanilla",
+            facts={"checkpoint": str(paths[name])},
+        )
         write_row(str(results), row | {"selected": True})
-    assert main(["analyze", "--experiment", "exp", "--results", str(results), "--diagnostic", "sparsity,hrli",
-                 "--users", "50", "--data-dir", str(data)]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                "--experiment",
+                "exp",
+                "--results",
+                str(results),
+                "--diagnostic",
+                "sparsity,hrli",
+                "--users",
+                "50",
+                "--data-dir",
+                str(data),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert printed.index("Vanilla-AE") < printed.index("Vanilla-AR") and "HRLI@1" in printed
-    assert main(["analyze", "--experiment", "nothing", "--results", str(results), "--data-dir", str(data)]) == 2
+    assert (
+        main(["analyze", "--experiment", "nothing", "--results", str(results), "--data-dir", str(data)]) == 2
+    )
     assert "no selected trials" in capsys.readouterr().err
 
 
@@ -390,11 +520,36 @@ def test_cli_takes_the_best_validation_checkpoint_of_a_train_experiment(checkpoi
     results = tmp_path / "results"
     for trial, name, score in (("a", "pre", 0.30), ("b", "post", 0.35), ("c", "ae", 0.10)):
         cfg = load_config(None, [f"task={'ae' if name == 'ae' else 'ar'}"])
-        write_row(str(results), result_row(cfg, experiment="trained", trial_id=trial, status="finished",
-                                           valid={"ndcg@10": score}, facts={"checkpoint": str(paths[name])}))
+        write_row(
+            str(results),
+            result_row(
+                cfg,
+                experiment="trained",
+                trial_id=trial,
+                status="finished",
+                valid={"ndcg@10": score},
+                facts={"checkpoint": str(paths[name])},
+            ),
+        )
     out = tmp_path / "out"
-    assert main(["analyze", "--experiment", "trained", "--results", str(results), "--diagnostic", "hrli",
-                 "--data-dir", str(data), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                "--experiment",
+                "trained",
+                "--results",
+                str(results),
+                "--diagnostic",
+                "hrli",
+                "--data-dir",
+                str(data),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     table = pq.read_table(out / "diagnostics.parquet").to_pandas()
     assert set(table["checkpoint"]) == {str(paths["post"]), str(paths["ae"])}  # the better AR, the only AE
 
@@ -430,9 +585,18 @@ def test_user_diagnostic_is_not_defined_without_a_user(checkpoints):
 def test_figure_2_puts_five_datasets_on_a_three_by_two_grid(tmp_path):
     """One HRLI@1 / HRL2I@1 panel per dataset, three to a row: the paper's five datasets make two rows (the
     sixth cell empty), not a strip five panels wide."""
+
     def analysis(model: str, dataset: str) -> Analysis:
-        table = pd.DataFrame({"diagnostic": "hrli", "quantity": ["hrli@1", "hrl2i@1"], "layer": "all",
-                              "alpha": 1.0, "value": [0.9, 0.01], "n": 100})
+        table = pd.DataFrame(
+            {
+                "diagnostic": "hrli",
+                "quantity": ["hrli@1", "hrl2i@1"],
+                "layer": "all",
+                "alpha": 1.0,
+                "value": [0.9, 0.01],
+                "n": 100,
+            }
+        )
         return Analysis(label=f"{model} ({dataset})", dataset=dataset, task="ar", table=table)
 
     datasets = ["beauty", "sports", "toys", "video", "diginetica"]
@@ -443,18 +607,42 @@ def test_figure_2_puts_five_datasets_on_a_three_by_two_grid(tmp_path):
     assert width == round(3 * 4.2 * 120)  # three panels of max(4, 1.1 * 2 models + 2) = 4.2 inches
 
 
-def test_a_window_past_the_maps_and_cutoffs_without_10_are_handled(checkpoints, tmp_path, capsys, monkeypatch):
+def test_a_window_past_the_maps_and_cutoffs_without_10_are_handled(
+    checkpoints, tmp_path, capsys, monkeypatch
+):
     """--window beyond the model's positions would build W x W matrices of zeros (1e6 asked for 7 TiB): refused
     in one line. A model trained without 10 in eval.ks still gets the diagnostics' @10 metrics."""
     data, paths = checkpoints
-    assert main(["analyze", "--checkpoint", str(paths["post"]), "--diagnostic", "sparsity", "--window", "1000000",
-                 "--data-dir", str(data)]) == 2
+    assert (
+        main(
+            [
+                "analyze",
+                "--checkpoint",
+                str(paths["post"]),
+                "--diagnostic",
+                "sparsity",
+                "--window",
+                "1000000",
+                "--data-dir",
+                str(data),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--window 1000000 is longer than" in err[0] and "use --window 30 or less" in err[0]
+    assert (
+        len(err) == 1 and "--window 1000000 is longer than" in err[0] and "use --window 30 or less" in err[0]
+    )
     monkeypatch.setenv("MODSAR_DATA", str(data))
     five = tmp_path / "five.pt"
-    run_trial(load_config(None, ["train.max_epochs=1", "model.hidden_size=16", "eval.ks=[5]",
-                                 "train.monitor=ndcg@5"]), checkpoint_path=five, progress=False, evaluate_test=False)
+    run_trial(
+        load_config(
+            None, ["train.max_epochs=1", "model.hidden_size=16", "eval.ks=[5]", "train.monitor=ndcg@5"]
+        ),
+        checkpoint_path=five,
+        progress=False,
+        evaluate_test=False,
+    )
     table = run(five, ["shuffle"], str(data)).table
     original = table[table["quantity"] == "ndcg@10 original"]["value"].item()
     assert original == Probe(five, str(data)).metrics()["ndcg@10"] > 0
@@ -469,8 +657,12 @@ def test_hrli_on_a_catalogue_under_ten_items(tmp_path, isolated_data_root):
     src.write_text("".join(f"{u} {(u + j) % 4 + 1}\n" for u in range(1, 9) for j in range(6)))
     prepare_dataset("four", [src])
     ckpt = tmp_path / "four.pt"
-    run_trial(load_config(None, ["dataset=four", "train.max_epochs=1", "model.hidden_size=8", "model.num_heads=1"]),
-              checkpoint_path=ckpt, progress=False, evaluate_test=False)
+    run_trial(
+        load_config(None, ["dataset=four", "train.max_epochs=1", "model.hidden_size=8", "model.num_heads=1"]),
+        checkpoint_path=ckpt,
+        progress=False,
+        evaluate_test=False,
+    )
     result = hrli(Probe(ckpt, str(isolated_data_root)))
     assert result["hrli@10"] == result["hrl2i@10"] == result["hrli@10 filtered"] == 1.0
     assert 0.0 <= result["hrli@1"] <= 1.0

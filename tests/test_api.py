@@ -16,14 +16,20 @@ from modsar.errors import ModsarError
 from modsar.evaluation.ranking import Evaluator, model_scorer
 from modsar.records.rows import read_rows
 
-TINY = {"model.hidden_size": 16, "model.num_layers": 1, "train.max_epochs": 2, "train.patience": 0,
-        "train.threads": 1}
+TINY = {
+    "model.hidden_size": 16,
+    "model.num_layers": 1,
+    "train.max_epochs": 2,
+    "train.patience": 0,
+    "train.threads": 1,
+}
 
 
 @pytest.fixture
 def ran(tmp_path):
-    row = modsar.train({"task": "ae", **TINY}, dataset="synthetic", results=str(tmp_path / "results"),
-                       progress=False)
+    row = modsar.train(
+        {"task": "ae", **TINY}, dataset="synthetic", results=str(tmp_path / "results"), progress=False
+    )
     return tmp_path / "results", row
 
 
@@ -31,7 +37,10 @@ def test_train_returns_the_row_it_wrote_and_evaluate_equals_it(ran):
     root, row = ran
     assert row["task"] == "ae" and row["model.hidden_size"] == 16 and row["status"] == "finished"
     stored = read_rows(str(root), "train-synthetic")
-    assert stored["trial_id"].tolist() == [row["trial_id"]] and stored["test.ndcg@10"].iloc[0] == row["test.ndcg@10"]
+    assert (
+        stored["trial_id"].tolist() == [row["trial_id"]]
+        and stored["test.ndcg@10"].iloc[0] == row["test.ndcg@10"]
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the stored protocol, and equal to the row: nothing to warn about
         metrics = modsar.evaluate(row["checkpoint"])
@@ -57,18 +66,29 @@ def test_load_gives_the_model_that_scores_as_the_row_says(ran):
 
 def test_results_filters_as_the_command_does(ran, tmp_path):
     root, row = ran
-    second = modsar.train(["task=ar", *(f"{k}={v}" for k, v in TINY.items())], dataset="synthetic",
-                          results=str(root), progress=False, checkpoint=False)
+    second = modsar.train(
+        ["task=ar", *(f"{k}={v}" for k, v in TINY.items())],
+        dataset="synthetic",
+        results=str(root),
+        progress=False,
+        checkpoint=False,
+    )
     both = modsar.results("train-synthetic", root=str(root))
-    assert isinstance(both, pd.DataFrame) and sorted(both["trial_id"]) == sorted([row["trial_id"], second["trial_id"]])
+    assert isinstance(both, pd.DataFrame) and sorted(both["trial_id"]) == sorted(
+        [row["trial_id"], second["trial_id"]]
+    )
     assert modsar.results(root=str(root), where={"task": "ar"})["trial_id"].tolist() == [second["trial_id"]]
     assert modsar.results(root=str(root), where=["task=AE"])["trial_id"].tolist() == [row["trial_id"]]
     assert not len(modsar.results(root=str(root), where={"task": "ar", "status": "diverged"}))
     with pytest.raises(ModsarError, match="unknown column 'colour'"):
         modsar.results(root=str(root), where={"colour": "red"})
-    with pytest.raises(ModsarError, match=r"no trial rows under .*; pass root the folder .* and an experiment in it"):
+    with pytest.raises(
+        ModsarError, match=r"no trial rows under .*; pass root the folder .* and an experiment in it"
+    ):
         modsar.results("nothing-here", root=str(root))
-    assert modsar.results(root=root, where="task=ae")["trial_id"].tolist() == [row["trial_id"]]  # a Path, one str
+    assert modsar.results(root=root, where="task=ae")["trial_id"].tolist() == [
+        row["trial_id"]
+    ]  # a Path, one str
     with pytest.raises(ModsarError, match="where 'task' is not KEY=VALUE"):
         modsar.results(root=root, where=["task"])
     with pytest.raises(ModsarError, match="where must be a mapping"):
@@ -84,8 +104,14 @@ def test_every_form_of_config_is_read_as_the_command_reads_it(tmp_path):
     yaml_file.write_text("task: ae\nmodel:\n  hidden_size: 16\n")
     expected = load_config(yaml_file, ["dataset=video"])
     given = load_config(None, ["task=ae", "model.hidden_size=16"])
-    forms = [{"task": "ae", "model.hidden_size": 16}, {"task": "ae", "model": {"hidden_size": 16}}, yaml_file,
-             str(yaml_file), ["task=ae", "model.hidden_size=16"], given]
+    forms = [
+        {"task": "ae", "model.hidden_size": 16},
+        {"task": "ae", "model": {"hidden_size": 16}},
+        yaml_file,
+        str(yaml_file),
+        ["task=ae", "model.hidden_size=16"],
+        given,
+    ]
     for form in forms:
         assert _config(form, "video") == expected, form
     assert given.dataset == "synthetic"  # untouched
@@ -115,11 +141,19 @@ def test_search_returns_the_experiments_rows(tmp_path, monkeypatch):
 
     monkeypatch.setenv("MODSAR_DATA", str(tmp_path / "data"))  # trials run in Ray workers: a real folder
     space = tmp_path / "one.yaml"
-    space.write_text("description: one trial\nbase: {task: ar, model.hidden_size: 16, model.num_layers: 1}\n"
-                     "params:\n  model.num_heads: {grid: [1, 2]}\n"
-                     "budget: {search: grid, num_samples: 1, max_epochs: 2, eval_every: 1}\n")
-    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, object_store_memory=128 * 1024 * 1024,
-             log_to_driver=False, logging_level="ERROR")
+    space.write_text(
+        "description: one trial\nbase: {task: ar, model.hidden_size: 16, model.num_layers: 1}\n"
+        "params:\n  model.num_heads: {grid: [1, 2]}\n"
+        "budget: {search: grid, num_samples: 1, max_epochs: 2, eval_every: 1}\n"
+    )
+    ray.init(
+        num_cpus=2,
+        num_gpus=0,
+        include_dashboard=False,
+        object_store_memory=128 * 1024 * 1024,
+        log_to_driver=False,
+        logging_level="ERROR",
+    )
     try:
         rows = modsar.search(space, "synthetic", results=str(tmp_path / "results"), quiet=True)
         with pytest.raises(ModsarError, match="unknown option 'max_epoch'"):

@@ -32,16 +32,21 @@ def toy():
 
 def test_config_checks_import_no_model_code():
     """modsar.config checks every backbone through the registry without importing torch."""
-    code = ("import sys; from modsar.config import load_config; "
-            "load_config(None, ['model.backbone=llama', 'model.dropout=0']); load_config(None, []); "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))")
+    code = (
+        "import sys; from modsar.config import load_config; "
+        "load_config(None, ['model.backbone=llama', 'model.dropout=0']); load_config(None, []); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
 def test_unknown_backbone_lists_the_registered_ones():
-    with pytest.raises(ModsarError, match=r"'model.backbone' 'nosuch' is unknown; choose one of modular, duorec, bsarec, gru4rec, albert, "
-                                          r"llama, transfo_xl, hf:<model_type>"):
+    with pytest.raises(
+        ModsarError,
+        match=r"'model.backbone' 'nosuch' is unknown; choose one of modular, duorec, bsarec, gru4rec, albert, "
+        r"llama, transfo_xl, hf:<model_type>",
+    ):
         load_config(None, ["model.backbone=nosuch"])
 
 
@@ -51,23 +56,46 @@ def test_a_missing_plugin_is_one_clear_error(monkeypatch):
         load_config(None, ["model.backbone=nosuch2"])
 
 
-@pytest.mark.parametrize("code, raised", [
-    ("from modsar.model.registry import BackboneEntry, register\n"
-     "register(BackboneEntry('half', 'modsar.model.modular:ModularSAR'))\nx = 1 / 0\n",
-     r"ZeroDivisionError: division by zero at .*broken\.py:3"),
-    ("def f(:\n", r"SyntaxError: .+ \(broken\.py, line 1\)"),  # the wording varies with Python's version
-    ("raise RuntimeError('no GPU driver\\nsecond line')\n", r"RuntimeError: no GPU driver at .*broken\.py:1"),
-    ("import modsar_no_such_dependency\n",
-     r"ModuleNotFoundError: No module named 'modsar_no_such_dependency' at .*broken\.py:1"),
-    ("class Boom(BaseException):\n    pass\nraise Boom('custom base exception')\n",
-     r"Boom: custom base exception at .*broken\.py:3"),
-    ("import sys\nsys.exit(3)\n", r"SystemExit: 3 at .*broken\.py:2"),
-    ("class Odd(Exception):\n    def __str__(self):\n        raise ValueError\nraise Odd()\n",
-     r"Odd at .*broken\.py:4"),
-], ids=["ZeroDivisionError-after-registering", "SyntaxError", "RuntimeError-two-lines", "missing-dependency",
-        "BaseException-subclass", "SystemExit", "unprintable-exception"])
-def test_a_plugin_that_raises_is_one_line_even_for_a_built_in_backbone(tmp_path, monkeypatch, capsys, code,
-                                                                        raised):
+@pytest.mark.parametrize(
+    "code, raised",
+    [
+        (
+            "from modsar.model.registry import BackboneEntry, register\n"
+            "register(BackboneEntry('half', 'modsar.model.modular:ModularSAR'))\nx = 1 / 0\n",
+            r"ZeroDivisionError: division by zero at .*broken\.py:3",
+        ),
+        ("def f(:\n", r"SyntaxError: .+ \(broken\.py, line 1\)"),  # the wording varies with Python's version
+        (
+            "raise RuntimeError('no GPU driver\\nsecond line')\n",
+            r"RuntimeError: no GPU driver at .*broken\.py:1",
+        ),
+        (
+            "import modsar_no_such_dependency\n",
+            r"ModuleNotFoundError: No module named 'modsar_no_such_dependency' at .*broken\.py:1",
+        ),
+        (
+            "class Boom(BaseException):\n    pass\nraise Boom('custom base exception')\n",
+            r"Boom: custom base exception at .*broken\.py:3",
+        ),
+        ("import sys\nsys.exit(3)\n", r"SystemExit: 3 at .*broken\.py:2"),
+        (
+            "class Odd(Exception):\n    def __str__(self):\n        raise ValueError\nraise Odd()\n",
+            r"Odd at .*broken\.py:4",
+        ),
+    ],
+    ids=[
+        "ZeroDivisionError-after-registering",
+        "SyntaxError",
+        "RuntimeError-two-lines",
+        "missing-dependency",
+        "BaseException-subclass",
+        "SystemExit",
+        "unprintable-exception",
+    ],
+)
+def test_a_plugin_that_raises_is_one_line_even_for_a_built_in_backbone(
+    tmp_path, monkeypatch, capsys, code, raised
+):
     """Whatever a $MODSAR_PLUGINS module raises on import is one line naming it, with the exception's type and
     first line and how to fix it, before any work: also when the run's backbone is built in (modular), which
     never looked the plugins up. A plugin that registered before raising leaves nothing behind."""
@@ -75,42 +103,54 @@ def test_a_plugin_that_raises_is_one_line_even_for_a_built_in_backbone(tmp_path,
     plugin.write_text(code)
     monkeypatch.setenv(registry.PLUGINS_ENV, str(plugin))
     named = re.escape(str(plugin))
-    expected = (rf"^backbone plugin '{named}' cannot be loaded: importing it raised {raised}; fix the "
-                r"module, or remove it from \$MODSAR_PLUGINS$")
+    expected = (
+        rf"^backbone plugin '{named}' cannot be loaded: importing it raised {raised}; fix the "
+        r"module, or remove it from \$MODSAR_PLUGINS$"
+    )
     with pytest.raises(ModsarError, match=expected):
         load_config(None, [])
     assert "half" not in registry.names() and str(plugin) not in registry.loaded_plugins()
     assert not [m for m in sys.modules if m.startswith("modsar_plugin_broken_")]
     results = tmp_path / "results"
-    assert main(["train", "--dataset", "synthetic", "--quiet", "--results", str(results),
-                 "train.max_epochs=1"]) == 2
+    assert (
+        main(["train", "--dataset", "synthetic", "--quiet", "--results", str(results), "train.max_epochs=1"])
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and re.match(f"modsar: error: backbone plugin '{named}' cannot be", err)
     assert not results.exists()  # refused before training
 
 
-def test_an_interrupt_while_importing_a_plugin_stays_an_interrupt_that_names_it(tmp_path, monkeypatch, capsys):
+def test_an_interrupt_while_importing_a_plugin_stays_an_interrupt_that_names_it(
+    tmp_path, monkeypatch, capsys
+):
     """KeyboardInterrupt (Ctrl-C, or a plugin raising it) is not turned into an error: exit 130 as for any
     interrupt, but the line says which plugin was being imported, and the plugin leaves nothing behind."""
     plugin = tmp_path / "slow.py"
-    plugin.write_text("from modsar.model.registry import BackboneEntry, register\n"
-                      "register(BackboneEntry('half', 'modsar.model.modular:ModularSAR'))\n"
-                      "raise KeyboardInterrupt('plugin interrupted')\n")
+    plugin.write_text(
+        "from modsar.model.registry import BackboneEntry, register\n"
+        "register(BackboneEntry('half', 'modsar.model.modular:ModularSAR'))\n"
+        "raise KeyboardInterrupt('plugin interrupted')\n"
+    )
     monkeypatch.setenv(registry.PLUGINS_ENV, str(plugin))
     results = tmp_path / "results"
     assert main(["train", "--dataset", "synthetic", "--quiet", "--results", str(results)]) == 130
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.splitlines() == [
-        f"modsar: interrupted while importing backbone plugin '{plugin}'"]
+        f"modsar: interrupted while importing backbone plugin '{plugin}'"
+    ]
     assert "half" not in registry.names() and str(plugin) not in registry.loaded_plugins()
     assert not [m for m in sys.modules if m.startswith("modsar_plugin_slow_")] and not results.exists()
 
 
 def test_a_missing_plugin_module_says_it_is_not_importable(monkeypatch):
     monkeypatch.setenv(registry.PLUGINS_ENV, "modsar_no_such_plugin")
-    with pytest.raises(ModsarError, match=r"^backbone plugin 'modsar_no_such_plugin' cannot be loaded: no "
-                                          r"module of that name is importable here; name an importable "
-                                          r"module \(see PYTHONPATH\), or remove it from \$MODSAR_PLUGINS$"):
+    with pytest.raises(
+        ModsarError,
+        match=r"^backbone plugin 'modsar_no_such_plugin' cannot be loaded: no "
+        r"module of that name is importable here; name an importable "
+        r"module \(see PYTHONPATH\), or remove it from \$MODSAR_PLUGINS$",
+    ):
         load_config(None, ["model.backbone=gru4rec"])
 
 
@@ -128,14 +168,48 @@ def test_toy_backbone_trains_and_is_analyzed(toy, tmp_path, isolated_data_root):
     """A user's view: name the plugin file in MODSAR_PLUGINS, then use its backbone like any other."""
     out = tmp_path / "results"
     env = {**os.environ, registry.PLUGINS_ENV: str(PLUGIN), "MODSAR_DATA": str(isolated_data_root)}
-    done = subprocess.run([sys.executable, "-m", "modsar.cli", "train", "--dataset", "synthetic", "--results",
-                           str(out), "--experiment", "toy", "--quiet", "model.backbone=toy", "train.max_epochs=5", "train.lr=0.01",
-                           "train.patience=0"], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "modsar.cli",
+            "train",
+            "--dataset",
+            "synthetic",
+            "--results",
+            str(out),
+            "--experiment",
+            "toy",
+            "--quiet",
+            "model.backbone=toy",
+            "train.max_epochs=5",
+            "train.lr=0.01",
+            "train.patience=0",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     row = read_rows(str(out), "toy").iloc[0]
     assert row["model.backbone"] == "toy" and row["status"] == "finished"
-    popular = main(["train", "--dataset", "synthetic", "--results", str(out), "--experiment", "pop", "--quiet",
-                    "model.backbone=toy", "train.max_epochs=1", "train.lr=1e-9", "train.patience=0"])
+    popular = main(
+        [
+            "train",
+            "--dataset",
+            "synthetic",
+            "--results",
+            str(out),
+            "--experiment",
+            "pop",
+            "--quiet",
+            "model.backbone=toy",
+            "train.max_epochs=1",
+            "train.lr=1e-9",
+            "train.patience=0",
+        ]
+    )
     assert popular == 0
     untrained = read_rows(str(out), "pop").iloc[0]
     assert row["valid.ndcg@10"] > 2 * untrained["valid.ndcg@10"]  # it learned through the common trainer
@@ -148,8 +222,10 @@ def test_toy_backbone_trains_and_is_analyzed(toy, tmp_path, isolated_data_root):
 def test_plugin_paths_are_made_absolute_for_the_workers(tmp_path, monkeypatch):
     """A relative .py path is recorded absolute (trials run in their own folders), and an exact name wins over
     a prefix that also matches it."""
-    (tmp_path / "tiny.py").write_text("from modsar.model.registry import BackboneEntry, register\n"
-                                      "register(BackboneEntry('hf:tiny', 'modsar.model.modular:ModularSAR'))\n")
+    (tmp_path / "tiny.py").write_text(
+        "from modsar.model.registry import BackboneEntry, register\n"
+        "register(BackboneEntry('hf:tiny', 'modsar.model.modular:ModularSAR'))\n"
+    )
     monkeypatch.chdir(tmp_path)
     try:
         assert str(tmp_path / "tiny.py") in registry.load_plugins(["tiny.py"])
@@ -167,11 +243,18 @@ def test_the_core_never_imports_hf_plugins_which_registers_through_its_entry_poi
     from importlib.metadata import entry_points
 
     core = Path(registry.__file__).resolve().parents[1]
-    importing = sorted(str(path.relative_to(core)) for path in core.rglob("*.py")
-                       for node in ast.walk(ast.parse(path.read_text()))
-                       if isinstance(node, (ast.Import, ast.ImportFrom))
-                       and any(name.split(".")[0] == "hf_plugins" for name in
-                               ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])))
+    importing = sorted(
+        str(path.relative_to(core))
+        for path in core.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        and any(
+            name.split(".")[0] == "hf_plugins"
+            for name in (
+                [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            )
+        )
+    )
     assert importing == []
     assert "hf_plugins.backbones" in {point.value for point in entry_points(group="modsar.backbones")}
     assert registry.find("llama") is not None and "hf_plugins.backbones" in registry.load_plugins()

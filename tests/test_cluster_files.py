@@ -30,8 +30,15 @@ def test_dockerfiles_copy_existing_files_onto_a_ray_image(name):
 @pytest.mark.parametrize("name", ["cluster-onprem.yaml", "cluster-aws.yaml"])
 def test_cluster_launcher_files(name):
     config = yaml.safe_load((DOCKER / name).read_text())
-    for key in ("cluster_name", "max_workers", "provider", "auth", "docker", "head_start_ray_commands",
-                "worker_start_ray_commands"):
+    for key in (
+        "cluster_name",
+        "max_workers",
+        "provider",
+        "auth",
+        "docker",
+        "head_start_ray_commands",
+        "worker_start_ray_commands",
+    ):
         assert key in config, f"{name} lacks {key}"
     if config["provider"]["type"] == "local":
         assert config["provider"]["head_ip"] and config["provider"]["worker_ips"]
@@ -61,8 +68,19 @@ def test_submit_to_a_dead_address_fails_fast(capsys):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     started = time.perf_counter()
-    code = main(["submit", "--address", f"http://127.0.0.1:{port}", "--", "search", "--space", "quickstart",
-                 "--dataset", "synthetic"])
+    code = main(
+        [
+            "submit",
+            "--address",
+            f"http://127.0.0.1:{port}",
+            "--",
+            "search",
+            "--space",
+            "quickstart",
+            "--dataset",
+            "synthetic",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and time.perf_counter() - started < 10
     assert len(err) == 1 and f"nothing listens at http://127.0.0.1:{port}" in err[0]

@@ -15,10 +15,16 @@ from modsar.errors import ModsarError
 SAMPLES = {
     "pairs": ("log.txt", "1 10\n1 11\n2 12\n1 13\n2 10\n"),
     "user-lines": ("users.txt", "1 10 11 13\n2 12 10\n"),
-    "inter": ("x.inter", "user_id:token\titem_id:token\trating:float\ttimestamp:float\n"
-                         "1\t10\t4\t300\n1\t11\t5\t100\n2\t12\t3\t50\n1\t13\t2\t200\n2\t10\t1\t60\n"),
-    "ml-csv": ("ratings.csv", "userId,movieId,rating,timestamp\n1,10,4.0,300\n1,11,5.0,100\n2,12,3.5,50\n"
-                              "1,13,2.0,200\n2,10,1.0,60\n"),
+    "inter": (
+        "x.inter",
+        "user_id:token\titem_id:token\trating:float\ttimestamp:float\n"
+        "1\t10\t4\t300\n1\t11\t5\t100\n2\t12\t3\t50\n1\t13\t2\t200\n2\t10\t1\t60\n",
+    ),
+    "ml-csv": (
+        "ratings.csv",
+        "userId,movieId,rating,timestamp\n1,10,4.0,300\n1,11,5.0,100\n2,12,3.5,50\n"
+        "1,13,2.0,200\n2,10,1.0,60\n",
+    ),
     "ml-dat": ("ratings.dat", "1::10::4::300\n1::11::5::100\n2::12::3::50\n1::13::2::200\n2::10::1::60\n"),
     "sessions": ("train_sessions.txt", "10 11 13\n12 10\n"),
 }
@@ -90,18 +96,36 @@ def test_min_rating(tmp_path):
     assert len(prepare_log(log, PrepareOptions(min_rating=3.0)).item) == 3
 
 
-@pytest.mark.parametrize("name,text,fmt,message", [
-    ("empty.txt", "", "auto", "is empty"),
-    ("bad.txt", "1 10\n1 x7\n", "pairs", "bad.txt:2: id 'x7' is not an integer"),
-    ("three.txt", "1 10\n1 11 12\n", "pairs", "three.txt:2: expected 'user item'"),
-    ("r.inter", "user_id:token\trating:float\n1\t3\n", "auto", "missing column 'item_id:token'"),
-    ("ratings.csv", "userId,rating\n1,3\n", "auto", "missing column 'movieId'"),
-    ("x.txt", "1 2\n", "parquet", "unknown format 'parquet'"),
-    ("ts.dat", "1::2::3::yesterday\n", "ml-dat", "timestamp 'yesterday' is not a number"),
-    ("nan.dat", "1::2::3::5\n1::3::4::nan\n", "ml-dat", "nan.dat:2: timestamp 'nan' is not a finite number"),
-    ("inf.csv", "userId,movieId,rating\n1,2,inf\n", "auto", "inf.csv:2: rating 'inf' is not a finite number"),
-    ("huge.txt", "1 2\n1 99999999999999999999999\n", "pairs", "huge.txt:2: id '99999999999999999999999' does not fit"),
-])
+@pytest.mark.parametrize(
+    "name,text,fmt,message",
+    [
+        ("empty.txt", "", "auto", "is empty"),
+        ("bad.txt", "1 10\n1 x7\n", "pairs", "bad.txt:2: id 'x7' is not an integer"),
+        ("three.txt", "1 10\n1 11 12\n", "pairs", "three.txt:2: expected 'user item'"),
+        ("r.inter", "user_id:token\trating:float\n1\t3\n", "auto", "missing column 'item_id:token'"),
+        ("ratings.csv", "userId,rating\n1,3\n", "auto", "missing column 'movieId'"),
+        ("x.txt", "1 2\n", "parquet", "unknown format 'parquet'"),
+        ("ts.dat", "1::2::3::yesterday\n", "ml-dat", "timestamp 'yesterday' is not a number"),
+        (
+            "nan.dat",
+            "1::2::3::5\n1::3::4::nan\n",
+            "ml-dat",
+            "nan.dat:2: timestamp 'nan' is not a finite number",
+        ),
+        (
+            "inf.csv",
+            "userId,movieId,rating\n1,2,inf\n",
+            "auto",
+            "inf.csv:2: rating 'inf' is not a finite number",
+        ),
+        (
+            "huge.txt",
+            "1 2\n1 99999999999999999999999\n",
+            "pairs",
+            "huge.txt:2: id '99999999999999999999999' does not fit",
+        ),
+    ],
+)
 def test_bad_files_raise_clear_errors(tmp_path, name, text, fmt, message):
     path = write(tmp_path / name, text)
     with pytest.raises(ModsarError, match=message.replace("(", r"\(")):
@@ -132,15 +156,21 @@ def test_ml_csv_fast_reader_equals_the_line_reader(tmp_path, variant):
     assert fast is not None
     for name in ("user", "item", "timestamp", "rating"):
         want, got = getattr(slow, name), getattr(fast, name)
-        assert (got is None) == (want is None) and (want is None or (got.tolist() == want.tolist()
-                                                                      and got.dtype == want.dtype))
+        assert (got is None) == (want is None) and (
+            want is None or (got.tolist() == want.tolist() and got.dtype == want.dtype)
+        )
     assert (fast.timestamp is None) == (variant == "no-timestamp")
 
 
-@pytest.mark.parametrize(("line", "error"), [("1,x,4.0,5", "ratings.csv:3: id 'x' is not an integer id"),
-                                             ("1,10,4.0", "ratings.csv:3: expected 4 fields"),
-                                             ("1,10,4.0,nan", "ratings.csv:3: timestamp 'nan' is not a finite"),
-                                             ("1,10,,5", "ratings.csv:3: rating '' is not a number")])
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ("1,x,4.0,5", "ratings.csv:3: id 'x' is not an integer id"),
+        ("1,10,4.0", "ratings.csv:3: expected 4 fields"),
+        ("1,10,4.0,nan", "ratings.csv:3: timestamp 'nan' is not a finite"),
+        ("1,10,,5", "ratings.csv:3: rating '' is not a number"),
+    ],
+)
 def test_a_malformed_ml_csv_line_is_still_named(tmp_path, line, error):
     path = write(tmp_path / "ratings.csv", f"userId,movieId,rating,timestamp\n1,10,4.0,300\n{line}\n")
     with pytest.raises(ModsarError, match=error):

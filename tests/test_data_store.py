@@ -26,8 +26,16 @@ def test_prepare_stores_parquet_and_manifest_and_reuses(tmp_path, isolated_data_
     src = write(tmp_path / "log.txt", PAIRS)
     manifest, reused = prepare_dataset("toy", [src])
     assert not reused
-    assert manifest["statistics"] == {"users": 6, "items": 10, "interactions": 30, "avg_length": 5.0,
-                                      "min_length": 5, "max_length": 5, "density": 0.5, "evaluable_users": 6}
+    assert manifest["statistics"] == {
+        "users": 6,
+        "items": 10,
+        "interactions": 30,
+        "avg_length": 5.0,
+        "min_length": 5,
+        "max_length": 5,
+        "density": 0.5,
+        "evaluable_users": 6,
+    }
     assert manifest["sources"][0]["sha256"] == hashlib.sha256(PAIRS.encode()).hexdigest()
     assert (isolated_data_root / "toy" / "interactions.parquet").is_file()
     again, reused = prepare_dataset("toy", [src])
@@ -39,7 +47,18 @@ def test_prepare_stores_parquet_and_manifest_and_reuses(tmp_path, isolated_data_
 
 
 def test_registry_covers_the_standard_benchmarks():
-    for name in ("beauty", "sports", "toys", "video", "yelp", "ml-1m", "ml-100k", "steam", "lastfm", "diginetica"):
+    for name in (
+        "beauty",
+        "sports",
+        "toys",
+        "video",
+        "yelp",
+        "ml-1m",
+        "ml-100k",
+        "steam",
+        "lastfm",
+        "diginetica",
+    ):
         assert name in REGISTRY
     assert REGISTRY["ml-1m"].max_len == 200 and REGISTRY["video"].max_len == 50
 
@@ -64,8 +83,9 @@ def http_root(tmp_path):
 def test_download_verifies_checksum(http_root, isolated_data_root):
     folder, base = http_root
     (folder / "Toy.txt").write_text(PAIRS)
-    good = DatasetSpec("dl", "test", "pairs", 20, url=f"{base}/Toy.txt",
-                       sha256=hashlib.sha256(PAIRS.encode()).hexdigest())
+    good = DatasetSpec(
+        "dl", "test", "pairs", 20, url=f"{base}/Toy.txt", sha256=hashlib.sha256(PAIRS.encode()).hexdigest()
+    )
     manifest, _ = prepare_dataset("dl", download_missing=True, spec=good)
     assert manifest["statistics"]["interactions"] == 30 and manifest["max_len"] == 20
 
@@ -84,14 +104,19 @@ def test_cli_download_mirror_with_registry_checksum(http_root, isolated_data_roo
     assert not (isolated_data_root / "video").exists()
 
 
-@pytest.mark.parametrize("text,args,message", [
-    ("", [], "is empty"),
-    ("1 10\n1 abc\n", ["--format", "pairs"], "id 'abc' is not an integer"),
-    ("user_id:token\tfoo:float\n1\t2\n", ["--format", "inter"], "missing column 'item_id:token'"),
-    ("1 10\n", ["--format", "excel"], "unknown format 'excel'"),
-    ("1 10\n2 11\n1 12\n", ["--min-user-count", "10"], "nothing is left"),
-])
-def test_cli_bad_input_one_line_nonzero_nothing_written(tmp_path, isolated_data_root, capsys, text, args, message):
+@pytest.mark.parametrize(
+    "text,args,message",
+    [
+        ("", [], "is empty"),
+        ("1 10\n1 abc\n", ["--format", "pairs"], "id 'abc' is not an integer"),
+        ("user_id:token\tfoo:float\n1\t2\n", ["--format", "inter"], "missing column 'item_id:token'"),
+        ("1 10\n", ["--format", "excel"], "unknown format 'excel'"),
+        ("1 10\n2 11\n1 12\n", ["--min-user-count", "10"], "nothing is left"),
+    ],
+)
+def test_cli_bad_input_one_line_nonzero_nothing_written(
+    tmp_path, isolated_data_root, capsys, text, args, message
+):
     src = write(tmp_path / "raw.txt", text)
     code = main(["data", "prepare", "mine", "--source", str(src), *args])
     err = capsys.readouterr().err.strip().splitlines()
@@ -148,7 +173,9 @@ def test_sessions_from_two_files_stay_distinct(tmp_path):
 def test_synthetic_is_deterministic(tmp_path):
     first = load_dataset("synthetic", tmp_path / "a")
     second = load_dataset("synthetic", tmp_path / "b")
-    assert (first.item == second.item).all() and Path(tmp_path / "a" / "synthetic" / "manifest.json").is_file()
+    assert (first.item == second.item).all() and Path(
+        tmp_path / "a" / "synthetic" / "manifest.json"
+    ).is_file()
 
 
 def written(root: Path) -> list[str]:
@@ -156,10 +183,13 @@ def written(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
 
 
-@pytest.mark.parametrize("text,args", [
-    ("1 1\n1 2\n", []),  # one user, two interactions: no validation and test target
-    ("1 1\n1 2\n1 3\n2 1\n2 2\n", ["--min-item-count", "2"]),  # filtering leaves users with 2 items
-])
+@pytest.mark.parametrize(
+    "text,args",
+    [
+        ("1 1\n1 2\n", []),  # one user, two interactions: no validation and test target
+        ("1 1\n1 2\n1 3\n2 1\n2 2\n", ["--min-item-count", "2"]),  # filtering leaves users with 2 items
+    ],
+)
 def test_cli_refuses_data_nobody_can_evaluate(tmp_path, isolated_data_root, capsys, text, args):
     src = write(tmp_path / "short.txt", text)
     code = main(["data", "prepare", "short", "--source", str(src), *args])
@@ -194,8 +224,9 @@ def test_cli_half_evaluable_and_normal_data_prepare_quietly(tmp_path, capsys):
     assert main(["data", "prepare", "toy", "--source", str(src)]) == 0
     captured = capsys.readouterr()
     assert captured.err == ""
-    assert captured.out == ("toy: prepared: 6 users, 10 items, 30 interactions, avg length 5.00, "
-                            "density 50.0%\n")
+    assert captured.out == (
+        "toy: prepared: 6 users, 10 items, 30 interactions, avg length 5.00, density 50.0%\n"
+    )
     assert main(["data", "stats", "toy"]) == 0
     out = capsys.readouterr().out
     assert "6 of 6 users (100.0%) have 3+ interactions" in out and "Bayes-optimal" not in out
@@ -254,7 +285,12 @@ def test_cli_refuses_data_nothing_can_be_trained_on(tmp_path, isolated_data_root
     src = write(tmp_path / "three.txt", "1 1\n1 2\n1 3\n2 4\n2 5\n2 6\n")
     assert main(["data", "prepare", "three", "--source", str(src)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and str(src) in err[0] and "nothing to train on" in err[0] and "4+ interactions" in err[0]
+    assert (
+        len(err) == 1
+        and str(src) in err[0]
+        and "nothing to train on" in err[0]
+        and "4+ interactions" in err[0]
+    )
     assert written(isolated_data_root) == []
 
 
@@ -272,7 +308,12 @@ def test_density_counts_interactions_so_repeats_can_exceed_100_percent():
 @pytest.mark.parametrize("max_len", ["-5", "0", "100000000000"])
 def test_a_max_len_no_model_can_have_is_refused_before_importing(tmp_path, capsys, max_len):
     source = write(tmp_path / "pairs.txt", "".join(f"{u} {i}\n" for u in (1, 2) for i in (5, 6, 7, 8)))
-    assert main(["data", "prepare", "px", "--source", str(source), "--format", "pairs", "--max-len", max_len]) == 2
+    assert (
+        main(["data", "prepare", "px", "--source", str(source), "--format", "pairs", "--max-len", max_len])
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--max-len must be between 1 and 1,048,576" in err[0] and err[0].endswith(max_len)
+    assert (
+        len(err) == 1 and "--max-len must be between 1 and 1,048,576" in err[0] and err[0].endswith(max_len)
+    )
     assert not list(tmp_path.rglob("manifest.json"))

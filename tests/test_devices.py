@@ -11,8 +11,10 @@ from modsar.cli import main
 from modsar.config import load_config
 from modsar.errors import ModsarError
 
-NO_GPU = ("no CUDA device is present on this machine (PyTorch sees no GPU); use {cpu}, or {auto} (a GPU when "
-          "there is one)")
+NO_GPU = (
+    "no CUDA device is present on this machine (PyTorch sees no GPU); use {cpu}, or {auto} (a GPU when "
+    "there is one)"
+)
 
 
 @pytest.fixture
@@ -28,8 +30,9 @@ def checkpoint(tmp_path):
     return str(path)
 
 
-@pytest.mark.parametrize("command", [["analyze", "--quiet"], ["generate", "--steps", "2", "--quiet"]],
-                         ids=["analyze", "generate"])
+@pytest.mark.parametrize(
+    "command", [["analyze", "--quiet"], ["generate", "--steps", "2", "--quiet"]], ids=["analyze", "generate"]
+)
 @pytest.mark.parametrize("name", ["cuda", "cuda:1"])
 def test_device_option_without_a_gpu_is_one_line(no_gpu, capsys, checkpoint, command, name):
     """Before: "train.device=cuda but CUDA is not available here; use train.device=cpu or auto" (an option
@@ -39,11 +42,14 @@ def test_device_option_without_a_gpu_is_one_line(no_gpu, capsys, checkpoint, com
     assert capsys.readouterr().err == f"modsar: error: --device {name}: {told}\n"
 
 
-def test_train_device_cuda_without_a_gpu_is_refused_before_the_data_is_made(no_gpu, tmp_path, capsys,
-                                                                             isolated_data_root):
+def test_train_device_cuda_without_a_gpu_is_refused_before_the_data_is_made(
+    no_gpu, tmp_path, capsys, isolated_data_root
+):
     results = tmp_path / "results"
-    assert main(["train", "--dataset", "synthetic", "--quiet", "--results", str(results),
-                 "train.device=cuda"]) == 2
+    assert (
+        main(["train", "--dataset", "synthetic", "--quiet", "--results", str(results), "train.device=cuda"])
+        == 2
+    )
     told = NO_GPU.format(cpu="train.device=cpu", auto="train.device=auto")
     assert capsys.readouterr().err == f"modsar: error: train.device=cuda: {told}\n"
     assert not (isolated_data_root / "synthetic").exists() and not results.exists()
@@ -55,8 +61,10 @@ def test_a_name_that_is_not_a_device(capsys, checkpoint, name):
     available"; train.device is now refused when the config is read, before data or torch."""
     with pytest.raises(ModsarError) as refused:
         load_config(None, [f"train.device='{name}'"])
-    assert str(refused.value) == f"config: train.device={name!r} is not a device ModSAR runs on; use auto, " \
-                                 "cpu, cuda or cuda:N"
+    assert (
+        str(refused.value) == f"config: train.device={name!r} is not a device ModSAR runs on; use auto, "
+        "cpu, cuda or cuda:N"
+    )
     assert main(["generate", "--checkpoint", checkpoint, "--steps", "2", "--device", name]) == 2
     told = f"--device {name!r} is not a device ModSAR runs on; use auto, cpu, cuda or cuda:N"
     assert capsys.readouterr().err == f"modsar: error: {told}\n"
@@ -68,10 +76,16 @@ def test_a_gpu_index_past_the_machine_gpus(monkeypatch):
     assert devices.resolve("cuda:0", "--device") == torch.device("cuda:0")
     assert devices.resolve("auto") == torch.device("cuda")
     assert devices.resolve("cpu") == torch.device("cpu")
-    with pytest.raises(ModsarError, match=r"^--device cuda:1: this machine has 1 CUDA device, cuda:0; use "
-                                          r"one of those, or --device auto$"):
+    with pytest.raises(
+        ModsarError,
+        match=r"^--device cuda:1: this machine has 1 CUDA device, cuda:0; use "
+        r"one of those, or --device auto$",
+    ):
         devices.resolve("cuda:1", "--device")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    with pytest.raises(ModsarError, match=r"^train.device=cuda:2: this machine has 2 CUDA devices, cuda:0 to "
-                                          r"cuda:1; use one of those, or train.device=auto$"):
+    with pytest.raises(
+        ModsarError,
+        match=r"^train.device=cuda:2: this machine has 2 CUDA devices, cuda:0 to "
+        r"cuda:1; use one of those, or train.device=auto$",
+    ):
         devices.resolve("cuda:2")

@@ -25,12 +25,20 @@ def causal_window(n: int, w: int) -> np.ndarray:
     return a / a.sum(1, keepdims=True)
 
 
-@pytest.mark.parametrize("matrix,expected", [
-    (np.array([1.0, 0, 0, 0]), 0.25), (np.full(4, 0.25), 0.5), (np.array([0.7, 0.1, 0.1, 0.1]), 0.347),
-    (np.full((4, 4), 0.25), 0.25), (causal_uniform(4), 0.173),
-    (np.full((20, 20), 1 / 20), 0.050), (causal_uniform(20), 0.0264), (causal_window(20, 3), 0.0183),
-    (np.eye(20), 0.0112),
-])
+@pytest.mark.parametrize(
+    "matrix,expected",
+    [
+        (np.array([1.0, 0, 0, 0]), 0.25),
+        (np.full(4, 0.25), 0.5),
+        (np.array([0.7, 0.1, 0.1, 0.1]), 0.347),
+        (np.full((4, 4), 0.25), 0.25),
+        (causal_uniform(4), 0.173),
+        (np.full((20, 20), 1 / 20), 0.050),
+        (causal_uniform(20), 0.0264),
+        (causal_window(20, 3), 0.0183),
+        (np.eye(20), 0.0112),
+    ],
+)
 def test_sparsity_hand_checks(matrix, expected):
     assert sparsity(matrix) == pytest.approx(expected, abs=6e-4)
 
@@ -52,10 +60,16 @@ def test_rank_hand_checks_4x4():
     assert k == 0 and tau == pytest.approx(1.020, abs=1e-3)  # the relative rule can return 0
 
 
-@pytest.mark.parametrize("matrix,expected", [
-    (np.full((20, 20), 1 / 20), 1), (causal_uniform(20), 5), (causal_window(20, 3), 10), (np.eye(20), 20),
-    (causal_uniform(50), 10),
-])
+@pytest.mark.parametrize(
+    "matrix,expected",
+    [
+        (np.full((20, 20), 1 / 20), 1),
+        (causal_uniform(20), 5),
+        (causal_window(20, 3), 10),
+        (np.eye(20), 20),
+        (causal_uniform(50), 10),
+    ],
+)
 def test_rank_hand_checks(matrix, expected):
     assert hard_threshold_rank(matrix)[0] == expected
 

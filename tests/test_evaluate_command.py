@@ -13,21 +13,48 @@ import torch
 from modsar.cli import main
 from modsar.records.rows import read_rows
 
-TINY = ["model.hidden_size=16", "model.num_layers=1", "train.max_epochs=2", "train.patience=0", "train.threads=1"]
+TINY = [
+    "model.hidden_size=16",
+    "model.num_layers=1",
+    "train.max_epochs=2",
+    "train.patience=0",
+    "train.threads=1",
+]
 KINDS = {  # one of each: the modular AE and AR, the zoo, the HF plugins
-    "modular-ar": [], "modular-ae": ["task=ae"], "gru4rec": ["model.backbone=gru4rec"],
-    "duorec": ["model.backbone=duorec"], "bsarec": ["model.backbone=bsarec"],
+    "modular-ar": [],
+    "modular-ae": ["task=ae"],
+    "gru4rec": ["model.backbone=gru4rec"],
+    "duorec": ["model.backbone=duorec"],
+    "bsarec": ["model.backbone=bsarec"],
     "albert": ["model.backbone=albert", "model.num_heads=2", "model.dropout=0.1"],
-    "llama": ["model.backbone=llama", "model.num_heads=2", "model.dropout=0"], "transfo_xl": ["model.backbone=transfo_xl", "model.num_heads=2", "model.activation=relu"],
+    "llama": ["model.backbone=llama", "model.num_heads=2", "model.dropout=0"],
+    "transfo_xl": ["model.backbone=transfo_xl", "model.num_heads=2", "model.activation=relu"],
 }
 
 
-def train(tmp_path: Path, capsys, *overrides: str, dataset: str = "synthetic", data_dir: Path | None = None) -> dict:
+def train(
+    tmp_path: Path, capsys, *overrides: str, dataset: str = "synthetic", data_dir: Path | None = None
+) -> dict:
     """`modsar train --json`: the row it wrote (with its checkpoint)."""
     where = ["--data-dir", str(data_dir)] if data_dir else []
     capsys.readouterr()
-    assert main(["train", "--dataset", dataset, *TINY, *overrides, "--results", str(tmp_path / "results"),
-                 "--quiet", "--json", *where]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--dataset",
+                dataset,
+                *TINY,
+                *overrides,
+                "--results",
+                str(tmp_path / "results"),
+                "--quiet",
+                "--json",
+                *where,
+            ]
+        )
+        == 0
+    )
     row = json.loads(capsys.readouterr().out)
     assert Path(row["checkpoint"]).is_file()
     return row
@@ -45,7 +72,12 @@ def test_a_checkpoint_scored_again_equals_its_row_to_the_last_digit(kind, tmp_pa
     row = train(tmp_path, capsys, *KINDS[kind])
     code, out, _ = evaluate(capsys, "--checkpoint", row["checkpoint"], "--json")
     scores = json.loads(out)
-    assert code == 0 and scores["row"] == row["trial_id"] and scores["comparable"] and not scores["protocol_changed"]
+    assert (
+        code == 0
+        and scores["row"] == row["trial_id"]
+        and scores["comparable"]
+        and not scores["protocol_changed"]
+    )
     tested = {k.removeprefix("test."): v for k, v in row.items() if k.startswith("test.")}
     assert len(tested) == 15 and scores["metrics"] == tested  # exactly: the same evaluator on the same split
     assert scores["row_differences"] == {}
@@ -63,24 +95,39 @@ def test_the_text_output_says_what_was_scored_and_that_it_equals_the_row(tmp_pat
 
 def test_another_protocol_is_named_and_not_held_to_the_row(tmp_path, capsys):
     row = train(tmp_path, capsys)
-    code, out, _ = evaluate(capsys, "--checkpoint", row["checkpoint"], "--filter-seen", "history", "--ks", "1,10")
+    code, out, _ = evaluate(
+        capsys, "--checkpoint", row["checkpoint"], "--filter-seen", "history", "--ks", "1,10"
+    )
     assert code == 0
-    assert ("protocol: not the one this checkpoint's run was selected and tested under: eval.ks=[1, 10] (stored: "
-            "[1, 5, 10, 20, 50]), eval.filter_seen=history (stored: none)") in out
+    assert (
+        "protocol: not the one this checkpoint's run was selected and tested under: eval.ks=[1, 10] (stored: "
+        "[1, 5, 10, 20, 50]), eval.filter_seen=history (stored: none)"
+    ) in out
     assert f"row {row['trial_id']}: not compared" in out
     header = out.splitlines()[1].split()
     assert header == ["split", "recall@1", "recall@10", "ndcg@1", "ndcg@10", "mrr@1", "mrr@10"]
     # cut-offs alone change nothing that is shown: still held to the row, and said so in one consistent way
     code, out, _ = evaluate(capsys, "--checkpoint", row["checkpoint"], "--ks", "10", "--json")
     scores = json.loads(out)
-    assert scores["comparable"] and scores["metrics"] == {f"{m}@10": row[f"test.{m}@10"] for m in ("recall", "ndcg", "mrr")}
-    code, out, _ = evaluate(capsys, "--checkpoint", row["checkpoint"], "--ks", "5,20")  # without the monitor's 10
-    assert code == 0 and "protocol: the stored one, at other cut-offs: eval.ks=[5, 20] (stored: [1, 5, 10, 20, 50])" in out
-    assert "not comparable" not in out and out.splitlines()[-1].endswith("equal to its test.* values to the last digit")
+    assert scores["comparable"] and scores["metrics"] == {
+        f"{m}@10": row[f"test.{m}@10"] for m in ("recall", "ndcg", "mrr")
+    }
+    code, out, _ = evaluate(
+        capsys, "--checkpoint", row["checkpoint"], "--ks", "5,20"
+    )  # without the monitor's 10
+    assert (
+        code == 0
+        and "protocol: the stored one, at other cut-offs: eval.ks=[5, 20] (stored: [1, 5, 10, 20, 50])" in out
+    )
+    assert "not comparable" not in out and out.splitlines()[-1].endswith(
+        "equal to its test.* values to the last digit"
+    )
     # sampled negatives: 100 fixed negatives per target, so recall@10 can only rise
     code, out, _ = evaluate(capsys, "--checkpoint", row["checkpoint"], "--sampled-negatives", "100", "--json")
     scores = json.loads(out)
-    assert not scores["comparable"] and scores["protocol_changed"] == {"eval.sampled_negatives": {"stored": 0, "used": 100}}
+    assert not scores["comparable"] and scores["protocol_changed"] == {
+        "eval.sampled_negatives": {"stored": 0, "used": 100}
+    }
     assert scores["metrics"]["recall@10"] >= row["test.recall@10"]
 
 
@@ -108,35 +155,68 @@ def test_a_timed_model_is_scored_with_its_times(tmp_path, capsys):
     (tmp_path / "ratings.csv").write_text("\n".join(lines) + "\n")
     data = tmp_path / "data"
     prepare_dataset("timed", sources=[tmp_path / "ratings.csv"], fmt="ml-csv", root=data)
-    row = train(tmp_path, capsys, "model.time_bias=session", "model.num_heads=2", dataset="timed", data_dir=data)
+    row = train(
+        tmp_path, capsys, "model.time_bias=session", "model.num_heads=2", dataset="timed", data_dir=data
+    )
     code, out, _ = evaluate(capsys, "--checkpoint", row["checkpoint"], "--data-dir", str(data), "--json")
     scores = json.loads(out)
-    assert code == 0 and scores["metrics"] == {k.removeprefix("test."): v for k, v in row.items() if k.startswith("test.")}
+    assert code == 0 and scores["metrics"] == {
+        k.removeprefix("test."): v for k, v in row.items() if k.startswith("test.")
+    }
 
 
-@pytest.mark.parametrize(("make", "args", "message"), [
-    (None, ["--checkpoint", "{tmp}/nope.pt"], "checkpoint '{tmp}/nope.pt' does not exist"),
-    ("text", ["--checkpoint", "{tmp}/notes.pt"], "{tmp}/notes.pt: not a ModSAR checkpoint (UnpicklingError)"),
-    ("row", ["--checkpoint", "{ckpt}", "--ks", "1,x"], "--ks '1,x' is not a comma-separated list of cut-offs"),
-    ("row", ["--checkpoint", "{ckpt}", "--ks", "0,10"], "--ks '0,10': every cut-off must be >= 1"),
-    ("row", ["--checkpoint", "{ckpt}", "--sampled-negatives", "100000"],
-     "'eval.sampled_negatives' (100000) must be below the number of items"),
-    ("edited", ["--checkpoint", "{ckpt}"], "its weights do not fit the model its stored config and sizes build "
-     "(size mismatch for "),
-    ("resized", ["--checkpoint", "{ckpt}", "--data-dir", "{tmp}/data"], "was trained on 'mine' with 20 items and 30 "
-     "users; the 'mine' prepared here has 21 and 30: prepare it from the same source"),
-    ("reordered", ["--checkpoint", "{ckpt}", "--data-dir", "{tmp}/data"], "was trained on another 'mine' than the "
-     "one prepared here (its sources differ, with the same numbers of items and users)"),
-    (None, ["--checkpoint", "foo://x"], "checkpoint 'foo://x': "),
-    ("folder", ["--checkpoint", "{tmp}/folder"], "checkpoint folder '{tmp}/folder' holds no best.pt"),
-    ("trial", ["--checkpoint", "{tmp}/trial"], "(a trial's folder: pass one of its checkpoint_000002)"),
-    ("resume", ["--checkpoint", "{tmp}/resume.pt"], "(a search's resume state: pass the best.pt beside it)"),
-    ("number", ["--checkpoint", "{tmp}/five.pt"], "not a ModSAR checkpoint (it holds a int)"),
-    ("sizes", ["--checkpoint", "{ckpt}"], "a damaged ModSAR checkpoint (num_items=-5)"),
-    ("config", ["--checkpoint", "{ckpt}"], "a damaged ModSAR checkpoint (its config: AttributeError"),
-    ("row", ["--checkpoint", "{ckpt}", "--ks", "10,10"], "--ks '10,10' names a cut-off twice"),
-    ("row", ["--checkpoint", "{ckpt}", "--ks", ""], "--ks '' is not a comma-separated list of cut-offs"),
-])
+@pytest.mark.parametrize(
+    ("make", "args", "message"),
+    [
+        (None, ["--checkpoint", "{tmp}/nope.pt"], "checkpoint '{tmp}/nope.pt' does not exist"),
+        (
+            "text",
+            ["--checkpoint", "{tmp}/notes.pt"],
+            "{tmp}/notes.pt: not a ModSAR checkpoint (UnpicklingError)",
+        ),
+        (
+            "row",
+            ["--checkpoint", "{ckpt}", "--ks", "1,x"],
+            "--ks '1,x' is not a comma-separated list of cut-offs",
+        ),
+        ("row", ["--checkpoint", "{ckpt}", "--ks", "0,10"], "--ks '0,10': every cut-off must be >= 1"),
+        (
+            "row",
+            ["--checkpoint", "{ckpt}", "--sampled-negatives", "100000"],
+            "'eval.sampled_negatives' (100000) must be below the number of items",
+        ),
+        (
+            "edited",
+            ["--checkpoint", "{ckpt}"],
+            "its weights do not fit the model its stored config and sizes build (size mismatch for ",
+        ),
+        (
+            "resized",
+            ["--checkpoint", "{ckpt}", "--data-dir", "{tmp}/data"],
+            "was trained on 'mine' with 20 items and 30 "
+            "users; the 'mine' prepared here has 21 and 30: prepare it from the same source",
+        ),
+        (
+            "reordered",
+            ["--checkpoint", "{ckpt}", "--data-dir", "{tmp}/data"],
+            "was trained on another 'mine' than the "
+            "one prepared here (its sources differ, with the same numbers of items and users)",
+        ),
+        (None, ["--checkpoint", "foo://x"], "checkpoint 'foo://x': "),
+        ("folder", ["--checkpoint", "{tmp}/folder"], "checkpoint folder '{tmp}/folder' holds no best.pt"),
+        ("trial", ["--checkpoint", "{tmp}/trial"], "(a trial's folder: pass one of its checkpoint_000002)"),
+        (
+            "resume",
+            ["--checkpoint", "{tmp}/resume.pt"],
+            "(a search's resume state: pass the best.pt beside it)",
+        ),
+        ("number", ["--checkpoint", "{tmp}/five.pt"], "not a ModSAR checkpoint (it holds a int)"),
+        ("sizes", ["--checkpoint", "{ckpt}"], "a damaged ModSAR checkpoint (num_items=-5)"),
+        ("config", ["--checkpoint", "{ckpt}"], "a damaged ModSAR checkpoint (its config: AttributeError"),
+        ("row", ["--checkpoint", "{ckpt}", "--ks", "10,10"], "--ks '10,10' names a cut-off twice"),
+        ("row", ["--checkpoint", "{ckpt}", "--ks", ""], "--ks '' is not a comma-separated list of cut-offs"),
+    ],
+)
 def test_bad_input_is_one_clear_line(make, args, message, tmp_path, capsys, monkeypatch):
     ckpt = ""
     if make == "text":
@@ -200,7 +280,10 @@ def test_a_search_trials_checkpoint_folder_is_found_and_matches(tmp_path, capsys
     write_row(str(experiment.parent), {**row, "checkpoint": str(folder)})
     assert read_rows(str(experiment.parent), experiment.name)["checkpoint"].tolist() == [str(folder)]
     code, out, _ = evaluate(capsys, "--checkpoint", str(folder))
-    assert code == 0 and out.splitlines()[-1] == f"row {row['trial_id']}: equal to its test.* values to the last digit"
+    assert (
+        code == 0
+        and out.splitlines()[-1] == f"row {row['trial_id']}: equal to its test.* values to the last digit"
+    )
 
 
 def test_a_row_without_test_values_is_said_so_not_called_different(tmp_path, capsys):
@@ -211,9 +294,12 @@ def test_a_row_without_test_values_is_said_so_not_called_different(tmp_path, cap
     row = train(tmp_path, capsys)
     root = Path(row["checkpoint"]).parent.parent.parent
     write_row(str(root), {**row, "role": "search", **{k: None for k in row if k.startswith("test.")}})
-    write_row(str(root), {**row, "trial_id": "another", "checkpoint": None, "selected": True})  # one that was tested
+    write_row(
+        str(root), {**row, "trial_id": "another", "checkpoint": None, "selected": True}
+    )  # one that was tested
     code, out, _ = evaluate(capsys, "--checkpoint", row["checkpoint"])
-    assert code == 0 and out.splitlines()[-1] == (f"row {row['trial_id']}: it holds no test.* values (a search tests "
-                                                  "only the trials it selects)")
+    assert code == 0 and out.splitlines()[-1] == (
+        f"row {row['trial_id']}: it holds no test.* values (a search tests only the trials it selects)"
+    )
     code, out, _ = evaluate(capsys, "--checkpoint", row["checkpoint"], "--json")
     assert json.loads(out)["row_differences"] == {}

@@ -12,10 +12,13 @@ from modsar.training.flops import epoch_flops
 from modsar.training.trainer import run_trial
 
 
-@pytest.mark.parametrize(("loss", "candidates"), [({"name": "ce"}, 30), ({"name": "bce", "num_negatives": 4}, 5)])
+@pytest.mark.parametrize(
+    ("loss", "candidates"), [({"name": "ce"}, 30), ({"name": "bce", "num_negatives": 4}, 5)]
+)
 def test_epoch_flops_by_hand(loss, candidates):
-    cfg = Config.from_dict({"model": {"hidden_size": 8, "num_layers": 1, "num_heads": 1, "ffn_size": 32},
-                            "loss": loss})
+    cfg = Config.from_dict(
+        {"model": {"hidden_size": 8, "num_layers": 1, "num_heads": 1, "ffn_size": 32}, "loss": loss}
+    )
     model = registry.build(cfg, 30, 5, 10)
     dense = 3 * 8 * 8 + 8 * 8 + 8 * 32 + 32 * 8  # qkv, output projection, FFN; biases, norms, tables are not
     output, total = epoch_flops(model, cfg, tokens=10, labelled=7, num_items=30)
@@ -27,8 +30,13 @@ def test_a_trial_reports_its_flops_rate_and_mfu():
     import torch
 
     threads = torch.get_num_threads()
-    cfg = Config.from_dict({"dataset": "synthetic", "train": {"max_epochs": 1, "threads": 1},
-                            "model": {"hidden_size": 16, "num_layers": 1}})
+    cfg = Config.from_dict(
+        {
+            "dataset": "synthetic",
+            "train": {"max_epochs": 1, "threads": 1},
+            "model": {"hidden_size": 16, "num_layers": 1},
+        }
+    )
     try:
         result = run_trial(cfg, progress=False)
     finally:

@@ -61,8 +61,9 @@ def test_exact_where_the_target_probability_underflows():
     loss = linear_cross_entropy(h, w, torch.tensor([0, 1]))
     want = plain(h.double(), w.double(), None, torch.tensor([0, 1])).item()
     assert loss.item() == pytest.approx(want, rel=1e-6)
-    assert want == pytest.approx((200 + math.log1p(math.exp(-200) + math.exp(-205)) + math.log1p(math.exp(-205)))
-                                 / 2, rel=1e-9)
+    assert want == pytest.approx(
+        (200 + math.log1p(math.exp(-200) + math.exp(-205)) + math.log1p(math.exp(-205))) / 2, rel=1e-9
+    )
 
 
 def test_bf16_products_stay_close_and_keep_float32_gradients():
@@ -85,9 +86,15 @@ def test_chunks_hold_about_the_budget():
     assert chunk_rows(10_000_000) == 16  # a huge catalogue still gets whole rows
 
 
-BACKBONES = [("modular", {}), ("modular", {"head": "bert4rec", "embedding_norm": True}),
-             ("modular", {"user_fusion": "concat"}), ("gru4rec", {}), ("bsarec", {}), ("duorec", {}),
-             ("llama", {})]
+BACKBONES = [
+    ("modular", {}),
+    ("modular", {"head": "bert4rec", "embedding_norm": True}),
+    ("modular", {"user_fusion": "concat"}),
+    ("gru4rec", {}),
+    ("bsarec", {}),
+    ("duorec", {}),
+    ("llama", {}),
+]
 
 
 @pytest.mark.parametrize(("backbone", "extra"), BACKBONES)
@@ -95,15 +102,29 @@ BACKBONES = [("modular", {}), ("modular", {"head": "bert4rec", "embedding_norm":
 def test_training_loss_fused_equals_plain_on_every_backbone(backbone, extra, padding_free):
     """Same loss and parameter gradients as the plain logits, head, item bias and SSE-PT offset included."""
     n_items, n_users = 30, 5
-    cfg = Config.from_dict({"task": "ar", "model": {"backbone": backbone, "hidden_size": 16, "num_layers": 1,
-                                                     "num_heads": 2, "dropout": 0.0, "attn_dropout": 0.0, **extra}})
+    cfg = Config.from_dict(
+        {
+            "task": "ar",
+            "model": {
+                "backbone": backbone,
+                "hidden_size": 16,
+                "num_layers": 1,
+                "num_heads": 2,
+                "dropout": 0.0,
+                "attn_dropout": 0.0,
+                **extra,
+            },
+        }
+    )
     torch.manual_seed(0)
     model = registry.build(cfg, n_items, n_users, 8)
     if isinstance(model, HFBackbone) or backbone != "modular":
         assert hasattr(model, "output_layer")
     x = torch.randint(1, n_items + 1, (3, 6), generator=torch.Generator().manual_seed(2))
     x[1, :2] = 0
-    labels = torch.where(x > 0, torch.randint(1, n_items + 1, x.shape, generator=torch.Generator().manual_seed(3)), 0)
+    labels = torch.where(
+        x > 0, torch.randint(1, n_items + 1, x.shape, generator=torch.Generator().manual_seed(3)), 0
+    )
     users = torch.tensor([1, 2, 3])
     grads = []
     for fused in (True, False):

@@ -64,11 +64,23 @@ def test_excluded_items_are_never_picked():
     seen = (np.array([0, 0]), np.array([1, 2]))  # 0-based columns of items 2 and 3
     out = rollout(model, "ar", windows, torch.tensor([1]), 3, Sampler("greedy"), mask_id=N + 1, seen=seen)
     assert out.tolist() == [[4, 5, 6]]
-    seen = (np.array([0]), np.array([3]))  # item 4 banned: the runner-up (the last item, 3) is picked, and again
+    seen = (
+        np.array([0]),
+        np.array([3]),
+    )  # item 4 banned: the runner-up (the last item, 3) is picked, and again
     out = rollout(model, "ar", windows, torch.tensor([1]), 2, Sampler("greedy"), mask_id=N + 1, seen=seen)
     assert out.tolist() == [[3, 3]]
-    out = rollout(model, "ar", windows, torch.tensor([1]), 2, Sampler("greedy"), mask_id=N + 1, seen=seen,
-                  exclude_rollout=True)
+    out = rollout(
+        model,
+        "ar",
+        windows,
+        torch.tensor([1]),
+        2,
+        Sampler("greedy"),
+        mask_id=N + 1,
+        seen=seen,
+        exclude_rollout=True,
+    )
     assert out[0, 0] == 3 and out[0, 1] not in (3, 4)
 
 
@@ -138,8 +150,16 @@ def test_no_item_left_is_one_clear_error():
 
     seen = (np.zeros(N, dtype=np.int64), np.arange(N))  # every item in the history
     with pytest.raises(ModsarError, match="no item left to pick at step 1"):
-        rollout(NextItem(), "ar", torch.tensor([[0, 2, 3]]), torch.tensor([1]), 2, Sampler("topk"),
-                mask_id=N + 1, seen=seen)
+        rollout(
+            NextItem(),
+            "ar",
+            torch.tensor([[0, 2, 3]]),
+            torch.tensor([1]),
+            2,
+            Sampler("topk"),
+            mask_id=N + 1,
+            seen=seen,
+        )
 
 
 def test_training_facts_use_only_training_items():
@@ -152,10 +172,8 @@ def test_training_facts_use_only_training_items():
 
 
 def test_rollout_metrics_by_hand():
-    generated = np.array([[5, 5, 7, 2],
-                          [1, 2, 3, 4]])
-    future = np.array([[7, 9, 0, 0],
-                       [3, 8, 1, 6]])
+    generated = np.array([[5, 5, 7, 2], [1, 2, 3, 4]])
+    future = np.array([[7, 9, 0, 0], [3, 8, 1, 6]])
     last = np.array([4, 9])
     popularity = np.zeros(101)  # N = 100: the top 1% is one item, the most popular: 5
     popularity[5], popularity[1], popularity[2] = 10, 3, 2
@@ -195,15 +213,40 @@ def test_generate_cli_and_train_rows(tmp_path, monkeypatch, capsys):
     cfg = load_config(None, ["train.max_epochs=2", "model.hidden_size=16", "eval.generate_steps=3"])
     result = run_trial(cfg, checkpoint_path=checkpoint, progress=False)
     assert result.generation["steps"] == 3 and 0 <= result.generation["alignment_recall"] <= 1
-    assert main(["generate", "--checkpoint", str(checkpoint), "--steps", "3", "--json", "--quiet",
-                 "--out", str(tmp_path / "gen")]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--checkpoint",
+                str(checkpoint),
+                "--steps",
+                "3",
+                "--json",
+                "--quiet",
+                "--out",
+                str(tmp_path / "gen"),
+            ]
+        )
+        == 0
+    )
     printed = json.loads(capsys.readouterr().out)
-    for key in ("alignment_hits", "distinct_ratio", "entropy_generated", "entropy_future", "coverage",
-                "top1pct_share_generated", "top1pct_share_future"):
+    for key in (
+        "alignment_hits",
+        "distinct_ratio",
+        "entropy_generated",
+        "entropy_future",
+        "coverage",
+        "top1pct_share_generated",
+        "top1pct_share_future",
+    ):
         assert key in printed
     assert printed["alignment_hits"] == result.generation["alignment_hits"]  # greedy: the row's rollouts
-    assert sorted(p.name for p in (tmp_path / "gen").iterdir()) == ["generate.png", "metrics.json",
-                                                                     "rollouts.parquet", "steps.parquet"]
+    assert sorted(p.name for p in (tmp_path / "gen").iterdir()) == [
+        "generate.png",
+        "metrics.json",
+        "rollouts.parquet",
+        "steps.parquet",
+    ]
     assert main(["generate", "--checkpoint", str(checkpoint), "--steps", "3", "--strategy", "beam"]) == 2
     assert "--strategy must be one of greedy, topk, nucleus; got 'beam'" in capsys.readouterr().err
     assert main(["generate", "--checkpoint", str(tmp_path / "none.pt"), "--steps", "3"]) == 2
@@ -238,7 +281,16 @@ def test_tied_targets_share_one_rollout_whose_future_starts_at_the_target():
     split = tied_split()
     users, _, targets = split.targets("test")
     assert list(zip((users + 1).tolist(), targets.tolist(), strict=True)) == [
-        (1, 9), (1, 4), (1, 7), (1, 5), (1, 8), (1, 6), (2, 3), (2, 4), (3, 6)]  # 9 targets, 5 histories
+        (1, 9),
+        (1, 4),
+        (1, 7),
+        (1, 5),
+        (1, 8),
+        (1, 6),
+        (2, 3),
+        (2, 4),
+        (3, 6),
+    ]  # 9 targets, 5 histories
     result = generate(NextItem(), split, "ar", 5, 3, Sampler("greedy"))
     r = result.rollouts[result.rollouts["step"] == 1]
     assert r["user"].tolist() == [1, 1, 1, 2, 3] and r["target_index"].tolist() == [0, 3, 4, 6, 8]
@@ -265,20 +317,29 @@ def test_steps_a_rollout_cannot_take_are_refused_before_the_first():
     for exclude, steps in (("none", 20), ("history", 20), ("rollout", 9), ("all", 5)):
         assert generate(model, split, "ar", 5, steps, Sampler("greedy"), exclude).metrics["steps"] == steps
     calls = len(model.seen)
-    with pytest.raises(ModsarError, match=r"^--steps 10 is more than a rollout can take with --exclude "
-                       r"rollout: it never picks an item twice, and the catalogue has 9 items; use --steps 9 "
-                       r"or fewer, or --exclude none or history$"):
+    with pytest.raises(
+        ModsarError,
+        match=r"^--steps 10 is more than a rollout can take with --exclude "
+        r"rollout: it never picks an item twice, and the catalogue has 9 items; use --steps 9 "
+        r"or fewer, or --exclude none or history$",
+    ):
         generate(model, split, "ar", 5, 10, Sampler("greedy"), "rollout")
-    with pytest.raises(ModsarError, match=r"^--steps 6 is more than user 1's rollout can take with --exclude "
-                       r"all: it never picks an item twice or one of the 4 distinct items of its history, "
-                       r"which leaves 5 of the 9 items; use --steps 5 or fewer, or --exclude history$"):
+    with pytest.raises(
+        ModsarError,
+        match=r"^--steps 6 is more than user 1's rollout can take with --exclude "
+        r"all: it never picks an item twice or one of the 4 distinct items of its history, "
+        r"which leaves 5 of the 9 items; use --steps 5 or fewer, or --exclude history$",
+    ):
         generate(model, split, "ar", 5, 6, Sampler("greedy"), "all")
     assert len(model.seen) == calls  # refused before the first step
     full = LeaveOneOut(np.array([1, 2, 3, 9, 8, 7, 6, 5, 4, 1]), np.array([0, 10]), 9)  # every item seen
     for exclude, also in (("history", ""), ("all", " or rollout")):
-        with pytest.raises(ModsarError, match=rf"^--exclude {exclude} leaves user 1 nothing to pick: the "
-                           rf"history before its test target holds all 9 items of the catalogue; use "
-                           rf"--exclude none{also}$"):
+        with pytest.raises(
+            ModsarError,
+            match=rf"^--exclude {exclude} leaves user 1 nothing to pick: the "
+            rf"history before its test target holds all 9 items of the catalogue; use "
+            rf"--exclude none{also}$",
+        ):
             generate(model, full, "ar", 5, 1, Sampler("greedy"), exclude)
     assert len(model.seen) == calls
 
@@ -302,12 +363,20 @@ def test_generate_steps_that_cannot_be_rolled_out_are_refused_before_training():
     user = np.repeat(np.arange(1, 4), 4)
     item = np.array([1, 2, 3, 1, 1, 2, 2, 3, 2, 3, 3, 1])  # user 1's test history 1 2 3 is the catalogue
     data = StoredDataset("tiny", user, item, 3, 3, {"max_len": 5})
-    over = ["model.hidden_size=8", "train.max_epochs=1", "eval.generate_steps=2", "eval.ks=[1]",
-            "train.monitor=ndcg@1"]
-    with pytest.raises(ModsarError, match=r"^config: 'eval.generate_steps' rolls out without each test "
-                       r"history's items \(eval.filter_seen=history\), and user 1's history before its test "
-                       r"target holds all 3 items: nothing is left to pick; use eval.generate_steps=0 or "
-                       r"eval.filter_seen=none$"):
+    over = [
+        "model.hidden_size=8",
+        "train.max_epochs=1",
+        "eval.generate_steps=2",
+        "eval.ks=[1]",
+        "train.monitor=ndcg@1",
+    ]
+    with pytest.raises(
+        ModsarError,
+        match=r"^config: 'eval.generate_steps' rolls out without each test "
+        r"history's items \(eval.filter_seen=history\), and user 1's history before its test "
+        r"target holds all 3 items: nothing is left to pick; use eval.generate_steps=0 or "
+        r"eval.filter_seen=none$",
+    ):
         run_trial(load_config(None, [*over, "eval.filter_seen=history"]), data, progress=False)
     result = run_trial(load_config(None, over), data, progress=False)  # picks may repeat the history
     assert result.generation["users"] == 3
@@ -345,8 +414,10 @@ def test_rollouts_are_counted_as_histories_where_a_user_has_several():
     users"; under leave-one-out every user has one history, and the words stay "users"."""
     from modsar.evaluation.rollouts import generate
 
-    assert generate(NextItem(), tied_split(), "ar", 5, 1, Sampler("greedy")).counted() == \
-        "5 test histories of 3 users"
+    assert (
+        generate(NextItem(), tied_split(), "ar", 5, 1, Sampler("greedy")).counted()
+        == "5 test histories of 3 users"
+    )
     split = LeaveOneOut(np.array([1, 2, 3, 4, 5, 6, 7, 2, 3, 4, 8, 9, 5, 6, 7]), np.array([0, 7, 11, 15]), 9)
     assert generate(NextItem(), split, "ar", 5, 1, Sampler("greedy")).counted() == "3 test users"
     one = LeaveOneOut(np.array([1, 2, 3]), np.array([0, 3]), 9)
@@ -364,16 +435,40 @@ def test_generate_cli_says_histories_under_split_targets_every(tmp_path, capsys)
         lines += [f"{user},{(user + day) % 7 + 1},4,{978307200 + 86400 * day}" for day in range(6)]
     (tmp_path / "ratings.csv").write_text("\n".join(lines) + "\n")
     prepare_dataset("daily", sources=[tmp_path / "ratings.csv"], fmt="ml-csv", root=tmp_path / "data")
-    cfg = load_config(None, ["model.hidden_size=8", "train.max_epochs=1", "data.split=temporal",
-                             "data.split_dates=[2001-01-04,2001-01-05]", "data.split_targets=every",
-                             "eval.ks=[1]", "train.monitor=ndcg@1", "train.threads=1"])
+    cfg = load_config(
+        None,
+        [
+            "model.hidden_size=8",
+            "train.max_epochs=1",
+            "data.split=temporal",
+            "data.split_dates=[2001-01-04,2001-01-05]",
+            "data.split_targets=every",
+            "eval.ks=[1]",
+            "train.monitor=ndcg@1",
+            "train.threads=1",
+        ],
+    )
     cfg.dataset = "daily"
     run_trial(cfg, checkpoint_path=tmp_path / "best.pt", progress=False, data_root=tmp_path / "data")
-    assert main(["generate", "--checkpoint", str(tmp_path / "best.pt"), "--steps", "2", "--quiet",
-                 "--data-dir", str(tmp_path / "data")]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--checkpoint",
+                str(tmp_path / "best.pt"),
+                "--steps",
+                "2",
+                "--quiet",
+                "--data-dir",
+                str(tmp_path / "data"),
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.startswith(
         "AR daily (temporal split), greedy rollouts of 2 steps for 8 test histories of 4 users (1.50 true future "
-        "items each; the users_* and *_per_user figures count histories):\n")
+        "items each; the users_* and *_per_user figures count histories):\n"
+    )
     with pytest.raises(SystemExit):
         main(["generate", "--help"])
     assert "a seeded sample of this many test histories" in " ".join(capsys.readouterr().out.split())
@@ -386,9 +481,12 @@ def test_exclude_suggestions_are_never_refused_themselves():
     from modsar.evaluation.rollouts import generate
 
     one = LeaveOneOut(np.array([1, 1, 1, 1]), np.array([0, 4]), 1)
-    with pytest.raises(ModsarError, match=r"^--steps 5 is more than a rollout can take with --exclude rollout: it "
-                       r"never picks an item twice, and the catalogue has 1 item; use --steps 1 or fewer, or "
-                       r"--exclude none$"):
+    with pytest.raises(
+        ModsarError,
+        match=r"^--steps 5 is more than a rollout can take with --exclude rollout: it "
+        r"never picks an item twice, and the catalogue has 1 item; use --steps 1 or fewer, or "
+        r"--exclude none$",
+    ):
         generate(NextItem(), one, "ar", 5, 5, Sampler("greedy"), "rollout")
     with pytest.raises(ModsarError, match=r"^--exclude history leaves user 1 nothing to pick"):
         generate(NextItem(), one, "ar", 5, 5, Sampler("greedy"), "history")

@@ -17,8 +17,14 @@ BACKBONES = ["albert", "llama", "hf:bert", "hf:gpt2", "transfo_xl", "hf:roberta"
 
 def make(backbone: str, task: str, **model) -> HFBackbone:
     torch.manual_seed(0)
-    defaults = {"hidden_size": 16, "num_layers": 2, "num_heads": 2, "dropout": 0.0, "attn_dropout": 0.0,
-                "activation": "relu" if backbone == "transfo_xl" else "gelu"}
+    defaults = {
+        "hidden_size": 16,
+        "num_layers": 2,
+        "num_heads": 2,
+        "dropout": 0.0,
+        "attn_dropout": 0.0,
+        "activation": "relu" if backbone == "transfo_xl" else "gelu",
+    }
     cfg = Config.from_dict({"task": task, "model": {**defaults, "backbone": backbone, **model}})
     return HFBackbone(cfg.model, N_ITEMS, 4, MAX_LEN, task).eval()
 
@@ -35,10 +41,10 @@ def test_ar_never_sees_the_future(backbone):
     base = model(x)
     for t in range(3, 8):
         changed = x.clone()
-        changed[:, t + 1:] = changed[:, t + 1:] % N_ITEMS + 1
+        changed[:, t + 1 :] = changed[:, t + 1 :] % N_ITEMS + 1
         out = model(changed)
         torch.testing.assert_close(out[:, : t + 1], base[:, : t + 1], rtol=0, atol=1e-5)
-        assert (out[:, t + 1:] - base[:, t + 1:]).abs().max() > 1e-4
+        assert (out[:, t + 1 :] - base[:, t + 1 :]).abs().max() > 1e-4
 
 
 @pytest.mark.parametrize("backbone", BACKBONES)
@@ -94,12 +100,15 @@ def test_llama_attention_dropout_is_real():
     torch.testing.assert_close(model(x), model(x))
 
 
-@pytest.mark.parametrize("override,message", [
-    ("model.dropout=0.2", "llama has no hidden/embedding dropout"),
-    ("model.norm=post", "llama is pre-norm by design"),
-    ("model.positional=learned", "llama uses rope positions"),
-    ("model.local_heads=1", "exists only in the modular backbone"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("model.dropout=0.2", "llama has no hidden/embedding dropout"),
+        ("model.norm=post", "llama is pre-norm by design"),
+        ("model.positional=learned", "llama uses rope positions"),
+        ("model.local_heads=1", "exists only in the modular backbone"),
+    ],
+)
 def test_knobs_llama_does_not_have_are_refused(override, message):
     with pytest.raises(ModsarError, match=message):
         load_config(None, ["model.backbone=llama", "model.dropout=0", override])
@@ -107,7 +116,10 @@ def test_knobs_llama_does_not_have_are_refused(override, message):
 
 def test_generic_backbone_maps_the_fields_it_finds():
     model = make("hf:roberta", "ar", dropout=0.3, attn_dropout=0.1)
-    assert model.model.config.hidden_dropout_prob == 0.3 and model.model.config.attention_probs_dropout_prob == 0.1
+    assert (
+        model.model.config.hidden_dropout_prob == 0.3
+        and model.model.config.attention_probs_dropout_prob == 0.1
+    )
     with pytest.raises(ModsarError, match="hf:mamba has no hidden/embedding dropout"):
         load_config(None, ["model.backbone=hf:mamba", "model.dropout=0.1", "model.attn_dropout=0"])
 
@@ -146,8 +158,9 @@ def test_residual_scaling_matches_the_sublayer_written_out():
         with residual_scale(bert, alpha):
             out = attention(h)
         context = attention.self(h)
-        written = attention.output.LayerNorm(alpha * h + attention.output.dense(
-            context[0] if isinstance(context, tuple) else context))
+        written = attention.output.LayerNorm(
+            alpha * h + attention.output.dense(context[0] if isinstance(context, tuple) else context)
+        )
     torch.testing.assert_close(out[0] if isinstance(out, tuple) else out, written, rtol=0, atol=1e-5)
 
     llama = make("llama", "ar")
@@ -156,8 +169,12 @@ def test_residual_scaling_matches_the_sublayer_written_out():
     with torch.no_grad():
         with residual_scale(llama, alpha):
             out = layer(h, attention_mask=None, position_embeddings=rotary)
-        z = alpha * h + layer.self_attn(hidden_states=layer.input_layernorm(h), position_embeddings=rotary,
-                                        attention_mask=None)[0]
+        z = (
+            alpha * h
+            + layer.self_attn(
+                hidden_states=layer.input_layernorm(h), position_embeddings=rotary, attention_mask=None
+            )[0]
+        )
         written = z + layer.mlp(layer.post_attention_layernorm(z))
     torch.testing.assert_close(out[0] if isinstance(out, tuple) else out, written, rtol=0, atol=1e-5)
 

@@ -32,9 +32,13 @@ def ram_16gib(monkeypatch):
 
 @pytest.mark.parametrize("value", ["1.0", "1.5", "-0.1"])
 def test_adam_beta2_outside_its_range_is_refused(value):
-    with pytest.raises(ModsarError, match=re.escape(
+    with pytest.raises(
+        ModsarError,
+        match=re.escape(
             "config: 'train.beta2' (Adam's second-moment decay) must be in [0, 1), e.g. 0.999 or SASRec's "
-            f"0.98; got {float(value)}")):
+            f"0.98; got {float(value)}"
+        ),
+    ):
         load_config(None, [f"train.beta2={value}"])
     assert load_config(None, ["train.beta2=0.0"]).train.beta2 == 0.0  # torch accepts 0: RMSprop-like
 
@@ -72,7 +76,10 @@ def test_profile_measures_gaps_only_up_to_the_longest_sequence(capsys):
     # --max-gap 10,000,000 computed ten million empty gaps (50 s, then MemoryError); a budget of 12 symbols
     # keeps the first 12 of synthetic's first sequence, so no two symbols are more than 11 apart
     assert np.diff(Corpus.of_dataset(load_dataset("synthetic")).truncated(12).offsets).tolist() == [12]
-    assert main(["data", "profile", "synthetic", "--budget", "12", "--json", "--quiet", "--max-gap", "10000000"]) == 0
+    assert (
+        main(["data", "profile", "synthetic", "--budget", "12", "--json", "--quiet", "--max-gap", "10000000"])
+        == 0
+    )
     printed = json.loads(capsys.readouterr().out)
     assert [gap for gap, _ in printed["mi_decay"]] == list(range(1, 12))
 
@@ -101,7 +108,9 @@ def test_estimates_by_hand():
     cfg = load_config(None, ["loss.fused=false", "model.user_fusion=concat"])
     assert memory.item_width(cfg) == 32  # SSE-PT's user vector takes half of d
     assert memory.training_needs(cfg, 300, positions=128)[0].bytes == 8 * 128 * 300  # logits + log-softmax
-    assert memory.training_needs(Config(), 300, positions=128) == []  # the fused CE: a chunk of logits at a time
+    assert (
+        memory.training_needs(Config(), 300, positions=128) == []
+    )  # the fused CE: a chunk of logits at a time
     assert memory.loo_training_rows({"num_users": 10, "min_length": 4}) == 10
     # 10 users, 40 interactions, at most 12 each: users of 3 or fewer hold <= 30, so >= ceil(10 / 9) = 2 rows
     sizes = {"num_users": 10, "min_length": 2, "max_length": 12, "interactions": 40}
@@ -115,7 +124,9 @@ def test_batch_positions_count_every_labelled_position_of_an_average_batch():
     def positions(*overrides):
         return memory.batch_positions(load_config(None, ["data.batch_size=2", *overrides]), split, 4)
 
-    assert positions() == 5  # AR labels min(length - 1, 4): 2 + 4 + 4 = 10 in at most 3 // 2 + 1 token batches
+    assert (
+        positions() == 5
+    )  # AR labels min(length - 1, 4): 2 + 4 + 4 = 10 in at most 3 // 2 + 1 token batches
     assert positions("data.batching=random") == positions("data.batching=length") == 5  # ceil(3 / 2) batches
     assert positions("task=ae") == 1  # windows of 3, 5, 5 with round(0.2 x length) >= 1 masks: 3 in 2 batches
     assert positions("data.padding_free=false") == 2 * 4  # dense: every position of 2 rows, 4 wide
@@ -129,9 +140,18 @@ def test_the_estimate_never_exceeds_the_largest_batch_trained():
     for overrides in ([], ["data.batching=random"], ["task=ae"], ["data.padding_free=false"]):
         cfg = load_config(None, overrides)
         split = make_split(cfg, load_dataset("synthetic"))
-        batches = TrainBatches(split, cfg.task, 30, cfg.data.batch_size, cfg.mask_prob, cfg.data.padding_free,
-                               batching=cfg.data.batching)
-        largest = max(int((b.labels > 0).sum()) if cfg.data.padding_free else b.labels.numel() for b in batches)
+        batches = TrainBatches(
+            split,
+            cfg.task,
+            30,
+            cfg.data.batch_size,
+            cfg.mask_prob,
+            cfg.data.padding_free,
+            batching=cfg.data.batching,
+        )
+        largest = max(
+            int((b.labels > 0).sum()) if cfg.data.padding_free else b.labels.numel() for b in batches
+        )
         assert cfg.data.batch_size < memory.batch_positions(cfg, split, 30) <= largest, overrides
 
 
@@ -146,31 +166,46 @@ def test_a_sane_config_passes_and_the_counts_come_from_the_split(ram_16gib):
     assert "(1,000 rollouts x 10 x 10 steps)" in needs["eval.generate_steps"].what  # one per test user
 
 
-@pytest.mark.parametrize("override,message", [
-    ("loss.num_negatives=100000000", "config: 'loss.num_negatives=100000000' needs at least 44.8 TiB for "
-     "each position's negatives and their item vectors (1,864 positions x 100,000,000 negatives x 64 floats), "
-     "more than this machine's 16.0 GiB of RAM; use fewer loss.num_negatives or a smaller data.batch_size "
-     "(or loss.name=sampled_ce, whose negatives the batch shares)"),
-    ("eval.generate_steps=100000", "config: 'eval.generate_steps=100000' needs at least 9.1 TiB for the "
-     "rollouts and their comparison with the true future (1,000 rollouts x 100,000 x 100,000 steps), more "
-     "than this machine's 16.0 GiB of RAM; use fewer eval.generate_steps"),
-    # d = 16384, FFN 4d: 2 layers of qkv 3d^2 + 3d, proj d^2 + d, FFN 8d^2 + 5d, two norms 4d; 302 item and
-    # 31 position vectors (max_len 30): 6,448,332,800 parameters, 16 bytes each
-    ("model.hidden_size=16384", "config: the model (modular, model.hidden_size=16384, model.num_layers=2) "
-     "needs at least 96.1 GiB for its 6,448,332,800 parameters with their gradients and Adam's two moments, "
-     "more than this machine's 16.0 GiB of RAM; use a smaller model.hidden_size, model.ffn_size, "
-     "model.num_layers or data.max_len"),
-])
-def test_train_refuses_sizes_that_cannot_fit_before_building_or_training(tmp_path, monkeypatch, capsys,
-                                                                        ram_16gib, override, message):
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        (
+            "loss.num_negatives=100000000",
+            "config: 'loss.num_negatives=100000000' needs at least 44.8 TiB for "
+            "each position's negatives and their item vectors (1,864 positions x 100,000,000 negatives x 64 floats), "
+            "more than this machine's 16.0 GiB of RAM; use fewer loss.num_negatives or a smaller data.batch_size "
+            "(or loss.name=sampled_ce, whose negatives the batch shares)",
+        ),
+        (
+            "eval.generate_steps=100000",
+            "config: 'eval.generate_steps=100000' needs at least 9.1 TiB for the "
+            "rollouts and their comparison with the true future (1,000 rollouts x 100,000 x 100,000 steps), more "
+            "than this machine's 16.0 GiB of RAM; use fewer eval.generate_steps",
+        ),
+        # d = 16384, FFN 4d: 2 layers of qkv 3d^2 + 3d, proj d^2 + d, FFN 8d^2 + 5d, two norms 4d; 302 item and
+        # 31 position vectors (max_len 30): 6,448,332,800 parameters, 16 bytes each
+        (
+            "model.hidden_size=16384",
+            "config: the model (modular, model.hidden_size=16384, model.num_layers=2) "
+            "needs at least 96.1 GiB for its 6,448,332,800 parameters with their gradients and Adam's two moments, "
+            "more than this machine's 16.0 GiB of RAM; use a smaller model.hidden_size, model.ffn_size, "
+            "model.num_layers or data.max_len",
+        ),
+    ],
+)
+def test_train_refuses_sizes_that_cannot_fit_before_building_or_training(
+    tmp_path, monkeypatch, capsys, ram_16gib, override, message
+):
     def never(*args, **kwargs):
         raise AssertionError("the model was built or trained")
 
     monkeypatch.setattr("modsar.training.trainer.build_model", never)
     monkeypatch.setattr("modsar.training.trainer.train_epoch", never)
     results = tmp_path / "results"
-    assert main(["train", "--quiet", "--results", str(results), "train.device=cpu", "loss.name=bce",
-                 override]) == 2
+    assert (
+        main(["train", "--quiet", "--results", str(results), "train.device=cpu", "loss.name=bce", override])
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"modsar: error: {message}") and "\n" not in err
     assert not results.exists() or not any(results.rglob("*.parquet"))  # no row: nothing ran
@@ -178,26 +213,35 @@ def test_train_refuses_sizes_that_cannot_fit_before_building_or_training(tmp_pat
 
 def test_space_check_with_the_dataset_refuses_what_cannot_fit(tmp_path, capsys, ram_16gib):
     path = tmp_path / "s.yaml"
-    path.write_text("base: {train.device: cpu, loss.name: bce}\nparams:\n"
-                    "  eval.generate_steps: {grid: [0, 10, 100000]}\n"
-                    "  loss.num_negatives: {grid: [1, 100000000]}\n")
+    path.write_text(
+        "base: {train.device: cpu, loss.name: bce}\nparams:\n"
+        "  eval.generate_steps: {grid: [0, 10, 100000]}\n"
+        "  loss.num_negatives: {grid: [1, 100000000]}\n"
+    )
     assert main(["spaces", str(path), "--check", "--dataset", "synthetic"]) == 2
     err = capsys.readouterr().err
     assert "4 of 6 configurations are invalid on dataset synthetic" in err  # the manifest's 1,000 users count
     assert "loss.num_negatives=100000000: 'loss.num_negatives=100000000' needs at least 3.1 TiB" in err
-    assert ("eval.generate_steps=100000, loss.num_negatives=1: 'eval.generate_steps=100000' needs at least "
-            "9.1 TiB") in err
+    assert (
+        "eval.generate_steps=100000, loss.num_negatives=1: 'eval.generate_steps=100000' needs at least "
+        "9.1 TiB"
+    ) in err
 
 
-def test_generate_refuses_steps_that_cannot_fit_before_the_first_step(tmp_path, monkeypatch, capsys,
-                                                                      ram_16gib):
+def test_generate_refuses_steps_that_cannot_fit_before_the_first_step(
+    tmp_path, monkeypatch, capsys, ram_16gib
+):
     from modsar.training.trainer import build_model, save_checkpoint
 
     cfg = load_config(None, ["model.hidden_size=8", "model.num_layers=1"])
     data = load_dataset("synthetic")
     checkpoint = tmp_path / "m.pt"
-    save_checkpoint(checkpoint, build_model(cfg, data.num_items, data.num_users, 50), cfg,
-                    {"num_items": data.num_items, "num_users": data.num_users, "max_len": 50})
+    save_checkpoint(
+        checkpoint,
+        build_model(cfg, data.num_items, data.num_users, 50),
+        cfg,
+        {"num_items": data.num_items, "num_users": data.num_users, "max_len": 50},
+    )
 
     def never(*args, **kwargs):
         raise AssertionError("a rollout step ran")
@@ -207,7 +251,8 @@ def test_generate_refuses_steps_that_cannot_fit_before_the_first_step(tmp_path, 
     assert capsys.readouterr().err.strip() == (
         "modsar: error: --steps 100000 needs at least 931.5 GiB for the rollouts and their comparison with "
         "the true future (100 rollouts x 100,000 x 100,000 steps), more than this machine's 16.0 GiB of RAM; "
-        "use fewer --steps or --users")
+        "use fewer --steps or --users"
+    )
 
 
 def test_cuda_limits_are_the_gpu_memory(monkeypatch):
@@ -227,7 +272,8 @@ def test_cuda_limits_are_the_gpu_memory(monkeypatch):
     assert memory.problem([in_ram], "cuda") is None  # rollouts' numpy arrays: RAM, 1 TiB here
     assert memory.problem([on_gpu, in_ram], "cuda") == (
         "'loss.num_negatives=1' needs at least 100.0 GiB for x, more than this machine's 80.0 GiB of GPU "
-        "memory (cuda:0); fix")
+        "memory (cuda:0); fix"
+    )
     assert memory.problem([on_gpu], "cpu") is None
 
 
@@ -242,19 +288,39 @@ def test_sampled_negatives_with_nothing_left_to_draw_are_refused_before_training
         raise AssertionError("a model was built")
 
     monkeypatch.setattr(training, "build_model", no_model)
-    over = ["model.hidden_size=8", "train.max_epochs=1", "eval.sampled_negatives=1", "eval.ks=[1]",
-            "train.monitor=ndcg@1"]
-    two = StoredDataset("twoitems", np.ones(6, dtype=np.int64), np.array([1, 2, 1, 2, 1, 2]), 1, 2, {"max_len": 5})
-    with pytest.raises(ModsarError, match=re.escape(
+    over = [
+        "model.hidden_size=8",
+        "train.max_epochs=1",
+        "eval.sampled_negatives=1",
+        "eval.ks=[1]",
+        "train.monitor=ndcg@1",
+    ]
+    two = StoredDataset(
+        "twoitems", np.ones(6, dtype=np.int64), np.array([1, 2, 1, 2, 1, 2]), 1, 2, {"max_len": 5}
+    )
+    with pytest.raises(
+        ModsarError,
+        match=re.escape(
             "config: 'eval.sampled_negatives' draws each target's negatives from the items its user has not "
             "seen, and user 1's history before its validation target, with the target, holds all 2 items: there "
-            "is nothing to draw; use eval.sampled_negatives=0 (full ranking)")):
+            "is nothing to draw; use eval.sampled_negatives=0 (full ranking)"
+        ),
+    ):
         training.run_trial(load_config(None, over), two, progress=False)
     # user 1 always has item 3 left; user 2's test history 1 1 1 2 1 and its target 3 hold the catalogue
-    three = StoredDataset("threeitems", np.repeat([1, 2], 6), np.array([1, 2, 1, 2, 1, 2, 1, 1, 1, 2, 1, 3]), 2, 3,
-                          {"max_len": 5})
-    with pytest.raises(ModsarError, match=r"user 2's history before its test target, with the target, holds all "
-                       r"3 items"):
+    three = StoredDataset(
+        "threeitems",
+        np.repeat([1, 2], 6),
+        np.array([1, 2, 1, 2, 1, 2, 1, 1, 1, 2, 1, 3]),
+        2,
+        3,
+        {"max_len": 5},
+    )
+    with pytest.raises(
+        ModsarError,
+        match=r"user 2's history before its test target, with the target, holds all "
+        r"3 items",
+    ):
         training.run_trial(load_config(None, [*over, "eval.sampled_negatives=2"]), three, progress=False)
 
 

@@ -16,8 +16,9 @@ N_ITEMS, N_USERS, MAX_LEN, K = 40, 6, 12, 30
 
 def modular(ssept: bool) -> ModularSAR:
     torch.manual_seed(0)
-    cfg = ModelConfig(hidden_size=16, num_layers=2, dropout=0.0, attn_dropout=0.0,
-                      user_fusion="concat" if ssept else "none")
+    cfg = ModelConfig(
+        hidden_size=16, num_layers=2, dropout=0.0, attn_dropout=0.0, user_fusion="concat" if ssept else "none"
+    )
     model = ModularSAR(cfg, N_ITEMS, N_USERS, MAX_LEN, "ar").eval()
     with torch.no_grad():  # O(1) scores and user offsets, so a dropped term cannot hide under the tolerance
         model.item_emb.weight.normal_()
@@ -28,8 +29,15 @@ def modular(ssept: bool) -> ModularSAR:
 
 def hf(backbone: str) -> HFBackbone:
     torch.manual_seed(0)
-    model = {"backbone": backbone, "hidden_size": 16, "num_layers": 2, "num_heads": 2, "dropout": 0.0,
-             "attn_dropout": 0.0, "activation": "relu" if backbone == "transfo_xl" else "gelu"}
+    model = {
+        "backbone": backbone,
+        "hidden_size": 16,
+        "num_layers": 2,
+        "num_heads": 2,
+        "dropout": 0.0,
+        "attn_dropout": 0.0,
+        "activation": "relu" if backbone == "transfo_xl" else "gelu",
+    }
     cfg = Config.from_dict({"task": "ar", "model": model})
     return HFBackbone(cfg.model, N_ITEMS, N_USERS, MAX_LEN, "ar").eval()
 
@@ -73,12 +81,13 @@ def test_the_user_offset_is_in_the_shared_scores():
     """Guards the test above: with SSE-PT the offset is large enough that leaving it out would fail."""
     model = modular(True)
     h, u = flat_hidden(model)
-    item_only = (h[:, : model.item_dim] @ model.item_emb.weight[1:5].T)
+    item_only = h[:, : model.item_dim] @ model.item_emb.weight[1:5].T
     assert (model.score(h, u, torch.arange(1, 5)) - item_only).abs().max() > 0.1
 
 
-def hand_sampled_ce(model, hidden: torch.Tensor, labels: torch.Tensor, users: torch.Tensor,
-                    negatives: torch.Tensor) -> torch.Tensor:
+def hand_sampled_ce(
+    model, hidden: torch.Tensor, labels: torch.Tensor, users: torch.Tensor, negatives: torch.Tensor
+) -> torch.Tensor:
     """Mean over labelled positions of -log softmax(target) over [target] + the negatives that are not it."""
     item_dim = getattr(model, "item_dim", hidden.size(-1))
     losses = []
@@ -130,7 +139,14 @@ def test_sampled_ce_never_builds_a_positions_by_negatives_by_d_tensor(monkeypatc
             return out
 
     with Sizes():
-        training_loss(model, hidden, labels, users, LossConfig("sampled_ce", num_negatives=K), True,
-                      generator=torch.Generator().manual_seed(5))
+        training_loss(
+            model,
+            hidden,
+            labels,
+            users,
+            LossConfig("sampled_ce", num_negatives=K),
+            True,
+            generator=torch.Generator().manual_seed(5),
+        )
     assert largest and max(largest) <= max(positions * (K + 1), model.item_emb.weight.numel())
     assert positions * K * 16 > 2 * max(largest)  # the old path's tensor would have been far larger

@@ -20,9 +20,13 @@ from modsar.evaluation.ranking import (
 
 
 def test_rank_counts_ties_against_target():
-    scores = torch.tensor([[0.9, 0.5, 0.5, 0.1],    # target item 2 (0.5) ties with item 3 -> rank 1
-                           [0.3, 0.3, 0.3, 0.3],    # constant scores -> the target is ranked last
-                           [0.1, 0.2, 0.3, 0.4]])   # target item 4 is strictly best -> rank 0
+    scores = torch.tensor(
+        [
+            [0.9, 0.5, 0.5, 0.1],  # target item 2 (0.5) ties with item 3 -> rank 1
+            [0.3, 0.3, 0.3, 0.3],  # constant scores -> the target is ranked last
+            [0.1, 0.2, 0.3, 0.4],
+        ]
+    )  # target item 4 is strictly best -> rank 0
     ranks = ranks_from_scores(scores, torch.tensor([2, 1, 4]))
     assert ranks.tolist() == [2, 3, 0]
 
@@ -55,7 +59,9 @@ class FixedScorer:
 
 def test_constant_model_scores_near_zero():
     split = _split([[1, 2, 3, 4], [5, 6, 7, 8], [2, 4, 6, 8]], 20)
-    metrics = evaluate(FixedScorer([1.0] * 20), split, "test", EvalConfig(ks=[10]), "ar", 5, 2, torch.device("cpu"))
+    metrics = evaluate(
+        FixedScorer([1.0] * 20), split, "test", EvalConfig(ks=[10]), "ar", 5, 2, torch.device("cpu")
+    )
     assert metrics["ndcg@10"] == 0.0 and metrics["recall@10"] == 0.0
 
 
@@ -65,7 +71,9 @@ def test_history_filter_removes_seen_items_but_not_the_target():
     scorer = FixedScorer([5.0, 4.0, 3.0, 2.0, 1.0])
     device = torch.device("cpu")
     plain = evaluate(scorer, split, "test", EvalConfig(ks=[1, 5], filter_seen="none"), "ar", 5, 8, device)
-    filtered = evaluate(scorer, split, "test", EvalConfig(ks=[1, 5], filter_seen="history"), "ar", 5, 8, device)
+    filtered = evaluate(
+        scorer, split, "test", EvalConfig(ks=[1, 5], filter_seen="history"), "ar", 5, 8, device
+    )
     assert plain["mrr@5"] == pytest.approx(1 / 4)  # rank 3 behind the three seen items
     assert filtered["recall@1"] == 1.0  # seen items removed -> the target is first
     # The validation target (3) has history [1, 2]: after filtering only items 4, 5 compete, both below it.
@@ -76,7 +84,9 @@ def test_history_filter_removes_seen_items_but_not_the_target():
 def test_repeated_target_stays_rankable_under_filter():
     split = _split([[2, 1, 3, 2]], 4)  # test target 2 also appears in the history
     scorer = FixedScorer([1.0, 4.0, 3.0, 2.0])
-    m = evaluate(scorer, split, "test", EvalConfig(ks=[1], filter_seen="history"), "ar", 5, 8, torch.device("cpu"))
+    m = evaluate(
+        scorer, split, "test", EvalConfig(ks=[1], filter_seen="history"), "ar", 5, 8, torch.device("cpu")
+    )
     assert m["recall@1"] == 1.0
 
 
@@ -108,11 +118,15 @@ NAN, INF = float("nan"), float("inf")
 
 
 def test_non_finite_target_gets_the_worst_rank_and_nan_candidates_rank_last():
-    scores = torch.tensor([[NAN, NAN, NAN, NAN],   # NaN target -> worst rank (3), never 0 or -1
-                           [0.1, NAN, 0.5, 0.2],   # NaN candidate is below the finite target: rank 1
-                           [INF, 1.0, 2.0, 3.0],   # +inf candidate ahead of target 2 (1.0): rank 3
-                           [1.0, INF, 0.0, 0.0],   # +inf target -> worst rank, not best
-                           [-INF, 0.0, 1.0, 2.0]])  # -inf target -> worst
+    scores = torch.tensor(
+        [
+            [NAN, NAN, NAN, NAN],  # NaN target -> worst rank (3), never 0 or -1
+            [0.1, NAN, 0.5, 0.2],  # NaN candidate is below the finite target: rank 1
+            [INF, 1.0, 2.0, 3.0],  # +inf candidate ahead of target 2 (1.0): rank 3
+            [1.0, INF, 0.0, 0.0],  # +inf target -> worst rank, not best
+            [-INF, 0.0, 1.0, 2.0],
+        ]
+    )  # -inf target -> worst
     ranks = ranks_from_scores(scores, torch.tensor([1, 4, 2, 2, 1]))
     assert ranks.tolist() == [3, 1, 3, 3, 3]
 
@@ -133,8 +147,16 @@ def test_worst_rank_under_history_filter_counts_only_candidates():
     from modsar.evaluation.ranking import target_ranks
 
     split = _split([[1, 2, 3, 4]], 6)  # test target 4; items 1-3 filtered -> candidates 4, 5, 6
-    ranks = target_ranks(FixedScorer([0.0, 0.0, 0.0, NAN, 1.0, 2.0]), split, "test",
-                         EvalConfig(filter_seen="history"), "ar", 5, 8, torch.device("cpu"))
+    ranks = target_ranks(
+        FixedScorer([0.0, 0.0, 0.0, NAN, 1.0, 2.0]),
+        split,
+        "test",
+        EvalConfig(filter_seen="history"),
+        "ar",
+        5,
+        8,
+        torch.device("cpu"),
+    )
     assert ranks.tolist() == [2]
 
 
@@ -142,8 +164,9 @@ class _UserTable:
     """Scores that depend only on the user (a fixed random row per user id), whatever order they come in."""
 
     def __init__(self, num_users: int, num_items: int) -> None:
-        self.table = torch.from_numpy(np.random.default_rng(5).integers(0, 6, (num_users + 1, num_items)).astype(
-            np.float32))  # few distinct values: many ties
+        self.table = torch.from_numpy(
+            np.random.default_rng(5).integers(0, 6, (num_users + 1, num_items)).astype(np.float32)
+        )  # few distinct values: many ties
 
     def __call__(self, inputs: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
         return self.table[users]
@@ -160,14 +183,17 @@ def test_ranks_in_user_order_match_a_brute_force_count(batch_size):
     n_items, lengths = 9, rng.integers(3, 25, size=23)
     split = _split([list(rng.integers(1, n_items + 1, size=n)) for n in lengths], n_items)
     scorer = _UserTable(len(lengths), n_items)
-    ranks = target_ranks(scorer, split, "test", EvalConfig(filter_seen="history"), "ar", 6, batch_size,
-                         torch.device("cpu"))
+    ranks = target_ranks(
+        scorer, split, "test", EvalConfig(filter_seen="history"), "ar", 6, batch_size, torch.device("cpu")
+    )
     users, end, targets = split.targets("test")
     want = []
     for u, e, t in zip(users, end, targets, strict=True):
-        seen = set(split.items[split.starts[u]:e].tolist()) - {int(t)}
+        seen = set(split.items[split.starts[u] : e].tolist()) - {int(t)}
         row = scorer.table[u + 1]
-        want.append(sum(1 for i in range(1, n_items + 1) if i not in seen and i != t and row[i - 1] >= row[t - 1]))
+        want.append(
+            sum(1 for i in range(1, n_items + 1) if i not in seen and i != t and row[i - 1] >= row[t - 1])
+        )
     assert ranks.tolist() == want
 
 

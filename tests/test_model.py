@@ -37,14 +37,21 @@ VARIANTS = {
     "time-gap": {"time_bias": "gap", "num_heads": 2},
     "time-gap-target-aligned": {"time_bias": "gap", "positional": "target_aligned", "num_heads": 2},
     "time-session-user-token": {"time_bias": "session", "session_gap": 600.0, "user_fusion": "token"},
-    "bert4rec-table4": {"norm": "post", "embedding_norm": True, "scale_embedding": False, "head": "bert4rec",
-                        "positions_from": "start"},
+    "bert4rec-table4": {
+        "norm": "post",
+        "embedding_norm": True,
+        "scale_embedding": False,
+        "head": "bert4rec",
+        "positions_from": "start",
+    },
 }
 
 
 def make(task: str, **overrides) -> ModularSAR:
     torch.manual_seed(0)
-    cfg = ModelConfig(**{"hidden_size": 16, "num_layers": 2, "dropout": 0.0, "attn_dropout": 0.0, **overrides})
+    cfg = ModelConfig(
+        **{"hidden_size": 16, "num_layers": 2, "dropout": 0.0, "attn_dropout": 0.0, **overrides}
+    )
     model = ModularSAR(cfg, N_ITEMS, N_USERS, MAX_LEN, task).eval()
     for table in model.time_tables or []:  # trained-looking biases: zero ones would make every check trivial
         torch.nn.init.normal_(table.weight, std=2.0)  # type: ignore[union-attr]
@@ -59,7 +66,9 @@ def clock(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x > 0, times - times[:, -1:], 0.0)
 
 
-def run(model: ModularSAR, x: torch.Tensor, users: torch.Tensor, times: torch.Tensor | None = None) -> torch.Tensor:
+def run(
+    model: ModularSAR, x: torch.Tensor, users: torch.Tensor, times: torch.Tensor | None = None
+) -> torch.Tensor:
     """The model's states; time_bias variants read `times` (default: clock(x))."""
     return model(x, users, times=clock(x) if times is None else times) if model.timed else model(x, users)
 
@@ -79,10 +88,10 @@ def test_ar_future_leak(variant):
     base = run(model, x, users)
     for t in range(3, x.size(1) - 1):
         changed = x.clone()
-        changed[:, t + 1:] = (changed[:, t + 1:] % N_ITEMS) + 1
+        changed[:, t + 1 :] = (changed[:, t + 1 :] % N_ITEMS) + 1
         out = run(model, changed, users)
         torch.testing.assert_close(out[:, : t + 1], base[:, : t + 1], rtol=0, atol=1e-6)
-        assert not torch.allclose(out[:, t + 1:], base[:, t + 1:])
+        assert not torch.allclose(out[:, t + 1 :], base[:, t + 1 :])
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -105,8 +114,9 @@ def test_padding_invariance(task, variant):
     x, users = batch(T=8)
     padded = torch.cat([torch.zeros(3, 4, dtype=torch.long), x], dim=1)
     times = torch.cat([torch.zeros(3, 4), clock(x)], dim=1)
-    torch.testing.assert_close(run(model, padded, users, times)[:, 4:][x > 0], run(model, x, users)[x > 0],
-                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        run(model, padded, users, times)[:, 4:][x > 0], run(model, x, users)[x > 0], rtol=0, atol=1e-5
+    )
 
 
 def test_local_window_heads_see_only_their_window():
@@ -147,8 +157,13 @@ def test_bert4rec_head_scores_by_hand():
     with torch.no_grad():
         model.head.item_bias.copy_(torch.randn(N_ITEMS + 2))
     h = torch.randn(3, 16)
-    t = torch.nn.functional.layer_norm(torch.nn.functional.gelu(h @ model.head.dense.weight.T + model.head.dense.bias),
-                                       (16,), model.head.norm.weight, model.head.norm.bias, eps=1e-12)
+    t = torch.nn.functional.layer_norm(
+        torch.nn.functional.gelu(h @ model.head.dense.weight.T + model.head.dense.bias),
+        (16,),
+        model.head.norm.weight,
+        model.head.norm.bias,
+        eps=1e-12,
+    )
     expected = t @ model.item_emb.weight[1 : N_ITEMS + 1].T + model.head.item_bias[1 : N_ITEMS + 1]
     torch.testing.assert_close(model.score(h), expected)
     items = torch.tensor([3, 7, 40])

@@ -39,7 +39,9 @@ AR_MODELS = {
 
 def make(cls, task: str, **overrides):
     torch.manual_seed(0)
-    cfg = ModelConfig(**{"hidden_size": 16, "num_layers": 2, "dropout": 0.0, "attn_dropout": 0.0, **overrides})
+    cfg = ModelConfig(
+        **{"hidden_size": 16, "num_layers": 2, "dropout": 0.0, "attn_dropout": 0.0, **overrides}
+    )
     return cls(cfg, N_ITEMS, N_USERS, MAX_LEN, task).eval()
 
 
@@ -58,18 +60,25 @@ def test_ar_future_leak(name):
     base = model(x, users)
     for t in range(3, x.size(1) - 1):
         changed = x.clone()
-        changed[:, t + 1:] = (changed[:, t + 1:] % N_ITEMS) + 1
+        changed[:, t + 1 :] = (changed[:, t + 1 :] % N_ITEMS) + 1
         out = model(changed, users)
         torch.testing.assert_close(out[:, : t + 1], base[:, : t + 1], rtol=0, atol=1e-6)
-        assert not torch.allclose(out[:, t + 1:], base[:, t + 1:])
+        assert not torch.allclose(out[:, t + 1 :], base[:, t + 1 :])
 
 
-@pytest.mark.parametrize("name, overrides, consistent", [
-    ("gru4rec", {}, True),
-    ("duorec", {"positions_from": "start"}, True),
-    ("bsarec", {"positions_from": "start"}, True),
-    ("bsarec", {"positions_from": "end"}, False),  # the official positions: a prefix's slots move as items follow
-])
+@pytest.mark.parametrize(
+    "name, overrides, consistent",
+    [
+        ("gru4rec", {}, True),
+        ("duorec", {"positions_from": "start"}, True),
+        ("bsarec", {"positions_from": "start"}, True),
+        (
+            "bsarec",
+            {"positions_from": "end"},
+            False,
+        ),  # the official positions: a prefix's slots move as items follow
+    ],
+)
 def test_ar_state_is_a_function_of_the_prefix(name, overrides, consistent):
     """The state at t inside a sequence equals the last state of the prefix x_0..x_t encoded alone, exactly when
     positions count from the first item (or there are none); BSARec's official end-aligned positions do not."""
@@ -86,7 +95,9 @@ def test_ar_state_is_a_function_of_the_prefix(name, overrides, consistent):
         assert min(gaps) > 1e-2
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here: the zoo's CUDA check needs one")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device here: the zoo's CUDA check needs one"
+)
 def test_the_zoo_on_cuda_matches_cpu():
     """On CUDA, every AR variant and BSARec-AE: the same outputs as on CPU, no future leak under AR, and a finite
     training step with its own loss (DuoRec's regulariser, gBCE for the others) in float32, and with bf16
@@ -100,21 +111,35 @@ def test_the_zoo_on_cuda_matches_cpu():
         expected = model(x, users)
         model = model.cuda()
         got = model(x.cuda(), users.cuda())
-        torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-4, msg=f"{name}: CUDA differs from CPU")
+        torch.testing.assert_close(
+            got.cpu(), expected, rtol=1e-4, atol=1e-4, msg=f"{name}: CUDA differs from CPU"
+        )
         if task == "ar":
             changed = x.clone().cuda()
             changed[:, 6:] = (changed[:, 6:] % N_ITEMS) + 1
             torch.testing.assert_close(model(changed, users.cuda())[:, :6], got[:, :6], rtol=0, atol=1e-5)
         backbone = name.split("-")[0]
         own = {"cl_views": "un"} if backbone == "duorec" else {"name": "gbce", "num_negatives": 4}
-        for precision, loss in (("fp32", own), ("bf16", own if backbone == "duorec" else {})):  # bf16: fused CE
-            cfg = Config.from_dict({"model": {"backbone": backbone, **overrides}, "task": task,
-                                    "train": {"precision": precision}, "loss": loss})
+        for precision, loss in (
+            ("fp32", own),
+            ("bf16", own if backbone == "duorec" else {}),
+        ):  # bf16: fused CE
+            cfg = Config.from_dict(
+                {
+                    "model": {"backbone": backbone, **overrides},
+                    "task": task,
+                    "train": {"precision": precision},
+                    "loss": loss,
+                }
+            )
             b = Batch(x[:, :-1], x[:, 1:] * (x[:, :-1] > 0), users).to(torch.device("cuda"))
             value = batch_loss(model.train(), b, cfg, per_batch=float((b.labels > 0).sum()))
             value.backward()
             assert torch.isfinite(value), (name, precision)
-            assert all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters()), (name, precision)
+            assert all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters()), (
+                name,
+                precision,
+            )
             model.zero_grad()
 
 
@@ -173,8 +198,9 @@ def test_bsarec_frequency_branch_by_formula():
     real = torch.tensor([[True] * 6, [False] * 2 + [True] * 4])
     signal = x * real[..., None]
     low = low_pass_matrix(MAX_LEN, 2, causal=True)[-6:, -6:] @ signal
-    expected = torch.nn.functional.layer_norm(x + low + branch.sqrt_beta ** 2 * (signal - low), (16,),
-                                              branch.norm.weight, branch.norm.bias, 1e-12)
+    expected = torch.nn.functional.layer_norm(
+        x + low + branch.sqrt_beta**2 * (signal - low), (16,), branch.norm.weight, branch.norm.bias, 1e-12
+    )
     torch.testing.assert_close(branch(x, real), expected)
 
 
@@ -184,28 +210,37 @@ def test_info_nce_by_hand():
     first = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     second = torch.tensor([[1.0, 0.0], [0.0, 2.0], [0.0, 1.0]])
     e = math.e
-    rows = [-math.log(e / (e + 2)),  # a1: partner b1 (1); negatives a2 (0), b2 (0)
-            -math.log(e**2 / (e**2 + 1 + e + 1 + e)),  # a2: partner b2 (2); a1 0, a3 1, b1 0, b3 1
-            -math.log(e / (e + e + e**2)),  # a3: partner b3 (1); a2 1, b2 2
-            -math.log(e / (e + 2)),  # b1: partner a1 (1); a2 0, b2 0
-            -math.log(e**2 / (e**2 + 1 + e**2 + 1 + e**2)),  # b2: partner a2 (2); a1 0, a3 2, b1 0, b3 2
-            -math.log(e / (e + e + e**2))]  # b3: partner a3 (1); a2 1, b2 2
+    rows = [
+        -math.log(e / (e + 2)),  # a1: partner b1 (1); negatives a2 (0), b2 (0)
+        -math.log(e**2 / (e**2 + 1 + e + 1 + e)),  # a2: partner b2 (2); a1 0, a3 1, b1 0, b3 1
+        -math.log(e / (e + e + e**2)),  # a3: partner b3 (1); a2 1, b2 2
+        -math.log(e / (e + 2)),  # b1: partner a1 (1); a2 0, b2 0
+        -math.log(e**2 / (e**2 + 1 + e**2 + 1 + e**2)),  # b2: partner a2 (2); a1 0, a3 2, b1 0, b3 2
+        -math.log(e / (e + e + e**2)),
+    ]  # b3: partner a3 (1); a2 1, b2 2
     got = info_nce(first, second, torch.tensor([5, 6, 5]), temperature=1.0)
     assert got.item() == pytest.approx(sum(rows) / 6, rel=1e-6)
     # temperature divides every similarity; cosine normalises first
     half = info_nce(first, second, torch.tensor([5, 6, 5]), temperature=2.0)
-    assert half.item() == pytest.approx(info_nce(first / 2 ** 0.5, second / 2 ** 0.5, torch.tensor([5, 6, 5]),
-                                                 1.0).item(), rel=1e-6)
+    assert half.item() == pytest.approx(
+        info_nce(first / 2**0.5, second / 2**0.5, torch.tensor([5, 6, 5]), 1.0).item(), rel=1e-6
+    )
     unit = info_nce(first, second, torch.tensor([5, 6, 5]), 1.0, "cos")
     normed = torch.nn.functional.normalize
-    assert unit.item() == pytest.approx(info_nce(normed(first, dim=-1), normed(second, dim=-1),
-                                                 torch.tensor([5, 6, 5]), 1.0).item(), rel=1e-6)
+    assert unit.item() == pytest.approx(
+        info_nce(normed(first, dim=-1), normed(second, dim=-1), torch.tensor([5, 6, 5]), 1.0).item(), rel=1e-6
+    )
 
 
 def duorec_batch() -> Batch:
     x, users = batch()
-    return Batch(x[:, :-1], x[:, 1:] * (x[:, :-1] > 0), users, partners=x[[2, 0, 1], :-2],
-                 partner_users=users[[2, 0, 1]])
+    return Batch(
+        x[:, :-1],
+        x[:, 1:] * (x[:, :-1] > 0),
+        users,
+        partners=x[[2, 0, 1], :-2],
+        partner_users=users[[2, 0, 1]],
+    )
 
 
 @pytest.mark.parametrize("views", ["un", "su", "us", "us_x"])
@@ -217,8 +252,12 @@ def test_duorec_regularizer_contrasts_the_named_views(views):
     cfg = LossConfig(cl_weight=0.3, cl_views=views, cl_temperature=0.5)
     plain, partner = hidden[:, -1], model(b.partners, b.partner_users)[:, -1]
     targets = b.labels[:, -1]
-    pairs = {"un": [(plain, plain)], "su": [(plain, partner)], "us": [(plain, plain), (plain, partner)],
-             "us_x": [(plain, partner)]}[views]
+    pairs = {
+        "un": [(plain, plain)],
+        "su": [(plain, partner)],
+        "us": [(plain, plain), (plain, partner)],
+        "us_x": [(plain, partner)],
+    }[views]
     expected = 0.3 * sum(info_nce(a, c, targets, 0.5) for a, c in pairs)
     torch.testing.assert_close(model.regularizer(b, hidden, cfg), expected)
     assert model.regularizer(b, hidden, LossConfig(cl_weight=0.0)) is None
@@ -231,8 +270,13 @@ def test_duorec_training_loss_is_ce_plus_lambda_info_nce():
 
     model = make(DuoRec, "ar")
     b = duorec_batch()
-    cfg = Config.from_dict({"model": {"backbone": "duorec"}, "task": "ar",
-                            "loss": {"cl_weight": 0.3, "cl_views": "su", "cl_temperature": 0.5}})
+    cfg = Config.from_dict(
+        {
+            "model": {"backbone": "duorec"},
+            "task": "ar",
+            "loss": {"cl_weight": 0.3, "cl_views": "su", "cl_temperature": 0.5},
+        }
+    )
     hidden = model(b.inputs, b.users)
     real = b.labels > 0
     ce = torch.nn.functional.cross_entropy(model.score(hidden[real]), b.labels[real] - 1)
@@ -307,12 +351,18 @@ def test_same_target_partners_of_prefix_samples():
         b = batches.make(np.arange(len(batches.users)))
         for row in range(len(b.users)):
             key = (int(b.users[row]), tuple(v for v in b.inputs[row].tolist() if v), int(b.labels[row, -1]))
-            seen.setdefault(key, set()).add((int(b.partner_users[row]), tuple(v for v in b.partners[row].tolist() if v)))
-    assert seen == {(1, (1,), 2): {(1, (1,))},  # nobody else has next item 2: its own prefix
-                    (1, (1, 2), 3): {(2, (7,)), (3, (2,))}, (2, (7,), 3): {(1, (1, 2)), (3, (2,))},
-                    (3, (2,), 3): {(1, (1, 2)), (2, (7,))},
-                    (1, (2, 3), 4): {(3, (2, 3))}, (3, (2, 3), 4): {(1, (2, 3))},
-                    (4, (5,), 12): {(4, (5,))}}
+            seen.setdefault(key, set()).add(
+                (int(b.partner_users[row]), tuple(v for v in b.partners[row].tolist() if v))
+            )
+    assert seen == {
+        (1, (1,), 2): {(1, (1,))},  # nobody else has next item 2: its own prefix
+        (1, (1, 2), 3): {(2, (7,)), (3, (2,))},
+        (2, (7,), 3): {(1, (1, 2)), (3, (2,))},
+        (3, (2,), 3): {(1, (1, 2)), (2, (7,))},
+        (1, (2, 3), 4): {(3, (2, 3))},
+        (3, (2, 3), 4): {(1, (2, 3))},
+        (4, (5,), 12): {(4, (5,))},
+    }
 
 
 def test_gbce_matches_its_formula_at_t0_and_t1():
@@ -332,14 +382,19 @@ def test_gbce_matches_its_formula_at_t0_and_t1():
         assert gbce_beta(k, N_ITEMS, t) == pytest.approx(beta)
         cfg = LossConfig(name="gbce", num_negatives=k, gbce_t=t)
         got = training_loss(model, hidden, labels, users, cfg, generator=torch.Generator().manual_seed(5))
-        per_position = (-beta * torch.log(torch.sigmoid(pos))
-                        - (torch.log(1 - torch.sigmoid(neg)) * valid).sum(1)) / (1 + k)
+        per_position = (
+            -beta * torch.log(torch.sigmoid(pos)) - (torch.log(1 - torch.sigmoid(neg)) * valid).sum(1)
+        ) / (1 + k)
         torch.testing.assert_close(got, per_position.mean())
-        if t == 0.0:  # BCE with logits over the 1 + k entries of a position (a negative that hit the target: 0)
+        if (
+            t == 0.0
+        ):  # BCE with logits over the 1 + k entries of a position (a negative that hit the target: 0)
             logits = torch.cat([pos[:, None], neg], 1)
             target = torch.cat([torch.ones(len(h), 1), torch.zeros(len(h), k)], 1)
             weight = torch.cat([torch.ones(len(h), 1), valid.float()], 1)
-            bce = torch.nn.functional.binary_cross_entropy_with_logits(logits, target, weight, reduction="none")
+            bce = torch.nn.functional.binary_cross_entropy_with_logits(
+                logits, target, weight, reduction="none"
+            )
             torch.testing.assert_close(got, bce.mean(1).mean())
 
 
@@ -351,13 +406,17 @@ def test_gbce_equals_gsasrecs_transformed_logit_form():
     k, n_items, t = 256, 3000, 0.75
     beta = gbce_beta(k, n_items, t)
     g = torch.Generator().manual_seed(0)
-    pos, neg = torch.randn(50, 1, generator=g, dtype=torch.float64) * 3, torch.randn(50, k, generator=g,
-                                                                                     dtype=torch.float64) * 3
+    pos, neg = (
+        torch.randn(50, 1, generator=g, dtype=torch.float64) * 3,
+        torch.randn(50, k, generator=g, dtype=torch.float64) * 3,
+    )
     transformed = torch.log(1.0 / (torch.sigmoid(pos).pow(-beta) - 1.0))
     logits = torch.cat([transformed, neg], 1)
     target = torch.cat([torch.ones(50, 1), torch.zeros(50, k)], 1).double()
     theirs = torch.nn.functional.binary_cross_entropy_with_logits(logits, target, reduction="none").mean(1)
-    ours = (beta * torch.nn.functional.softplus(-pos[:, 0]) + torch.nn.functional.softplus(neg).sum(1)) / (1 + k)
+    ours = (beta * torch.nn.functional.softplus(-pos[:, 0]) + torch.nn.functional.softplus(neg).sum(1)) / (
+        1 + k
+    )
     torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-12)
 
 
@@ -377,7 +436,12 @@ def test_registry_refuses_what_the_models_cannot_do():
     with pytest.raises(ModsarError, match="gbce_t"):
         load_config(None, ["loss.name=gbce", "loss.gbce_t=2"])
     for setting, owner in registry.OWNED_SETTINGS.items():  # another backbone's knob: refused, not ignored
-        value = {"loss.cl_views": "un", "loss.cl_similarity": "cos", "model.gru_size": "32", "model.bsa_cutoff": "5"}.get(setting, "0.5")
+        value = {
+            "loss.cl_views": "un",
+            "loss.cl_similarity": "cos",
+            "model.gru_size": "32",
+            "model.bsa_cutoff": "5",
+        }.get(setting, "0.5")
         with pytest.raises(ModsarError, match=rf"'{setting}=.*' is read by model.backbone={owner} only"):
             load_config(None, ["model.backbone=modular", f"{setting}={value}"])
         load_config(None, [f"model.backbone={owner}", "task=ar", f"{setting}={value}"])
@@ -408,23 +472,31 @@ def test_bsarec_attention_branch_decomposes_exactly(task):
         for captured in seen.values():
             captured.clear()
         with torch.no_grad(), scaled_skips(sites, alpha):
-            hooks = [s.container.register_forward_pre_hook(lambda m, a: seen["x"].append(a[0])) for s in sites]
-            hooks += [s.projection.register_forward_hook(lambda m, a, out: seen["proj"].append(out)) for s in sites]
-            hooks += [s.post_norm.register_forward_pre_hook(lambda m, a: seen["ln"].append(a[0])) for s in sites]
+            hooks = [
+                s.container.register_forward_pre_hook(lambda m, a: seen["x"].append(a[0])) for s in sites
+            ]
+            hooks += [
+                s.projection.register_forward_hook(lambda m, a, out: seen["proj"].append(out)) for s in sites
+            ]
+            hooks += [
+                s.post_norm.register_forward_pre_hook(lambda m, a: seen["ln"].append(a[0])) for s in sites
+            ]
             _, maps = model(inputs, need_weights=True)
             for hook in hooks:
                 hook.remove()
         for layer, (site, probs) in enumerate(zip(sites, maps, strict=True)):
             x, b_o = seen["x"][layer], site.b_o()
             c = contributions(site, x, probs, alpha)
-            torch.testing.assert_close(c["attn"].sum(2) + b_o - (1 - alpha) * x, seen["proj"][layer], rtol=0,
-                                       atol=1e-5)
+            torch.testing.assert_close(
+                c["attn"].sum(2) + b_o - (1 - alpha) * x, seen["proj"][layer], rtol=0, atol=1e-5
+            )
             z = c["res"].sum(2) + b_o
             torch.testing.assert_close(seen["ln"][layer], z, rtol=0, atol=1e-5)  # alpha x + Attn(x) + b_O
             ln = site.post_norm
             s = torch.sqrt(z.var(-1, unbiased=False) + ln.eps)[..., None]
-            torch.testing.assert_close(c["ln"].sum(2) + ln.weight * (b_o - b_o.mean()) / s + ln.bias, ln(z),
-                                       rtol=0, atol=1e-4)
+            torch.testing.assert_close(
+                c["ln"].sum(2) + ln.weight * (b_o - b_o.mean()) / s + ln.bias, ln(z), rtol=0, atol=1e-4
+            )
 
 
 @pytest.fixture(scope="module")
@@ -437,10 +509,18 @@ def zoo_checkpoints(tmp_path_factory):
     paths = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MODSAR_DATA", str(root / "data"))
-        for name, extra in [("gru4rec", []), ("duorec", []), ("bsarec", ["loss.name=gbce", "loss.num_negatives=8"])]:
+        for name, extra in [
+            ("gru4rec", []),
+            ("duorec", []),
+            ("bsarec", ["loss.name=gbce", "loss.num_negatives=8"]),
+        ]:
             paths[name] = root / f"{name}.pt"  # BSARec trains on gBCE: the loss through the whole trainer
-            run_trial(load_config(None, [*common, f"model.backbone={name}", *extra]), checkpoint_path=paths[name],
-                      progress=False, evaluate_test=False)
+            run_trial(
+                load_config(None, [*common, f"model.backbone={name}", *extra]),
+                checkpoint_path=paths[name],
+                progress=False,
+                evaluate_test=False,
+            )
     return root / "data", paths
 
 
@@ -455,21 +535,29 @@ def test_diagnostics_on_the_zoo(zoo_checkpoints):
         analysis = run(paths[name], wanted, str(data), alphas=(0.5, 1.0))
         assert analysis.label == label
         got = set(analysis.table["diagnostic"])
-        value = {(q, a): v for q, a, v in zip(analysis.table["quantity"], analysis.table["alpha"],
-                                              analysis.table["value"], strict=True)}
+        value = {
+            (q, a): v
+            for q, a, v in zip(
+                analysis.table["quantity"], analysis.table["alpha"], analysis.table["value"], strict=True
+            )
+        }
         # R = miss at L and a hit at L-1, L-2 or L-3: at least each joint non-final share, at most their sum
-        share_r, nonfinal = value[("share of test users in R (miss at L, hit at L-1..3)", 1.0)], \
-            [value[(f"miss at L, hit at L-{o}", 1.0)] for o in (1, 2, 3)]
+        share_r, nonfinal = (
+            value[("share of test users in R (miss at L, hit at L-1..3)", 1.0)],
+            [value[(f"miss at L, hit at L-{o}", 1.0)] for o in (1, 2, 3)],
+        )
         assert max(nonfinal) <= share_r <= sum(nonfinal)
         if name == "gru4rec":
             assert got == {"hrli", "shuffle", "nonfinal", "recovery"}
             assert set(analysis.table.loc[analysis.table["diagnostic"] == "recovery", "quantity"]) == {
-                "share of test users in R (miss at L, hit at L-1..3)"}  # R only: there is no skip to scale
+                "share of test users in R (miss at L, hit at L-1..3)"
+            }  # R only: there is no skip to scale
             assert analysis.notes == [
                 f"{label}: mixing, residual-scaling not defined for recurrent models (gru4rec has no attention); "
                 "last-item reliance, shuffles and non-final predictions are",
                 f"{label}: recovery gives only its set R (misses at L that hit at L-1..3): Rec(alpha) scales the "
-                "layers' attention skip, and gru4rec has no attention skip"]
+                "layers' attention skip, and gru4rec has no attention skip",
+            ]
         else:
             assert got == set(wanted) and not analysis.notes
             assert max(nonfinal) < share_r < sum(nonfinal)  # the three sets overlap only in part
@@ -481,14 +569,25 @@ def test_cli_puts_the_models_side_by_side(zoo_checkpoints, tmp_path, capsys):
     from modsar.cli import main
 
     data, paths = zoo_checkpoints
-    args = ["analyze", "--diagnostic", "hrli,mixing", "--data-dir", str(data), "--out", str(tmp_path), "--quiet"]
+    args = [
+        "analyze",
+        "--diagnostic",
+        "hrli,mixing",
+        "--data-dir",
+        str(data),
+        "--out",
+        str(tmp_path),
+        "--quiet",
+    ]
     for name in ("gru4rec", "bsarec", "duorec"):
         args += ["--checkpoint", str(paths[name])]
     assert main(args) == 0
     text = capsys.readouterr().out
     assert (tmp_path / "last_item_reliance.png").stat().st_size > 0
     table_2 = text.split("Residual-dominance paper Table 2")[1].split("\n\n")[0].splitlines()
-    assert len(table_2) == 3 and table_2[2].startswith("DuoRec (synthetic)")  # SASRec absent, BSARec not in Table 2
+    assert len(table_2) == 3 and table_2[2].startswith(
+        "DuoRec (synthetic)"
+    )  # SASRec absent, BSARec not in Table 2
     reliance = text.split("Last-item reliance")[1].split("\n\n")[0]
     rows = [line.split()[0] for line in reliance.splitlines()[3:] if not line.startswith("Residual paper")]
     assert rows == ["GRU4Rec", "BSARec", "DuoRec"]  # as given on the command line (--experiment sorts)
@@ -499,14 +598,35 @@ def test_cli_puts_the_models_side_by_side(zoo_checkpoints, tmp_path, capsys):
     assert main(["analyze", "--from", str(tmp_path), "--out", str(tmp_path / "again"), "--quiet"]) == 0
     again = capsys.readouterr().out
     reliance_again = again.split("Last-item reliance")[1].split("\n\n")[0]
-    assert sorted(reliance_again.splitlines()) == sorted(reliance.splitlines())  # the same figures, to the digit
-    assert [line.split()[0] for line in reliance_again.splitlines()[3:] if not line.startswith("Residual")] == [
-        "DuoRec", "BSARec", "GRU4Rec"]  # the residual paper's order
+    assert sorted(reliance_again.splitlines()) == sorted(
+        reliance.splitlines()
+    )  # the same figures, to the digit
+    assert [
+        line.split()[0] for line in reliance_again.splitlines()[3:] if not line.startswith("Residual")
+    ] == ["DuoRec", "BSARec", "GRU4Rec"]  # the residual paper's order
     assert again.split("Residual-dominance paper Table 2")[1].split("\n\n")[0].splitlines() == table_2
     assert (tmp_path / "again" / "last_item_reliance.png").stat().st_size > 0
-    assert main(["analyze", "--from", str(tmp_path), "--checkpoint", str(paths["duorec"]), "--diagnostic", "hrli",
-                 "--data-dir", str(data), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                "--from",
+                str(tmp_path),
+                "--checkpoint",
+                str(paths["duorec"]),
+                "--diagnostic",
+                "hrli",
+                "--data-dir",
+                str(data),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     both = capsys.readouterr().out.split("Last-item reliance")[1].split("\n\n")[0]
     assert "DuoRec (" in both and both.count("DuoRec") == 2
     assert main(["analyze", "--from", str(tmp_path / "nosuch")]) == 2
-    assert "nosuch: no diagnostics.parquet; pass a folder written by `modsar analyze --out`" in capsys.readouterr().err
+    assert (
+        "nosuch: no diagnostics.parquet; pass a folder written by `modsar analyze --out`"
+        in capsys.readouterr().err
+    )

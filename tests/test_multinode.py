@@ -35,36 +35,74 @@ def cluster():
     (so two concurrent 1-CPU trials must land on different nodes). Torn down even when a test fails; the
     module's tests share it (a cluster takes ~10 s to start), each submitting jobs of its own."""
     marker = uuid.uuid4().hex
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "MODSAR_TEST_CLUSTER": marker,
-           "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}  # the job's `python` is this venv's
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "token",
+        "MODSAR_TEST_CLUSTER": marker,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+    }  # the job's `python` is this venv's
     subprocess.run([str(BIN / "ray"), "get-auth-token", "--generate"], env=env, capture_output=True)
     gcs, dashboard = free_port(), free_port()
     # Each node gets its own short temp dir (socket paths must stay < 108 bytes): two nodes sharing one
     # session folder on one machine also share runtime_resources, and one node's runtime-env GC deleted
     # the job's working_dir under the other's driver.
     temp, worker_temp = (tempfile.mkdtemp(prefix=p, dir="/tmp") for p in ("rt", "rw"))
-    head = ["--head", f"--port={gcs}", f"--dashboard-port={dashboard}", "--dashboard-host=127.0.0.1",
-            f"--temp-dir={temp}", f"--ray-client-server-port={free_port()}", '--resources={"node_head": 1}']
-    worker = [f"--address=127.0.0.1:{gcs}", f"--temp-dir={worker_temp}", '--resources={"node_worker": 1}',
-              f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-              f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"]
+    head = [
+        "--head",
+        f"--port={gcs}",
+        f"--dashboard-port={dashboard}",
+        "--dashboard-host=127.0.0.1",
+        f"--temp-dir={temp}",
+        f"--ray-client-server-port={free_port()}",
+        '--resources={"node_head": 1}',
+    ]
+    worker = [
+        f"--address=127.0.0.1:{gcs}",
+        f"--temp-dir={worker_temp}",
+        '--resources={"node_worker": 1}',
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--dashboard-agent-grpc-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
+    ]
     procs = []
     try:
         for args in (head, worker):
             # a small object store per node: two default ones (30% of RAM each) on one small machine made
             # the processes fail to map torch's libraries
-            procs.append(subprocess.Popen([str(BIN / "ray"), "start", "--block", "--num-cpus=1", "--num-gpus=0",
-                                           "--object-store-memory=200000000", "--disable-usage-stats", *args], env=env, start_new_session=True,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        str(BIN / "ray"),
+                        "start",
+                        "--block",
+                        "--num-cpus=1",
+                        "--num-gpus=0",
+                        "--object-store-memory=200000000",
+                        "--disable-usage-stats",
+                        *args,
+                    ],
+                    env=env,
+                    start_new_session=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
             deadline = time.time() + 90
             while time.time() < deadline:
-                status = subprocess.run([str(BIN / "ray"), "status", f"--address=127.0.0.1:{gcs}"], env=env,
-                                        capture_output=True, text=True)
+                status = subprocess.run(
+                    [str(BIN / "ray"), "status", f"--address=127.0.0.1:{gcs}"],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                )
                 if status.stdout.count(" node_") >= len(procs):
                     break
                 time.sleep(1)
             else:
-                pytest.fail(f"Ray node {len(procs)} did not join: {status.stdout[-500:]} {status.stderr[-500:]}")
+                pytest.fail(
+                    f"Ray node {len(procs)} did not join: {status.stdout[-500:]} {status.stderr[-500:]}"
+                )
         yield f"http://127.0.0.1:{dashboard}", env
     finally:
         deadline = time.time() + 30
@@ -102,14 +140,35 @@ def test_submit_search_to_two_node_cluster(cluster, tmp_path, monkeypatch, capsy
     shared = Path(tempfile.mkdtemp(prefix="mnshared", dir="/tmp"))
     data, results = shared / "datasets", shared / "results"
     assert main(["data", "prepare", "synthetic", "--data-dir", str(data)]) == 0
-    code = main(["submit", "--address", address, "--follow", "--env", f"MODSAR_DATA={data}", "--", "search", "--space",
-                 str(SPACE), "--dataset", "synthetic", "--results", str(results), "--experiment", "mn", "--quiet",
-                 # a reused actor on the head would take the trial staged for the worker's slower-starting actor
-                 # (CI, loaded, once ran all 12 on the head); a fresh actor per trial keeps each on its node
-                 "--fresh-actors"])
+    code = main(
+        [
+            "submit",
+            "--address",
+            address,
+            "--follow",
+            "--env",
+            f"MODSAR_DATA={data}",
+            "--",
+            "search",
+            "--space",
+            str(SPACE),
+            "--dataset",
+            "synthetic",
+            "--results",
+            str(results),
+            "--experiment",
+            "mn",
+            "--quiet",
+            # a reused actor on the head would take the trial staged for the worker's slower-starting actor
+            # (CI, loaded, once ran all 12 on the head); a fresh actor per trial keeps each on its node
+            "--fresh-actors",
+        ]
+    )
     captured = capsys.readouterr()
     out = captured.out
-    assert code == 0 and out.strip().splitlines()[-1].endswith("SUCCEEDED"), out[-2000:] + captured.err[-2000:]
+    assert code == 0 and out.strip().splitlines()[-1].endswith("SUCCEEDED"), (
+        out[-2000:] + captured.err[-2000:]
+    )
     rows = read_rows(str(results), "mn")
     assert len(rows) == 12 and rows["trial_id"].is_unique
     assert rows["node_id"].nunique() == 2  # trials ran on both nodes

@@ -53,25 +53,34 @@ def _draws_nothing(name: str, helper) -> None:
 
 
 def test_helpers_a_trial_calls_between_epochs_draw_nothing(tmp_path):
-    cfg = Config.from_dict({"dataset": "synthetic", "model": {"hidden_size": 16, "num_layers": 1},
-                            "eval": {"generate_steps": 3}})
+    cfg = Config.from_dict(
+        {"dataset": "synthetic", "model": {"hidden_size": 16, "num_layers": 1}, "eval": {"generate_steps": 3}}
+    )
     dataset = load_dataset("synthetic")
     split = make_split(cfg, dataset)
     model = build_model(cfg, dataset.num_items, dataset.num_users, 30).eval()
     _draws_nothing("the memory check", lambda: check_model(cfg, dataset.num_items, dataset.num_users, 30))
     flops.matmul_peak.cache_clear()  # the first measurement in a process is the one that drew
-    _draws_nothing("the matmul peak (MFU)", lambda: flops.utilisation(1e9, 1.0, torch.device("cpu"), torch.float32))
+    _draws_nothing(
+        "the matmul peak (MFU)", lambda: flops.utilisation(1e9, 1.0, torch.device("cpu"), torch.float32)
+    )
     full = Evaluator.of(split, cfg, 30, torch.device("cpu"))
     _draws_nothing("validation", lambda: full(model_scorer(model), "valid"))
     _draws_nothing("test", lambda: full(model_scorer(model), "test"))
     sampled_cfg = Config.from_dict({**cfg.stored(), "eval": {"sampled_negatives": 20}})
-    _draws_nothing("sampled evaluation",
-                   lambda: Evaluator.of(split, sampled_cfg, 30, torch.device("cpu"))(model_scorer(model), "valid"))
+    _draws_nothing(
+        "sampled evaluation",
+        lambda: Evaluator.of(split, sampled_cfg, 30, torch.device("cpu"))(model_scorer(model), "valid"),
+    )
     _draws_nothing("greedy rollouts", lambda: rollout_metrics(model, split, cfg, 30, torch.device("cpu")))
     from modsar.evaluation.rollouts import Sampler, generate
 
-    _draws_nothing("sampled rollouts", lambda: generate(model, split, "ar", 30, 3, Sampler("topk", top_k=5), "none",
-                                                        seed=1, device=torch.device("cpu")))
+    _draws_nothing(
+        "sampled rollouts",
+        lambda: generate(
+            model, split, "ar", 30, 3, Sampler("topk", top_k=5), "none", seed=1, device=torch.device("cpu")
+        ),
+    )
     meta = {"num_items": dataset.num_items, "num_users": dataset.num_users, "max_len": 30}
     _draws_nothing("checkpointing", lambda: save_checkpoint(tmp_path / "best.pt", model, cfg, meta))
     batches = TrainBatches(split, "ar", 30, 64, 0.2, True, 0.0, 0.0, seed=0)
@@ -81,15 +90,22 @@ def test_helpers_a_trial_calls_between_epochs_draw_nothing(tmp_path):
 
 def test_a_helper_that_draws_cannot_shift_training():
     """Even a callback that draws (a library inside tune.report, a logger) leaves the curve as it was."""
-    cfg = Config.from_dict({"dataset": "synthetic", "model": {"hidden_size": 16, "num_layers": 1, "dropout": 0.3},
-                            "train": {"max_epochs": 3, "threads": 1}})
+    cfg = Config.from_dict(
+        {
+            "dataset": "synthetic",
+            "model": {"hidden_size": 16, "num_layers": 1, "dropout": 0.3},
+            "train": {"max_epochs": 3, "threads": 1},
+        }
+    )
 
     def draw(*_args) -> None:
         torch.rand(5)
         np.random.rand(5)
         random.random()
 
-    quiet, noisy = (run_trial(cfg, progress=False, evaluate_test=False, on_eval=callback) for callback in (None, draw))
+    quiet, noisy = (
+        run_trial(cfg, progress=False, evaluate_test=False, on_eval=callback) for callback in (None, draw)
+    )
     assert [h["valid.ndcg@10"] for h in quiet.history] == [h["valid.ndcg@10"] for h in noisy.history]
     assert [h["loss"] for h in quiet.history] == [h["loss"] for h in noisy.history]
 
@@ -138,24 +154,57 @@ def test_train_reused_actor_retry_and_resume_give_one_curve(tmp_path):
     results = tmp_path / "results"
     env = {**os.environ, "MODSAR_DATA": str(data)}
     space = load_space(str(SPACE))
-    config = {**space.base, **COMPARED, "train.max_epochs": space.budget["max_epochs"],
-              "train.eval_every": space.budget["eval_every"]}
+    config = {
+        **space.base,
+        **COMPARED,
+        "train.max_epochs": space.budget["max_epochs"],
+        "train.eval_every": space.budget["eval_every"],
+    }
     (tmp_path / "compared.yaml").write_text(yaml.safe_dump(config))
     bin_dir = Path(sys.executable).parent
-    trained = subprocess.run([str(bin_dir / "modsar"), "train", "--dataset", "synthetic", "--config",
-                              str(tmp_path / "compared.yaml"), "--results", str(results), "--experiment", "t",
-                              "--quiet", "--json"], env=env, capture_output=True, text=True, timeout=300)
+    trained = subprocess.run(
+        [
+            str(bin_dir / "modsar"),
+            "train",
+            "--dataset",
+            "synthetic",
+            "--config",
+            str(tmp_path / "compared.yaml"),
+            "--results",
+            str(results),
+            "--experiment",
+            "t",
+            "--quiet",
+            "--json",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert trained.returncode == 0, trained.stderr[-2000:]
     reference = read_rows(str(results), "t").iloc[0]
     curve = json.loads(reference["curve"])
     assert [e for e, _ in curve] == list(range(1, 9)) and curve[-1][1] > 3 * curve[0][1] / 2  # it learns
 
-    search = [str(bin_dir / "modsar"), "search", "--space", str(SPACE), "--dataset", "synthetic", "--results",
-              str(results), "--quiet", "--max-concurrent", "1"]
+    search = [
+        str(bin_dir / "modsar"),
+        "search",
+        "--space",
+        str(SPACE),
+        "--dataset",
+        "synthetic",
+        "--results",
+        str(results),
+        "--quiet",
+        "--max-concurrent",
+        "1",
+    ]
 
     # 1. uninterrupted: the compared config is the second trial of the actor that ran the first
-    done = subprocess.run([*search, "--experiment", "reused"], env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [*search, "--experiment", "reused"], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     first, second = ({r["pid"] for r in _reports(results / "reused", t)} for t in ("00000", "00001"))
     assert len(first) == 1 and first == second, "the compared trial ran on a reused actor"
@@ -164,34 +213,68 @@ def test_train_reused_actor_retry_and_resume_give_one_curve(tmp_path):
     # that worker is killed mid-trial (Tune retries it from its checkpoint), then the driver is killed
     # mid-trial and the search resumed again
     experiment = results / "killed"
-    proc = subprocess.Popen([*search, "--experiment", "killed", "--max-failures", "2"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _wait(lambda: len(list((experiment / "trials").glob("[!.]*.parquet"))) == 1, "the first trial's row", proc)
+    proc = subprocess.Popen(
+        [*search, "--experiment", "killed", "--max-failures", "2"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    _wait(
+        lambda: len(list((experiment / "trials").glob("[!.]*.parquet"))) == 1, "the first trial's row", proc
+    )
     _kill_driver(proc)
-    proc = subprocess.Popen([*search, "--experiment", "killed", "--max-failures", "2", "--resume"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    killed = {r["pid"] for r in _reports(experiment, "00001")}  # the second trial may have begun before the kill
-    _wait(lambda: any(r["epoch"] >= 2 and r["pid"] not in killed for r in _reports(experiment, "00001")),
-          "epoch 2 of the second trial after the resume", proc)
+    proc = subprocess.Popen(
+        [*search, "--experiment", "killed", "--max-failures", "2", "--resume"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    killed = {
+        r["pid"] for r in _reports(experiment, "00001")
+    }  # the second trial may have begun before the kill
+    _wait(
+        lambda: any(r["epoch"] >= 2 and r["pid"] not in killed for r in _reports(experiment, "00001")),
+        "epoch 2 of the second trial after the resume",
+        proc,
+    )
     worker = next(r["pid"] for r in _reports(experiment, "00001") if r["pid"] not in killed)
     os.kill(worker, signal.SIGKILL)  # the trial's Ray worker dies: Tune retries the trial from its checkpoint
-    _wait(lambda: any(r["epoch"] >= 4 and r["pid"] not in {*killed, worker} for r in _reports(experiment, "00001")),
-          "epoch 4 of the retried trial", proc)
+    _wait(
+        lambda: any(
+            r["epoch"] >= 4 and r["pid"] not in {*killed, worker} for r in _reports(experiment, "00001")
+        ),
+        "epoch 4 of the retried trial",
+        proc,
+    )
     _kill_driver(proc)
     assert not list((experiment / "trials").glob("*00001.parquet")), "the driver was killed mid-trial"
-    resumed = subprocess.run([*search, "--experiment", "killed", "--max-failures", "2", "--resume"], env=env,
-                             capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(
+        [*search, "--experiment", "killed", "--max-failures", "2", "--resume"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert len({r["pid"] for r in _reports(experiment, "00001")} - killed) == 3, "three workers ran the trial"
 
-    compared = ["curve", "best_epoch", "epochs_run", *(k for k in reference.index if k.startswith(("valid.", "test.")))]
+    compared = [
+        "curve",
+        "best_epoch",
+        "epochs_run",
+        *(k for k in reference.index if k.startswith(("valid.", "test."))),
+    ]
     for name in ("reused", "killed"):
         row = _compared_row(results, name)
-        assert not differing_keys(pd.DataFrame([reference, row])), f"{name}: not the config `modsar train` ran"
+        assert not differing_keys(pd.DataFrame([reference, row])), (
+            f"{name}: not the config `modsar train` ran"
+        )
         assert row["selected"], f"{name}: the compared trial is the one selected and tested"
         assert json.loads(row["curve"]) == curve, f"{name}: validation curve differs from modsar train's"
         for key in compared:
-            assert row[key] == reference[key], f"{name}: {key} {row[key]!r} != modsar train's {reference[key]!r}"
+            assert row[key] == reference[key], (
+                f"{name}: {key} {row[key]!r} != modsar train's {reference[key]!r}"
+            )
 
 
 def test_the_resume_file_restores_every_global_generator(tmp_path):

@@ -26,15 +26,36 @@ PAIRS = "".join(f"{u} {i}\n" for u in range(1, 7) for i in range(u, u + 5))
 def _commands(tmp: Path) -> list[tuple[list[str], str, str]]:
     afile = tmp / "afile"
     return [
-        (["train", "--dataset", "synthetic", "--quiet", "--results", str(afile)], "--results", f"{afile} is a file"),
-        (["train", "--dataset", "synthetic", "--quiet", "--results", str(tmp), "--experiment", "afile"], "--results",
-         f"{afile} is a file"),
-        (["train", "--dataset", "synthetic", "--quiet", "--results", str(afile / "r")], "--results",
-         f"lies under the file {afile}"),
-        (["search", "--space", TINY, "--dataset", "synthetic", "--results", str(afile)],
-         "--results", f"{afile} is a file"),
-        (["generate", "--checkpoint", "nosuch.pt", "--steps", "2", "--out", str(afile)], "--out", "is a file"),
-        (["data", "profile", "synthetic", "--out", str(afile / "x")], "--out", f"lies under the file {afile}"),
+        (
+            ["train", "--dataset", "synthetic", "--quiet", "--results", str(afile)],
+            "--results",
+            f"{afile} is a file",
+        ),
+        (
+            ["train", "--dataset", "synthetic", "--quiet", "--results", str(tmp), "--experiment", "afile"],
+            "--results",
+            f"{afile} is a file",
+        ),
+        (
+            ["train", "--dataset", "synthetic", "--quiet", "--results", str(afile / "r")],
+            "--results",
+            f"lies under the file {afile}",
+        ),
+        (
+            ["search", "--space", TINY, "--dataset", "synthetic", "--results", str(afile)],
+            "--results",
+            f"{afile} is a file",
+        ),
+        (
+            ["generate", "--checkpoint", "nosuch.pt", "--steps", "2", "--out", str(afile)],
+            "--out",
+            "is a file",
+        ),
+        (
+            ["data", "profile", "synthetic", "--out", str(afile / "x")],
+            "--out",
+            f"lies under the file {afile}",
+        ),
         (["report", "--out", str(afile)], "--out", "is a file"),
         (["report", "--out", str(afile / "x")], "--out", f"lies under the file {afile}"),
         (["analyze", "--checkpoint", "nosuch.pt", "--out", str(afile)], "--out", "is a file"),
@@ -55,14 +76,14 @@ def test_a_folder_option_on_a_file_is_one_line_before_any_work(tmp_path, isolate
     assert not isolated_data_root.exists()  # nothing generated, trained or written
 
 
-def test_search_refuses_an_experiment_folder_that_is_a_file_before_ray(tmp_path, isolated_data_root, capsys,
-                                                                       monkeypatch):
+def test_search_refuses_an_experiment_folder_that_is_a_file_before_ray(
+    tmp_path, isolated_data_root, capsys, monkeypatch
+):
     from modsar.sweep import tuner
 
     monkeypatch.setattr(tuner, "connect_ray", lambda req: pytest.fail("Ray started"))
     (tmp_path / "tiny-synthetic").write_text("mine")
-    code = main(["search", "--space", TINY, "--dataset", "synthetic", "--results",
-                 str(tmp_path), "--quiet"])
+    code = main(["search", "--space", TINY, "--dataset", "synthetic", "--results", str(tmp_path), "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and f"{tmp_path / 'tiny-synthetic'} is a file" in err
 
@@ -75,7 +96,9 @@ def test_ensure_writable_dir_accepts_folders_to_be_and_refuses_unwritable_ones(t
     monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != tmp_path)
     with pytest.raises(ModsarError, match=rf"--out {tmp_path / 'a'}: cannot write to the folder {tmp_path} "):
         ensure_writable_dir(tmp_path / "a", "--out")
-    ensure_writable_dir(tmp_path / "a", "--data-dir", write=False)  # read-only commands may read a shared copy
+    ensure_writable_dir(
+        tmp_path / "a", "--data-dir", write=False
+    )  # read-only commands may read a shared copy
 
 
 def _staging(root: Path, name: str, pid: int | None, age_s: float = 0.0) -> Path:
@@ -90,30 +113,40 @@ def _staging(root: Path, name: str, pid: int | None, age_s: float = 0.0) -> Path
     return folder
 
 
-def test_prepare_removes_what_a_killed_prepare_of_that_name_left_and_keeps_the_rest(tmp_path, isolated_data_root,
-                                                                                    capsys):
+def test_prepare_removes_what_a_killed_prepare_of_that_name_left_and_keeps_the_rest(
+    tmp_path, isolated_data_root, capsys
+):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     root = isolated_data_root
-    gone = [_staging(root, ".staging-toy-dead0001", dead.pid),  # its process has ended
-            _staging(root, ".old-toy-dead0002", dead.pid),  # killed between the two renames of a --force
-            _staging(root, ".staging-toy-old_0003", None, age_s=store.STALE_STAGING_S + 60)]  # no owner, old
-    kept = [_staging(root, ".staging-toy-live0004", os.getpid()),  # a prepare still writing
-            _staging(root, ".staging-toy-new_0005", None),  # no owner (older version), recent: may be live
-            _staging(root, ".staging-toy-1m-dead0006", dead.pid),  # another dataset's (toy-1m)
-            _staging(root, ".staging-toy-far_0007", None, age_s=60)]
+    gone = [
+        _staging(root, ".staging-toy-dead0001", dead.pid),  # its process has ended
+        _staging(root, ".old-toy-dead0002", dead.pid),  # killed between the two renames of a --force
+        _staging(root, ".staging-toy-old_0003", None, age_s=store.STALE_STAGING_S + 60),
+    ]  # no owner, old
+    kept = [
+        _staging(root, ".staging-toy-live0004", os.getpid()),  # a prepare still writing
+        _staging(root, ".staging-toy-new_0005", None),  # no owner (older version), recent: may be live
+        _staging(root, ".staging-toy-1m-dead0006", dead.pid),  # another dataset's (toy-1m)
+        _staging(root, ".staging-toy-far_0007", None, age_s=60),
+    ]
     remote = kept[-1] / ".owner"
     remote.write_text(json.dumps({"host": "another-node", "pid": dead.pid}))  # another host's: age decides
     src = write(tmp_path / "log.txt", PAIRS)
     assert main(["data", "prepare", "toy", "--source", str(src)]) == 0
     assert [f.exists() for f in gone] == [False] * 3 and all(f.exists() for f in kept)
-    assert sorted(p.name for p in (root / "toy").iterdir()) == ["interactions.parquet", "items.parquet",
-                                                                "manifest.json"]
+    assert sorted(p.name for p in (root / "toy").iterdir()) == [
+        "interactions.parquet",
+        "items.parquet",
+        "manifest.json",
+    ]
     capsys.readouterr()
     assert main(["data", "list", "--json"]) == 0
     names = [e["name"] for e in json.loads(capsys.readouterr().out)]
     assert "toy" in names and not [n for n in names if "staging" in n or n.startswith(".")]
-    assert main(["data", "prepare", "toy", "--source", str(src), "--force"]) == 0  # the replaced copy is removed
+    assert (
+        main(["data", "prepare", "toy", "--source", str(src), "--force"]) == 0
+    )  # the replaced copy is removed
     assert sorted(p.name for p in root.iterdir() if p.name.startswith(".old-")) == []
 
 

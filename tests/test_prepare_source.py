@@ -62,7 +62,11 @@ def test_ml_1m_from_sasrec_pairs_equals_ml_1m_from_ratings_dat(tmp_path, capsys)
     spec = REGISTRY["ml-1m"]
     assert from_pairs["options"] == from_dat["options"] == spec.options()
     assert from_pairs["max_len"] == from_dat["max_len"] == spec.max_len == 200
-    assert from_pairs["raw_interactions"] == from_dat["raw_interactions"] > from_pairs["statistics"]["interactions"]
+    assert (
+        from_pairs["raw_interactions"]
+        == from_dat["raw_interactions"]
+        > from_pairs["statistics"]["interactions"]
+    )
     assert from_pairs["statistics"] == from_dat["statistics"]
     assert from_pairs["statistics"]["users"] < len(_histories())  # filters bit
     a, b = load_dataset("ml-1m", tmp_path / "a"), load_dataset("ml-1m", tmp_path / "b")
@@ -101,15 +105,23 @@ def test_the_registrys_own_download_is_read_in_the_registrys_format(isolated_dat
     """Sessions whose first items never repeat look like `user i1 i2 ...` lines to the detector; the registry's
     own file (already downloaded and checksum-verified here) is read as the registry says: sessions."""
     text = "".join(f"{s} {s + 40} {s + 80} {s + 120}\n" for s in range(1, 7))
-    spec = DatasetSpec("clicks", "test", "sessions", 20, url="http://127.0.0.1:9/clicks.txt",
-                       sha256=hashlib.sha256(text.encode()).hexdigest())
+    spec = DatasetSpec(
+        "clicks",
+        "test",
+        "sessions",
+        20,
+        url="http://127.0.0.1:9/clicks.txt",
+        sha256=hashlib.sha256(text.encode()).hexdigest(),
+    )
     write(isolated_data_root / "_downloads" / "clicks" / "clicks.txt", text)
     manifest, _ = prepare_dataset("clicks", download_missing=True, spec=spec)
     assert manifest["sources"][0]["format"] == "sessions" and manifest["request"]["format"] == "sessions"
     assert manifest["statistics"]["interactions"] == 24 and manifest["statistics"]["items"] == 24
 
 
-AMBIGUOUS = "1 2 3 4\n1 5 6\n2 7 8 9\n"  # lines of 3-4 ids whose first ids repeat: one user per line? sessions?
+AMBIGUOUS = (
+    "1 2 3 4\n1 5 6\n2 7 8 9\n"  # lines of 3-4 ids whose first ids repeat: one user per line? sessions?
+)
 
 
 def test_an_ambiguous_file_names_what_it_could_be_and_how_to_choose(tmp_path, isolated_data_root, capsys):
@@ -117,8 +129,10 @@ def test_an_ambiguous_file_names_what_it_could_be_and_how_to_choose(tmp_path, is
     assert main(["data", "prepare", "mine", "--source", str(src)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("modsar: error:")
-    assert (f"cannot tell the format of '{src}' from its first lines: it could be user-lines or sessions; "
-            "pass --format user-lines (or another of: pairs, inter, ml-csv, ml-dat, sessions)") in err[0]
+    assert (
+        f"cannot tell the format of '{src}' from its first lines: it could be user-lines or sessions; "
+        "pass --format user-lines (or another of: pairs, inter, ml-csv, ml-dat, sessions)"
+    ) in err[0]
     assert main(["data", "prepare", "mine", "--source", str(src), "--format", "sessions"]) == 0
     assert not (isolated_data_root / "video").exists()
     assert main(["data", "prepare", "video", "--source", str(src)]) == 2  # video's pairs do not fit it
@@ -144,8 +158,11 @@ def test_a_registry_rating_filter_needs_ratings_in_the_file(tmp_path):
     a file that has no ratings: the error says which filter, which file, and the way out."""
     pairs, dat = _pairs_and_ratings_dat(tmp_path)
     spec = DatasetSpec("rated", "test", "ml-dat", 50, min_rating=4.0)
-    with pytest.raises(ModsarError, match=r"'rated' keeps only ratings >= 4 \(its registry preprocessing\), but "
-                                          r".*ml-1m\.txt \(pairs\) has no rating column; pass a file with ratings"):
+    with pytest.raises(
+        ModsarError,
+        match=r"'rated' keeps only ratings >= 4 \(its registry preprocessing\), but "
+        r".*ml-1m\.txt \(pairs\) has no rating column; pass a file with ratings",
+    ):
         prepare_dataset("rated", [pairs], spec=spec)
     manifest, _ = prepare_dataset("rated", [dat], spec=spec)
     assert manifest["options"]["min_rating"] == 4.0
@@ -155,9 +172,12 @@ def test_a_registry_rating_filter_needs_ratings_in_the_file(tmp_path):
 def test_sessions_whose_first_items_differ_stay_sessions_under_a_session_registry(tmp_path, capsys):
     """Distinct first ids look like one line per user; read so, each session would lose its first item. Under
     diginetica (a registry of sessions) such a file is sessions; under a name of your own it stays user-lines."""
-    src = write(tmp_path / "train.txt", "".join(f"{s} {s + 1} {s + 2} {s + 3} {s + 4}\n" for s in range(1, 41)))
-    manifest = _prepare_json(capsys, "diginetica", "--source", str(src), "--min-user-count", "0",
-                             "--min-item-count", "0")
+    src = write(
+        tmp_path / "train.txt", "".join(f"{s} {s + 1} {s + 2} {s + 3} {s + 4}\n" for s in range(1, 41))
+    )
+    manifest = _prepare_json(
+        capsys, "diginetica", "--source", str(src), "--min-user-count", "0", "--min-item-count", "0"
+    )
     assert manifest["sources"][0]["format"] == "sessions" and manifest["statistics"]["interactions"] == 200
     mine = _prepare_json(capsys, "mine", "--source", str(src))
     assert mine["sources"][0]["format"] == "user-lines" and mine["statistics"]["interactions"] == 160

@@ -38,7 +38,10 @@ def test_an_exact_power_law_gives_its_exponent_and_mass():
     assert zipf_ols(counts, 100) == pytest.approx(1.2, abs=1e-3)
     c = corpus([np.repeat(np.arange(1, 1001), counts)])
     result = profile(c, orders=(3,), max_gap=1, progress=False)
-    assert result["zipf_exponent_ols"] == pytest.approx(1.2, abs=1e-3) and result["zipf_ols_ranks"] == [1, 100]
+    assert result["zipf_exponent_ols"] == pytest.approx(1.2, abs=1e-3) and result["zipf_ols_ranks"] == [
+        1,
+        100,
+    ]
     assert result["top1pct_mass"] == pytest.approx(counts[:10].sum() / counts.sum())
 
 
@@ -117,15 +120,43 @@ def test_cli_json_compare_and_outputs(tmp_path, capsys):
     text = tmp_path / "tokens.txt"
     text.write_text("\n".join(" ".join(map(str, rng.zipf(1.3, 40) % 5000 + 1)) for _ in range(300)) + "\n")
     data = str(tmp_path / "data")
-    assert main(["data", "prepare", "tokens", "--source", str(text), "--format", "sessions",
-                 "--data-dir", data]) == 0
+    assert (
+        main(["data", "prepare", "tokens", "--source", str(text), "--format", "sessions", "--data-dir", data])
+        == 0
+    )
     capsys.readouterr()
     out = tmp_path / "profile"
-    assert main(["data", "profile", "synthetic", "--compare", "tokens", "--json", "--quiet", "--data-dir", data,
-                 "--out", str(out), "--max-gap", "4"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "profile",
+                "synthetic",
+                "--compare",
+                "tokens",
+                "--json",
+                "--quiet",
+                "--data-dir",
+                data,
+                "--out",
+                str(out),
+                "--max-gap",
+                "4",
+            ]
+        )
+        == 0
+    )
     printed = json.loads(capsys.readouterr().out)
-    for key in ("zipf_exponent_ols", "zipf_exponent_mle", "top1pct_mass", "permutation_entropy",
-                "bits_per_symbol_lzma", "bits_per_symbol_zlib", "unigram_entropy_bits", "mi_decay"):
+    for key in (
+        "zipf_exponent_ols",
+        "zipf_exponent_mle",
+        "top1pct_mass",
+        "permutation_entropy",
+        "bits_per_symbol_lzma",
+        "bits_per_symbol_zlib",
+        "unigram_entropy_bits",
+        "mi_decay",
+    ):
         assert key in printed and key in printed["compare"]
     assert printed["symbols"] == printed["compare"]["symbols"] == 12_000  # the smaller corpus sets the budget
     assert set(printed["permutation_entropy"]) == {"3", "4", "5", "6"} and len(printed["mi_decay"]) == 4
@@ -133,7 +164,9 @@ def test_cli_json_compare_and_outputs(tmp_path, capsys):
     assert set(table["dataset"]) == {"synthetic", "tokens"}
     for name in ("profile.json", "rank_frequency.png", "mi_decay.png", "permutation_entropy.png"):
         assert (out / name).stat().st_size > 0
-    assert json.loads((out / "profile.json").read_text()) == printed  # the file has the fixed fields on top too
+    assert (
+        json.loads((out / "profile.json").read_text()) == printed
+    )  # the file has the fixed fields on top too
     for p in (printed, printed["compare"]):  # the per-user mean has its own shuffled baseline
         assert set(p["permutation_entropy_per_user_shuffled"]) == set(p["permutation_entropy_per_user"])
         assert isinstance(p["powerlaw_alpha_at_bound"], bool)

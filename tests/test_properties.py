@@ -28,8 +28,13 @@ NAN, INF = float("nan"), float("inf")
 
 def fixed(max_examples: int) -> settings:
     """Deterministic, database-free, no deadline (2 shared cores): the same examples in CI every time."""
-    return settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    return settings(
+        max_examples=max_examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
 
 
 def make_split(seqs: list[list[int]], num_items: int) -> LeaveOneOut:
@@ -49,12 +54,19 @@ def batch_cases(draw):
     lengths = draw(st.lists(st.integers(1, 12), min_size=1, max_size=8))
     num_items = draw(st.integers(1, 6))  # a handful of items: the same id recurs within a user's history
     seqs = [draw(st.lists(st.integers(1, num_items), min_size=n, max_size=n)) for n in lengths]
-    return dict(seqs=seqs, num_items=num_items, task=draw(st.sampled_from(["ar", "ae"])),
-                max_len=draw(st.integers(1, 8)), batch_size=draw(st.integers(1, 5)),
-                mask_prob=draw(st.sampled_from([0.0, 0.15, 0.5, 1.0])), padding_free=draw(st.booleans()),
-                item_sse_prob=draw(st.sampled_from([0.0, 0.0, 0.3, 1.0])),
-                user_sse_prob=draw(st.sampled_from([0.0, 0.5])), seed=draw(st.integers(0, 2**16)),
-                batching=draw(st.sampled_from(["tokens", "length", "random"])))
+    return dict(
+        seqs=seqs,
+        num_items=num_items,
+        task=draw(st.sampled_from(["ar", "ae"])),
+        max_len=draw(st.integers(1, 8)),
+        batch_size=draw(st.integers(1, 5)),
+        mask_prob=draw(st.sampled_from([0.0, 0.15, 0.5, 1.0])),
+        padding_free=draw(st.booleans()),
+        item_sse_prob=draw(st.sampled_from([0.0, 0.0, 0.3, 1.0])),
+        user_sse_prob=draw(st.sampled_from([0.0, 0.5])),
+        seed=draw(st.integers(0, 2**16)),
+        batching=draw(st.sampled_from(["tokens", "length", "random"])),
+    )
 
 
 def expected_window(start: int, end: int, width: int) -> np.ndarray:
@@ -74,14 +86,22 @@ def test_training_rows_use_only_training_positions(case):
     starts, train_ends = real.starts, real.train_ends
     lengths = real.lengths
     # Held-out and training positions from the leave-one-out definition itself, not from the package.
-    held_out = {int(real.offsets[u + 1] - k) for u in range(real.num_users) if lengths[u] >= 3 for k in (1, 2)}
+    held_out = {
+        int(real.offsets[u + 1] - k) for u in range(real.num_users) if lengths[u] >= 3 for k in (1, 2)
+    }
     assert np.array_equal(train_ends, real.offsets[1:] - np.where(lengths >= 3, 2, 0))
     assert {p for p in range(total) if p < train_ends[owner[p]]} == set(range(total)) - held_out
     trainable = {u for u in range(real.num_users) if train_ends[u] - starts[u] >= 2}
 
     task, max_len, sse = case["task"], case["max_len"], case["item_sse_prob"]
-    kwargs = dict(mask_prob=case["mask_prob"], padding_free=case["padding_free"], item_sse_prob=sse,
-                  user_sse_prob=case["user_sse_prob"], seed=case["seed"], batching=case["batching"])
+    kwargs = dict(
+        mask_prob=case["mask_prob"],
+        padding_free=case["padding_free"],
+        item_sse_prob=sse,
+        user_sse_prob=case["user_sse_prob"],
+        seed=case["seed"],
+        batching=case["batching"],
+    )
     batches = TrainBatches(tagged, task, max_len, case["batch_size"], **kwargs)
     # token batches hold an average batch's positions (at most one row more), the others batch_size users
     tokens = case["padding_free"] and case["batching"] == "tokens"
@@ -120,7 +140,9 @@ def test_training_rows_use_only_training_positions(case):
                     assert np.array_equal(labels[r], want_labels)
                     assert (want_labels > 0).sum() == min(e - s - 1, max_len)
                     # Labels are the inputs shifted by one: label at column c is the input at column c + 1.
-                    assert np.array_equal(labels[r][:-1][labels[r][:-1] > 0], want_inputs[1:][labels[r][:-1] > 0])
+                    assert np.array_equal(
+                        labels[r][:-1][labels[r][:-1] > 0], want_inputs[1:][labels[r][:-1] > 0]
+                    )
                     real_cols = want_labels > 0
                     assert np.array_equal(want_inputs[real_cols] + 1, want_labels[real_cols])
                     # No input at or before column c holds label c or a later item (causal order).
@@ -149,9 +171,14 @@ def test_training_rows_use_only_training_positions(case):
 
     # The real log gives the same batches, value for value (same seed and shapes: same permutation and masks).
     if sse == 0:
-        lookup = np.concatenate([[0], real.items, [real.num_items + 1]])  # tag -> real id; tagged mask -> mask
-        for a, b in zip(TrainBatches(tagged, task, max_len, case["batch_size"], **kwargs),
-                        TrainBatches(real, task, max_len, case["batch_size"], **kwargs), strict=True):
+        lookup = np.concatenate(
+            [[0], real.items, [real.num_items + 1]]
+        )  # tag -> real id; tagged mask -> mask
+        for a, b in zip(
+            TrainBatches(tagged, task, max_len, case["batch_size"], **kwargs),
+            TrainBatches(real, task, max_len, case["batch_size"], **kwargs),
+            strict=True,
+        ):
             assert np.array_equal(lookup[a.inputs.numpy()], b.inputs.numpy())
             assert np.array_equal(lookup[a.labels.numpy()], b.labels.numpy())
             assert torch.equal(a.users, b.users)
@@ -190,12 +217,18 @@ def eval_cases(draw, sampled: bool | None = None, min_items: int = 1):
     score = st.one_of(st.sampled_from(SCORE_VALUES), st.floats(-4, 4, width=32))
     table = [draw(st.lists(score, min_size=num_items, max_size=num_items)) for _ in lengths]
     evaluable = sum(n >= 3 for n in lengths)
-    return dict(seqs=seqs, num_items=num_items, table=table,
-                filter_seen=draw(st.sampled_from(["none", "history"])),
-                sampled=draw(st.integers(1, 6)) if sampled else 0,
-                ks=sorted(draw(st.sets(st.sampled_from([1, 2, 3, 5, 10]), min_size=1, max_size=3))),
-                task=draw(st.sampled_from(["ar", "ae"])), max_len=draw(st.integers(1, 6)),
-                batch_size=draw(st.integers(1, max(1, evaluable - 1))), sample_seed=draw(st.integers(0, 1000)))
+    return dict(
+        seqs=seqs,
+        num_items=num_items,
+        table=table,
+        filter_seen=draw(st.sampled_from(["none", "history"])),
+        sampled=draw(st.integers(1, 6)) if sampled else 0,
+        ks=sorted(draw(st.sets(st.sampled_from([1, 2, 3, 5, 10]), min_size=1, max_size=3))),
+        task=draw(st.sampled_from(["ar", "ae"])),
+        max_len=draw(st.integers(1, 6)),
+        batch_size=draw(st.integers(1, max(1, evaluable - 1))),
+        sample_seed=draw(st.integers(0, 1000)),
+    )
 
 
 class TableScorer:
@@ -229,8 +262,9 @@ def reference(case: dict, which: str, table=None) -> tuple[list[int], list[int],
     negatives = None
     if case["sampled"]:
         users, end, targets = split.targets(which)
-        negatives = fixed_negatives(split, users, end, targets, case["sampled"],
-                                    case["sample_seed"] + (which == "test"))
+        negatives = fixed_negatives(
+            split, users, end, targets, case["sampled"], case["sample_seed"] + (which == "test")
+        )
     ranks, counts = [], []
     evaluable = [u for u, s in enumerate(case["seqs"]) if len(s) >= 3]
     for i, u in enumerate(evaluable):
@@ -257,8 +291,12 @@ def reference(case: dict, which: str, table=None) -> tuple[list[int], list[int],
 
 def run_eval(case: dict, which: str, seqs=None, table=None) -> tuple[list[int], dict[str, float]]:
     split = make_split(case["seqs"] if seqs is None else seqs, case["num_items"])
-    cfg = EvalConfig(ks=case["ks"], filter_seen=case["filter_seen"], sampled_negatives=case["sampled"],
-                     sample_seed=case["sample_seed"])
+    cfg = EvalConfig(
+        ks=case["ks"],
+        filter_seen=case["filter_seen"],
+        sampled_negatives=case["sampled"],
+        sample_seed=case["sample_seed"],
+    )
     scorer = TableScorer(case["table"] if table is None else table, case["max_len"], case["task"])
     args = (split, which, cfg, case["task"], case["max_len"], case["batch_size"], CPU)
     ranks = target_ranks(scorer, *args)
@@ -288,8 +326,18 @@ def test_reference_rank_semantics_hand_computed():
     assert reference_rank(0.5, [INF, -INF]) == 1  # +inf counts, -inf does not
     for bad in (NAN, INF, -INF):
         assert reference_rank(bad, [NAN, -INF, 0.0]) == 3  # non-finite target: worst rank
-    case = dict(seqs=[[1, 2, 3, 4]], num_items=5, table=[[5.0, 4.0, 3.0, 2.0, 1.0]], filter_seen="none",
-                sampled=0, ks=[1, 5], task="ar", max_len=3, batch_size=1, sample_seed=0)
+    case = dict(
+        seqs=[[1, 2, 3, 4]],
+        num_items=5,
+        table=[[5.0, 4.0, 3.0, 2.0, 1.0]],
+        filter_seen="none",
+        sampled=0,
+        ks=[1, 5],
+        task="ar",
+        max_len=3,
+        batch_size=1,
+        sample_seed=0,
+    )
     assert reference(case, "test")[0] == [3] and reference(case, "valid")[0] == [2]
     assert reference({**case, "filter_seen": "history"}, "test")[:2] == ([0], [2])
 
@@ -326,7 +374,9 @@ def test_metrics_invariant_to_item_relabelling(case, data):
 @fixed(120)
 def test_nan_rows_only_worsen_ranks(case, data):
     nan_users = data.draw(st.lists(st.booleans(), min_size=len(case["seqs"]), max_size=len(case["seqs"])))
-    table = [[NAN] * case["num_items"] if bad else row for bad, row in zip(nan_users, case["table"], strict=True)]
+    table = [
+        [NAN] * case["num_items"] if bad else row for bad, row in zip(nan_users, case["table"], strict=True)
+    ]
     evaluable = [u for u, s in enumerate(case["seqs"]) if len(s) >= 3]
     for which in ("valid", "test"):
         before, _ = run_eval(case, which)
@@ -355,14 +405,28 @@ def test_all_nan_scorer_scores_exactly_zero(case):
 # 5. Same seed, same CPU: identical trials; another seed: different numbers.
 # ---------------------------------------------------------------------------------------------------------------
 
-TINY = ["train.max_epochs=2", "train.patience=0", "model.hidden_size=16", "model.num_layers=1",
-        "data.batch_size=128", "train.device=cpu"]
+TINY = [
+    "train.max_epochs=2",
+    "train.patience=0",
+    "model.hidden_size=16",
+    "model.num_layers=1",
+    "data.batch_size=128",
+    "train.device=cpu",
+]
 
 
 def trial_facts(task: str, seed: int, dataset) -> dict:
-    result = run_trial(load_config(None, [*TINY, f"task={task}", f"seed={seed}"]), dataset=dataset, progress=False)
-    return dict(valid=result.valid, test=result.test, best_epoch=result.best_epoch, epochs_run=result.epochs_run,
-                history=result.history, num_parameters=result.num_parameters)
+    result = run_trial(
+        load_config(None, [*TINY, f"task={task}", f"seed={seed}"]), dataset=dataset, progress=False
+    )
+    return dict(
+        valid=result.valid,
+        test=result.test,
+        best_epoch=result.best_epoch,
+        epochs_run=result.epochs_run,
+        history=result.history,
+        num_parameters=result.num_parameters,
+    )
 
 
 @pytest.mark.parametrize("task", ["ar", "ae"])
@@ -386,12 +450,36 @@ def test_same_seed_same_cpu_identical_result_rows(tmp_path, capsys):
     from modsar.cli import main
 
     out = tmp_path / "results"
-    args = ["train", "--dataset", "synthetic", "--quiet", "--results", str(out), "--experiment", "same",
-            "train.max_epochs=2", "train.patience=0", "model.hidden_size=16", "model.num_layers=1", "train.device=cpu"]
+    args = [
+        "train",
+        "--dataset",
+        "synthetic",
+        "--quiet",
+        "--results",
+        str(out),
+        "--experiment",
+        "same",
+        "train.max_epochs=2",
+        "train.patience=0",
+        "model.hidden_size=16",
+        "model.num_layers=1",
+        "train.device=cpu",
+    ]
     assert main(args) == 0 and main(args) == 0
     capsys.readouterr()
     rows = [pq.read_table(f).to_pylist()[0] for f in sorted((out / "same" / "trials").glob("*.parquet"))]
-    own = {"trial_id", "checkpoint", "finished_at", "wall_time_s", "epoch_time_s", "eval_time_s", "gflops", "mfu"}
+    own = {
+        "trial_id",
+        "checkpoint",
+        "finished_at",
+        "wall_time_s",
+        "epoch_time_s",
+        "eval_time_s",
+        "gflops",
+        "mfu",
+    }
     assert len(rows) == 2 and set(rows[0]) == set(rows[1])
-    assert {k: v for k, v in rows[0].items() if k not in own} == {k: v for k, v in rows[1].items() if k not in own}
+    assert {k: v for k, v in rows[0].items() if k not in own} == {
+        k: v for k, v in rows[1].items() if k not in own
+    }
     assert rows[0]["test.ndcg@10"] > 0 and rows[0]["trial_id"] != rows[1]["trial_id"]

@@ -13,14 +13,40 @@ from modsar.cli import main
 from modsar.records.rows import write_row
 
 
-def row(trial, dataset, space, task, ndcg10, *, seed=0, role="search", selected=True, status="finished",
-        experiment=None, **config):
-    metrics = {f"test.{m}": (ndcg10 if m == "ndcg@10" or ndcg10 is None else ndcg10 / 2)
-               for m in ("recall@5", "recall@10", "recall@20", "ndcg@5", "ndcg@10", "ndcg@20")}
-    return {"experiment": experiment or f"{space}-{dataset}", "trial_id": trial, "dataset": dataset, "space": space, "task": task,
-            "seed": seed, "role": role, "selected": selected, "status": status,
-            "valid.ndcg@10": ndcg10, "curve": json.dumps([[1, ndcg10], [2, ndcg10]]), "model.num_heads": 1, **metrics,
-            **config}
+def row(
+    trial,
+    dataset,
+    space,
+    task,
+    ndcg10,
+    *,
+    seed=0,
+    role="search",
+    selected=True,
+    status="finished",
+    experiment=None,
+    **config,
+):
+    metrics = {
+        f"test.{m}": (ndcg10 if m == "ndcg@10" or ndcg10 is None else ndcg10 / 2)
+        for m in ("recall@5", "recall@10", "recall@20", "ndcg@5", "ndcg@10", "ndcg@20")
+    }
+    return {
+        "experiment": experiment or f"{space}-{dataset}",
+        "trial_id": trial,
+        "dataset": dataset,
+        "space": space,
+        "task": task,
+        "seed": seed,
+        "role": role,
+        "selected": selected,
+        "status": status,
+        "valid.ndcg@10": ndcg10,
+        "curve": json.dumps([[1, ndcg10], [2, ndcg10]]),
+        "model.num_heads": 1,
+        **metrics,
+        **config,
+    }
 
 
 @pytest.fixture
@@ -28,18 +54,24 @@ def results(tmp_path):
     root = str(tmp_path / "results")
     rows = [
         # Table 5: video has local_attn and loss_ce; beauty lacks loss_ce AE (a missing cell).
-        row("a1", "video", "local_attn", "ae", 0.040), row("a2", "video", "local_attn", "ar", 0.050),
-        row("a3", "video", "loss_ce", "ae", 0.045), row("a4", "video", "loss_ce", "ar", 0.044),
+        row("a1", "video", "local_attn", "ae", 0.040),
+        row("a2", "video", "local_attn", "ar", 0.050),
+        row("a3", "video", "loss_ce", "ae", 0.045),
+        row("a4", "video", "loss_ce", "ar", 0.044),
         row("a5", "video", "loss_ce", "ar", 0.060, selected=False),  # not selected: must not count
-        row("b1", "beauty", "local_attn", "ae", 0.030), row("b2", "beauty", "local_attn", "ar", 0.033),
+        row("b1", "beauty", "local_attn", "ae", 0.030),
+        row("b2", "beauty", "local_attn", "ar", 0.033),
         row("b3", "beauty", "loss_ce", "ar", 0.036),
         # Table 4 with three seeds per side on video (selected search rows are replaced by seed rows).
-        row("v1", "video", "vanilla", "ae", 0.020), row("v2", "video", "vanilla", "ar", 0.030),
+        row("v1", "video", "vanilla", "ae", 0.020),
+        row("v2", "video", "vanilla", "ar", 0.030),
     ]
     ae_seeds, ar_seeds = [0.030, 0.032, 0.031], [0.040, 0.045, 0.041]
     for s, (ae, ar) in enumerate(zip(ae_seeds, ar_seeds, strict=True)):
-        rows += [row(f"sae{s}", "video", "vanilla", "ae", ae, seed=s, role="seed", selected=False),
-                 row(f"sar{s}", "video", "vanilla", "ar", ar, seed=s, role="seed", selected=False)]
+        rows += [
+            row(f"sae{s}", "video", "vanilla", "ae", ae, seed=s, role="seed", selected=False),
+            row(f"sar{s}", "video", "vanilla", "ar", ar, seed=s, role="seed", selected=False),
+        ]
     for r in rows:
         write_row(root, r)
     return root, ae_seeds, ar_seeds
@@ -133,10 +165,12 @@ def test_sources_end_the_report(results, capsys):
 def two_experiments(tmp_path):
     """The same space on the same data searched twice (experiments A, seed 0 and B, seed 1)."""
     root = str(tmp_path / "results")
-    for r in (row("ae-a", "synthetic", "quickstart", "ae", 0.30, experiment="A"),
-              row("ar-a", "synthetic", "quickstart", "ar", 0.6443, experiment="A"),
-              row("ae-b", "synthetic", "quickstart", "ae", 0.32, seed=1, experiment="B"),
-              row("ar-b", "synthetic", "quickstart", "ar", 0.6467, seed=1, experiment="B")):
+    for r in (
+        row("ae-a", "synthetic", "quickstart", "ae", 0.30, experiment="A"),
+        row("ar-a", "synthetic", "quickstart", "ar", 0.6443, experiment="A"),
+        row("ae-b", "synthetic", "quickstart", "ae", 0.32, seed=1, experiment="B"),
+        row("ar-b", "synthetic", "quickstart", "ar", 0.6467, seed=1, experiment="B"),
+    ):
         write_row(root, r)
     return root
 
@@ -156,14 +190,30 @@ def test_experiments_are_reported_alone_or_side_by_side_never_blended(two_experi
     assert "A: synthetic: AR wins" in both and "B: synthetic: AR wins" in both
     sources = md_table(both, "Sources")
     assert sorted((r[0], r[3], r[5], r[6]) for r in sources) == [
-        ("A", "AE", "ae-a", "0"), ("A", "AR", "ar-a", "0"), ("B", "AE", "ae-b", "1"), ("B", "AR", "ar-b", "1")]
+        ("A", "AE", "ae-a", "0"),
+        ("A", "AR", "ar-a", "0"),
+        ("B", "AE", "ae-b", "1"),
+        ("B", "AR", "ar-b", "1"),
+    ]
 
 
 def test_rows_that_are_not_replicas_are_refused(tmp_path, capsys):
     root = str(tmp_path / "results")
     write_row(root, row("s0", "video", "vanilla", "ar", 0.04, role="seed", selected=False))
-    write_row(root, row("s1", "video", "vanilla", "ar", 0.05, seed=1, role="seed", selected=False,
-                        **{"model.num_heads": 2}))
+    write_row(
+        root,
+        row(
+            "s1",
+            "video",
+            "vanilla",
+            "ar",
+            0.05,
+            seed=1,
+            role="seed",
+            selected=False,
+            **{"model.num_heads": 2},
+        ),
+    )
     assert main(["report", "--results", root]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not replicas" in err[0] and "model.num_heads" in err[0]
@@ -180,33 +230,49 @@ def test_two_selected_rows_of_one_task_are_refused(tmp_path, capsys):
 
 def test_verdict_states_the_fraction_of_a_planted_optimum(tmp_path, capsys):
     root = str(tmp_path / "results")
-    known = {"dataset_optimum": json.dumps({"ndcg@10": 0.8}), "eval.filter_seen": "none",
-             "eval.sampled_negatives": 0}
-    write_row(root, row("ae", "synthetic", "quickstart", "ae", 0.40, best_epoch=60, **{"train.max_epochs": 60},
-                        **known))
-    write_row(root, row("ar", "synthetic", "quickstart", "ar", 0.60, best_epoch=40, **{"train.max_epochs": 60},
-                        **known))
+    known = {
+        "dataset_optimum": json.dumps({"ndcg@10": 0.8}),
+        "eval.filter_seen": "none",
+        "eval.sampled_negatives": 0,
+    }
+    write_row(
+        root,
+        row("ae", "synthetic", "quickstart", "ae", 0.40, best_epoch=60, **{"train.max_epochs": 60}, **known),
+    )
+    write_row(
+        root,
+        row("ar", "synthetic", "quickstart", "ar", 0.60, best_epoch=40, **{"train.max_epochs": 60}, **known),
+    )
     assert main(["report", "--results", root]) == 0
     verdict = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("- synthetic:"))
-    assert verdict.endswith("of the Bayes-optimal 0.8000, best AR reaches 75% and best AE 50%; still improving "
-                            "at the last epoch of its budget: AE (60 of 60 epochs), so more epochs may change "
-                            "this verdict")
-    write_row(root, row("ar", "synthetic", "quickstart", "ar", 0.60, **{**known, "eval.filter_seen": "history"}))
+    assert verdict.endswith(
+        "of the Bayes-optimal 0.8000, best AR reaches 75% and best AE 50%; still improving "
+        "at the last epoch of its budget: AE (60 of 60 epochs), so more epochs may change "
+        "this verdict"
+    )
+    write_row(
+        root, row("ar", "synthetic", "quickstart", "ar", 0.60, **{**known, "eval.filter_seen": "history"})
+    )
     assert main(["report", "--results", root]) == 0  # the optimum holds for unfiltered ranking only
     assert "Bayes-optimal" not in capsys.readouterr().out
 
 
 def test_experiments_ranked_differently_do_not_share_a_table(tmp_path, capsys):
     root = str(tmp_path / "results")
-    for trial, space, task, value, policy in (("a1", "loss_ce", "ae", 0.30, "none"), ("a2", "loss_ce", "ar", 0.40, "none"),
-                                              ("c1", "local_attn", "ae", 0.20, "history"),
-                                              ("c2", "local_attn", "ar", 0.90, "history")):
+    for trial, space, task, value, policy in (
+        ("a1", "loss_ce", "ae", 0.30, "none"),
+        ("a2", "loss_ce", "ar", 0.40, "none"),
+        ("c1", "local_attn", "ae", 0.20, "history"),
+        ("c2", "local_attn", "ar", 0.90, "history"),
+    ):
         write_row(root, row(trial, "video", space, task, value, **{"eval.filter_seen": policy}))
     assert main(["report", "--results", root]) == 0
     text = capsys.readouterr().out
     assert "local_attn-video: Table 5" in text and "loss_ce-video: Table 5" in text
-    assert ("each experiment is reported on its own: on video they differ in eval.filter_seen "
-            "(local_attn-video: history; loss_ce-video: none)") in text
+    assert (
+        "each experiment is reported on its own: on video they differ in eval.filter_seen "
+        "(local_attn-video: history; loss_ce-video: none)"
+    ) in text
     assert "+125.00%" not in text  # best AR of one protocol over best AE of the other: never computed
 
 
@@ -216,24 +282,54 @@ def test_failed_seed_reruns_are_marked_not_hidden(tmp_path, capsys):
     write_row(root, row("ar", "video", "vanilla", "ar", 0.40))
     for s, status in enumerate(("finished", "diverged", "finished")):
         write_row(root, row(f"sae{s}", "video", "vanilla", "ae", 0.30, seed=s, role="seed", selected=False))
-        write_row(root, row(f"sar{s}", "video", "vanilla", "ar", 0.50 if status == "finished" else None, seed=s,
-                            role="seed", selected=False, status=status))
+        write_row(
+            root,
+            row(
+                f"sar{s}",
+                "video",
+                "vanilla",
+                "ar",
+                0.50 if status == "finished" else None,
+                seed=s,
+                role="seed",
+                selected=False,
+                status=status,
+            ),
+        )
     assert main(["report", "--results", root]) == 0
     text = capsys.readouterr().out
     n10 = next(r for r in md_table(text, "Table 4: vanilla AE vs AR") if r[1] == "N@10")
     assert n10[3] == "<u>0.5000 ± 0.0000 †</u>"
-    assert "2 seed(s) per cell" not in text and "seed re-runs that diverged or failed have no value in their " \
-        "cell: vanilla AR 1 of 3" in text
+    assert (
+        "2 seed(s) per cell" not in text
+        and "seed re-runs that diverged or failed have no value in their cell: vanilla AR 1 of 3" in text
+    )
     sources = {r[3]: r for r in md_table(text, "Sources")}
-    assert sources["AR"][4] == "seed re-runs; no value (diverged or failed): sar1" and sources["AR"][6] == "0 2"
+    assert (
+        sources["AR"][4] == "seed re-runs; no value (diverged or failed): sar1" and sources["AR"][6] == "0 2"
+    )
 
 
 def test_seed_reruns_of_another_config_than_the_selected_are_refused(tmp_path, capsys):
     root = str(tmp_path / "results")
-    write_row(root, row("ar", "video", "vanilla", "ar", 0.40, **{"train.lr": 0.01}))  # selected after a resume
+    write_row(
+        root, row("ar", "video", "vanilla", "ar", 0.40, **{"train.lr": 0.01})
+    )  # selected after a resume
     for s in range(2):  # re-runs of the earlier winner (lr 0.003)
-        write_row(root, row(f"sar{s}", "video", "vanilla", "ar", 0.5, seed=s, role="seed", selected=False,
-                            **{"train.lr": 0.003}))
+        write_row(
+            root,
+            row(
+                f"sar{s}",
+                "video",
+                "vanilla",
+                "ar",
+                0.5,
+                seed=s,
+                role="seed",
+                selected=False,
+                **{"train.lr": 0.003},
+            ),
+        )
     assert main(["report", "--results", root]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not of its selected configuration (they differ in train.lr)" in err[0]
@@ -241,10 +337,16 @@ def test_seed_reruns_of_another_config_than_the_selected_are_refused(tmp_path, c
 
 def test_the_sampling_seed_matters_only_where_negatives_were_sampled(tmp_path, capsys):
     root = str(tmp_path / "results")
-    for trial, space, task, seed in (("a1", "loss_ce", "ae", 1), ("a2", "loss_ce", "ar", 1),
-                                     ("c1", "local_attn", "ae", 2), ("c2", "local_attn", "ar", 2)):
-        write_row(root, row(trial, "video", space, task, 0.3, **{"eval.sampled_negatives": 0,
-                                                                 "eval.sample_seed": seed}))
+    for trial, space, task, seed in (
+        ("a1", "loss_ce", "ae", 1),
+        ("a2", "loss_ce", "ar", 1),
+        ("c1", "local_attn", "ae", 2),
+        ("c2", "local_attn", "ar", 2),
+    ):
+        write_row(
+            root,
+            row(trial, "video", space, task, 0.3, **{"eval.sampled_negatives": 0, "eval.sample_seed": seed}),
+        )
     assert main(["report", "--results", root]) == 0
     assert "reported on its own" not in capsys.readouterr().out  # full ranking: one Table 5
 
@@ -254,9 +356,12 @@ def test_generated_data_of_two_generator_versions_has_two_hashes():
     from modsar.records.rows import result_row
 
     def sha(version: int) -> str:
-        manifest = {"sources": [{"generator": "modsar.data.synthetic", "version": version, "format": "synthetic"}]}
-        return result_row(Config(), experiment="e", trial_id="t", status="finished",
-                          dataset_manifest=manifest)["dataset_sha256"]
+        manifest = {
+            "sources": [{"generator": "modsar.data.synthetic", "version": version, "format": "synthetic"}]
+        }
+        return result_row(
+            Config(), experiment="e", trial_id="t", status="finished", dataset_manifest=manifest
+        )["dataset_sha256"]
 
     assert sha(1).startswith("generated:") and sha(1) != sha(2) and sha(2) == sha(2)
 
@@ -265,8 +370,13 @@ def test_a_space_of_models_is_one_row_per_model(tmp_path, capsys):
     """residual_models varies the backbone: each model's selected row is its own cell, named as in the
     residual-dominance paper, in its order, the best of a column bold; the AE/AR tables leave it out."""
     root = str(tmp_path / "results")
-    models = [("m1", "ar", "modular", 0.050), ("m2", "ar", "duorec", 0.055), ("m3", "ar", "bsarec", 0.061),
-              ("m4", "ae", "modular", 0.040), ("m5", "ar", "gru4rec", 0.030)]
+    models = [
+        ("m1", "ar", "modular", 0.050),
+        ("m2", "ar", "duorec", 0.055),
+        ("m3", "ar", "bsarec", 0.061),
+        ("m4", "ae", "modular", 0.040),
+        ("m5", "ar", "gru4rec", 0.030),
+    ]
     for trial, task, backbone, value in models:
         write_row(root, row(trial, "toys", "residual_models", task, value, **{"model.backbone": backbone}))
     write_row(root, row("v1", "toys", "vanilla", "ae", 0.02, **{"model.backbone": "modular"}))
@@ -274,8 +384,13 @@ def test_a_space_of_models_is_one_row_per_model(tmp_path, capsys):
     assert main(["report", "--results", root]) == 0
     text = capsys.readouterr().out
     table = md_table(text, "residual_models: one row per model")
-    assert [(r[1], r[6]) for r in table] == [("SASRec", "0.0500"), ("DuoRec", "0.0550"), ("BSARec", "**0.0610**"),
-                                             ("BERT4Rec", "0.0400"), ("GRU4Rec", "0.0300")]
+    assert [(r[1], r[6]) for r in table] == [
+        ("SASRec", "0.0500"),
+        ("DuoRec", "0.0550"),
+        ("BSARec", "**0.0610**"),
+        ("BERT4Rec", "0.0400"),
+        ("GRU4Rec", "0.0300"),
+    ]
     assert "toys / residual_models: BSARec leads on test N@10 (0.0610)" in text
     t4 = md_table(text, "Table 4: vanilla AE vs AR")
     assert [r[2:4] for r in t4 if r[1] == "N@10"] == [["0.0200", "<u>0.0300</u>"]]
@@ -283,8 +398,14 @@ def test_a_space_of_models_is_one_row_per_model(tmp_path, capsys):
 
 def test_a_temporal_split_is_stated_and_never_blended_with_leave_one_out(tmp_path, capsys):
     root = str(tmp_path / "results")
-    temporal = {"data.split": "temporal", "data.split_valid": 0.8, "data.split_test": 0.9, "data.split_dates": "",
-                "data.split_targets": "first", "data.view": "user"}
+    temporal = {
+        "data.split": "temporal",
+        "data.split_valid": 0.8,
+        "data.split_test": 0.9,
+        "data.split_dates": "",
+        "data.split_targets": "first",
+        "data.view": "user",
+    }
     loo = {**temporal, "data.split": "loo"}
     write_row(root, row("t1", "ml-100k", "vanilla", "ae", 0.02, experiment="time", **temporal))
     write_row(root, row("t2", "ml-100k", "vanilla", "ar", 0.03, experiment="time", **temporal))
@@ -293,23 +414,37 @@ def test_a_temporal_split_is_stated_and_never_blended_with_leave_one_out(tmp_pat
     assert main(["report", "--results", root]) == 0
     text = capsys.readouterr().out
     assert "each experiment is reported on its own: on ml-100k they differ in data.split" in text
-    assert ("time: protocol: data.split=temporal (one global cut at timestamp quantiles 0.8 / 0.9; targets: first "
-            "event(s) after each cut per user)") in text
+    assert (
+        "time: protocol: data.split=temporal (one global cut at timestamp quantiles 0.8 / 0.9; targets: first "
+        "event(s) after each cut per user)"
+    ) in text
     # rows that record their cut times and target counts (every row since they exist) show them
-    facts = {"split_valid_cut": 946684800.0, "split_test_cut": 978307200.0, "valid_targets": 197, "test_targets": 166}
+    facts = {
+        "split_valid_cut": 946684800.0,
+        "split_test_cut": 978307200.0,
+        "valid_targets": 197,
+        "test_targets": 166,
+    }
     write_row(root, row("t3", "ml-100k", "vanilla", "ae", 0.02, experiment="dated", **temporal, **facts))
     write_row(root, row("t4", "ml-100k", "vanilla", "ar", 0.03, experiment="dated", **temporal, **facts))
     assert main(["report", "--results", root, "--experiment", "dated"]) == 0
-    assert ("protocol: data.split=temporal (one global cut at timestamp quantiles 0.8 / 0.9 = 2000-01-01 / "
-            "2001-01-01; targets: first event(s) after each cut per user; 197 validation / 166 test targets)"
-            ) in capsys.readouterr().out
+    assert (
+        "protocol: data.split=temporal (one global cut at timestamp quantiles 0.8 / 0.9 = 2000-01-01 / "
+        "2001-01-01; targets: first event(s) after each cut per user; 197 validation / 166 test targets)"
+    ) in capsys.readouterr().out
 
 
 def test_rows_from_before_the_split_keys_read_as_leave_one_out(tmp_path, capsys):
     """A row written before data.view/data.split existed shares tables with a new leave-one-out row."""
     root = str(tmp_path / "results")
-    new = {"data.split": "loo", "data.view": "user", "data.split_valid": 0.8, "data.split_test": 0.9,
-           "data.split_dates": "", "data.split_targets": "first"}
+    new = {
+        "data.split": "loo",
+        "data.view": "user",
+        "data.split_valid": 0.8,
+        "data.split_test": 0.9,
+        "data.split_dates": "",
+        "data.split_targets": "first",
+    }
     write_row(root, row("o1", "video", "local_attn", "ae", 0.04, experiment="old"))
     write_row(root, row("o2", "video", "local_attn", "ar", 0.05, experiment="old"))
     write_row(root, row("n1", "video", "loss_ce", "ae", 0.045, experiment="new", **new))
@@ -319,22 +454,57 @@ def test_rows_from_before_the_split_keys_read_as_leave_one_out(tmp_path, capsys)
     assert "reported on its own" not in text and "protocol:" not in text
     t5 = md_table(text, "Table 5: design choices")
     assert [r[2:6] for r in t5 if r[0] == "video" and r[1] == "N@10"] == [
-        ["0.0400", "**<u>0.0500</u>**", "**<u>0.0450</u>**", "0.0440"]]
+        ["0.0400", "**<u>0.0500</u>**", "**<u>0.0450</u>**", "0.0440"]
+    ]
 
 
 def test_the_verdict_names_models_that_never_left_the_popularity_level(tmp_path, capsys):
     """AE's selected trial never reached 1.25x the most-popular ranking on validation (escape_steps empty), AR's
     did: the report names the AE cell, with its best validation value beside the popularity level."""
     root = str(tmp_path / "results")
-    write_row(root, row("p1", "ml", "vanilla", "ae", 0.020, popularity_level=0.0190, escape_steps=None,
-                        **{"train.monitor": "ndcg@10"}))
-    write_row(root, row("p2", "ml", "vanilla", "ar", 0.060, popularity_level=0.0190, escape_steps=480,
-                        **{"train.monitor": "ndcg@10"}))
+    write_row(
+        root,
+        row(
+            "p1",
+            "ml",
+            "vanilla",
+            "ae",
+            0.020,
+            popularity_level=0.0190,
+            escape_steps=None,
+            **{"train.monitor": "ndcg@10"},
+        ),
+    )
+    write_row(
+        root,
+        row(
+            "p2",
+            "ml",
+            "vanilla",
+            "ar",
+            0.060,
+            popularity_level=0.0190,
+            escape_steps=480,
+            **{"train.monitor": "ndcg@10"},
+        ),
+    )
     assert main(["report", "--results", root]) == 0
     text = capsys.readouterr().out
     line = next(line for line in text.splitlines() if "popularity plateau" in line)
     assert "ml / vanilla / AE (1 of 1 runs; best valid N@10 0.0200 vs most-popular 0.0190)" in line
     assert "/ AR" not in line
-    write_row(root, row("p3", "ml", "vanilla", "ae", 0.020, selected=False, popularity_level=0.0190,
-                        escape_steps=None, **{"train.monitor": "ndcg@10"}))  # not behind a cell: not named
+    write_row(
+        root,
+        row(
+            "p3",
+            "ml",
+            "vanilla",
+            "ae",
+            0.020,
+            selected=False,
+            popularity_level=0.0190,
+            escape_steps=None,
+            **{"train.monitor": "ndcg@10"},
+        ),
+    )  # not behind a cell: not named
     assert main(["report", "--results", root]) == 0 and "(1 of 1 runs" in capsys.readouterr().out

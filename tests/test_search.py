@@ -24,8 +24,14 @@ SPACES = Path(__file__).parent / "spaces"
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, object_store_memory=128 * 1024 * 1024,
-             log_to_driver=False, logging_level="ERROR")
+    ray.init(
+        num_cpus=2,
+        num_gpus=0,
+        include_dashboard=False,
+        object_store_memory=128 * 1024 * 1024,
+        log_to_driver=False,
+        logging_level="ERROR",
+    )
     yield
     ray.shutdown()
 
@@ -39,19 +45,36 @@ def data_dir(tmp_path_factory, monkeypatch):
 
 
 def search(*args: str) -> int:
-    return main(["search", "--quiet", "--no-estimate", *args])  # the estimate's probe: tests/test_search_cost.py
+    return main(
+        ["search", "--quiet", "--no-estimate", *args]
+    )  # the estimate's probe: tests/test_search_cost.py
 
 
 def test_grid_asha_one_row_per_trial_and_selection(local_ray, data_dir, tmp_path, capsys):
     out = tmp_path / "results"
-    assert search("--space", str(SPACES / "asha.yaml"), "--dataset", "synthetic", "--results", str(out),
-                  "--max-concurrent", "1", "--experiment", "g") == 0
+    assert (
+        search(
+            "--space",
+            str(SPACES / "asha.yaml"),
+            "--dataset",
+            "synthetic",
+            "--results",
+            str(out),
+            "--max-concurrent",
+            "1",
+            "--experiment",
+            "g",
+        )
+        == 0
+    )
     rows = read_rows(str(out), "g")
     space = load_space(str(SPACES / "asha.yaml"))
     points = space.grid_points()
     assert len(rows) == len(points) == 12 and rows["trial_id"].is_unique
-    seen = {(r["task"], r["mask_prob"] if r["task"] == "ae" else None, r["model.dropout"], r["train.lr"])
-            for _, r in rows.iterrows()}
+    seen = {
+        (r["task"], r["mask_prob"] if r["task"] == "ae" else None, r["model.dropout"], r["train.lr"])
+        for _, r in rows.iterrows()
+    }
     expected = {(p["task"], p.get("mask_prob"), p["model.dropout"], p["train.lr"]) for p in points}
     assert seen == expected  # grid covers every point, AR without the AE-only mask grid
     assert (rows["model.attn_dropout"] == rows["model.dropout"]).all()  # `also` keys follow
@@ -76,8 +99,13 @@ def test_grid_asha_one_row_per_trial_and_selection(local_ray, data_dir, tmp_path
 
     stale = rows[~rows["selected"]].iloc[0].to_dict()
     write_row(str(out), {**stale, "selected": True, "test.ndcg@10": 0.99})
-    select_and_test(make_plan(SearchRequest(space=str(SPACES / "asha.yaml"), dataset="synthetic",
-                                            results=str(out), experiment="g")))
+    select_and_test(
+        make_plan(
+            SearchRequest(
+                space=str(SPACES / "asha.yaml"), dataset="synthetic", results=str(out), experiment="g"
+            )
+        )
+    )
     again = read_rows(str(out), "g")
     assert sorted(again[again["selected"]]["trial_id"]) == sorted(selected["trial_id"])
     assert again.set_index("trial_id").loc[stale["trial_id"], "test.ndcg@10"] != 0.99
@@ -88,26 +116,64 @@ def test_grid_asha_one_row_per_trial_and_selection(local_ray, data_dir, tmp_path
         assert main(["evaluate", "--checkpoint", row["checkpoint"], "--json"]) == 0
         scores = json.loads(capsys.readouterr().out)
         assert scores["row"] == row["trial_id"] and scores["row_differences"] == {}
-        assert scores["metrics"] == {k.removeprefix("test."): v for k, v in row.items() if k.startswith("test.")}
+        assert scores["metrics"] == {
+            k.removeprefix("test."): v for k, v in row.items() if k.startswith("test.")
+        }
 
 
 @pytest.mark.slow
 def test_seed_reruns_on_a_uri_store(local_ray, data_dir, tmp_path, capsys):
     uri = f"file://{tmp_path}/store"
-    assert search("--space", str(SPACES / "seeds.yaml"), "--dataset", "synthetic", "--results", uri,
-                  "--experiment", "s", "--seeds", "2", "--cpus-per-trial", "2") == 0
+    assert (
+        search(
+            "--space",
+            str(SPACES / "seeds.yaml"),
+            "--dataset",
+            "synthetic",
+            "--results",
+            uri,
+            "--experiment",
+            "s",
+            "--seeds",
+            "2",
+            "--cpus-per-trial",
+            "2",
+        )
+        == 0
+    )
     rows = read_rows(uri, "s")
     search_rows, seed_rows = rows[rows["role"] == "search"], rows[rows["role"] == "seed"]
     assert len(search_rows) == 2 and search_rows["selected"].all()
-    assert sorted(zip(seed_rows["task"], seed_rows["seed"], strict=True)) == [("ae", 0), ("ae", 1), ("ar", 0), ("ar", 1)]
+    assert sorted(zip(seed_rows["task"], seed_rows["seed"], strict=True)) == [
+        ("ae", 0),
+        ("ae", 1),
+        ("ar", 0),
+        ("ar", 1),
+    ]
     assert seed_rows["test.ndcg@10"].notna().all() and (seed_rows["status"] == "finished").all()
     assert (rows["torch_threads"] == 2).all()  # torch threads follow the CPUs a trial holds
     ar = seed_rows[seed_rows["task"] == "ar"].sort_values("seed")
     assert ar["test.ndcg@10"].iloc[0] != ar["test.ndcg@10"].iloc[1]  # different seeds, different runs
 
     # --resume must repeat the search: a changed base is refused before anything runs
-    assert search("--space", str(SPACES / "seeds.yaml"), "--dataset", "synthetic", "--results", uri,
-                  "--experiment", "s", "--seeds", "3", "--resume", "--max-epochs", "3") == 2
+    assert (
+        search(
+            "--space",
+            str(SPACES / "seeds.yaml"),
+            "--dataset",
+            "synthetic",
+            "--results",
+            uri,
+            "--experiment",
+            "s",
+            "--seeds",
+            "3",
+            "--resume",
+            "--max-epochs",
+            "3",
+        )
+        == 2
+    )
     assert "train.max_epochs 2 -> 3 changed" in capsys.readouterr().err
 
     # --resume with more seeds trains the missing ones and retries an errored one (an AE seed-1 node died)
@@ -115,12 +181,34 @@ def test_seed_reruns_on_a_uri_store(local_ray, data_dir, tmp_path, capsys):
 
     lost = seed_rows[(seed_rows["task"] == "ae") & (seed_rows["seed"] == 1)].iloc[0].to_dict()
     write_row(uri, {**lost, "status": "error", "error": "RayActorError: the node died", "test.ndcg@10": None})
-    assert search("--space", str(SPACES / "seeds.yaml"), "--dataset", "synthetic", "--results", uri,
-                  "--experiment", "s", "--seeds", "3", "--cpus-per-trial", "2", "--resume") == 0
+    assert (
+        search(
+            "--space",
+            str(SPACES / "seeds.yaml"),
+            "--dataset",
+            "synthetic",
+            "--results",
+            uri,
+            "--experiment",
+            "s",
+            "--seeds",
+            "3",
+            "--cpus-per-trial",
+            "2",
+            "--resume",
+        )
+        == 0
+    )
     again = read_rows(uri, "s")
     seed_rows = again[again["role"] == "seed"]
     assert sorted(zip(seed_rows["task"], seed_rows["seed"], strict=True)) == [
-        ("ae", 0), ("ae", 1), ("ae", 2), ("ar", 0), ("ar", 1), ("ar", 2)]
+        ("ae", 0),
+        ("ae", 1),
+        ("ae", 2),
+        ("ar", 0),
+        ("ar", 1),
+        ("ar", 2),
+    ]
     assert (seed_rows["status"] == "finished").all()
     assert set(ar["trial_id"]) <= set(seed_rows["trial_id"])  # AR seeds 0 and 1 were not trained again
     assert again.set_index("trial_id").loc[lost["trial_id"], "role"] == "superseded"
@@ -130,16 +218,30 @@ def test_seed_reruns_on_a_uri_store(local_ray, data_dir, tmp_path, capsys):
 
     stale = {**ar.iloc[0].to_dict(), "trial_id": "old-winner-seed0", "train.lr": 0.5}
     write_row(uri, stale)
-    select_and_test(make_plan(SearchRequest(space=str(SPACES / "seeds.yaml"), dataset="synthetic", results=uri,
-                                            experiment="s")))
+    select_and_test(
+        make_plan(
+            SearchRequest(space=str(SPACES / "seeds.yaml"), dataset="synthetic", results=uri, experiment="s")
+        )
+    )
     roles = read_rows(uri, "s").set_index("trial_id")["role"]
     assert roles["old-winner-seed0"] == "superseded" and (roles[list(seed_rows["trial_id"])] == "seed").all()
 
 
 def test_trial_error_is_recorded_and_search_completes(local_ray, data_dir, tmp_path, capsys):
     out = tmp_path / "results"
-    assert search("--space", str(SPACES / "errors.yaml"), "--dataset", "synthetic", "--results", str(out),
-                  "--experiment", "e") == 0  # one trial errored, the other was selected: the search answered
+    assert (
+        search(
+            "--space",
+            str(SPACES / "errors.yaml"),
+            "--dataset",
+            "synthetic",
+            "--results",
+            str(out),
+            "--experiment",
+            "e",
+        )
+        == 0
+    )  # one trial errored, the other was selected: the search answered
     assert "2 trials (1 errors, 0 diverged)" in capsys.readouterr().out
     rows = read_rows(str(out), "e").set_index("train.device")
     assert rows.loc["cpu", "status"] == "finished" and rows.loc["cpu", "selected"]
@@ -155,15 +257,26 @@ def test_a_search_whose_every_trial_fails_exits_non_zero_saying_why(local_ray, d
 
     plugin = Path(__file__).parent / "plugins" / "failing_backbone.py"
     space = tmp_path / "failing.yaml"
-    space.write_text("description: every trial raises\nbase:\n  model.backbone: failing\n"
-                     "  model.hidden_size: 8\nparams:\n  task: {grid: [ar]}\n"
-                     "  train.lr: {grid: [0.01, 0.001]}\n"
-                     "budget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n")
+    space.write_text(
+        "description: every trial raises\nbase:\n  model.backbone: failing\n"
+        "  model.hidden_size: 8\nparams:\n  task: {grid: [ar]}\n"
+        "  train.lr: {grid: [0.01, 0.001]}\n"
+        "budget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n"
+    )
     registry.load_plugins([str(plugin)])
     try:
         out = tmp_path / "results"
-        code = search("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment",
-                      "f", "--json")
+        code = search(
+            "--space",
+            str(space),
+            "--dataset",
+            "synthetic",
+            "--results",
+            str(out),
+            "--experiment",
+            "f",
+            "--json",
+        )
     finally:
         registry.unregister("failing")
     captured = capsys.readouterr()
@@ -173,7 +286,8 @@ def test_a_search_whose_every_trial_fails_exits_non_zero_saying_why(local_ray, d
     assert errors == [
         "modsar: error: search 'f' selected nothing: no trial ended with a validation score (2 trials: "
         "2 errors, 0 diverged; first error: RuntimeError: the failing test backbone refuses every forward "
-        f"pass); see `modsar results --results {out} --experiment f`"]
+        f"pass); see `modsar results --results {out} --experiment f`"
+    ]
     assert summary["problem"] == errors[0].removeprefix("modsar: error: ")
     rows = read_rows(str(out), "f")
     assert len(rows) == 2 and rows["status"].eq("error").all() and not rows["selected"].any()
@@ -187,8 +301,10 @@ def test_a_model_none_of_whose_trials_could_be_selected_fails_the_search(tmp_pat
     from modsar.sweep.tuner import search_problem
 
     out = str(tmp_path / "results")
-    plan = make_plan(SearchRequest(space=str(SPACES / "tiny.yaml"), dataset="synthetic", results=out,
-                                   experiment="p"), check=False)
+    plan = make_plan(
+        SearchRequest(space=str(SPACES / "tiny.yaml"), dataset="synthetic", results=out, experiment="p"),
+        check=False,
+    )
     common = {"experiment": "p", "role": "search", "model.backbone": "modular", "selected": False}
     write_row(out, {**common, "trial_id": "t1", "task": "ae", "status": "error", "error": "OSError: boom"})
     write_row(out, {**common, "trial_id": "t2", "task": "ae", "status": "diverged", "error": "nan loss"})
@@ -196,14 +312,28 @@ def test_a_model_none_of_whose_trials_could_be_selected_fails_the_search(tmp_pat
     rows = read_rows(out, "p")
     assert search_problem(plan, rows, {"ar": {"trial_id": "t3"}}, "3 trials: 1 errors, 1 diverged") == (
         "search 'p' selected no AE: no trial of it ended with a validation score (3 trials: 1 errors, "
-        f"1 diverged; first error: OSError: boom); see `modsar results --results {out} --experiment p`")
+        f"1 diverged; first error: OSError: boom); see `modsar results --results {out} --experiment p`"
+    )
     assert search_problem(plan, rows, {"ae": {}, "ar": {}}, "") is None
 
 
 def test_diverged_trial_is_recorded_never_selected(local_ray, data_dir, tmp_path, capsys):
     out = tmp_path / "results"
-    assert search("--space", str(SPACES / "diverge.yaml"), "--dataset", "synthetic", "--results", str(out),
-                  "--experiment", "d", "--max-failures", "2") == 0
+    assert (
+        search(
+            "--space",
+            str(SPACES / "diverge.yaml"),
+            "--dataset",
+            "synthetic",
+            "--results",
+            str(out),
+            "--experiment",
+            "d",
+            "--max-failures",
+            "2",
+        )
+        == 0
+    )
     assert "2 trials (0 errors, 1 diverged)" in capsys.readouterr().out
     rows = read_rows(str(out), "d").set_index("train.lr")
     diverged = rows.loc[1e30]
@@ -215,8 +345,12 @@ def test_diverged_trial_is_recorded_never_selected(local_ray, data_dir, tmp_path
 
 def test_invalid_space_is_refused_before_ray_with_every_problem(tmp_path, capsys):
     out = tmp_path / "results"
-    assert main(["search", "--space", str(SPACES / "mixed.yaml"), "--dataset", "synthetic", "--results",
-                 str(out)]) == 2
+    assert (
+        main(
+            ["search", "--space", str(SPACES / "mixed.yaml"), "--dataset", "synthetic", "--results", str(out)]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         "modsar: error: space 'mixed' (grid search: AE 8, AR 8 trials): 10 of 16 configurations are invalid on "
@@ -224,18 +358,30 @@ def test_invalid_space_is_refused_before_ray_with_every_problem(tmp_path, capsys
         "  8 configurations with model.num_heads=3, model.dropout=0.0: 'model.hidden_size' (16) must be divisible "
         "by 'model.num_heads' (3)",
         "  2 configurations with model.backbone=llama, model.num_heads=1, model.local_heads=1, model.dropout=0.0: "
-        "'model.local_heads' (local window heads) exists only in the modular backbone, not in llama"]
+        "'model.local_heads' (local window heads) exists only in the modular backbone, not in llama",
+    ]
     assert not out.exists()
 
 
-@pytest.mark.parametrize("body,search,message", [
-    ("  model.num_heads: {randint: [1, 5]}\n", "random",  # 3 lies between the bounds: checked too
-     "  model.dropout=0.0, model.num_heads=3: 'model.hidden_size' (16) must be divisible by 'model.num_heads' (3)"),
-    ("  train.lr: {loguniform: [1.0e-4, 1.0e+39]}\n", "optuna",
-     "model.dropout=0.0, train.lr=1e+39: 'train.lr' must be a finite number of float32 range"),
-    ("  mask_prob: {uniform: [0.0, 0.5]}\n", "random", "mask_prob=0.0: 'mask_prob' must be in (0, 1)"),
-])
-def test_random_and_optuna_spaces_are_checked_at_bounds_and_small_ranges(tmp_path, capsys, body, search, message):
+@pytest.mark.parametrize(
+    "body,search,message",
+    [
+        (
+            "  model.num_heads: {randint: [1, 5]}\n",
+            "random",  # 3 lies between the bounds: checked too
+            "  model.dropout=0.0, model.num_heads=3: 'model.hidden_size' (16) must be divisible by 'model.num_heads' (3)",
+        ),
+        (
+            "  train.lr: {loguniform: [1.0e-4, 1.0e+39]}\n",
+            "optuna",
+            "model.dropout=0.0, train.lr=1e+39: 'train.lr' must be a finite number of float32 range",
+        ),
+        ("  mask_prob: {uniform: [0.0, 0.5]}\n", "random", "mask_prob=0.0: 'mask_prob' must be in (0, 1)"),
+    ],
+)
+def test_random_and_optuna_spaces_are_checked_at_bounds_and_small_ranges(
+    tmp_path, capsys, body, search, message
+):
     path = tmp_path / "s.yaml"
     path.write_text("base: {model.hidden_size: 16}\nparams:\n  model.dropout: {grid: [0.0]}\n" + body)
     assert main(["spaces", str(path), "--check", "--search", search]) == 2
@@ -245,14 +391,23 @@ def test_random_and_optuna_spaces_are_checked_at_bounds_and_small_ranges(tmp_pat
 
 def test_a_condition_on_a_wide_range_is_checked_and_wide_products_stay_small(tmp_path, capsys):
     conditional = tmp_path / "c.yaml"  # num_layers=3 is inside a wide range: the check must visit it
-    conditional.write_text("params:\n  model.num_layers: {randint: [1, 100]}\n"
-                           "  model.local_heads: {grid: [1, 2], when: {model.num_layers: [3]}}\n")
+    conditional.write_text(
+        "params:\n  model.num_layers: {randint: [1, 100]}\n"
+        "  model.local_heads: {grid: [1, 2], when: {model.num_layers: [3]}}\n"
+    )
     assert main(["spaces", str(conditional), "--check", "--search", "random"]) == 2
-    assert "model.num_layers=3, model.local_heads=2: 'model.local_heads' must be between 0 and model.num_heads" \
+    assert (
+        "model.num_layers=3, model.local_heads=2: 'model.local_heads' must be between 0 and model.num_heads"
         in capsys.readouterr().err
+    )
     wide = tmp_path / "w.yaml"  # 31^3 points at every value: checked at the bounds instead
-    wide.write_text("params:\n" + "".join(f"  {k}: {{randint: [1, 32]}}\n" for k in
-                                           ("train.patience", "data.eval_batch_size", "data.batch_size")))
+    wide.write_text(
+        "params:\n"
+        + "".join(
+            f"  {k}: {{randint: [1, 32]}}\n"
+            for k in ("train.patience", "data.eval_batch_size", "data.batch_size")
+        )
+    )
     assert main(["spaces", str(wide), "--check", "--search", "random"]) == 0
     assert "all 8 configurations are valid" in capsys.readouterr().out
 
@@ -267,26 +422,38 @@ def test_without_a_dataset_no_size_is_invented(tmp_path, capsys):
 
 def test_task_with_a_condition_and_negative_samples_are_refused(tmp_path, capsys):
     path = tmp_path / "s.yaml"
-    path.write_text("params:\n  model.dropout: {grid: [0.0, 0.1]}\n  task: {grid: [ae, ar], when: {model.dropout: 0.1}}\n")
+    path.write_text(
+        "params:\n  model.dropout: {grid: [0.0, 0.1]}\n  task: {grid: [ae, ar], when: {model.dropout: 0.1}}\n"
+    )
     assert main(["spaces", str(path), "--check"]) == 2
     assert "the AE/AR switch cannot have a 'when' condition" in capsys.readouterr().err
     assert main(["spaces", "quickstart", "--check", "--search", "random", "--num-samples", "-3"]) == 2
     assert "--num-samples must be >= 1; got -3" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("space", sorted(p.stem for p in (Path(__file__).parent.parent / "search_spaces").glob("*.yaml")))
+@pytest.mark.parametrize(
+    "space", sorted(p.stem for p in (Path(__file__).parent.parent / "search_spaces").glob("*.yaml"))
+)
 def test_every_bundled_space_passes_its_check(space, capsys):
     loaded = load_space(space)
     timed = loaded.base.get("data.split") == "temporal"  # synthetic has no timestamps (checked below)
-    if any(p.key == "model.time_bias" for p in loaded.params):  # a time bias needs timestamps whatever the split: checked without data
+    if any(
+        p.key == "model.time_bias" for p in loaded.params
+    ):  # a time bias needs timestamps whatever the split: checked without data
         assert main(["spaces", space, "--check"]) == 0
         assert "configurations are valid" in capsys.readouterr().out
         assert main(["spaces", space, "--check", "--dataset", "synthetic", "data.split=loo"]) == 2
         assert "model.time_bias=gap needs timestamps, and the dataset has none" in capsys.readouterr().err
         return
-    assert main(["spaces", space, "--check", "--dataset", "synthetic", *(["data.split=loo"] if timed else [])]) == 0
+    assert (
+        main(["spaces", space, "--check", "--dataset", "synthetic", *(["data.split=loo"] if timed else [])])
+        == 0
+    )
     out = capsys.readouterr().out.strip()
-    assert out.startswith(f"space '{space}' (grid search: AE ") and "configurations are valid on dataset synthetic" in out
+    assert (
+        out.startswith(f"space '{space}' (grid search: AE ")
+        and "configurations are valid on dataset synthetic" in out
+    )
 
 
 @pytest.mark.slow
@@ -294,33 +461,73 @@ def test_optuna_seed_reproduces_first_configurations(local_ray, data_dir, tmp_pa
     out = tmp_path / "results"
     configs = []
     for name in ("o1", "o2"):
-        assert search("--space", str(SPACES / "continuous.yaml"), "--dataset", "synthetic", "--results", str(out),
-                      "--experiment", name, "--seed", "7", "--max-concurrent", "1") == 0
+        assert (
+            search(
+                "--space",
+                str(SPACES / "continuous.yaml"),
+                "--dataset",
+                "synthetic",
+                "--results",
+                str(out),
+                "--experiment",
+                name,
+                "--seed",
+                "7",
+                "--max-concurrent",
+                "1",
+            )
+            == 0
+        )
         rows = read_rows(str(out), name)
-        configs.append(rows.sort_values("trial_index")[["model.dropout", "train.lr", "model.num_heads",
-                                                  "data.batch_size"]].to_dict("records"))
+        configs.append(
+            rows.sort_values("trial_index")[
+                ["model.dropout", "train.lr", "model.num_heads", "data.batch_size"]
+            ].to_dict("records")
+        )
     assert len(configs[0]) == 3 and configs[0] == configs[1]
     assert len({c["train.lr"] for c in configs[0]}) == 3  # really sampled
     assert all(1e-4 <= c["train.lr"] <= 1e-2 and 64 <= c["data.batch_size"] <= 256 for c in configs[0])
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--space", str(SPACES / "asha.yaml"), "--dataset", "nosuch"], "dataset 'nosuch' is not prepared"),
-    (["--space", "nosuch", "--dataset", "synthetic"], "unknown space 'nosuch'"),
-    (["--space", str(SPACES / "asha.yaml"), "--dataset", "synthetic", "--gpus-per-trial", "0.5"],
-     "asks for a GPU, but the Ray cluster has none"),
-    (["--space", str(SPACES / "asha.yaml"), "--dataset", "synthetic", "--cpus-per-trial", "64"],
-     "exceeds the largest node's 2 CPUs"),
-    (["--space", str(SPACES / "continuous.yaml"), "--dataset", "synthetic", "--search", "grid"],
-     "grid search needs grid/choice params"),
-    (["--space", str(SPACES / "asha.yaml"), "--dataset", "synthetic", "train.device=cuda"],
-     "train.device=cuda, but a trial sees a GPU only when --gpus-per-trial gives it one"),
-    *((["--space", str(SPACES / "asha.yaml"), "--dataset", "synthetic", flag, value], f"{flag} must be {rule}")
-      for flag, value, rule in (("--max-t", "-3", ">= 1"), ("--max-t", "0", ">= 1"), ("--grace-period", "-2", ">= 1"),
-                                ("--max-concurrent", "-1", ">= 1"), ("--seeds", "-1", ">= 0"),
-                                ("--max-failures", "-2", ">= 0"), ("--max-epochs", "0", ">= 1"),
-                                ("--time-budget", "0", "> 0 seconds"))),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--space", str(SPACES / "asha.yaml"), "--dataset", "nosuch"], "dataset 'nosuch' is not prepared"),
+        (["--space", "nosuch", "--dataset", "synthetic"], "unknown space 'nosuch'"),
+        (
+            ["--space", str(SPACES / "asha.yaml"), "--dataset", "synthetic", "--gpus-per-trial", "0.5"],
+            "asks for a GPU, but the Ray cluster has none",
+        ),
+        (
+            ["--space", str(SPACES / "asha.yaml"), "--dataset", "synthetic", "--cpus-per-trial", "64"],
+            "exceeds the largest node's 2 CPUs",
+        ),
+        (
+            ["--space", str(SPACES / "continuous.yaml"), "--dataset", "synthetic", "--search", "grid"],
+            "grid search needs grid/choice params",
+        ),
+        (
+            ["--space", str(SPACES / "asha.yaml"), "--dataset", "synthetic", "train.device=cuda"],
+            "train.device=cuda, but a trial sees a GPU only when --gpus-per-trial gives it one",
+        ),
+        *(
+            (
+                ["--space", str(SPACES / "asha.yaml"), "--dataset", "synthetic", flag, value],
+                f"{flag} must be {rule}",
+            )
+            for flag, value, rule in (
+                ("--max-t", "-3", ">= 1"),
+                ("--max-t", "0", ">= 1"),
+                ("--grace-period", "-2", ">= 1"),
+                ("--max-concurrent", "-1", ">= 1"),
+                ("--seeds", "-1", ">= 0"),
+                ("--max-failures", "-2", ">= 0"),
+                ("--max-epochs", "0", ">= 1"),
+                ("--time-budget", "0", "> 0 seconds"),
+            )
+        ),
+    ],
+)
 def test_bad_requests_fail_cleanly(local_ray, data_dir, tmp_path, capsys, args, message):
     out = tmp_path / "results"
     assert search(*args, "--results", str(out)) == 2
@@ -329,22 +536,31 @@ def test_bad_requests_fail_cleanly(local_ray, data_dir, tmp_path, capsys, args, 
     assert not out.exists()
 
 
-@pytest.mark.parametrize("body,message", [
-    ("params:\n  model.hiden_size: {grid: [16]}\n", "unknown key 'model.hiden_size'"),
-    ("params:\n  model.dropout: {gaussian: [0, 1]}\n", "unknown field 'gaussian'"),
-    ("params:\n  train.lr: {loguniform: [0, 1]}\n", "'loguniform' needs low > 0"),
-    ("params:\n  mask_prob: {grid: [0.2], when: {task: ae}}\n", "'when' refers to 'task'"),
-    ("params:\n  task: {grid: [ae]}\nschedule: {}\n", "unknown top-level key 'schedule'"),
-    ("params:\n  model.dropout: {grid: [0.1]}\n  x: !!python/object:os.system {}\n", "not valid YAML"),
-    ("params:\n  1: {grid: [1]}\n", "key 1 is not a config name"),
-    ("base: {train.lr: .nan}\nparams:\n  task: {grid: [ar]}\n", "'train.lr' must be a finite number"),
-    ("\udcff\udcfe", "is not a text (UTF-8) file"),
-    ("params:\n  data.split: {grid: [loo, temporal]}\n", "a search cannot vary how the data is viewed or split"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ("params:\n  model.hiden_size: {grid: [16]}\n", "unknown key 'model.hiden_size'"),
+        ("params:\n  model.dropout: {gaussian: [0, 1]}\n", "unknown field 'gaussian'"),
+        ("params:\n  train.lr: {loguniform: [0, 1]}\n", "'loguniform' needs low > 0"),
+        ("params:\n  mask_prob: {grid: [0.2], when: {task: ae}}\n", "'when' refers to 'task'"),
+        ("params:\n  task: {grid: [ae]}\nschedule: {}\n", "unknown top-level key 'schedule'"),
+        ("params:\n  model.dropout: {grid: [0.1]}\n  x: !!python/object:os.system {}\n", "not valid YAML"),
+        ("params:\n  1: {grid: [1]}\n", "key 1 is not a config name"),
+        ("base: {train.lr: .nan}\nparams:\n  task: {grid: [ar]}\n", "'train.lr' must be a finite number"),
+        ("\udcff\udcfe", "is not a text (UTF-8) file"),
+        (
+            "params:\n  data.split: {grid: [loo, temporal]}\n",
+            "a search cannot vary how the data is viewed or split",
+        ),
+    ],
+)
 def test_bad_space_files(tmp_path, capsys, body, message):
     path = tmp_path / "bad.yaml"
     path.write_bytes(body.encode("utf-8", "surrogateescape"))
-    assert main(["search", "--space", str(path), "--dataset", "synthetic", "--results", str(tmp_path / "r")]) == 2
+    assert (
+        main(["search", "--space", str(path), "--dataset", "synthetic", "--results", str(tmp_path / "r")])
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
     assert not (tmp_path / "r").exists()
@@ -379,8 +595,23 @@ def test_sigkill_driver_then_resume(data_dir, tmp_path):
     """Kill the driver (and its local Ray) while a trial is mid-run; --resume continues that trial from its
     checkpoint and ASHA from its rungs, and every row equals the row of a search that was never killed."""
     out = tmp_path / "results"
-    cmd = [sys.executable, "-m", "modsar.cli", "search", "--space", str(SPACES / "resume.yaml"), "--dataset",
-           "synthetic", "--results", str(out), "--experiment", "k", "--quiet", "--max-concurrent", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "modsar.cli",
+        "search",
+        "--space",
+        str(SPACES / "resume.yaml"),
+        "--dataset",
+        "synthetic",
+        "--results",
+        str(out),
+        "--experiment",
+        "k",
+        "--quiet",
+        "--max-concurrent",
+        "1",
+    ]
     env = {**os.environ, "MODSAR_DATA": str(data_dir)}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     trials = out / "k" / "trials"
@@ -404,17 +635,31 @@ def test_sigkill_driver_then_resume(data_dir, tmp_path):
     assert len(set(ids)) == 6
     rows = read_rows(str(out), "k").set_index(["model.dropout", "train.lr"])
     assert set(rows["status"]) <= {"finished", "stopped"} and rows["selected"].sum() == 1
-    continued = rows.loc[(0.0, 0.003)]  # its curve holds epochs reported before the kill, by the killed driver
+    continued = rows.loc[
+        (0.0, 0.003)
+    ]  # its curve holds epochs reported before the kill, by the killed driver
     assert continued["reports"] < len(json.loads(continued["curve"])) == continued["epochs_run"]
     assert all(Path(c).exists() for c in rows["checkpoint"]) and len(list((out / "k").rglob("best.pt"))) >= 6
     assert not list((out / "k").rglob("resume.pt"))  # the search ended: only the weights stay
 
-    whole = subprocess.run([*cmd[:-4], "whole", *cmd[-3:]], env=env, capture_output=True, text=True, timeout=600)
+    whole = subprocess.run(
+        [*cmd[:-4], "whole", *cmd[-3:]], env=env, capture_output=True, text=True, timeout=600
+    )
     assert whole.returncode == 0, whole.stderr[-2000:]
-    facts = ["status", "epochs_run", "best_epoch", "valid.ndcg@10", "valid.recall@10", "curve", "selected",
-             "test.ndcg@10"]
-    resumed, uninterrupted = (read_rows(str(out), name).set_index(["model.dropout", "train.lr"]).sort_index()[facts]
-                              for name in ("k", "whole"))
+    facts = [
+        "status",
+        "epochs_run",
+        "best_epoch",
+        "valid.ndcg@10",
+        "valid.recall@10",
+        "curve",
+        "selected",
+        "test.ndcg@10",
+    ]
+    resumed, uninterrupted = (
+        read_rows(str(out), name).set_index(["model.dropout", "train.lr"]).sort_index()[facts]
+        for name in ("k", "whole")
+    )
     assert resumed.equals(uninterrupted), resumed.compare(uninterrupted)
 
 
@@ -422,9 +667,27 @@ def test_sigkill_driver_then_resume(data_dir, tmp_path):
 @pytest.mark.parametrize("space", ["hf_albert", "hf_llama", "hf_transfo_xl"])
 def test_hf_spaces_run_end_to_end(local_ray, data_dir, tmp_path, space):
     out = tmp_path / "results"
-    assert search("--space", space, "--dataset", "synthetic", "--results", str(out), "--experiment", space,
-                  "--search", "random", "--num-samples", "1", "--max-epochs", "1", "model.hidden_size=16",
-                  "train.eval_every=1") == 0
+    assert (
+        search(
+            "--space",
+            space,
+            "--dataset",
+            "synthetic",
+            "--results",
+            str(out),
+            "--experiment",
+            space,
+            "--search",
+            "random",
+            "--num-samples",
+            "1",
+            "--max-epochs",
+            "1",
+            "model.hidden_size=16",
+            "train.eval_every=1",
+        )
+        == 0
+    )
     rows = read_rows(str(out), space)
     assert sorted(rows["task"]) == ["ae", "ar"] and (rows["status"] == "finished").all()
     assert rows["model.backbone"].eq(space[3:]).all() and rows["test.ndcg@10"].notna().all()
@@ -437,14 +700,20 @@ def test_a_plugin_backbone_runs_a_trial_in_a_ray_worker(local_ray, data_dir, tmp
     plugin = Path(__file__).parent / "plugins" / "toy_backbone.py"
 
     space = tmp_path / "toy.yaml"
-    space.write_text("description: toy plugin backbone\nbase:\n  model.backbone: toy\n  model.hidden_size: 8\n"
-                     "params:\n  task: {grid: [ar]}\n  train.lr: {grid: [0.01]}\n"
-                     "budget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n")
+    space.write_text(
+        "description: toy plugin backbone\nbase:\n  model.backbone: toy\n  model.hidden_size: 8\n"
+        "params:\n  task: {grid: [ar]}\n  train.lr: {grid: [0.01]}\n"
+        "budget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n"
+    )
     registry.load_plugins([str(plugin)])
     try:
         out = tmp_path / "results"
-        assert search("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment",
-                      "toy") == 0
+        assert (
+            search(
+                "--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment", "toy"
+            )
+            == 0
+        )
     finally:
         registry.unregister("toy")
     rows = read_rows(str(out), "toy")
@@ -452,8 +721,10 @@ def test_a_plugin_backbone_runs_a_trial_in_a_ray_worker(local_ray, data_dir, tmp
     assert rows["test.ndcg@10"].notna().all()
 
 
-@pytest.mark.skipif(not __import__("torch").cuda.is_available(),
-                    reason="no CUDA device here: the fractional-GPU placement test needs one")
+@pytest.mark.skipif(
+    not __import__("torch").cuda.is_available(),
+    reason="no CUDA device here: the fractional-GPU placement test needs one",
+)
 def test_fractional_gpus_share_one_device(data_dir, tmp_path):
     """Four trials with --gpus-per-trial 0.25 run at the same time on one GPU, each on the device Ray gave it."""
     import torch
@@ -461,8 +732,23 @@ def test_fractional_gpus_share_one_device(data_dir, tmp_path):
     ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     try:
         out = tmp_path / "results"
-        assert search("--space", str(SPACES / "asha.yaml"), "--dataset", "synthetic", "--results", str(out),
-                      "--experiment", "gpu", "--gpus-per-trial", "0.25", "--cpus-per-trial", "1") == 0
+        assert (
+            search(
+                "--space",
+                str(SPACES / "asha.yaml"),
+                "--dataset",
+                "synthetic",
+                "--results",
+                str(out),
+                "--experiment",
+                "gpu",
+                "--gpus-per-trial",
+                "0.25",
+                "--cpus-per-trial",
+                "1",
+            )
+            == 0
+        )
     finally:
         ray.shutdown()
     rows = read_rows(str(out), "gpu")
@@ -480,8 +766,25 @@ def test_mlflow_gets_one_run_per_trial_with_params_and_epoch_metrics(local_ray, 
     from mlflow.tracking import MlflowClient
 
     out, store = tmp_path / "results", f"file:{tmp_path / 'mlruns'}"
-    assert search("--space", str(SPACES / "tiny.yaml"), "--dataset", "synthetic", "--results", str(out),
-                  "--experiment", "tracked", "--mlflow", store, "--max-epochs", "2", "--max-t", "2") == 0
+    assert (
+        search(
+            "--space",
+            str(SPACES / "tiny.yaml"),
+            "--dataset",
+            "synthetic",
+            "--results",
+            str(out),
+            "--experiment",
+            "tracked",
+            "--mlflow",
+            store,
+            "--max-epochs",
+            "2",
+            "--max-t",
+            "2",
+        )
+        == 0
+    )
     rows = read_rows(str(out), "tracked")
     searched = rows[rows["role"] == "search"]
     client = MlflowClient(store)
@@ -493,17 +796,34 @@ def test_mlflow_gets_one_run_per_trial_with_params_and_epoch_metrics(local_ray, 
         steps = client.get_metric_history(run.info.run_id, "valid.ndcg_at_10")
         assert len(steps) >= 1 and all(0.0 <= s.value <= 1.0 for s in steps)
     assert sorted(len(client.get_metric_history(r.info.run_id, "valid.ndcg_at_10")) for r in runs) == sorted(
-        searched["epochs_run"].astype(int))  # one step per validation pass (every epoch here)
+        searched["epochs_run"].astype(int)
+    )  # one step per validation pass (every epoch here)
 
 
 def test_mlflow_without_mlflow_installed_is_one_clear_error(tmp_path, capsys, monkeypatch):
     import builtins
 
     real_import = builtins.__import__
-    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: (_ for _ in ()).throw(ImportError(name))
-                        if name == "mlflow" else real_import(name, *a, **k))
-    assert search("--space", str(SPACES / "tiny.yaml"), "--dataset", "synthetic", "--results", str(tmp_path),
-                  "--mlflow", "file:./mlruns") == 2
+    monkeypatch.setattr(
+        builtins,
+        "__import__",
+        lambda name, *a, **k: (
+            (_ for _ in ()).throw(ImportError(name)) if name == "mlflow" else real_import(name, *a, **k)
+        ),
+    )
+    assert (
+        search(
+            "--space",
+            str(SPACES / "tiny.yaml"),
+            "--dataset",
+            "synthetic",
+            "--results",
+            str(tmp_path),
+            "--mlflow",
+            "file:./mlruns",
+        )
+        == 2
+    )
     assert "--mlflow needs MLflow: pip install 'modsar[mlflow]'" in capsys.readouterr().err
 
 
@@ -536,12 +856,25 @@ def test_rows_from_a_metrics_dataframe_keep_integer_types(data_dir, tmp_path):
     from modsar.records.rows import write_row
     from modsar.sweep import SearchRequest, make_plan, row_from_results
 
-    plan = make_plan(SearchRequest(space=str(SPACES / "asha.yaml"), dataset="synthetic", results=str(tmp_path),
-                                   experiment="df"))
-    frame = pd.DataFrame([{"epoch": 1, "valid.ndcg@10": 0.1, "best.ndcg@10": 0.1, "best_epoch": 1},
-                          {"epoch": 2, "valid.ndcg@10": 0.3, "best.ndcg@10": 0.3, "best_epoch": 2,
-                           "num_parameters": 1234, "trial_done": True},
-                          {"epoch": 3, "valid.ndcg@10": 0.2, "trial_done": True}])
+    plan = make_plan(
+        SearchRequest(
+            space=str(SPACES / "asha.yaml"), dataset="synthetic", results=str(tmp_path), experiment="df"
+        )
+    )
+    frame = pd.DataFrame(
+        [
+            {"epoch": 1, "valid.ndcg@10": 0.1, "best.ndcg@10": 0.1, "best_epoch": 1},
+            {
+                "epoch": 2,
+                "valid.ndcg@10": 0.3,
+                "best.ndcg@10": 0.3,
+                "best_epoch": 2,
+                "num_parameters": 1234,
+                "trial_done": True,
+            },
+            {"epoch": 3, "valid.ndcg@10": 0.2, "trial_done": True},
+        ]
+    )
     assert frame["best_epoch"].dtype == float  # the gap in the last report made the column double
     row = row_from_results(plan, "abc", {}, frame.to_dict("records"), None, None, tag="3_x=1")
     assert row["best_epoch"] == 2 and type(row["best_epoch"]) is int
@@ -584,8 +917,10 @@ if sys.argv[1] == "modsar":
 """
 
 
-NAMESPACE_SETUP = ("ip link set lo up && ip link add veth0 type veth peer name veth1 && ip addr add 10.9.9.9/24 "
-                   "dev veth0 && ip link set veth0 up && ip link set veth1 up && ip route add default dev veth0")
+NAMESPACE_SETUP = (
+    "ip link set lo up && ip link add veth0 type veth peer name veth1 && ip addr add 10.9.9.9/24 "
+    "dev veth0 && ip link set veth0 up && ip link set veth1 up && ip route add default dev veth0"
+)
 
 
 def _own_network_namespace() -> bool:
@@ -593,38 +928,58 @@ def _own_network_namespace() -> bool:
     root there, with no privilege outside it). Kernels may switch unprivileged user namespaces off, or allow
     them without the capabilities a veth pair needs (AppArmor's restriction): the setup itself is tried."""
     try:
-        done = subprocess.run(["unshare", "-rn", "sh", "-c", NAMESPACE_SETUP], capture_output=True, timeout=30)
+        done = subprocess.run(
+            ["unshare", "-rn", "sh", "-c", NAMESPACE_SETUP], capture_output=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _own_network_namespace(), reason="builds a network namespace with a routable veth "
-                    "address, and this user cannot (`unshare -rn` with a veth pair is refused here)")
+@pytest.mark.skipif(
+    not _own_network_namespace(),
+    reason="builds a network namespace with a routable veth "
+    "address, and this user cannot (`unshare -rn` with a veth pair is refused here)",
+)
 def test_a_local_search_binds_only_to_loopback(tmp_path):
     """In a network namespace that also has a routable non-loopback address (where Ray's default listens on all
     interfaces and takes that address as the node's), the cluster `modsar search` starts listens on 127.0.0.1
     only, and a trial runs on it. So the main job needs no private namespace (and no root). The namespace is the
     test's own (`unshare -rn`), so an ordinary user runs it too."""
     space = tmp_path / "one.yaml"
-    space.write_text("description: one trial\nbase:\n  model.hidden_size: 8\nparams:\n  task: {grid: [ar]}\n"
-                     "  train.lr: {grid: [0.01]}\nbudget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n")
+    space.write_text(
+        "description: one trial\nbase:\n  model.hidden_size: 8\nparams:\n  task: {grid: [ar]}\n"
+        "  train.lr: {grid: [0.01]}\nbudget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n"
+    )
     script = tmp_path / "check.py"
     script.write_text(LOOPBACK_CHECK)
     setup = NAMESPACE_SETUP
     env = {**os.environ, "MODSAR_DATA": str(tmp_path / "data")}
     seen = {}
     for mode in ("default", "modsar"):
-        done = subprocess.run(["unshare", "-rn", "sh", "-c", f"{setup} && {sys.executable} {script} {mode} {space} "
-                               f"{tmp_path / 'results'}"], capture_output=True, text=True, env=env, timeout=600)
+        done = subprocess.run(
+            [
+                "unshare",
+                "-rn",
+                "sh",
+                "-c",
+                f"{setup} && {sys.executable} {script} {mode} {space} {tmp_path / 'results'}",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
         lines = [x for x in done.stdout.splitlines() if x.startswith(("LISTEN", "AFTER"))]
         assert done.returncode == 0 and lines, done.stderr[-2000:]
         seen[mode] = lines
     # the namespace does expose a routable address, which Ray's default takes and listens beyond loopback on
     assert "'0.0.0.0'" in seen["default"][0] and seen["default"][0].endswith(" 10.9.9.9"), seen["default"]
-    assert seen["modsar"] == ["LISTEN ['127.0.0.1', '::ffff:127.0.0.1'] 127.0.0.1",
-                              "AFTER ['127.0.0.1', '::ffff:127.0.0.1']"], seen["modsar"]
+    assert seen["modsar"] == [
+        "LISTEN ['127.0.0.1', '::ffff:127.0.0.1'] 127.0.0.1",
+        "AFTER ['127.0.0.1', '::ffff:127.0.0.1']",
+    ], seen["modsar"]
     rows = read_rows(str(tmp_path / "results"), "loopback")
     assert len(rows) == 1 and rows["status"].eq("finished").all()
 
@@ -641,14 +996,30 @@ def test_a_temporal_split_search_records_and_reports_its_protocol(local_ray, dat
     users, items = np.repeat(np.arange(1, 41), 15), rng.integers(1, 31, 600)
     times = rng.permutation(600) * 60 + 1_000_000_000
     source = tmp_path / "ratings.csv"
-    source.write_text("userId,movieId,rating,timestamp\n" + "".join(
-        f"{u},{i},4.0,{t}\n" for u, i, t in zip(users, items, times, strict=True)))
+    source.write_text(
+        "userId,movieId,rating,timestamp\n"
+        + "".join(f"{u},{i},4.0,{t}\n" for u, i, t in zip(users, items, times, strict=True))
+    )
     prepare_dataset("timed", sources=[source], fmt="ml-csv", root=data_dir)
     out = tmp_path / "results"
-    assert search("--space", str(SPACES / "seeds.yaml"), "--dataset", "timed", "--results", str(out),
-                  "--experiment", "t", "data.split=temporal") == 0
+    assert (
+        search(
+            "--space",
+            str(SPACES / "seeds.yaml"),
+            "--dataset",
+            "timed",
+            "--results",
+            str(out),
+            "--experiment",
+            "t",
+            "data.split=temporal",
+        )
+        == 0
+    )
     rows = read_rows(str(out), "t")
-    assert len(rows) == 2 and (rows["data.split"] == "temporal").all() and (rows["status"] == "finished").all()
+    assert (
+        len(rows) == 2 and (rows["data.split"] == "temporal").all() and (rows["status"] == "finished").all()
+    )
     assert (rows["split_valid_cut"] < rows["split_test_cut"]).all() and (rows["test_targets"] > 0).all()
     assert (rows["test_targets"] < 40).all()  # one global cut: not every user has an event after it
     capsys.readouterr()
@@ -673,7 +1044,10 @@ scheduler: {max_t: 2, grace_period: 2}
 budget: {search: grid, max_epochs: 2, eval_every: 1}
 """)
     out = tmp_path / "results"
-    assert search("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment", "a") == 0
+    assert (
+        search("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment", "a")
+        == 0
+    )
     rows = read_rows(str(out), "a")
     assert len(rows) == 8
     selected = rows[rows["selected"].astype(bool)]
@@ -689,15 +1063,23 @@ budget: {search: grid, max_epochs: 2, eval_every: 1}
     assert "Generative evaluation" in printed and "top1% gen" in printed
     from modsar.cli import _best_checkpoints  # analyze --experiment: one checkpoint per arm
 
-    assert sorted(arm for _, arm in _best_checkpoints(rows)) == ["positional=learned", "positional=target_aligned"]
+    assert sorted(arm for _, arm in _best_checkpoints(rows)) == [
+        "positional=learned",
+        "positional=target_aligned",
+    ]
 
 
 def test_arms_must_be_categorical_params(tmp_path, capsys):
     space = tmp_path / "bad.yaml"
-    space.write_text("description: x\nparams:\n  task: {grid: [ar]}\n  train.lr: {uniform: [0.001, 0.01]}\n"
-                     "arms: [train.lr]\n")
+    space.write_text(
+        "description: x\nparams:\n  task: {grid: [ar]}\n  train.lr: {uniform: [0.001, 0.01]}\n"
+        "arms: [train.lr]\n"
+    )
     assert main(["spaces", str(space), "--check"]) == 2
-    assert "'train.lr' must be a grid or choice param other than task and model.backbone" in capsys.readouterr().err
+    assert (
+        "'train.lr' must be a grid or choice param other than task and model.backbone"
+        in capsys.readouterr().err
+    )
 
 
 @pytest.mark.slow
@@ -705,21 +1087,45 @@ def test_the_residual_models_space_runs_the_five_models(local_ray, data_dir, tmp
     """The bundled residual_models space, one epoch each: a row per model with its own settings, one selected
     and tested per model (not one per task), and report and analyze put the five side by side."""
     out = tmp_path / "results"
-    assert search("--space", "residual_models", "--dataset", "synthetic", "--results", str(out), "--experiment", "z",
-                  "--max-epochs", "1", "model.hidden_size=16", "data.max_len=20") == 0
+    assert (
+        search(
+            "--space",
+            "residual_models",
+            "--dataset",
+            "synthetic",
+            "--results",
+            str(out),
+            "--experiment",
+            "z",
+            "--max-epochs",
+            "1",
+            "model.hidden_size=16",
+            "data.max_len=20",
+        )
+        == 0
+    )
     rows = read_rows(str(out), "z").set_index("model.backbone", append=True).reset_index(level=0, drop=True)
     rows = rows.set_index("task", append=True)
-    assert sorted(rows.index) == sorted([("bsarec", "ar"), ("duorec", "ar"), ("gru4rec", "ar"), ("modular", "ae"),
-                                         ("modular", "ar")])
+    assert sorted(rows.index) == sorted(
+        [("bsarec", "ar"), ("duorec", "ar"), ("gru4rec", "ar"), ("modular", "ae"), ("modular", "ar")]
+    )
     assert rows["selected"].all() and rows["test.ndcg@10"].notna().all()  # every model is its own selection
-    assert rows.loc[("duorec", "ar"), "loss.cl_views"] == "un" and rows.loc[("modular", "ar"), "loss.cl_views"] == "us_x"
-    assert rows.loc[("gru4rec", "ar"), "model.gru_size"] == 128 and rows.loc[("gru4rec", "ar"), "model.dropout"] == 0.3
+    assert (
+        rows.loc[("duorec", "ar"), "loss.cl_views"] == "un"
+        and rows.loc[("modular", "ar"), "loss.cl_views"] == "us_x"
+    )
+    assert (
+        rows.loc[("gru4rec", "ar"), "model.gru_size"] == 128
+        and rows.loc[("gru4rec", "ar"), "model.dropout"] == 0.3
+    )
     assert rows.loc[("modular", "ar"), "model.positions_from"] == "start"
     assert rows.loc[("bsarec", "ar"), "model.positions_from"] == "end"  # BSARec's official positions
     capsys.readouterr()
     assert main(["report", "--results", str(out), "--experiment", "z"]) == 0
     assert "synthetic / residual_models:" in capsys.readouterr().out
-    assert main(["analyze", "--results", str(out), "--experiment", "z", "--diagnostic", "hrli", "--quiet"]) == 0
+    assert (
+        main(["analyze", "--results", str(out), "--experiment", "z", "--diagnostic", "hrli", "--quiet"]) == 0
+    )
     text = capsys.readouterr().out
     for name in ("SASRec", "DuoRec", "BSARec", "BERT4Rec", "GRU4Rec"):
         assert name in text
@@ -731,12 +1137,21 @@ def test_a_scheduler_in_optimizer_steps_decides_on_steps(local_ray, data_dir, tm
     max_t 10 steps stops every trial at its first validation at or past 10 steps, epoch 3 (12 steps), of its 6;
     the rows record the steps, the popularity level and whether each trial left it."""
     space = tmp_path / "steps.yaml"
-    space.write_text((SPACES / "asha.yaml").read_text().replace(
-        "scheduler: {max_t: 4, grace_period: 1, reduction_factor: 2}",
-        "scheduler: {unit: steps, max_t: 10, grace_period: 10, reduction_factor: 2}").replace(
-        "max_epochs: 4", "max_epochs: 6").replace("train.lr: {grid: [0.005, 1.0e-6]}", "train.lr: {grid: [0.005]}"))
+    space.write_text(
+        (SPACES / "asha.yaml")
+        .read_text()
+        .replace(
+            "scheduler: {max_t: 4, grace_period: 1, reduction_factor: 2}",
+            "scheduler: {unit: steps, max_t: 10, grace_period: 10, reduction_factor: 2}",
+        )
+        .replace("max_epochs: 4", "max_epochs: 6")
+        .replace("train.lr: {grid: [0.005, 1.0e-6]}", "train.lr: {grid: [0.005]}")
+    )
     out = tmp_path / "results"
-    assert search("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment", "s") == 0
+    assert (
+        search("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment", "s")
+        == 0
+    )
     rows = read_rows(str(out), "s")
     assert len(rows) == 6 and (rows["steps_per_epoch"] == 4).all()
     assert (rows["epochs_run"] == 3).all() and (rows["steps"] == 12).all()
@@ -745,27 +1160,50 @@ def test_a_scheduler_in_optimizer_steps_decides_on_steps(local_ray, data_dir, tm
     assert search_json["asha"] == {"max_t": 10, "grace_period": 10, "reduction_factor": 2, "unit": "steps"}
 
 
-def test_a_search_whose_tune_state_cannot_be_restored_is_refused_not_rerun(local_ray, data_dir, tmp_path, capsys):
+def test_a_search_whose_tune_state_cannot_be_restored_is_refused_not_rerun(
+    local_ray, data_dir, tmp_path, capsys
+):
     """Tune, failing to read a search's state back, logs an error and runs the search as if it were new; from
     its restored searcher that ran too few trials and exited 0 (seen with another user's Ray lock file in
     /tmp). --resume refuses instead, naming the cause, and runs nothing."""
     space = tmp_path / "two.yaml"
-    space.write_text("description: two trials\nbase: {task: ar, model.hidden_size: 8, model.num_layers: 1}\n"
-                     "params:\n  train.lr: {grid: [0.001, 0.01]}\n"
-                     "budget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n")
+    space.write_text(
+        "description: two trials\nbase: {task: ar, model.hidden_size: 8, model.num_layers: 1}\n"
+        "params:\n  train.lr: {grid: [0.001, 0.01]}\n"
+        "budget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n"
+    )
     out = tmp_path / "results"
-    assert search("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment", "r") == 0
+    assert (
+        search("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment", "r")
+        == 0
+    )
     before = read_rows(str(out), "r")
     states = sorted((out / "r" / "ray-ar").glob("experiment_state-*.json"))
     assert states
     for state in states:
         state.write_text("{ not json")
     capsys.readouterr()
-    assert search("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment", "r",
-                  "--resume") == 2
+    assert (
+        search(
+            "--space",
+            str(space),
+            "--dataset",
+            "synthetic",
+            "--results",
+            str(out),
+            "--experiment",
+            "r",
+            "--resume",
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert f"--resume cannot restore the search's Tune state in {out / 'r' / 'ray-ar'}: " in err
-    assert "nothing was run" in err and "--overwrite" in err and "Traceback" not in err.split("modsar: error:")[-1]
+    assert (
+        "nothing was run" in err
+        and "--overwrite" in err
+        and "Traceback" not in err.split("modsar: error:")[-1]
+    )
     after = read_rows(str(out), "r")
     assert sorted(after["trial_id"]) == sorted(before["trial_id"])
     assert after.set_index("trial_id")["valid.ndcg@10"].equals(before.set_index("trial_id")["valid.ndcg@10"])

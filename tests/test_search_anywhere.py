@@ -30,13 +30,35 @@ def test_a_search_from_the_folder_above_a_checkout_named_modsar(tmp_path):
     (above / "one.yaml").write_text(
         "description: one trial\nbase: {task: ar, model.hidden_size: 16}\n"
         "params:\n  model.backbone: {grid: [toy]}\n"
-        "budget: {search: grid, num_samples: 1, max_epochs: 2, eval_every: 1}\n")
+        "budget: {search: grid, num_samples: 1, max_epochs: 2, eval_every: 1}\n"
+    )
     modsar = Path(sys.executable).parent / "modsar"  # the installed command, as a user runs it
-    env = {**os.environ, "MODSAR_DATA": str(tmp_path / "data"), "MODSAR_PLUGINS": "my_backbones,extra.py",
-           "PYTHONPATH": "mine"}
-    done = subprocess.run([str(modsar), "search", "--space", "one.yaml", "--dataset", "synthetic", "--results",
-                           "results", "--experiment", "here", "--quiet"], cwd=above, env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "MODSAR_DATA": str(tmp_path / "data"),
+        "MODSAR_PLUGINS": "my_backbones,extra.py",
+        "PYTHONPATH": "mine",
+    }
+    done = subprocess.run(
+        [
+            str(modsar),
+            "search",
+            "--space",
+            "one.yaml",
+            "--dataset",
+            "synthetic",
+            "--results",
+            "results",
+            "--experiment",
+            "here",
+            "--quiet",
+        ],
+        cwd=above,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-1000:] + done.stderr[-2000:]
     rows = read_rows(str(above / "results"), "here")
     assert list(rows["status"]) == ["finished"], rows.get("error")

@@ -30,10 +30,14 @@ def data_dir(shared_data, monkeypatch):
     return shared_data
 
 
-def space_file(tmp_path, params: str, scheduler: str, budget: str, base: str = "  model.hidden_size: 16\n") -> str:
+def space_file(
+    tmp_path, params: str, scheduler: str, budget: str, base: str = "  model.hidden_size: 16\n"
+) -> str:
     path = tmp_path / "space.yaml"
-    path.write_text(f"description: cost test\nbase:\n  model.num_layers: 1\n{base}params:\n{params}"
-                    f"scheduler: {scheduler}\nbudget: {budget}\n")
+    path.write_text(
+        f"description: cost test\nbase:\n  model.num_layers: 1\n{base}params:\n{params}"
+        f"scheduler: {scheduler}\nbudget: {budget}\n"
+    )
     return str(path)
 
 
@@ -59,10 +63,13 @@ def test_asha_epochs_of_hand_counted_cases():
 def test_a_plans_epochs_trials_and_steps_per_epoch(data_dir, tmp_path):
     """8 AR trials under the hand-counted schedule: 80 epochs; steps/epoch are the batches TrainBatches yields
     for an epoch of each data shape the space varies."""
-    path = space_file(tmp_path, "  task: {grid: [ar]}\n  data.batch_size: {grid: [64, 100]}\n"
-                      "  model.dropout: {grid: [0.0, 0.1, 0.2, 0.3]}\n",
-                      "{max_t: 4, grace_period: 1, reduction_factor: 2}",
-                      "{search: grid, max_epochs: 200, eval_every: 5}")
+    path = space_file(
+        tmp_path,
+        "  task: {grid: [ar]}\n  data.batch_size: {grid: [64, 100]}\n"
+        "  model.dropout: {grid: [0.0, 0.1, 0.2, 0.3]}\n",
+        "{max_t: 4, grace_period: 1, reduction_factor: 2}",
+        "{search: grid, max_epochs: 200, eval_every: 5}",
+    )
     plan = make_plan(SearchRequest(space=path, dataset="synthetic"))
     est = estimate(plan, probe=False)
     (ar,) = est.directions
@@ -72,8 +79,16 @@ def test_a_plans_epochs_trials_and_steps_per_epoch(data_dir, tmp_path):
     split = make_split(plan.space.base_config({"dataset": "synthetic"}), dataset)
     for g in ar.groups:
         cfg = g.cfg
-        batches = TrainBatches(split, cfg.task, dataset.default_max_len, cfg.data.batch_size, cfg.mask_prob,
-                               cfg.data.padding_free, seed=cfg.seed, batching=cfg.data.batching)
+        batches = TrainBatches(
+            split,
+            cfg.task,
+            dataset.default_max_len,
+            cfg.data.batch_size,
+            cfg.mask_prob,
+            cfg.data.padding_free,
+            seed=cfg.seed,
+            batching=cfg.data.batching,
+        )
         assert g.steps_per_epoch == len(list(batches)) > 0
         assert ar.schedule.first_decision(g.steps_per_epoch) == (5 * g.steps_per_epoch, 5)
     assert sorted(ar.shapes()) == sorted(g.steps_per_epoch for g in ar.groups)
@@ -81,10 +96,13 @@ def test_a_plans_epochs_trials_and_steps_per_epoch(data_dir, tmp_path):
 
 
 def test_a_steps_space_decides_first_at_its_grace_steps(data_dir, tmp_path, capsys):
-    path = space_file(tmp_path, "  task: {grid: [ae, ar]}\n  model.dropout: {grid: [0.0, 0.3]}\n",
-                      "{unit: steps, grace_period: 40, reduction_factor: 2}",
-                      "{search: grid, max_epochs: 20, eval_every: 2}",
-                      base="  model.hidden_size: 16\n  data.batch_size: 64\n")
+    path = space_file(
+        tmp_path,
+        "  task: {grid: [ae, ar]}\n  model.dropout: {grid: [0.0, 0.3]}\n",
+        "{unit: steps, grace_period: 40, reduction_factor: 2}",
+        "{search: grid, max_epochs: 20, eval_every: 2}",
+        base="  model.hidden_size: 16\n  data.batch_size: 64\n",
+    )
     est = estimate(make_plan(SearchRequest(space=path, dataset="synthetic")), probe=False)
     for direction in est.directions:
         (spe,) = direction.shapes()
@@ -96,8 +114,13 @@ def test_a_steps_space_decides_first_at_its_grace_steps(data_dir, tmp_path, caps
 
 
 def test_probes_time_each_size_and_interpolate_the_rest(data_dir, tmp_path):
-    path = space_file(tmp_path, "  task: {grid: [ar]}\n  model.hidden_size: {grid: [16, 32, 64]}\n",
-                      "{max_t: 2, grace_period: 1}", "{search: grid, max_epochs: 2, eval_every: 1}", base="")
+    path = space_file(
+        tmp_path,
+        "  task: {grid: [ar]}\n  model.hidden_size: {grid: [16, 32, 64]}\n",
+        "{max_t: 2, grace_period: 1}",
+        "{search: grid, max_epochs: 2, eval_every: 1}",
+        base="",
+    )
     est = estimate(make_plan(SearchRequest(space=path, dataset="synthetic")), max_probes=2)
     groups = sorted(est.directions[0].groups, key=lambda g: g.flops)
     assert [g.probed for g in groups] == [True, False, True]  # the smallest and the largest size
@@ -125,9 +148,17 @@ def test_modsar_spaces_prints_the_estimate(data_dir, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("cost of 'quickstart' on synthetic (grid search; ASHA in passes: grace 10")
     ae, ar = (next(x for x in lines if x.startswith(f"  {t}: ")) for t in ("AE", "AR"))
-    assert ae.startswith("  AE: 8 trials, 16 steps/epoch, first ASHA decision after 480 steps (30 epochs); <= 360 "
-                         "epochs, ~") and "(1 CPU per trial, " in ae and " s/epoch and " in ae
-    assert ar.startswith("  AR: 4 trials, 16 steps/epoch, first ASHA decision after 480 steps (30 epochs); <= 180")
+    assert (
+        ae.startswith(
+            "  AE: 8 trials, 16 steps/epoch, first ASHA decision after 480 steps (30 epochs); <= 360 "
+            "epochs, ~"
+        )
+        and "(1 CPU per trial, " in ae
+        and " s/epoch and " in ae
+    )
+    assert ar.startswith(
+        "  AR: 4 trials, 16 steps/epoch, first ASHA decision after 480 steps (30 epochs); <= 180"
+    )
     assert any("an estimate: patience may end a trial" in x for x in lines)
     assert main(["spaces", "quickstart", "--dataset", "synthetic", "--json", "--max-concurrent", "1"]) == 0
     document = json.loads(capsys.readouterr().out)
@@ -144,20 +175,47 @@ def test_an_unknown_dataset_is_one_clear_error(data_dir, capsys):
 
 
 def test_human_durations():
-    assert [duration(s) for s in (4.25, 45, 720, 9000, 3 * 86400)] == ["4.2 s", "45 s", "12 min", "2.5 h",
-                                                                       "3.0 days"]
+    assert [duration(s) for s in (4.25, 45, 720, 9000, 3 * 86400)] == [
+        "4.2 s",
+        "45 s",
+        "12 min",
+        "2.5 h",
+        "3.0 days",
+    ]
 
 
 @pytest.mark.slow
 def test_a_real_search_prints_its_estimate_first(data_dir, tmp_path, capsys):
     import ray
 
-    path = space_file(tmp_path, "  task: {grid: [ar]}\n", "{max_t: 1, grace_period: 1}",
-                      "{search: grid, max_epochs: 1, eval_every: 1}", base="  model.hidden_size: 8\n")
+    path = space_file(
+        tmp_path,
+        "  task: {grid: [ar]}\n",
+        "{max_t: 1, grace_period: 1}",
+        "{search: grid, max_epochs: 1, eval_every: 1}",
+        base="  model.hidden_size: 8\n",
+    )
     out = tmp_path / "results"
     try:
-        assert main(["search", "--space", path, "--dataset", "synthetic", "--results", str(out), "--quiet",
-                     "--experiment", "one", "--max-concurrent", "1"]) == 0
+        assert (
+            main(
+                [
+                    "search",
+                    "--space",
+                    path,
+                    "--dataset",
+                    "synthetic",
+                    "--results",
+                    str(out),
+                    "--quiet",
+                    "--experiment",
+                    "one",
+                    "--max-concurrent",
+                    "1",
+                ]
+            )
+            == 0
+        )
         printed = capsys.readouterr().out.splitlines()
         assert printed[0].startswith("cost of 'space' on synthetic")
         assert printed[1].startswith("  AR: 1 trial, ") and "measured" in printed[1]
@@ -171,27 +229,68 @@ def test_no_estimate_skips_the_probe(data_dir, tmp_path, capsys, monkeypatch):
     import modsar.sweep.cost
 
     ran = []
-    monkeypatch.setattr(modsar.sweep, "run_search", lambda req, plan=None: ran.append(req) or {
-        "experiment": "x", "trials": 0, "errors": 0, "diverged": 0, "wall_time_s": 0.0, "results": "r",
-        "selected": {}, "problem": None})
-    monkeypatch.setattr(modsar.sweep.cost, "estimate", lambda *a, **k: pytest.fail("probed under --no-estimate"))
-    assert main(["search", "--space", "quickstart", "--dataset", "synthetic", "--results", str(tmp_path),
-                 "--no-estimate"]) == 0
+    monkeypatch.setattr(
+        modsar.sweep,
+        "run_search",
+        lambda req, plan=None: (
+            ran.append(req)
+            or {
+                "experiment": "x",
+                "trials": 0,
+                "errors": 0,
+                "diverged": 0,
+                "wall_time_s": 0.0,
+                "results": "r",
+                "selected": {},
+                "problem": None,
+            }
+        ),
+    )
+    monkeypatch.setattr(
+        modsar.sweep.cost, "estimate", lambda *a, **k: pytest.fail("probed under --no-estimate")
+    )
+    assert (
+        main(
+            [
+                "search",
+                "--space",
+                "quickstart",
+                "--dataset",
+                "synthetic",
+                "--results",
+                str(tmp_path),
+                "--no-estimate",
+            ]
+        )
+        == 0
+    )
     assert len(ran) == 1 and "cost of" not in capsys.readouterr().out
 
 
-def test_a_rung_past_the_run_is_named_in_steps_and_impossible_requests_are_refused(data_dir, tmp_path, capsys):
+def test_a_rung_past_the_run_is_named_in_steps_and_impossible_requests_are_refused(
+    data_dir, tmp_path, capsys
+):
     """A 100-step grace on 3 epochs of synthetic (16 steps each at batch 64) is never reached: the line names
     the rung (100 steps) beside the run's 48. A grace past max_t, or a NaN share of CPUs, is refused."""
-    path = space_file(tmp_path, "  task: {grid: [ar]}\n", "{unit: steps, grace_period: 100}",
-                      "{search: grid, max_epochs: 3, eval_every: 1}", base="  model.hidden_size: 16\n"
-                      "  data.batch_size: 64\n")
+    path = space_file(
+        tmp_path,
+        "  task: {grid: [ar]}\n",
+        "{unit: steps, grace_period: 100}",
+        "{search: grid, max_epochs: 3, eval_every: 1}",
+        base="  model.hidden_size: 16\n  data.batch_size: 64\n",
+    )
     assert main(["spaces", path, "--dataset", "synthetic"]) == 0
-    assert "no ASHA decision: its first rung (100 steps) is at or past the last epoch (48 steps)" in \
-        capsys.readouterr().out
+    assert (
+        "no ASHA decision: its first rung (100 steps) is at or past the last epoch (48 steps)"
+        in capsys.readouterr().out
+    )
     (tmp_path / "past").mkdir()
-    past = space_file(tmp_path / "past", "  task: {grid: [ar]}\n", "{unit: steps, grace_period: 100, max_t: 5}",
-                      "{search: grid, max_epochs: 3, eval_every: 1}")
+    past = space_file(
+        tmp_path / "past",
+        "  task: {grid: [ar]}\n",
+        "{unit: steps, grace_period: 100, max_t: 5}",
+        "{search: grid, max_epochs: 3, eval_every: 1}",
+    )
     assert main(["spaces", past, "--dataset", "synthetic"]) == 2
     assert "grace period (100 steps) is past its max_t (5 steps)" in capsys.readouterr().err
     assert main(["spaces", path, "--dataset", "synthetic", "--cpus-per-trial", "nan"]) == 2

@@ -47,7 +47,9 @@ def held_out(split: LeaveOneOut) -> tuple[set, set]:
 def test_no_test_item_in_training_and_no_valid_item_in_labels(task, padding_free):
     """Trace every training input/label back to its position in the log: none is a held-out position."""
     split = synthetic_split()
-    tagged = LeaveOneOut(np.arange(1, len(split.items) + 1), split.offsets, len(split.items))  # item = position+1
+    tagged = LeaveOneOut(
+        np.arange(1, len(split.items) + 1), split.offsets, len(split.items)
+    )  # item = position+1
     valid_pos, test_pos = held_out(split)
     batches = TrainBatches(tagged, task, 20, 64, mask_prob=0.3, padding_free=padding_free)
     seen_inputs, seen_labels = set(), set()
@@ -119,8 +121,13 @@ def test_paper_sse_gates_rows_then_replaces_each_item_with_one_minus_p():
     split = synthetic_split()
     p = 0.2
     clean = next(iter(TrainBatches(split, "ar", 20, 100_000, padding_free=False, seed=3)))
-    noisy = next(iter(TrainBatches(split, "ar", 20, 100_000, padding_free=False, item_sse_prob=p, sse_style="paper",
-                                   seed=3)))
+    noisy = next(
+        iter(
+            TrainBatches(
+                split, "ar", 20, 100_000, padding_free=False, item_sse_prob=p, sse_style="paper", seed=3
+            )
+        )
+    )
     order = torch.argsort(clean.users), torch.argsort(noisy.users)
     real = clean.inputs[order[0]] > 0
     changed = (clean.inputs[order[0]] != noisy.inputs[order[1]]) & real
@@ -155,8 +162,10 @@ def test_token_batches_hold_an_average_batchs_positions_and_every_user_once():
     assert positions.max() <= budget + batches.row_lengths.max()
     assert np.median(positions) > 0.8 * budget  # full batches, except the last of each sorted chunk
     assert abs(len(epoch) - len(batches)) <= 2  # about as many steps as user batches
-    slots = {order: sum(b.inputs.numel() for b in TrainBatches(split, "ar", 20, 64, batching=order, seed=2))
-             for order in ("length", "random")}
+    slots = {
+        order: sum(b.inputs.numel() for b in TrainBatches(split, "ar", 20, 64, batching=order, seed=2))
+        for order in ("length", "random")
+    }
     tokens = sum(b.inputs.numel() for b in epoch)
     assert tokens < 1.1 * slots["length"] < slots["random"]  # still narrow: similar lengths share a batch
 
@@ -169,8 +178,12 @@ def test_prefix_samples_are_every_training_prefix_once_labelled_at_the_end():
     rows = []
     for batch in batches:
         assert (batch.labels[:, :-1] == 0).all() and (batch.labels[:, -1] > 0).all()
-        rows += [(u, tuple(v for v in x if v), y) for u, x, y in
-                 zip(batch.users.tolist(), batch.inputs.tolist(), batch.labels[:, -1].tolist(), strict=True)]
+        rows += [
+            (u, tuple(v for v in x if v), y)
+            for u, x, y in zip(
+                batch.users.tolist(), batch.inputs.tolist(), batch.labels[:, -1].tolist(), strict=True
+            )
+        ]
     assert sorted(rows) == [(1, (1,), 2), (1, (1, 2), 3), (1, (2, 3), 4), (2, (7,), 8), (4, (12,), 13)]
     assert batches.num_targets == 5 and len(batches) == 2  # batch_size rows per batch, not a token budget
 
@@ -185,8 +198,13 @@ def test_prefix_samples_cover_the_same_positions_as_sequences():
     split = synthetic_split()
     longest = int((split.train_ends - split.starts).max())
     torch.manual_seed(0)
-    model = ModularSAR(ModelConfig(hidden_size=16, num_heads=2, dropout=0.0, attn_dropout=0.0, positional="none"), split.num_items,
-                       split.num_users, longest, "ar").eval()
+    model = ModularSAR(
+        ModelConfig(hidden_size=16, num_heads=2, dropout=0.0, attn_dropout=0.0, positional="none"),
+        split.num_items,
+        split.num_users,
+        longest,
+        "ar",
+    ).eval()
 
     def summed_ce(samples: str) -> tuple[float, int]:
         total, count = 0.0, 0
@@ -194,8 +212,9 @@ def test_prefix_samples_cover_the_same_positions_as_sequences():
             for batch in TrainBatches(split, "ar", longest, 512, samples=samples):
                 h = model(batch.inputs, batch.users)[batch.labels > 0]
                 scores = model.score(h)
-                total += torch.nn.functional.cross_entropy(scores, batch.labels[batch.labels > 0] - 1,
-                                                           reduction="sum").item()
+                total += torch.nn.functional.cross_entropy(
+                    scores, batch.labels[batch.labels > 0] - 1, reduction="sum"
+                ).item()
                 count += int((batch.labels > 0).sum())
         return total, count
 

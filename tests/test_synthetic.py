@@ -102,13 +102,16 @@ def test_optimum_matches_brute_force_on_small_generated_logs(which):
         assert got[key] == pytest.approx(values, abs=1e-12), key
 
     mixture = synthetic.cluster_mixture(num_items=40, num_clusters=4, cluster_size=8, seed=5)
-    log = prepare_log(synthetic.generate_clusters(12, 40, 2, 7, num_clusters=4, cluster_size=8, seed=5),
-                      PrepareOptions())
+    log = prepare_log(
+        synthetic.generate_clusters(12, 40, 2, 7, num_clusters=4, cluster_size=8, seed=5), PrepareOptions()
+    )
     assert log.num_items < 40
 
     def clusters(history: list[int], j: int) -> float:
-        joint = [p * math.prod(row[i] for i in history) for p, row in zip(mixture.prior, mixture.item_probs,
-                                                                          strict=True)]
+        joint = [
+            p * math.prod(row[i] for i in history)
+            for p, row in zip(mixture.prior, mixture.item_probs, strict=True)
+        ]
         return sum(w / sum(joint) * row[j] for w, row in zip(joint, mixture.item_probs, strict=True))
 
     expected = brute_force(clusters, log, which)
@@ -190,9 +193,18 @@ TRAINED = {"synthetic": (60, {"ae": 0.5, "ar": 0.85}), "synthetic-clusters": (30
 def quickstart_trial(name: str, task: str, max_epochs: int):
     space = load_space("quickstart")
     assert max_epochs <= space.budget["max_epochs"]
-    cfg = space.base_config({"dataset": name, "task": task, "mask_prob": 0.4, "model.num_heads": 1,
-                             "model.dropout": 0.1, "model.attn_dropout": 0.1, "train.max_epochs": max_epochs,
-                             "train.eval_every": space.budget["eval_every"]})
+    cfg = space.base_config(
+        {
+            "dataset": name,
+            "task": task,
+            "mask_prob": 0.4,
+            "model.num_heads": 1,
+            "model.dropout": 0.1,
+            "model.attn_dropout": 0.1,
+            "train.max_epochs": max_epochs,
+            "train.eval_every": space.budget["eval_every"],
+        }
+    )
     return run_trial(cfg, progress=False)
 
 

@@ -19,8 +19,16 @@ N_ITEMS, N_USERS, MAX_LEN = 30, 5, 10
 
 def make(task: str, **overrides) -> ModularSAR:
     torch.manual_seed(0)
-    cfg = ModelConfig(**{"hidden_size": 16, "num_layers": 2, "num_heads": 2, "dropout": 0.0, "attn_dropout": 0.0,
-                         **overrides})
+    cfg = ModelConfig(
+        **{
+            "hidden_size": 16,
+            "num_layers": 2,
+            "num_heads": 2,
+            "dropout": 0.0,
+            "attn_dropout": 0.0,
+            **overrides,
+        }
+    )
     return ModularSAR(cfg, N_ITEMS, N_USERS, MAX_LEN, task).eval()
 
 
@@ -38,7 +46,9 @@ def test_ae_codes_are_signed_distances_to_the_masked_position():
     codes = target_codes(6, 0, causal=False, positions=positions, device=torch.device("cpu"))
     for m in range(6):
         for j in range(6):
-            assert codes[m, j] == (m - j) + positions  # distance 0 (the mask itself) -> code P; after it: below
+            assert (
+                codes[m, j] == (m - j) + positions
+            )  # distance 0 (the mask itself) -> code P; after it: below
     assert codes.min() >= 1 and codes.max() < code_count(False, positions) - 1
 
 
@@ -72,7 +82,9 @@ def test_attention_with_relative_keys_by_hand():
     R = attn.rel_keys.weight
     expected = torch.zeros(6, 6)
     for t in range(2, 6):
-        logits = torch.tensor([q[t] @ k[j] + q[t, :3] @ R[t + 1 - j] for j in range(2, t + 1)]) / math.sqrt(16)
+        logits = torch.tensor([q[t] @ k[j] + q[t, :3] @ R[t + 1 - j] for j in range(2, t + 1)]) / math.sqrt(
+            16
+        )
         expected[t, 2 : t + 1] = logits.softmax(0)
     torch.testing.assert_close(maps[0][0, 0, 2:], expected[2:], rtol=0, atol=1e-5)
 
@@ -95,13 +107,18 @@ def test_positions_from_a_narrow_channel_are_concatenated_or_projected():
     assert concat.item_emb.embedding_dim == 12 and concat.pos_emb.embedding_dim == 4
     x = torch.tensor([[0, 2, 5, 7]])
     emb = concat.embed(x, None)
-    torch.testing.assert_close(emb[0, :, 12:], concat.pos_emb.weight[-4:])  # the channel is the position itself
+    torch.testing.assert_close(
+        emb[0, :, 12:], concat.pos_emb.weight[-4:]
+    )  # the channel is the position itself
     torch.testing.assert_close(emb[0, :, :12], concat.item_emb(x)[0] * math.sqrt(12))
     hidden = concat(x, torch.tensor([1]))
     assert concat.score(hidden).shape == (1, 4, N_ITEMS)
     project = make("ar", pos_fusion="project", pos_dim=4)
     assert project.item_emb.embedding_dim == 16 and project.pos_project.weight.shape == (16, 20)
-    expected = torch.cat([project.item_emb(x)[0] * 4.0, project.pos_emb.weight[-4:]], -1) @ project.pos_project.weight.T
+    expected = (
+        torch.cat([project.item_emb(x)[0] * 4.0, project.pos_emb.weight[-4:]], -1)
+        @ project.pos_project.weight.T
+    )
     torch.testing.assert_close(project.embed(x, None)[0], expected)
 
 
@@ -141,14 +158,22 @@ def test_user_bias_is_a_query_offset():
     h = model.drop(model.embed_norm(model.embed(x, users)))[0]
     attn = model.blocks[0].attn
     q, k, _ = (h @ attn.qkv.weight.T + attn.qkv.bias).split(16, dim=-1)
-    q = q + 4.0 * model.user_emb(users)[0] @ model.blocks[0].user_query.weight.T  # users scaled by sqrt(d) = 4
+    q = (
+        q + 4.0 * model.user_emb(users)[0] @ model.blocks[0].user_query.weight.T
+    )  # users scaled by sqrt(d) = 4
     torch.testing.assert_close(maps[0][0, 0], F.softmax(q @ k.T / 4.0, -1), rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("overrides", [{"positional": "target_aligned"}, {"user_fusion": "token", "local_heads": 1},
-                                       {"user_fusion": "bias"}, {"positional": "target_aligned", "pos_dim": 4,
-                                                                 "user_fusion": "token", "norm": "sasrec"}],
-                         ids=["target-aligned", "token-local", "bias", "all-sasrec"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"positional": "target_aligned"},
+        {"user_fusion": "token", "local_heads": 1},
+        {"user_fusion": "bias"},
+        {"positional": "target_aligned", "pos_dim": 4, "user_fusion": "token", "norm": "sasrec"},
+    ],
+    ids=["target-aligned", "token-local", "bias", "all-sasrec"],
+)
 @pytest.mark.parametrize("task", ["ar", "ae"])
 def test_the_fast_attention_path_equals_the_explicit_one(task, overrides):
     """SDPA with the float mask computes what the explicit softmax (checked by hand above) computes."""

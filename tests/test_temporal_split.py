@@ -24,7 +24,7 @@ def split(every: bool = False) -> TemporalSplit:
 
 
 def history(s: TemporalSplit, user: int, end: int) -> list[int]:
-    return s.items[s.starts[user]:end].tolist()
+    return s.items[s.starts[user] : end].tolist()
 
 
 def test_first_event_after_each_cut():
@@ -69,8 +69,12 @@ def test_cuts_without_targets_and_unsorted_logs_are_refused():
     with pytest.raises(ModsarError, match="must come before the test cut"):  # quantiles that fall on one tie
         TemporalSplit.from_timed_log(USER, ITEM, TIME, 4, 10, valid_cut=6.0, test_cut=6.0)
     with pytest.raises(ModsarError, match="not in time order within each user"):
-        TemporalSplit.from_timed_log(USER, ITEM, TIME[[1, 0, *range(2, 10)]], 4, 10, valid_cut=5.0, test_cut=7.0)
-    with pytest.raises(ModsarError, match=r"data\.split_dates"):  # one date with a timezone, one without: fine;
+        TemporalSplit.from_timed_log(
+            USER, ITEM, TIME[[1, 0, *range(2, 10)]], 4, 10, valid_cut=5.0, test_cut=7.0
+        )
+    with pytest.raises(
+        ModsarError, match=r"data\.split_dates"
+    ):  # one date with a timezone, one without: fine;
         load_config(None, ["data.split_dates=2000-11-20T00:00+02:00"])  # a single date is not two
     load_config(None, ["data.split_dates=2000-11-20T00:00+02:00,2000-12-01"])
 
@@ -81,15 +85,25 @@ EXAMPLE = ' (e.g. "2000-11-20,2000-12-01")'
 ONE = "needs two ISO dates, the validation cut then the test cut, and has one"
 
 
-@pytest.mark.parametrize("given, stored, problem", [
-    ("2000-11-20", "2000-11-20", ONE),
-    ("2000-11-20T10:30", "2000-11-20T10:30", ONE),
-    ("'2000-11-20,'", "2000-11-20,", ONE),
-    ("2000-13-01,2001-01-01", "2000-13-01,2001-01-01",
-     "needs two ISO dates, and '2000-13-01' is not one (YYYY-MM-DD or YYYY-MM-DDTHH:MM[+HH:MM])"),
-    ("2001-02-01,2000-01-01", "2001-02-01,2000-01-01",
-     "needs the validation cut before the test cut, and 2001-02-01 is not before 2000-01-01"),
-], ids=["one-date", "one-datetime", "trailing-comma", "not-a-date", "out-of-order"])
+@pytest.mark.parametrize(
+    "given, stored, problem",
+    [
+        ("2000-11-20", "2000-11-20", ONE),
+        ("2000-11-20T10:30", "2000-11-20T10:30", ONE),
+        ("'2000-11-20,'", "2000-11-20,", ONE),
+        (
+            "2000-13-01,2001-01-01",
+            "2000-13-01,2001-01-01",
+            "needs two ISO dates, and '2000-13-01' is not one (YYYY-MM-DD or YYYY-MM-DDTHH:MM[+HH:MM])",
+        ),
+        (
+            "2001-02-01,2000-01-01",
+            "2001-02-01,2000-01-01",
+            "needs the validation cut before the test cut, and 2001-02-01 is not before 2000-01-01",
+        ),
+    ],
+    ids=["one-date", "one-datetime", "trailing-comma", "not-a-date", "out-of-order"],
+)
 def test_split_dates_says_which_rule_is_broken(tmp_path, capsys, given, stored, problem):
     """A single date (which YAML reads as a date, not text) is told that two are needed; before, the override
     was refused as "must be str, got datetime.date(2000, 11, 20)", and a bad date or order by one generic
@@ -105,8 +119,21 @@ def test_split_dates_says_which_rule_is_broken(tmp_path, capsys, given, stored, 
     with pytest.raises(ModsarError) as from_file:
         load_config(path)
     assert str(from_file.value) == f"{path}: {message}"
-    assert main(["train", "--config", str(path), "--dataset", "synthetic", "--quiet",
-                 "--results", str(tmp_path / "results")]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(path),
+                "--dataset",
+                "synthetic",
+                "--quiet",
+                "--results",
+                str(tmp_path / "results"),
+            ]
+        )
+        == 2
+    )
     assert capsys.readouterr().err == f"modsar: error: {path}: {message}\n"
 
 
@@ -120,11 +147,17 @@ def test_rows_record_the_cut_times_and_target_counts():
 
     s = make_split(cfg, Timed)
     facts = split_facts(s)
-    assert facts == {"valid_targets": len(s.targets("valid")[0]), "test_targets": len(s.targets("test")[0]),
-                     "split_valid_cut": s.valid_cut, "split_test_cut": s.test_cut}
+    assert facts == {
+        "valid_targets": len(s.targets("valid")[0]),
+        "test_targets": len(s.targets("test")[0]),
+        "split_valid_cut": s.valid_cut,
+        "split_test_cut": s.test_cut,
+    }
     assert facts["test_targets"] > 0
-    assert set(split_facts(make_split(load_config(None, []), load_dataset("synthetic")))) == {"valid_targets",
-                                                                                             "test_targets"}
+    assert set(split_facts(make_split(load_config(None, []), load_dataset("synthetic")))) == {
+        "valid_targets",
+        "test_targets",
+    }
 
 
 def test_config_quantiles_dates_and_refusals():
@@ -135,7 +168,9 @@ def test_config_quantiles_dates_and_refusals():
 
     s = make_split(cfg, Timed)
     assert (s.valid_cut, s.test_cut) == (float(np.quantile(TIME, 0.5)), float(np.quantile(TIME, 0.75)))
-    dated = load_config(None, ["data.split=temporal", "data.split_dates=1970-01-01T00:00:05,1970-01-01T00:00:07"])
+    dated = load_config(
+        None, ["data.split=temporal", "data.split_dates=1970-01-01T00:00:05,1970-01-01T00:00:07"]
+    )
     s = make_split(dated, Timed)
     assert (s.valid_cut, s.test_cut) == (5.0, 7.0)
     with pytest.raises(ModsarError, match=r"data\.split_dates"):
@@ -146,8 +181,10 @@ def test_config_quantiles_dates_and_refusals():
         make_split(cfg, load_dataset("synthetic"))
 
 
-@pytest.mark.parametrize(("override", "named"), [("data.split=temporal", "data.split=temporal needs"),
-                                                 ("data.view=item", "data.view=item needs")])
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [("data.split=temporal", "data.split=temporal needs"), ("data.view=item", "data.view=item needs")],
+)
 def test_search_refuses_a_protocol_that_needs_timestamps_before_any_trial(capsys, override, named):
     """`modsar spaces --check` (the check `modsar search` runs before Ray) refuses it with one line, exit 2."""
     from modsar.cli import main
@@ -168,8 +205,10 @@ def test_the_space_check_sees_the_item_view_catalogue():
     assert viewed_sizes(Config(), sizes, "x") == sizes
 
 
-@pytest.mark.parametrize("given", ["[2000-11-20, 2000-12-01]", "['2000-11-20', '2000-12-01']",
-                                   "[2000-11-20T00:00:00, '2000-12-01']"])
+@pytest.mark.parametrize(
+    "given",
+    ["[2000-11-20, 2000-12-01]", "['2000-11-20', '2000-12-01']", "[2000-11-20T00:00:00, '2000-12-01']"],
+)
 def test_split_dates_as_a_yaml_list_of_two_dates_means_the_same(tmp_path, given):
     """YAML reads `[2000-11-20, 2000-12-01]` as a list of two dates: the same cuts as "2000-11-20,2000-12-01"
     (before: "'data.split_dates' must be str, got [datetime.date(2000, 11, 20), ...]")."""
@@ -182,11 +221,16 @@ def test_split_dates_as_a_yaml_list_of_two_dates_means_the_same(tmp_path, given)
     assert listed.data.split_dates.split(",")[1] == "2000-12-01"
 
 
-@pytest.mark.parametrize("given, problem", [
-    ("[]", "has none"), ("[2000-11-20]", "has one"), ("[2000-11-20, 2000-12-01, 2001-01-01]", "has 3")])
+@pytest.mark.parametrize(
+    "given, problem",
+    [("[]", "has none"), ("[2000-11-20]", "has one"), ("[2000-11-20, 2000-12-01, 2001-01-01]", "has 3")],
+)
 def test_split_dates_lists_of_other_lengths_say_two_are_needed(given, problem):
-    with pytest.raises(ModsarError, match=rf"'data.split_dates' needs two ISO dates, the validation cut then the "
-                       rf"test cut, and {problem} \(e.g. \"2000-11-20,2000-12-01\"\); got "):
+    with pytest.raises(
+        ModsarError,
+        match=rf"'data.split_dates' needs two ISO dates, the validation cut then the "
+        rf"test cut, and {problem} \(e.g. \"2000-11-20,2000-12-01\"\); got ",
+    ):
         load_config(None, [f"data.split_dates={given}"])
 
 
@@ -195,12 +239,20 @@ def test_cuts_outside_the_data_are_shown_as_dates():
     seconds (before: "cuts 8.74725e+08 and 9.46685e+08; the data spans 8.74725e+08 ...")."""
     base = 874_724_710.0  # 1997-09-20T03:05:10Z
     with pytest.raises(ModsarError) as late:
-        TemporalSplit.from_timed_log(USER, ITEM, TIME + base, 4, 10, valid_cut=base + 5, test_cut=946_684_800.0)
+        TemporalSplit.from_timed_log(
+            USER, ITEM, TIME + base, 4, 10, valid_cut=base + 5, test_cut=946_684_800.0
+        )
     assert str(late.value) == (
         "temporal split: no test target (cuts 1997-09-20T03:05:15Z and 2000-01-01; the data spans "
         "1997-09-20T03:05:11Z to "
         "1997-09-20T03:05:19Z); move the cuts inside the data (data.split_valid / data.split_test, or "
-        "data.split_dates)")
-    with pytest.raises(ModsarError, match=r"the validation cut \(1997-09-20T03:05:16Z\) must come before the test "
-                       r"cut \(1997-09-20T03:05:16Z\)"):
-        TemporalSplit.from_timed_log(USER, ITEM, TIME + base, 4, 10, valid_cut=base + 6.5, test_cut=base + 6.5)
+        "data.split_dates)"
+    )
+    with pytest.raises(
+        ModsarError,
+        match=r"the validation cut \(1997-09-20T03:05:16Z\) must come before the test "
+        r"cut \(1997-09-20T03:05:16Z\)",
+    ):
+        TemporalSplit.from_timed_log(
+            USER, ITEM, TIME + base, 4, 10, valid_cut=base + 6.5, test_cut=base + 6.5
+        )

@@ -52,7 +52,9 @@ def biased_only(task: str, kind: str) -> ModularSAR:
     with torch.no_grad():
         model.blocks[0].attn.qkv.weight[:16].zero_()
         model.blocks[0].attn.qkv.bias[:16].zero_()
-        model.time_tables[0].weight.copy_(torch.arange(len(model.time_tables[0].weight), dtype=torch.float)[:, None] / 8)
+        model.time_tables[0].weight.copy_(
+            torch.arange(len(model.time_tables[0].weight), dtype=torch.float)[:, None] / 8
+        )
     return model
 
 
@@ -115,7 +117,9 @@ def test_ae_masks_hide_their_own_times():
         for batch in batches:
             for row in range(len(batch.users)):
                 real = batch.labels[row] + batch.inputs[row] * (batch.inputs[row] != mask_token) > 0
-                items = torch.where(batch.inputs[row] == mask_token, batch.labels[row], batch.inputs[row])[real]
+                items = torch.where(batch.inputs[row] == mask_token, batch.labels[row], batch.inputs[row])[
+                    real
+                ]
                 clear = (batch.inputs[row] != mask_token)[real]
                 true = split.timestamp[items.numpy() - 1]  # item i sits at log position i - 1 here
                 if not clear.any():
@@ -143,18 +147,24 @@ def test_eval_times_end_at_the_history_and_ae_masks_take_the_last_items_time():
 def test_time_bias_is_refused_where_it_cannot_hold():
     from modsar.training.trainer import run_trial
 
-    with pytest.raises(ModsarError, match=r"'model\.time_bias=gap' is an attention bias of the modular backbone"):
+    with pytest.raises(
+        ModsarError, match=r"'model\.time_bias=gap' is an attention bias of the modular backbone"
+    ):
         load_config(None, ["model.backbone=gru4rec", "model.time_bias=gap"])
     with pytest.raises(ModsarError, match=r"'model\.session_gap' must be > 0 seconds"):
         load_config(None, ["model.time_bias=session", "model.session_gap=0"])
     cfg = load_config(None, ["model.time_bias=session", "train.max_epochs=1"])
     cfg.dataset = "synthetic"
-    with pytest.raises(ModsarError, match=r"model\.time_bias=session needs timestamps, and dataset 'synthetic' has none"):
+    with pytest.raises(
+        ModsarError, match=r"model\.time_bias=session needs timestamps, and dataset 'synthetic' has none"
+    ):
         run_trial(cfg, progress=False)
     model = ModularSAR(ModelConfig(time_bias="gap"), 10, 2, 5, "ar")
     with pytest.raises(ValueError, match="needs the inputs' times"):
         model(torch.tensor([[1, 2]]))
-    assert math.isfinite(float(model(torch.tensor([[1, 2]]), times=torch.tensor([[-5.0, 0.0]])).detach().sum()))
+    assert math.isfinite(
+        float(model(torch.tensor([[1, 2]]), times=torch.tensor([[-5.0, 0.0]])).detach().sum())
+    )
 
 
 @pytest.mark.parametrize("init", ["sasrec_plus", "normal", "xavier", "xavier_uniform", "xavier_attention"])
@@ -168,7 +178,10 @@ def test_evaluating_a_timed_model_without_timestamps_is_one_clear_error():
     split = timed_split()
     split.timestamp = None
     users, end, _ = split.targets("test")
-    with pytest.raises(ModsarError, match=r"reads timestamps \(model\.time_bias\), and the dataset it is evaluated on has none"):
+    with pytest.raises(
+        ModsarError,
+        match=r"reads timestamps \(model\.time_bias\), and the dataset it is evaluated on has none",
+    ):
         eval_times(split, users, end, "ar", 4)
 
 
@@ -191,8 +204,18 @@ def timed_checkpoint(tmp_path_factory):
             t += rng.integers(3600, 7 * 86400)
     (root / "ratings.csv").write_text("\n".join(lines) + "\n")
     prepare_dataset("timed", sources=[root / "ratings.csv"], fmt="ml-csv", root=root / "data")
-    cfg = load_config(None, ["model.time_bias=session", "model.num_heads=2", "model.hidden_size=16",
-                             "train.max_epochs=3", "train.patience=0", "eval.generate_steps=2", "train.threads=1"])
+    cfg = load_config(
+        None,
+        [
+            "model.time_bias=session",
+            "model.num_heads=2",
+            "model.hidden_size=16",
+            "train.max_epochs=3",
+            "train.patience=0",
+            "eval.generate_steps=2",
+            "train.threads=1",
+        ],
+    )
     cfg.dataset = "timed"
     result = run_trial(cfg, checkpoint_path=root / "best.pt", progress=False, data_root=root / "data")
     return root, result
@@ -224,14 +247,27 @@ def test_a_timed_model_trains_evaluates_and_generates_with_its_times(timed_check
 
     def by_hand(times: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            scores = model.score(model(eval_inputs(split, users, end, "ar", max_len), torch.from_numpy(users + 1),
-                                       times=times)[:, -1])
+            scores = model.score(
+                model(
+                    eval_inputs(split, users, end, "ar", max_len), torch.from_numpy(users + 1), times=times
+                )[:, -1]
+            )
         own = scores.gather(1, torch.from_numpy(target - 1)[:, None])
         return (scores >= own).sum(1) - 1  # ties count against the target
 
     times = eval_times(split, users, end, "ar", max_len)
-    evaluated = target_ranks(model_scorer(model), split, "valid", cfg.eval, "ar", max_len, 7, torch.device("cpu"),
-                             in_order=True, timed=True)
+    evaluated = target_ranks(
+        model_scorer(model),
+        split,
+        "valid",
+        cfg.eval,
+        "ar",
+        max_len,
+        7,
+        torch.device("cpu"),
+        in_order=True,
+        timed=True,
+    )
     assert torch.equal(evaluated, by_hand(times))
     assert not torch.equal(by_hand(torch.zeros_like(times)), by_hand(times))
 
@@ -244,15 +280,27 @@ def test_timed_rollouts_give_each_pick_the_last_history_time(task):
     from modsar.evaluation.rollouts import Sampler, rollout
 
     torch.manual_seed(0)
-    model = shaken(ModularSAR(ModelConfig(hidden_size=16, num_heads=2, dropout=0.0, attn_dropout=0.0,
-                                          time_bias="gap"), 20, 3, 6, task).eval())
+    model = shaken(
+        ModularSAR(
+            ModelConfig(hidden_size=16, num_heads=2, dropout=0.0, attn_dropout=0.0, time_bias="gap"),
+            20,
+            3,
+            6,
+            task,
+        ).eval()
+    )
     windows = torch.tensor([[0, 0, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6], [0, 0, 0, 0, 7, 8]])
-    times = torch.tensor([[0.0, 0, -9e4, -500, -90, 0], [-4e5, -3e5, -2e5, -6e3, -70, 0], [0, 0, 0, 0, -1e3, 0]])
+    times = torch.tensor(
+        [[0.0, 0, -9e4, -500, -90, 0], [-4e5, -3e5, -2e5, -6e3, -70, 0], [0, 0, 0, 0, -1e3, 0]]
+    )
     users = torch.tensor([1, 2, 3])
     seen_times: list[torch.Tensor] = []
-    hook = model.register_forward_pre_hook(lambda _, args, kwargs: seen_times.append(kwargs["times"].clone()),
-                                           with_kwargs=True)
-    got = rollout(model, task, windows, users, 4, Sampler("greedy"), mask_id=21, times=times, exclude_rollout=True)
+    hook = model.register_forward_pre_hook(
+        lambda _, args, kwargs: seen_times.append(kwargs["times"].clone()), with_kwargs=True
+    )
+    got = rollout(
+        model, task, windows, users, 4, Sampler("greedy"), mask_id=21, times=times, exclude_rollout=True
+    )
     hook.remove()
     window, clock = windows.clone(), times.clone()
     banned = torch.zeros(3, 20, dtype=torch.bool)
@@ -266,7 +314,7 @@ def test_timed_rollouts_give_each_pick_the_last_history_time(task):
         pick = scores.argmax(1) + 1
         banned[torch.arange(3), pick - 1] = True
         assert got[:, step].tolist() == pick.tolist()
-        assert torch.equal(seen_times[step], when[:, -seen_times[step].size(1):])  # what the rollout passed
+        assert torch.equal(seen_times[step], when[:, -seen_times[step].size(1) :])  # what the rollout passed
         window = torch.cat([window[:, 1:], pick[:, None]], 1)
         clock = torch.cat([clock[:, 1:], torch.zeros(3, 1)], 1)  # relative to the last history item: 0
 
@@ -277,8 +325,23 @@ def test_modsar_generate_runs_on_a_timed_checkpoint(timed_checkpoint, capsys):
     from modsar.cli import main
 
     root, _ = timed_checkpoint
-    assert main(["generate", "--checkpoint", str(root / "best.pt"), "--steps", "2", "--json", "--data-dir",
-                 str(root / "data"), "--out", str(root / "gen")]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--checkpoint",
+                str(root / "best.pt"),
+                "--steps",
+                "2",
+                "--json",
+                "--data-dir",
+                str(root / "data"),
+                "--out",
+                str(root / "gen"),
+            ]
+        )
+        == 0
+    )
     facts = json.loads(capsys.readouterr().out)
     assert {"alignment_hits", "distinct_ratio", "entropy_generated", "top1pct_share_generated"} <= set(facts)
 
@@ -301,10 +364,24 @@ def test_an_ae_timed_model_trains_and_the_time_space_checks_on_timestamped_data(
     from modsar.training.trainer import run_trial
 
     root, _ = timed_checkpoint
-    cfg = load_config(None, ["task=ae", "model.time_bias=gap", "model.num_heads=2", "model.hidden_size=16",
-                             "train.max_epochs=2", "train.patience=0", "eval.generate_steps=2", "train.threads=1"])
+    cfg = load_config(
+        None,
+        [
+            "task=ae",
+            "model.time_bias=gap",
+            "model.num_heads=2",
+            "model.hidden_size=16",
+            "train.max_epochs=2",
+            "train.patience=0",
+            "eval.generate_steps=2",
+            "train.threads=1",
+        ],
+    )
     cfg.dataset = "timed"
     result = run_trial(cfg, progress=False, data_root=root / "data")
     assert math.isfinite(result.test["ndcg@10"]) and result.generation["distinct_ratio"] > 0
-    assert main(["spaces", "bluesky_time", "--check", "--dataset", "timed", "--data-dir", str(root / "data")]) == 0
+    assert (
+        main(["spaces", "bluesky_time", "--check", "--dataset", "timed", "--data-dir", str(root / "data")])
+        == 0
+    )
     assert "all 12 configurations are valid on dataset timed" in capsys.readouterr().out

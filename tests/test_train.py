@@ -27,8 +27,10 @@ from modsar.training.trainer import (
 
 
 def quick(*overrides: str) -> Config:
-    return load_config(None, ["train.max_epochs=3", "train.patience=0", "data.batch_size=64",
-                              "model.hidden_size=32", *overrides])
+    return load_config(
+        None,
+        ["train.max_epochs=3", "train.patience=0", "data.batch_size=64", "model.hidden_size=32", *overrides],
+    )
 
 
 @pytest.mark.parametrize("padding_free", [True, False])
@@ -43,8 +45,9 @@ def test_every_loss_lowers_on_synthetic(loss, padding_free):
     batch = next(iter(TrainBatches(split, "ar", 20, 256, padding_free=padding_free)))
     losses = []
     for _ in range(30):
-        loss_value = training_loss(model, model(batch.inputs, batch.users), batch.labels, batch.users, cfg.loss,
-                                   padding_free)
+        loss_value = training_loss(
+            model, model(batch.inputs, batch.users), batch.labels, batch.users, cfg.loss, padding_free
+        )
         opt.zero_grad()
         loss_value.backward()
         opt.step()
@@ -68,8 +71,16 @@ def test_ar_with_ce_beats_popularity_by_a_wide_margin():
     result = run_trial(cfg, progress=False)
     data = load_dataset("synthetic")
     split = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
-    pop = evaluate(popularity_scorer(split, torch.device("cpu")), split, "test", cfg.eval, "ar", 30, 256,
-                   torch.device("cpu"))
+    pop = evaluate(
+        popularity_scorer(split, torch.device("cpu")),
+        split,
+        "test",
+        cfg.eval,
+        "ar",
+        30,
+        256,
+        torch.device("cpu"),
+    )
     assert result.test["ndcg@10"] > 0.4
     assert result.test["ndcg@10"] > 4 * pop["ndcg@10"]
 
@@ -78,17 +89,25 @@ def test_same_seed_same_metrics_and_checkpoint_reproduces_test(tmp_path):
     cfg = quick("seed=7", "task=ae", "train.eval_every=1")
     ckpt = tmp_path / "best.pt"
     calls = []
-    first = run_trial(cfg, on_eval=lambda e, m, imp, c, f: calls.append((e, imp, c, f["last"])), checkpoint_path=ckpt,
-                      progress=False)
+    first = run_trial(
+        cfg,
+        on_eval=lambda e, m, imp, c, f: calls.append((e, imp, c, f["last"])),
+        checkpoint_path=ckpt,
+        progress=False,
+    )
     second = run_trial(cfg, progress=False)
     assert first.test == second.test and first.valid == second.valid
     assert [c[0] for c in calls] == [1, 2, 3] and calls[0][1] and calls[0][2] == ckpt
     assert [c[3] for c in calls] == [False, False, True]
     model, loaded_cfg, payload = load_checkpoint(ckpt)
-    assert loaded_cfg.flat() == cfg.flat() and payload["epoch"] == first.best_epoch  # stored form: norm resolved
+    assert (
+        loaded_cfg.flat() == cfg.flat() and payload["epoch"] == first.best_epoch
+    )  # stored form: norm resolved
     data = load_dataset("synthetic")
     split = LeaveOneOut.from_log(data.user, data.item, data.num_users, data.num_items)
-    test = evaluate(model_scorer(model), split, "test", cfg.eval, "ae", payload["max_len"], 256, torch.device("cpu"))
+    test = evaluate(
+        model_scorer(model), split, "test", cfg.eval, "ae", payload["max_len"], 256, torch.device("cpu")
+    )
     assert test == pytest.approx(first.test)
 
 
@@ -110,10 +129,17 @@ def test_resumed_trial_continues_exactly_as_the_uninterrupted_one(tmp_path, sche
             raise Killed
 
     with pytest.raises(Killed):
-        run_trial(cfg, on_eval=kill_at_4, checkpoint_path=tmp_path / "cut" / "best.pt", resumable=True,
-                  progress=False)
+        run_trial(
+            cfg,
+            on_eval=kill_at_4,
+            checkpoint_path=tmp_path / "cut" / "best.pt",
+            resumable=True,
+            progress=False,
+        )
     state = load_resume_state(tmp_path / "cut")
-    assert 1 <= state["epoch"] <= 4 and [h["epoch"] for h in state["history"]] == list(range(1, state["epoch"] + 1))
+    assert 1 <= state["epoch"] <= 4 and [h["epoch"] for h in state["history"]] == list(
+        range(1, state["epoch"] + 1)
+    )
     calls = []
     resumed = run_trial(cfg, resume=state, on_eval=lambda e, m, imp, c, f: calls.append(e), progress=False)
     assert calls == list(range(state["epoch"] + 1, 6))
@@ -124,8 +150,12 @@ def test_resumed_trial_continues_exactly_as_the_uninterrupted_one(tmp_path, sche
     # resumed after its final epoch (killed before Tune heard it ended): one closing report, nothing retrained
     done = quick("seed=3", "task=ae", f"train.max_epochs={state['epoch']}", "model.dropout=0.3", *schedule)
     closing = []
-    again = run_trial(done, resume=load_resume_state(tmp_path / "cut"), progress=False,
-                      on_eval=lambda e, m, imp, c, f: closing.append((e, imp, f["last"])))
+    again = run_trial(
+        done,
+        resume=load_resume_state(tmp_path / "cut"),
+        progress=False,
+        on_eval=lambda e, m, imp, c, f: closing.append((e, imp, f["last"])),
+    )
     assert closing == [(state["epoch"], False, True)] and again.valid == state["valid"]
 
 
@@ -134,8 +164,9 @@ def test_best_epoch_is_the_validation_max_not_the_last(monkeypatch):
 
     monkeypatch.setattr(train_module, "popularity_level", lambda *a: 0.05)  # fakes validation passes only
     values = iter([0.2, 0.5, 0.3, 0.1])
-    monkeypatch.setattr(train_module.Evaluator, "__call__",
-                        lambda *a, **k: {"ndcg@10": next(values, 0.0), "recall@10": 0.0})
+    monkeypatch.setattr(
+        train_module.Evaluator, "__call__", lambda *a, **k: {"ndcg@10": next(values, 0.0), "recall@10": 0.0}
+    )
     cfg = quick("train.max_epochs=4", "eval.ks=[10]")
     result = run_trial(cfg, progress=False)
     assert result.best_epoch == 2 and result.valid["ndcg@10"] == 0.5
@@ -145,7 +176,9 @@ def test_early_stopping_patience(monkeypatch):
     import modsar.training.trainer as train_module
 
     monkeypatch.setattr(train_module, "popularity_level", lambda *a: 0.05)  # fakes validation passes only
-    monkeypatch.setattr(train_module.Evaluator, "__call__", lambda *a, **k: {"ndcg@10": 0.1, "recall@10": 0.0})
+    monkeypatch.setattr(
+        train_module.Evaluator, "__call__", lambda *a, **k: {"ndcg@10": 0.1, "recall@10": 0.0}
+    )
     result = run_trial(quick("train.max_epochs=50", "train.patience=2", "eval.ks=[10]"), progress=False)
     assert result.epochs_run == 3 and result.best_epoch == 1
 
@@ -153,15 +186,31 @@ def test_early_stopping_patience(monkeypatch):
 def test_nan_loss_raises_training_diverged(monkeypatch):
     import modsar.training.trainer as train_module
 
-    monkeypatch.setattr(train_module, "training_loss", lambda *a, **k: torch.tensor(float("nan"), requires_grad=True))
+    monkeypatch.setattr(
+        train_module, "training_loss", lambda *a, **k: torch.tensor(float("nan"), requires_grad=True)
+    )
     with pytest.raises(TrainingDiverged, match="loss became nan"):
         run_trial(quick(), progress=False)
 
 
 def test_cli_train_writes_result_row(tmp_path, capsys):
     out = tmp_path / "results"
-    code = main(["train", "--dataset", "synthetic", "--quiet", "--results", str(out), "--experiment", "e1",
-                 "train.max_epochs=2", "task=ae", "mask_prob=0.3", "model.hidden_size=16"])
+    code = main(
+        [
+            "train",
+            "--dataset",
+            "synthetic",
+            "--quiet",
+            "--results",
+            str(out),
+            "--experiment",
+            "e1",
+            "train.max_epochs=2",
+            "task=ae",
+            "mask_prob=0.3",
+            "model.hidden_size=16",
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 0 and "AE on synthetic" in text and "test" in text
     files = list((out / "e1" / "trials").glob("*.parquet"))
@@ -205,7 +254,9 @@ def test_non_finite_validation_metric_is_never_the_best_epoch(monkeypatch):
 
     monkeypatch.setattr(train_module, "popularity_level", lambda *a: 0.05)  # fakes validation passes only
     values = iter([0.1, float("inf")])
-    monkeypatch.setattr(train_module.Evaluator, "__call__", lambda *a, **k: {"ndcg@10": next(values), "recall@10": 0.0})
+    monkeypatch.setattr(
+        train_module.Evaluator, "__call__", lambda *a, **k: {"ndcg@10": next(values), "recall@10": 0.0}
+    )
     with pytest.raises(TrainingDiverged, match="validation ndcg@10 not finite at epoch 2") as caught:
         run_trial(quick("eval.ks=[10]"), progress=False)
     assert caught.value.partial.best_epoch == 1 and caught.value.partial.valid["ndcg@10"] == 0.1
@@ -214,8 +265,20 @@ def test_non_finite_validation_metric_is_never_the_best_epoch(monkeypatch):
 def test_cli_train_writes_a_diverged_row(monkeypatch, tmp_path, capsys):
     _nan_weights_in_epoch(monkeypatch, bad_epoch=2)
     out = tmp_path / "results"
-    code = main(["train", "--dataset", "synthetic", "--quiet", "--results", str(out), "--experiment", "d",
-                 "train.max_epochs=3", "model.hidden_size=16"])
+    code = main(
+        [
+            "train",
+            "--dataset",
+            "synthetic",
+            "--quiet",
+            "--results",
+            str(out),
+            "--experiment",
+            "d",
+            "train.max_epochs=3",
+            "model.hidden_size=16",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "training diverged: weights became NaN" in err[0], err
     row = pq.read_table(next((out / "d" / "trials").glob("*.parquet"))).to_pylist()[0]
@@ -232,7 +295,9 @@ def test_an_overflowing_optimizer_step_is_divergence_not_a_crash(optimizer):
 def test_more_sampled_negatives_than_items_is_refused():
     from modsar.errors import ModsarError
 
-    with pytest.raises(ModsarError, match=r"'eval.sampled_negatives' \(300\) must be below the number of items"):
+    with pytest.raises(
+        ModsarError, match=r"'eval.sampled_negatives' \(300\) must be below the number of items"
+    ):
         run_trial(quick("eval.sampled_negatives=300"), progress=False)
 
 
@@ -242,10 +307,15 @@ def test_weight_decay_skips_norms_and_biases_and_optionally_embeddings():
     names = {id(p): n for n, p in model.named_parameters()}
     decayed, kept = decay_groups(model, "norm,bias")
     kept_names = {names[id(p)] for p in kept}
-    assert kept_names == {n for n, _ in model.named_parameters()
-                          if n.endswith("bias") or "norm" in n}  # LayerNorm gains, Linear biases, the item bias
+    assert kept_names == {
+        n for n, _ in model.named_parameters() if n.endswith("bias") or "norm" in n
+    }  # LayerNorm gains, Linear biases, the item bias
     assert "head.item_bias" in kept_names and "embed_norm.weight" in kept_names
-    assert {names[id(p)] for p in decayed} >= {"item_emb.weight", "pos_emb.weight", "blocks.0.attn.qkv.weight"}
+    assert {names[id(p)] for p in decayed} >= {
+        "item_emb.weight",
+        "pos_emb.weight",
+        "blocks.0.attn.qkv.weight",
+    }
     _, kept = decay_groups(model, "norm,bias,embedding")
     assert {"item_emb.weight", "pos_emb.weight"} <= {names[id(p)] for p in kept}
     decayed, kept = decay_groups(model, "none")
@@ -266,25 +336,36 @@ def test_epoch_normalised_loss_weighs_every_position_the_same(batching):
     per_batch = batches.num_targets / len(epoch)
     with torch.no_grad():
         normalised = [batch_loss(model, b, cfg, per_batch).item() for b in epoch]
-        per_position = torch.cat([torch.nn.functional.cross_entropy(
-            model.score(model(b.inputs, b.users)[b.labels > 0]), b.labels[b.labels > 0] - 1, reduction="none")
-            for b in epoch])
+        per_position = torch.cat(
+            [
+                torch.nn.functional.cross_entropy(
+                    model.score(model(b.inputs, b.users)[b.labels > 0]),
+                    b.labels[b.labels > 0] - 1,
+                    reduction="none",
+                )
+                for b in epoch
+            ]
+        )
     assert len(per_position) == batches.num_targets
     assert sum(normalised) / len(epoch) == pytest.approx(per_position.mean().item(), rel=1e-4)
 
 
 def test_modular_auto_norm_is_stored_as_post_and_old_auto_checkpoints_load_as_pre(tmp_path):
     """0.2 made post-LN the modular default; a checkpoint of an older `auto` (pre-LN) model still loads as pre."""
-    assert load_config(None, []).flat()["model.norm"] == "post" and not ModularSAR(
-        load_config(None, []).model, 30, 5, 10, "ar").blocks[0].pre_norm
+    assert (
+        load_config(None, []).flat()["model.norm"] == "post"
+        and not ModularSAR(load_config(None, []).model, 30, 5, 10, "ar").blocks[0].pre_norm
+    )
     assert load_config(None, ["model.backbone=llama", "model.dropout=0"]).flat()["model.norm"] == "auto"
     cfg = load_config(None, ["model.norm=pre", "model.hidden_size=16"])
     model = ModularSAR(cfg.model, 30, 5, 10, "ar").eval()
     old = cfg.to_dict()
     old["model"]["norm"] = "auto"
     path = tmp_path / "old.pt"
-    torch.save({"config": old, "state_dict": model.state_dict(), "num_items": 30, "num_users": 5, "max_len": 10},
-               path)
+    torch.save(
+        {"config": old, "state_dict": model.state_dict(), "num_items": 30, "num_users": 5, "max_len": 10},
+        path,
+    )
     loaded, loaded_cfg, _ = load_checkpoint(path)
     assert loaded_cfg.model.norm == "pre" and loaded.blocks[0].pre_norm
     x = torch.tensor([[0, 3, 4, 5], [1, 2, 3, 4]])
@@ -313,7 +394,19 @@ def test_learning_rate_warms_up_then_decays_linearly():
     from modsar.training.trainer import LearningRate
 
     rate = LearningRate(1e-3, warmup=4, linear=True, total=10)
-    assert [round(rate.factor(s), 6) for s in range(11)] == [0.25, 0.5, 0.75, 1.0, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0]
+    assert [round(rate.factor(s), 6) for s in range(11)] == [
+        0.25,
+        0.5,
+        0.75,
+        1.0,
+        0.6,
+        0.5,
+        0.4,
+        0.3,
+        0.2,
+        0.1,
+        0.0,
+    ]
     assert [LearningRate(1e-3, warmup=2).factor(s) for s in (0, 1, 5, 10**6)] == [0.5, 1.0, 1.0, 1.0]
 
 
@@ -343,9 +436,13 @@ def test_min_steps_keeps_patience_from_stopping_a_run_early(monkeypatch):
     import modsar.training.trainer as train_module
 
     monkeypatch.setattr(train_module, "popularity_level", lambda *a: 0.05)
-    monkeypatch.setattr(train_module.Evaluator, "__call__", lambda *a, **k: {"ndcg@10": 0.1, "recall@10": 0.0})
-    result = run_trial(quick("train.max_epochs=50", "train.patience=2", "train.min_steps=100", "eval.ks=[10]"),
-                       progress=False)
+    monkeypatch.setattr(
+        train_module.Evaluator, "__call__", lambda *a, **k: {"ndcg@10": 0.1, "recall@10": 0.0}
+    )
+    result = run_trial(
+        quick("train.max_epochs=50", "train.patience=2", "train.min_steps=100", "eval.ks=[10]"),
+        progress=False,
+    )
     assert (result.steps_per_epoch, result.epochs_run, result.steps, result.best_epoch) == (16, 7, 112, 1)
 
 
@@ -355,14 +452,16 @@ def test_escape_steps_count_to_the_first_pass_clear_of_the_popularity_level(monk
 
     monkeypatch.setattr(train_module, "popularity_level", lambda *a: 0.1)
     values = iter([0.10, 0.12, 0.13, 0.2])
-    monkeypatch.setattr(train_module.Evaluator, "__call__",
-                        lambda *a, **k: {"ndcg@10": next(values, 0.0), "recall@10": 0.0})
+    monkeypatch.setattr(
+        train_module.Evaluator, "__call__", lambda *a, **k: {"ndcg@10": next(values, 0.0), "recall@10": 0.0}
+    )
     result = run_trial(quick("train.max_epochs=4", "eval.ks=[10]"), progress=False)
     assert (result.popularity_level, result.escape_steps) == (0.1, 48)
     assert [h["steps"] for h in result.history] == [16, 32, 48, 64]
     never = iter([0.10, 0.12])
-    monkeypatch.setattr(train_module.Evaluator, "__call__",
-                        lambda *a, **k: {"ndcg@10": next(never, 0.0), "recall@10": 0.0})
+    monkeypatch.setattr(
+        train_module.Evaluator, "__call__", lambda *a, **k: {"ndcg@10": next(never, 0.0), "recall@10": 0.0}
+    )
     assert run_trial(quick("train.max_epochs=2", "eval.ks=[10]"), progress=False).escape_steps is None
 
 
@@ -381,7 +480,13 @@ def test_the_popularity_level_is_the_most_popular_ranking_on_validation():
 def test_truncated_normal_init_and_the_norm_epsilon():
     from modsar.config import ModelConfig
 
-    model = ModularSAR(ModelConfig(init="truncated_normal", norm_eps=1e-12, hidden_size=32, scale_embedding=False), 300, 10, 50, "ar")
+    model = ModularSAR(
+        ModelConfig(init="truncated_normal", norm_eps=1e-12, hidden_size=32, scale_embedding=False),
+        300,
+        10,
+        50,
+        "ar",
+    )
     weights = [m.weight for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))]
     assert max(w.abs().max().item() for w in weights) <= 0.04
     assert 0.015 < torch.cat([w.flatten() for w in weights]).std().item() < 0.02  # cut at 2 std: 0.88 x 0.02

@@ -13,8 +13,20 @@ from hf_plugins.transfo_xl import TransfoXLConfig, TransfoXLModel, rel_shift
 
 def tiny(**kw) -> TransfoXLModel:
     torch.manual_seed(0)
-    settings = {"vocab_size": 20, "d_model": 8, "d_embed": 8, "n_head": 2, "d_head": 4, "d_inner": 16,
-                "n_layer": 2, "mem_len": 0, "clamp_len": 100, "same_length": False, "dropout": 0.0, "dropatt": 0.0}
+    settings = {
+        "vocab_size": 20,
+        "d_model": 8,
+        "d_embed": 8,
+        "n_head": 2,
+        "d_head": 4,
+        "d_inner": 16,
+        "n_layer": 2,
+        "mem_len": 0,
+        "clamp_len": 100,
+        "same_length": False,
+        "dropout": 0.0,
+        "dropatt": 0.0,
+    }
     model = TransfoXLModel(TransfoXLConfig(**{**settings, **kw})).eval()
     with torch.no_grad():  # make the relative-position term large enough to matter in these small tests
         for layer in model.layers:
@@ -75,10 +87,18 @@ def test_save_pretrained_reloads_through_auto_classes(tmp_path):
 
 def test_4x_parameter_names():
     names = set(tiny(untie_r=False).state_dict())
-    for expected in ("word_emb.emb_layers.0.weight", "r_w_bias", "r_r_bias", "layers.0.dec_attn.qkv_net.weight",
-                     "layers.0.dec_attn.r_net.weight", "layers.0.dec_attn.o_net.weight",
-                     "layers.0.dec_attn.layer_norm.weight", "layers.1.pos_ff.CoreNet.0.weight",
-                     "layers.1.pos_ff.CoreNet.3.bias", "layers.1.pos_ff.layer_norm.bias"):
+    for expected in (
+        "word_emb.emb_layers.0.weight",
+        "r_w_bias",
+        "r_r_bias",
+        "layers.0.dec_attn.qkv_net.weight",
+        "layers.0.dec_attn.r_net.weight",
+        "layers.0.dec_attn.o_net.weight",
+        "layers.0.dec_attn.layer_norm.weight",
+        "layers.1.pos_ff.CoreNet.0.weight",
+        "layers.1.pos_ff.CoreNet.3.bias",
+        "layers.1.pos_ff.layer_norm.bias",
+    ):
         assert expected in names
 
 
@@ -89,8 +109,18 @@ FIXTURE = Path(__file__).parent / "fixtures" / "transfo_xl_4x.pt"
 def test_reproduces_transformers_4x_hidden_states_and_memory(case):
     """A 4.x TransfoXLModel state dict loads unchanged and gives the same outputs, with and without memory."""
     ref = torch.load(FIXTURE, weights_only=True)["cases"][case]
-    settings = {"vocab_size": 30, "d_model": 8, "d_embed": 8, "n_head": 2, "d_head": 4, "d_inner": 16,
-                "n_layer": 2, "dropout": 0.0, "dropatt": 0.0, **ref["config"]}
+    settings = {
+        "vocab_size": 30,
+        "d_model": 8,
+        "d_embed": 8,
+        "n_head": 2,
+        "d_head": 4,
+        "d_inner": 16,
+        "n_layer": 2,
+        "dropout": 0.0,
+        "dropatt": 0.0,
+        **ref["config"],
+    }
     model = TransfoXLModel(TransfoXLConfig(**settings)).eval()
     loaded = model.load_state_dict(ref["state_dict"], strict=True)  # same names as 4.x, nothing left over
     assert not loaded.missing_keys and not loaded.unexpected_keys

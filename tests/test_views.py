@@ -55,7 +55,9 @@ def test_the_item_view_orders_each_items_users_by_time(timestamped):
     got = sequences(items)
     for raw, users in expected.items():
         assert got[raw_item[raw] - 1] == [user_id[u] for u in users]
-    assert np.all(np.diff(items.user) >= 0) and np.all(items.timestamp[items.user == raw_item[10]] == [5, 7, 9])
+    assert np.all(np.diff(items.user) >= 0) and np.all(
+        items.timestamp[items.user == raw_item[10]] == [5, 7, 9]
+    )
     assert viewed(items, "item") is items and viewed(data, "user") is data
 
 
@@ -64,14 +66,36 @@ def test_training_on_the_item_view_is_recorded(timestamped, tmp_path, capsys):
     from modsar.cli import main
     from modsar.records.rows import read_rows
 
-    assert main(["train", "--dataset", "tiny", "--data-dir", str(timestamped), "--results", str(tmp_path / "r"),
-                 "--experiment", "v", "--quiet", "--no-checkpoint", "data.view=item", "train.max_epochs=1",
-                 "model.hidden_size=8", "model.num_heads=1", "train.patience=0"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--dataset",
+                "tiny",
+                "--data-dir",
+                str(timestamped),
+                "--results",
+                str(tmp_path / "r"),
+                "--experiment",
+                "v",
+                "--quiet",
+                "--no-checkpoint",
+                "data.view=item",
+                "train.max_epochs=1",
+                "model.hidden_size=8",
+                "model.num_heads=1",
+                "train.patience=0",
+            ]
+        )
+        == 0
+    )
     row = read_rows(str(tmp_path / "r"), "v").iloc[0]
     assert row["data.view"] == "item" and row["status"] == "finished"
 
 
 def test_no_timestamps_no_item_view():
     data = load_dataset("synthetic")
-    with pytest.raises(ModsarError, match=r"data\.view=item needs timestamps, and dataset 'synthetic' has none"):
+    with pytest.raises(
+        ModsarError, match=r"data\.view=item needs timestamps, and dataset 'synthetic' has none"
+    ):
         viewed(data, "item")

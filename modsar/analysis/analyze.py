@@ -64,25 +64,35 @@ from modsar.model.interface import trim_left_padding
 from modsar.model.skips import SkipSite, residual_scale, skip_input, skip_vector
 from modsar.training.checkpoints import checkpoint_split, load_checkpoint
 
-DIAGNOSTICS = ("sparsity", "rank", "hrli", "shuffle", "mixing", "residual-scaling", "nonfinal", "recovery", "user")
+DIAGNOSTICS = (
+    "sparsity",
+    "rank",
+    "hrli",
+    "shuffle",
+    "mixing",
+    "residual-scaling",
+    "nonfinal",
+    "recovery",
+    "user",
+)
 ALPHAS = tuple(round(a / 10, 1) for a in range(11))
 EPSILONS = (0.0, 0.005, 0.01, 0.02, 0.05)
 CONVENTIONS = {  # stored beside every figure, so a table read without this module still says what it is
     "sparsity": "S=(L1/N)/L2 of the head-averaged last-W window, padding zero, N=W^2; mean over users (per layer, all)",
     "rank": "k=#{s_i > tau} of the head-averaged last-W window; tau by the named rule; mean over users",
     "hrli": "probe (last / second-to-last history item) in the top k of final-position scores; mean over test users "
-            "(HRL2I: users with 2+ items); filtered = seen items removed except the probe",
+    "(HRL2I: users with 2+ items); filtered = seen items removed except the probe",
     "shuffle": "NDCG@10 on test with the history permuted at inference (partial keeps the last item); "
-               "drop = (original - shuffled) / original",
+    "drop = (original - shuffled) / original",
     "mixing": "Kobayashi r_i = |sum_{j!=i} c_ij| / (|sum_{j!=i} c_ij| + |c_ii|); mean over real positions of all "
-              "test users (pooled: and layers); at L-o: sequences with more than o positions",
+    "test users (pooled: and layers); at L-o: sequences with more than o positions",
     "residual-scaling": "alpha scales the attention sub-layer skip in every layer at inference; test metrics",
     "nonfinal": "joint proportion over test users: miss@10 at L and hit@10 from the state o positions earlier",
     "recovery": "Rec(alpha) over R = {miss@10 at L, hit@10 at L-1..3, alpha=1}; alpha* = best Rec with "
-                "HR@10 >= (1-epsilon) HR@10(1), smallest on ties",
+    "HR@10 >= (1-epsilon) HR@10(1), smallest on ties",
     "user": "NDCG@10 on test with each user's id replaced by another test user's (a seeded cycle: nobody keeps "
-            "their own); drop = (own - swapped) / own. user_fusion=token: the attention probability on the user "
-            "token, mean over heads and real item positions of all test users",
+    "their own); drop = (own - swapped) / own. user_fusion=token: the attention probability on the user "
+    "token, mean over heads and real item positions of all test users",
 }
 
 
@@ -102,13 +112,20 @@ def model_label(cfg) -> str:
 class Probe:
     """A checkpoint and its test users, ready for diagnostics (inputs as the evaluation builds them)."""
 
-    def __init__(self, checkpoint: str | Path, data_dir: str | None = None, attention_users: int = 2000,
-                 device: str = "cpu") -> None:
+    def __init__(
+        self,
+        checkpoint: str | Path,
+        data_dir: str | None = None,
+        attention_users: int = 2000,
+        device: str = "cpu",
+    ) -> None:
         self.device = resolve_device(device, "device")  # the argument of analyze.run, not train.device
         self.model, self.cfg, payload = load_checkpoint(checkpoint, str(self.device))
         self.max_len = payload["max_len"]
         self.split = checkpoint_split(self.cfg, data_dir)
-        self.users, self.end, self.targets = self.split.targets("test")  # every test user, in evaluation order
+        self.users, self.end, self.targets = self.split.targets(
+            "test"
+        )  # every test user, in evaluation order
         if not len(self.users):
             raise ModsarError(f"{checkpoint}: dataset '{self.cfg.dataset}' has no test users to analyse")
         self.attention_rows = np.sort(np.random.default_rng(0).permutation(len(self.users))[:attention_users])
@@ -169,11 +186,13 @@ class _FixedInputs:
 def attention_windows(probe: Probe, rows: np.ndarray, window: int = 20):
     """Yield (row, layer, W x W head-averaged window) for the given test-user rows."""
     for lo in range(0, len(rows), 256):
-        chunk = rows[lo:lo + 256]
+        chunk = rows[lo : lo + 256]
         inputs, users = probe.batch(probe.inputs, chunk)
         _, maps = probe.model(inputs, users, need_weights=True)
         real = (inputs > 0).sum(1).cpu().numpy()
-        prefix = getattr(probe.model, "prefix_tokens", 0)  # a user token: the item-to-item block is the window
+        prefix = getattr(
+            probe.model, "prefix_tokens", 0
+        )  # a user token: the item-to-item block is the window
         for layer, probs in enumerate(maps):
             mean = probs[..., prefix:, prefix:].float().mean(1).cpu().numpy()  # head average
             for b, row in enumerate(chunk):
@@ -192,8 +211,13 @@ def attention_stats(probe: Probe, window: int = 20, sigma: float = 0.0) -> tuple
         entry["effective_rank"] = effective_rank(s) if s[0] > 0 else math.nan
         rows.append(entry)
         spectra.setdefault(layer, []).append(s)
-    mean_spectra = pd.DataFrame([{"layer": layer, "index": i, "mean singular value": v}
-                                 for layer, ss in spectra.items() for i, v in enumerate(np.mean(ss, axis=0))])
+    mean_spectra = pd.DataFrame(
+        [
+            {"layer": layer, "index": i, "mean singular value": v}
+            for layer, ss in spectra.items()
+            for i, v in enumerate(np.mean(ss, axis=0))
+        ]
+    )
     return pd.DataFrame(rows), mean_spectra
 
 
@@ -206,8 +230,18 @@ def heatmap(probe: Probe, window: int = 20, sigma: float = 0.0) -> tuple[pd.Data
         cells.append(pd.DataFrame({"layer": layer, "query": q.ravel(), "key": k.ravel(), "value": w.ravel()}))
         rank, tau, _ = hard_threshold_rank(w, sigma, "modsar_eq8", seed=row)
         s = np.linalg.svd(w, compute_uv=False)
-        spectrum.append(pd.DataFrame({"layer": layer, "index": np.arange(len(s)), "singular value": s,
-                                      "tau": tau, "rank": rank, "sparsity": sparsity(w)}))
+        spectrum.append(
+            pd.DataFrame(
+                {
+                    "layer": layer,
+                    "index": np.arange(len(s)),
+                    "singular value": s,
+                    "tau": tau,
+                    "rank": rank,
+                    "sparsity": sparsity(w),
+                }
+            )
+        )
     user = int(probe.users[row] + 1)
     maps, spectra = pd.concat(cells, ignore_index=True), pd.concat(spectrum, ignore_index=True)
     maps["user"] = spectra["user"] = user
@@ -216,13 +250,17 @@ def heatmap(probe: Probe, window: int = 20, sigma: float = 0.0) -> tuple[pd.Data
 
 def hrli(probe: Probe, ks=(1, 10), filtered: bool = True) -> dict[str, float]:
     """HRLI@k and HRL2I@k, unfiltered and (optionally) with seen items removed except the probed one."""
-    probes = {"hrli": probe.history[:, -1].numpy(),
-              "hrl2i": np.where(probe.lengths >= 2, probe.history[:, -2].numpy(), -1)}
+    probes = {
+        "hrli": probe.history[:, -1].numpy(),
+        "hrl2i": np.where(probe.lengths >= 2, probe.history[:, -2].numpy(), -1),
+    }
     out: dict[str, list] = {}
 
     for sl in probe.batches():
         scores = probe.final_scores(probe.inputs, sl)
-        depth = min(max(ks), scores.shape[1])  # a catalogue under k items: the whole ranking (every item is a hit)
+        depth = min(
+            max(ks), scores.shape[1]
+        )  # a catalogue under k items: the whole ranking (every item is a hit)
         top = (scores.topk(depth, dim=1).indices + 1).cpu().numpy()
         for name, items in probes.items():
             for k in ks:
@@ -231,7 +269,9 @@ def hrli(probe: Probe, ks=(1, 10), filtered: bool = True) -> dict[str, float]:
             continue
         hist_rows, hist_items = history_index(probe.split, probe.users[sl], probe.end[sl])
         seen = torch.zeros_like(scores, dtype=torch.bool)
-        seen[torch.from_numpy(hist_rows).to(seen.device), torch.from_numpy(hist_items - 1).to(seen.device)] = True
+        seen[
+            torch.from_numpy(hist_rows).to(seen.device), torch.from_numpy(hist_items - 1).to(seen.device)
+        ] = True
         for name, items in probes.items():
             keep = torch.from_numpy(np.maximum(items[sl], 1) - 1).to(scores.device)
             exempt = seen.scatter(1, keep[:, None], False)  # the probed item stays rankable
@@ -267,7 +307,9 @@ def mixing_ratios(probe: Probe, alpha: float = 1.0, detail: bool = False) -> dic
     without each sequence's first position, and per layer at positions L, L-1, L-2 (module docstring)."""
     model, sites = probe.model, probe.model.skip_sites()
     if sites is None:
-        raise ModsarError(f"mixing ratios are not defined for {model.describe()}: its attention skips are unknown")
+        raise ModsarError(
+            f"mixing ratios are not defined for {model.describe()}: its attention skips are unknown"
+        )
     kinds = ["attn", "res"] + (["ln"] if all(site.post_norm is not None for site in sites) else [])
     pooled: dict[str, list] = {k: [] for k in kinds}
     no_first: dict[str, list] = {k: [] for k in kinds}
@@ -302,12 +344,16 @@ def mixing_ratios(probe: Probe, alpha: float = 1.0, detail: bool = False) -> dic
     out = {f"mixing_{k}": float(torch.cat(v).mean()) for k, v in pooled.items()}
     if detail:
         out |= {f"mixing_{k} without position 1": float(torch.cat(v).mean()) for k, v in no_first.items()}
-        out |= {f"mixing_{k} layer {layer} at {name}": float(torch.cat(v).mean())
-                for (k, layer, name), v in at.items()}
+        out |= {
+            f"mixing_{k} layer {layer} at {name}": float(torch.cat(v).mean())
+            for (k, layer, name), v in at.items()
+        }
     return out
 
 
-def contributions(site: SkipSite, x: torch.Tensor, probs: torch.Tensor, alpha: float) -> dict[str, torch.Tensor]:
+def contributions(
+    site: SkipSite, x: torch.Tensor, probs: torch.Tensor, alpha: float
+) -> dict[str, torch.Tensor]:
     """c_ij (B, T, T, d) for Attn, +Res and (post-norm) +LN, from the skip input x (B, T, d) and the layer's
     attention probabilities (B, H, T, T)."""
     B, T, d = x.shape
@@ -344,8 +390,16 @@ def hits_at(probe: Probe, which: str, alpha: float = 1.0, offset: int = 0, k: in
     users, end, _ = probe.split.targets(which)
     window = np.minimum(end - probe.split.starts[users], probe.max_len)
     with residual_scale(probe.model, alpha) if alpha != 1.0 else contextlib.nullcontext():
-        ranks = target_ranks(model_scorer(probe.model, offset), probe.split, which, probe.cfg.eval, probe.cfg.task,
-                             probe.max_len, 256, probe.device).numpy()
+        ranks = target_ranks(
+            model_scorer(probe.model, offset),
+            probe.split,
+            which,
+            probe.cfg.eval,
+            probe.cfg.task,
+            probe.max_len,
+            256,
+            probe.device,
+        ).numpy()
     return (ranks < k) & (window > offset)
 
 
@@ -355,8 +409,9 @@ def recoverable_set(probe: Probe, which: str) -> tuple[np.ndarray, np.ndarray]:
     return miss, hits_at(probe, which, 1.0, 1) | hits_at(probe, which, 1.0, 2) | hits_at(probe, which, 1.0, 3)
 
 
-def recovery_curve(probe: Probe, which: str, alphas,
-                   sets: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict[float, float], dict[float, float]]:
+def recovery_curve(
+    probe: Probe, which: str, alphas, sets: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[dict[float, float], dict[float, float]]:
     """(Rec(alpha), HR@10(alpha)) with R fixed at alpha = 1 (docs/diagnostics.md#recovery)."""
     miss, earlier = sets if sets is not None else recoverable_set(probe, which)
     rec, hr = {}, {}
@@ -384,7 +439,9 @@ class Analysis:
     dataset: str
     task: str
     table: pd.DataFrame  # (diagnostic, quantity, layer, alpha, value, n) + model facts
-    maps: pd.DataFrame = field(default_factory=pd.DataFrame)  # displayed user's windows: layer, query, key, value
+    maps: pd.DataFrame = field(
+        default_factory=pd.DataFrame
+    )  # displayed user's windows: layer, query, key, value
     spectra: pd.DataFrame = field(default_factory=pd.DataFrame)  # displayed user's + mean singular values
     notes: list[str] = field(default_factory=list)
 
@@ -403,18 +460,35 @@ class _Run:
     maps: pd.DataFrame = field(default_factory=pd.DataFrame)
     spectra: pd.DataFrame = field(default_factory=pd.DataFrame)
 
-    def add(self, diagnostic: str, quantity: str, value: float, layer: str = "all", alpha: float = 1.0,
-            n: int | None = None) -> None:
-        self.rows.append({"diagnostic": diagnostic, "quantity": quantity, "layer": layer, "alpha": alpha,
-                          "value": float(value), "n": len(self.probe.users) if n is None else int(n)})
+    def add(
+        self,
+        diagnostic: str,
+        quantity: str,
+        value: float,
+        layer: str = "all",
+        alpha: float = 1.0,
+        n: int | None = None,
+    ) -> None:
+        self.rows.append(
+            {
+                "diagnostic": diagnostic,
+                "quantity": quantity,
+                "layer": layer,
+                "alpha": alpha,
+                "value": float(value),
+                "n": len(self.probe.users) if n is None else int(n),
+            }
+        )
 
 
 def _sparsity_and_rank(run: _Run) -> None:
     stats, mean_spectra = attention_stats(run.probe, run.window, run.sigma)
     where = f"W={run.window}, zero-padded, head mean, {stats['row'].nunique()} test users"
-    columns = {"sparsity": {"sparsity": f"S ({where})"},
-               "rank": {c: f"k {c[5:]} (sigma={run.sigma:g}; {where})" for c in stats if c.startswith("rank ")}
-               | {"effective_rank": f"effective rank ({where})"}}
+    columns = {
+        "sparsity": {"sparsity": f"S ({where})"},
+        "rank": {c: f"k {c[5:]} (sigma={run.sigma:g}; {where})" for c in stats if c.startswith("rank ")}
+        | {"effective_rank": f"effective rank ({where})"},
+    }
     for diagnostic in [d for d in ("sparsity", "rank") if d in run.wanted]:
         for column, quantity in columns[diagnostic].items():
             for layer, group in stats.groupby("layer"):
@@ -428,7 +502,12 @@ def _hrli(run: _Run) -> None:
     result = hrli(run.probe)
     for key, value in result.items():
         if key != "hrl2i_n":
-            run.add("hrli", key, value, n=int(result["hrl2i_n"]) if key.startswith("hrl2i") else len(run.probe.users))
+            run.add(
+                "hrli",
+                key,
+                value,
+                n=int(result["hrl2i_n"]) if key.startswith("hrl2i") else len(run.probe.users),
+            )
 
 
 def _shuffle(run: _Run) -> None:
@@ -452,7 +531,9 @@ def _residual_scaling(run: _Run) -> None:
             m = run.probe.metrics()
             run.add("residual-scaling", "hr@10", m["recall@10"], alpha=alpha)
             run.add("residual-scaling", "ndcg@10", m["ndcg@10"], alpha=alpha)
-            run.add("residual-scaling", "hrli@1", hrli(run.probe, ks=(1,), filtered=False)["hrli@1"], alpha=alpha)
+            run.add(
+                "residual-scaling", "hrli@1", hrli(run.probe, ks=(1,), filtered=False)["hrli@1"], alpha=alpha
+            )
         for key, value in mixing_ratios(run.probe, alpha).items():
             run.add("residual-scaling", key, value, alpha=alpha)
 
@@ -501,13 +582,18 @@ def _nonfinal(run: _Run) -> None:
     final = hits_at(run.probe, "test")
     run.add("nonfinal", "hr@10 at L", float(final.mean()))
     for offset in (1, 2, 3):  # a joint proportion over all test users, not a conditional
-        run.add("nonfinal", f"miss at L, hit at L-{offset}",
-                float((~final & hits_at(run.probe, "test", 1.0, offset)).mean()))
+        run.add(
+            "nonfinal",
+            f"miss at L, hit at L-{offset}",
+            float((~final & hits_at(run.probe, "test", 1.0, offset)).mean()),
+        )
 
 
 def _recovery(run: _Run) -> None:
     sets = recoverable_set(run.probe, "test")
-    run.add("recovery", "share of test users in R (miss at L, hit at L-1..3)", float((sets[0] & sets[1]).mean()))
+    run.add(
+        "recovery", "share of test users in R (miss at L, hit at L-1..3)", float((sets[0] & sets[1]).mean())
+    )
     if not run.scalable:  # R exists for any model; Rec(alpha) needs a skip to scale
         return
     rec_val, hr_val = recovery_curve(run.probe, "valid", run.alphas)
@@ -522,16 +608,24 @@ def _recovery(run: _Run) -> None:
     run.add("recovery", "delta hr@10 at alpha* (test)", hr_test[chosen] - hr_test.get(1.0, math.nan))
     run.add("recovery", "recovery at alpha* (test)", rec_test[chosen])
     run.add("recovery", "alpha* oracle (test)", oracle)
-    for epsilon in EPSILONS if 1.0 in run.alphas else ():  # validation choice vs test oracle as tolerance grows
+    for epsilon in (
+        EPSILONS if 1.0 in run.alphas else ()
+    ):  # validation choice vs test oracle as tolerance grows
         run.add("recovery", f"epsilon={epsilon:g}: alpha* validation", select_alpha(rec_val, hr_val, epsilon))
         run.add("recovery", f"epsilon={epsilon:g}: alpha* oracle", select_alpha(rec_test, hr_test, epsilon))
 
 
 # Each step computes the diagnostics it names (sparsity and rank share one pass over the attention maps).
 STEPS: tuple[tuple[tuple[str, ...], Callable[[_Run], None]], ...] = (
-    (("sparsity", "rank"), _sparsity_and_rank), (("hrli",), _hrli), (("shuffle",), _shuffle),
-    (("mixing",), _mixing), (("residual-scaling",), _residual_scaling), (("nonfinal",), _nonfinal),
-    (("recovery",), _recovery), (("user",), _user))
+    (("sparsity", "rank"), _sparsity_and_rank),
+    (("hrli",), _hrli),
+    (("shuffle",), _shuffle),
+    (("mixing",), _mixing),
+    (("residual-scaling",), _residual_scaling),
+    (("nonfinal",), _nonfinal),
+    (("recovery",), _recovery),
+    (("user",), _user),
+)
 
 
 ATTENTION_ONLY = ("sparsity", "rank", "mixing", "residual-scaling")  # maps, or the attention skip
@@ -555,7 +649,9 @@ def _scalable(probe: Probe) -> bool:
     return bool(not entry.recurrent and entry.residual_sites and probe.model.skip_sites() is not None)
 
 
-def _supported(probe: Probe, label: str, diagnostics: list[str], scalable: bool) -> tuple[list[str], list[str]]:
+def _supported(
+    probe: Probe, label: str, diagnostics: list[str], scalable: bool
+) -> tuple[list[str], list[str]]:
     """The diagnostics this backbone defines, and a note for each group it does not."""
     entry, notes = registry.lookup(probe.cfg.model.backbone), []
     if "user" in diagnostics and probe.cfg.model.user_fusion == "none":
@@ -563,32 +659,42 @@ def _supported(probe: Probe, label: str, diagnostics: list[str], scalable: bool)
         diagnostics = [d for d in diagnostics if d != "user"]
     skipped = [d for d in diagnostics if d in ATTENTION_ONLY]
     if skipped and entry.recurrent:
-        notes.append(f"{label}: {', '.join(skipped)} not defined for recurrent models ({probe.cfg.model.backbone} "
-                     "has no attention); last-item reliance, shuffles and non-final predictions are")
+        notes.append(
+            f"{label}: {', '.join(skipped)} not defined for recurrent models ({probe.cfg.model.backbone} "
+            "has no attention); last-item reliance, shuffles and non-final predictions are"
+        )
         diagnostics = [d for d in diagnostics if d not in skipped]
     skipped = [d for d in diagnostics if d in ("sparsity", "rank", "mixing")]
     if skipped and not entry.attention_maps:
-        notes.append(f"{label}: skipped {', '.join(skipped)}: {probe.cfg.model.backbone} has no attention maps")
+        notes.append(
+            f"{label}: skipped {', '.join(skipped)}: {probe.cfg.model.backbone} has no attention maps"
+        )
         diagnostics = [d for d in diagnostics if d not in skipped]
     skipped = [d for d in diagnostics if d in ("mixing", "residual-scaling")]
     if skipped and not scalable:
-        notes.append(f"{label}: skipped {', '.join(skipped)}: they need the layers' attention skip, known for the "
-                     f"modular, duorec and bsarec backbones and HF llama, gpt2, bert, roberta, albert, transfo_xl; not for "
-                     f"{probe.cfg.model.backbone}")
+        notes.append(
+            f"{label}: skipped {', '.join(skipped)}: they need the layers' attention skip, known for the "
+            f"modular, duorec and bsarec backbones and HF llama, gpt2, bert, roberta, albert, transfo_xl; not for "
+            f"{probe.cfg.model.backbone}"
+        )
         diagnostics = [d for d in diagnostics if d not in skipped]
     if "recovery" in diagnostics and not scalable:
         has = "no attention skip" if entry.recurrent else "no attention skip ModSAR knows"
-        notes.append(f"{label}: recovery gives only its set R (misses at L that hit at L-1..3): Rec(alpha) scales "
-                     f"the layers' attention skip, and {probe.cfg.model.backbone} has {has}")
+        notes.append(
+            f"{label}: recovery gives only its set R (misses at L that hit at L-1..3): Rec(alpha) scales "
+            f"the layers' attention skip, and {probe.cfg.model.backbone} has {has}"
+        )
     return diagnostics, notes
 
 
 def refuse_timed(checkpoint: str | Path, time_bias: str) -> None:
     """The probes move, drop and shuffle items, and their times would have to follow: not built yet."""
     if time_bias != "none":
-        raise ModsarError(f"{checkpoint}: modsar analyze does not yet carry timestamps through its perturbed inputs, "
-                          f"so it refuses a model.time_bias={time_bias} checkpoint; its accuracy is in the run's rows "
-                          "(modsar results), its rollouts in modsar generate")
+        raise ModsarError(
+            f"{checkpoint}: modsar analyze does not yet carry timestamps through its perturbed inputs, "
+            f"so it refuses a model.time_bias={time_bias} checkpoint; its accuracy is in the run's rows "
+            "(modsar results), its rollouts in modsar generate"
+        )
 
 
 def stored_time_bias(checkpoint: str | Path) -> str:
@@ -596,11 +702,22 @@ def stored_time_bias(checkpoint: str | Path) -> str:
     from modsar.config import Config
     from modsar.training.checkpoints import load_checkpoint_payload
 
-    return Config.from_stored(load_checkpoint_payload(checkpoint)["config"], where=str(checkpoint)).model.time_bias
+    return Config.from_stored(
+        load_checkpoint_payload(checkpoint)["config"], where=str(checkpoint)
+    ).model.time_bias
 
 
-def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = None, attention_users: int = 2000,
-        alphas=ALPHAS, window: int = 20, sigma: float = 0.0, device: str = "cpu", progress: bool = False) -> Analysis:
+def run(
+    checkpoint: str | Path,
+    diagnostics: list[str],
+    data_dir: str | None = None,
+    attention_users: int = 2000,
+    alphas=ALPHAS,
+    window: int = 20,
+    sigma: float = 0.0,
+    device: str = "cpu",
+    progress: bool = False,
+) -> Analysis:
     """Run the chosen diagnostics on one checkpoint; quantities a backbone does not define are noted."""
     unknown = sorted(set(diagnostics) - set(DIAGNOSTICS))
     if unknown:
@@ -608,15 +725,22 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
     probe = Probe(checkpoint, data_dir, attention_users, device)
     refuse_timed(checkpoint, probe.cfg.model.time_bias)
     if window > probe.max_len and set(diagnostics) & {"sparsity", "rank"}:  # W x W matrices per user
-        raise ModsarError(f"--window {window} is longer than {checkpoint}'s attention maps ({probe.max_len} "
-                          f"positions: its max_len); use --window {probe.max_len} or less")
+        raise ModsarError(
+            f"--window {window} is longer than {checkpoint}'s attention maps ({probe.max_len} "
+            f"positions: its max_len); use --window {probe.max_len} or less"
+        )
     label = model_label(probe.cfg)
     scalable = _scalable(probe)
     diagnostics, notes = _supported(probe, label, diagnostics, scalable)
     state = _Run(probe, set(diagnostics), tuple(alphas), window, sigma, scalable)
     steps = [(names, step) for names, step in STEPS if state.wanted & set(names)]
-    with tqdm(total=len(state.wanted), desc=f"analyze {label}", unit="diagnostic", disable=not progress,
-              dynamic_ncols=True) as bar:
+    with tqdm(
+        total=len(state.wanted),
+        desc=f"analyze {label}",
+        unit="diagnostic",
+        disable=not progress,
+        dynamic_ncols=True,
+    ) as bar:
         for names, step in steps:
             bar.set_postfix_str(", ".join(n for n in names if n in state.wanted))
             step(state)
@@ -626,8 +750,12 @@ def run(checkpoint: str | Path, diagnostics: list[str], data_dir: str | None = N
     sites = probe.model.skip_sites()
     norm = ("post" if sites[0].post_norm is not None else "pre") if sites else probe.cfg.model.norm
     norm = probe.cfg.model.norm if sites and sites[0].skip is not None else norm  # sasrec | normed_skip
-    table["model"], table["task"], table["backbone"], table["norm"] = (label, probe.cfg.task,
-                                                                        probe.cfg.model.backbone, norm)
+    table["model"], table["task"], table["backbone"], table["norm"] = (
+        label,
+        probe.cfg.task,
+        probe.cfg.model.backbone,
+        norm,
+    )
     table["checkpoint"], table["dataset"] = str(checkpoint), probe.cfg.dataset
     for frame in (state.maps, state.spectra):
         if len(frame):

@@ -33,7 +33,7 @@ def attention_window(attention: np.ndarray, real: int, window: int = 20) -> np.n
     out = np.zeros((window, window))
     k = min(window, real, a.shape[-1])
     if k:
-        out[window - k:, window - k:] = a[-k:, -k:]
+        out[window - k :, window - k :] = a[-k:, -k:]
     return out
 
 
@@ -41,8 +41,9 @@ def _omega(beta: float) -> float:
     return 0.56 * beta**3 - 0.95 * beta**2 + 1.82 * beta + 1.43
 
 
-def hard_threshold_rank(matrix: np.ndarray, sigma: float = 0.0, rule: str = "modsar_eq8",
-                        seed: int = 0) -> tuple[int, float, np.ndarray]:
+def hard_threshold_rank(
+    matrix: np.ndarray, sigma: float = 0.0, rule: str = "modsar_eq8", seed: int = 0
+) -> tuple[int, float, np.ndarray]:
     """(k, tau, singular values of Y) for Y = A + N(0, sigma^2) noise, with the threshold of `rule`:
 
     modsar_eq8        tau = sqrt(2 log(2n)) * sqrt(sigma^2 + ||Y||_F^2 / n^2)   (ModSAR Eq. 8, square restored)
@@ -97,7 +98,9 @@ def mixing_ratio(contributions: np.ndarray, position: int) -> float:
     return float(others / (others + own + 1e-12))
 
 
-def recovery_rate(miss_final_at_1: np.ndarray, hit_earlier_at_1: np.ndarray, hit_final_at_alpha: np.ndarray) -> float:
+def recovery_rate(
+    miss_final_at_1: np.ndarray, hit_earlier_at_1: np.ndarray, hit_final_at_alpha: np.ndarray
+) -> float:
     """Rec(alpha) = |{s in R : hit@10 at L under alpha}| / |R| with R fixed at alpha = 1: sequences missed at
     the final position but hit at L-1, L-2 or L-3. |R| = 0 gives 0."""
     recoverable = np.asarray(miss_final_at_1, bool) & np.asarray(hit_earlier_at_1, bool)

@@ -14,16 +14,25 @@ from modsar.errors import ModsarError
 from modsar.model.registry import PAPER_NAMES
 from modsar.outputs import pyplot, save_figure, write_parquet
 
-PAPER_TABLES_2_3 = ("ModSAR paper, mean of 5 datasets: Vanilla-AE S .022 k 5.4 | Local-AE S .018 k 10.6 | "
-                    "Vanilla-AR S .016 k 8.6 (lower S = sparser)")
+PAPER_TABLES_2_3 = (
+    "ModSAR paper, mean of 5 datasets: Vanilla-AE S .022 k 5.4 | Local-AE S .018 k 10.6 | "
+    "Vanilla-AR S .016 k 8.6 (lower S = sparser)"
+)
 
 
 # Residual-dominance paper Table 2: pooled mixing ratios Attn / +Res / +LN, pooled over positions and layers
-PAPER_TABLE_2 = {("SASRec", "beauty"): (.776, .119, .119), ("SASRec", "sports"): (.775, .126, .122),
-                 ("SASRec", "toys"): (.772, .123, .123), ("SASRec", "video"): (.798, .169, .169),
-                 ("SASRec", "diginetica"): (.721, .150, .149), ("DuoRec", "beauty"): (.776, .116, .115),
-                 ("DuoRec", "sports"): (.790, .119, .119), ("DuoRec", "toys"): (.780, .121, .121),
-                 ("DuoRec", "video"): (.773, .170, .170), ("DuoRec", "diginetica"): (.724, .152, .151)}
+PAPER_TABLE_2 = {
+    ("SASRec", "beauty"): (0.776, 0.119, 0.119),
+    ("SASRec", "sports"): (0.775, 0.126, 0.122),
+    ("SASRec", "toys"): (0.772, 0.123, 0.123),
+    ("SASRec", "video"): (0.798, 0.169, 0.169),
+    ("SASRec", "diginetica"): (0.721, 0.150, 0.149),
+    ("DuoRec", "beauty"): (0.776, 0.116, 0.115),
+    ("DuoRec", "sports"): (0.790, 0.119, 0.119),
+    ("DuoRec", "toys"): (0.780, 0.121, 0.121),
+    ("DuoRec", "video"): (0.773, 0.170, 0.170),
+    ("DuoRec", "diginetica"): (0.724, 0.152, 0.151),
+}
 
 
 def model_name(a: Analysis) -> str:
@@ -45,15 +54,33 @@ def load(folder: Path) -> list[Analysis]:
     dataset suffix they were given to be told apart; notes are not stored."""
     path = folder / "diagnostics.parquet"
     if not path.is_file():
-        raise ModsarError(f"{folder}: no diagnostics.parquet; pass a folder written by `modsar analyze --out`")
+        raise ModsarError(
+            f"{folder}: no diagnostics.parquet; pass a folder written by `modsar analyze --out`"
+        )
     try:
         table = pd.read_parquet(path)
-        extra = {name: pd.read_parquet(folder / f"{name}.parquet") if (folder / f"{name}.parquet").is_file()
-                 else pd.DataFrame() for name in ("attention_maps", "spectra")}
+        extra = {
+            name: pd.read_parquet(folder / f"{name}.parquet")
+            if (folder / f"{name}.parquet").is_file()
+            else pd.DataFrame()
+            for name in ("attention_maps", "spectra")
+        }
     except Exception as error:  # a truncated or foreign file: say which
-        raise ModsarError(f"{path}: not readable as a modsar analyze table ({type(error).__name__})") from None
-    missing = {"model", "dataset", "task", "backbone", "checkpoint", "diagnostic", "quantity", "layer", "alpha",
-               "value"} - set(table)
+        raise ModsarError(
+            f"{path}: not readable as a modsar analyze table ({type(error).__name__})"
+        ) from None
+    missing = {
+        "model",
+        "dataset",
+        "task",
+        "backbone",
+        "checkpoint",
+        "diagnostic",
+        "quantity",
+        "layer",
+        "alpha",
+        "value",
+    } - set(table)
     if missing:
         raise ModsarError(f"{path}: not a modsar analyze table (no {', '.join(sorted(missing))} column)")
 
@@ -64,14 +91,26 @@ def load(folder: Path) -> list[Analysis]:
     for model, rows in table.groupby("model", sort=False):
         dataset, suffix = str(rows["dataset"].iloc[0]), f" ({rows['dataset'].iloc[0]})"
         label = str(model)[: -len(suffix)] if str(model).endswith(suffix) else str(model)
-        analyses.append(Analysis(label, dataset, str(rows["task"].iloc[0]), rows.reset_index(drop=True),
-                                 of(extra["attention_maps"], str(model)), of(extra["spectra"], str(model))))
+        analyses.append(
+            Analysis(
+                label,
+                dataset,
+                str(rows["task"].iloc[0]),
+                rows.reset_index(drop=True),
+                of(extra["attention_maps"], str(model)),
+                of(extra["spectra"], str(model)),
+            )
+        )
     return analyses
 
 
 def _value(table: pd.DataFrame, diagnostic: str, quantity: str, layer: str = "all", alpha: float = 1.0):
-    hit = table[(table["diagnostic"] == diagnostic) & (table["quantity"] == quantity) & (table["layer"] == layer)
-                & (table["alpha"] == alpha)]
+    hit = table[
+        (table["diagnostic"] == diagnostic)
+        & (table["quantity"] == quantity)
+        & (table["layer"] == layer)
+        & (table["alpha"] == alpha)
+    ]
     return float(hit["value"].iloc[0]) if len(hit) else np.nan
 
 
@@ -103,16 +142,26 @@ def tables_2_3(analyses: list[Analysis]) -> pd.DataFrame:
 
 def reliance(analyses: list[Analysis]) -> pd.DataFrame:
     """One row per model: HRLI vs HRL2I, shuffle NDCG@10 and pooled mixing ratios."""
-    columns = {"HRLI@1": ("hrli", "hrli@1"), "HRL2I@1": ("hrli", "hrl2i@1"),  # then their gap
-               "HRLI@1 filt.": ("hrli", "hrli@1 filtered"), "HRL2I@1 filt.": ("hrli", "hrl2i@1 filtered"),
-               "NDCG@10": ("shuffle", "ndcg@10 original"), "partial": ("shuffle", "ndcg@10 partial"),
-               "full": ("shuffle", "ndcg@10 full"), "mix Attn": ("mixing", "mixing_attn"),
-               "mix +Res": ("mixing", "mixing_res"), "mix +LN": ("mixing", "mixing_ln")}
+    columns = {
+        "HRLI@1": ("hrli", "hrli@1"),
+        "HRL2I@1": ("hrli", "hrl2i@1"),  # then their gap
+        "HRLI@1 filt.": ("hrli", "hrli@1 filtered"),
+        "HRL2I@1 filt.": ("hrli", "hrl2i@1 filtered"),
+        "NDCG@10": ("shuffle", "ndcg@10 original"),
+        "partial": ("shuffle", "ndcg@10 partial"),
+        "full": ("shuffle", "ndcg@10 full"),
+        "mix Attn": ("mixing", "mixing_attn"),
+        "mix +Res": ("mixing", "mixing_res"),
+        "mix +LN": ("mixing", "mixing_ln"),
+    }
     rows = {}
     for a in analyses:
         row = {name: _value(a.table, *key) for name, key in columns.items()}
-        rows[a.label] = {**dict(list(row.items())[:2]), "gap": row["HRLI@1"] - row["HRL2I@1"],
-                         **dict(list(row.items())[2:])}
+        rows[a.label] = {
+            **dict(list(row.items())[:2]),
+            "gap": row["HRLI@1"] - row["HRL2I@1"],
+            **dict(list(row.items())[2:]),
+        }
     frame = pd.DataFrame.from_dict(rows, orient="index")
     return frame.dropna(axis=1, how="all")
 
@@ -133,8 +182,11 @@ def residual_table_2(analyses: list[Analysis]) -> pd.DataFrame:
             continue
         ours = [_value(a.table, "mixing", q) for q in ("mixing_attn", "mixing_res", "mixing_ln")]
         paper = PAPER_TABLE_2.get(("SASRec" if name == "Vanilla-AR" else name, a.dataset), (np.nan,) * 3)
-        rows[with_dataset(a)] = dict(zip(["Attn", "+Res", "+LN", "paper Attn", "paper +Res", "paper +LN"],
-                                         [*ours, *paper], strict=True))
+        rows[with_dataset(a)] = dict(
+            zip(
+                ["Attn", "+Res", "+LN", "paper Attn", "paper +Res", "paper +LN"], [*ours, *paper], strict=True
+            )
+        )
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
@@ -148,39 +200,55 @@ def summary(analyses: list[Analysis]) -> str:
     if len(t23):
         first = next(a for a in analyses if a.label in t23.index)
         where = _first(first.table, "sparsity", "S ") or _first(first.table, "rank", "k modsar_eq8")
-        parts.append(f"ModSAR Tables 2-3 on {', '.join(datasets)}: attention sparsity S and hard-threshold rank k\n"
-                     f"({where[where.index('(') + 1:-1] if where else 'no sparsity or rank rows'}; k = ModSAR Eq. 8, GD = Gavish-Donoho unknown sigma)\n"
-                     + t23.to_string(**fmt, **counts) + f"\n{PAPER_TABLES_2_3}")
+        parts.append(
+            f"ModSAR Tables 2-3 on {', '.join(datasets)}: attention sparsity S and hard-threshold rank k\n"
+            f"({where[where.index('(') + 1 : -1] if where else 'no sparsity or rank rows'}; k = ModSAR Eq. 8, GD = Gavish-Donoho unknown sigma)\n"
+            + t23.to_string(**fmt, **counts)
+            + f"\n{PAPER_TABLES_2_3}"
+        )
     rel = reliance(analyses)
     if rel.shape[1]:
-        parts.append("Last-item reliance (HRLI@1 vs HRL2I@1; filt. = seen items removed except the probe; "
-                     "gap = HRLI@1 - HRL2I@1),\nshuffle NDCG@10 (original / partial / full) and pooled mixing "
-                     "ratios (Attn / +Res / +LN):\n"
-                     + rel.to_string(**fmt)
-                     + ("\nResidual paper, SASRec on Toys: mixing .772 / .123 / .123" if "mix Attn" in rel else ""))
+        parts.append(
+            "Last-item reliance (HRLI@1 vs HRL2I@1; filt. = seen items removed except the probe; "
+            "gap = HRLI@1 - HRL2I@1),\nshuffle NDCG@10 (original / partial / full) and pooled mixing "
+            "ratios (Attn / +Res / +LN):\n"
+            + rel.to_string(**fmt)
+            + ("\nResidual paper, SASRec on Toys: mixing .772 / .123 / .123" if "mix Attn" in rel else "")
+        )
     table_2 = residual_table_2(analyses)
     if len(table_2):
-        parts.append("Residual-dominance paper Table 2: pooled mixing ratios Attn / +Res / +LN, ours beside the "
-                     "paper's\n" + table_2.to_string(**fmt))
-    sweep = pd.concat([a.table[a.table["diagnostic"] == "residual-scaling"].assign(model=a.label)
-                       for a in analyses])
+        parts.append(
+            "Residual-dominance paper Table 2: pooled mixing ratios Attn / +Res / +LN, ours beside the "
+            "paper's\n" + table_2.to_string(**fmt)
+        )
+    sweep = pd.concat(
+        [a.table[a.table["diagnostic"] == "residual-scaling"].assign(model=a.label) for a in analyses]
+    )
     if len(sweep):
         wide = sweep.pivot_table(index="alpha", columns=["model", "quantity"], values="value", sort=False)
-        parts.append("Residual scaling (alpha on the attention skip, at inference):\n" + wide.to_string(**fmt))
+        parts.append(
+            "Residual scaling (alpha on the attention skip, at inference):\n" + wide.to_string(**fmt)
+        )
     shown = {("hrli", q) for q in ("hrli@1", "hrl2i@1", "hrli@1 filtered", "hrl2i@1 filtered")}
     shown |= {("shuffle", q) for q in ("ndcg@10 original", "ndcg@10 partial", "ndcg@10 full")}
     shown |= {("mixing", q) for q in ("mixing_attn", "mixing_res", "mixing_ln")}
     rest = pd.concat([a.table.assign(model=a.label) for a in analyses])
-    keep = [(d, q) not in shown and d not in ("sparsity", "rank", "residual-scaling")
-            for d, q in zip(rest["diagnostic"], rest["quantity"], strict=True)]
+    keep = [
+        (d, q) not in shown and d not in ("sparsity", "rank", "residual-scaling")
+        for d, q in zip(rest["diagnostic"], rest["quantity"], strict=True)
+    ]
     rest = rest[keep]
     if len(rest):
-        wide = rest.pivot_table(index=["diagnostic", "quantity", "layer", "alpha"], columns="model",
-                                values="value", sort=False)
-        first_seen = {name: {v: i for i, v in enumerate(dict.fromkeys(rest[name]))} for name in ("diagnostic",
-                                                                                                "quantity")}
-        wide = wide.sort_index(key=lambda level: level.map(first_seen[level.name]) if level.name in first_seen
-                               else level)  # as computed, with alpha ascending within a quantity
+        wide = rest.pivot_table(
+            index=["diagnostic", "quantity", "layer", "alpha"], columns="model", values="value", sort=False
+        )
+        first_seen = {
+            name: {v: i for i, v in enumerate(dict.fromkeys(rest[name]))}
+            for name in ("diagnostic", "quantity")
+        }
+        wide = wide.sort_index(
+            key=lambda level: level.map(first_seen[level.name]) if level.name in first_seen else level
+        )  # as computed, with alpha ascending within a quantity
         parts.append("Other figures:\n" + wide.to_string(**fmt))
     notes = [n for a in analyses for n in a.notes]
     return "\n\n".join(parts + (["Notes:\n" + "\n".join(f"- {n}" for n in notes)] if notes else []))
@@ -188,8 +256,13 @@ def summary(analyses: list[Analysis]) -> str:
 
 def write(analyses: list[Analysis], out: Path) -> list[Path]:
     """diagnostics.parquet (every figure), attention_maps.parquet and spectra.parquet, and the PNG plots."""
-    written = [write_parquet(pd.concat([a.table for a in analyses], ignore_index=True), out / "diagnostics.parquet")]
-    for name, frames in (("attention_maps", [a.maps for a in analyses]), ("spectra", [a.spectra for a in analyses])):
+    written = [
+        write_parquet(pd.concat([a.table for a in analyses], ignore_index=True), out / "diagnostics.parquet")
+    ]
+    for name, frames in (
+        ("attention_maps", [a.maps for a in analyses]),
+        ("spectra", [a.spectra for a in analyses]),
+    ):
         frames = [f for f in frames if len(f)]
         if frames:
             written.append(write_parquet(pd.concat(frames, ignore_index=True), out / f"{name}.parquet"))
@@ -209,8 +282,13 @@ def plot(analyses: list[Analysis], out: Path) -> list[Path]:
     if with_maps:  # heatmaps: one column per model, one row per layer, one shared colour scale
         layers = max(a.maps["layer"].max() for a in with_maps) + 1
         top = max(a.maps["value"].max() for a in with_maps)
-        fig, axes = plt.subplots(layers, len(with_maps), figsize=(2.9 * len(with_maps) + 1, 3 * layers),
-                                 squeeze=False, constrained_layout=True)
+        fig, axes = plt.subplots(
+            layers,
+            len(with_maps),
+            figsize=(2.9 * len(with_maps) + 1, 3 * layers),
+            squeeze=False,
+            constrained_layout=True,
+        )
         image = None
         for col, a in enumerate(with_maps):
             for layer in range(layers):
@@ -224,8 +302,11 @@ def plot(analyses: list[Analysis], out: Path) -> list[Path]:
                 grid[cells["query"], cells["key"]] = cells["value"]
                 image = ax.imshow(grid, vmin=0, vmax=top, cmap="viridis")
                 facts = a.spectra[a.spectra["layer"] == layer].iloc[0]
-                ax.set_title(f"{a.label}, layer {layer}\nuser {int(facts['user'])}: S={facts['sparsity']:.4f}, "
-                             f"k={int(facts['rank'])}", fontsize=8)
+                ax.set_title(
+                    f"{a.label}, layer {layer}\nuser {int(facts['user'])}: S={facts['sparsity']:.4f}, "
+                    f"k={int(facts['rank'])}",
+                    fontsize=8,
+                )
                 ticks = range(0, size, 5)
                 ax.set_xticks(ticks)
                 ax.set_yticks(ticks)
@@ -242,12 +323,16 @@ def plot(analyses: list[Analysis], out: Path) -> list[Path]:
             colour = f"C{i}"
             for layer, group in a.spectra.groupby("layer"):
                 top_ax, mean_ax = axes[0][layer], axes[1][layer]
-                top_ax.plot(group["index"], group["singular value"], marker="o", ms=3, color=colour,
-                            label=a.label)
+                top_ax.plot(
+                    group["index"], group["singular value"], marker="o", ms=3, color=colour, label=a.label
+                )
                 top_ax.axhline(group["tau"].iloc[0], color=colour, ls="--", lw=0.8)
-                mean_ax.plot(group["index"], group["mean singular value"], marker=".", color=colour, label=a.label)
-                top_ax.set_title(f"layer {layer}: user {int(group['user'].iloc[0])} (dashed: tau, Eq. 8)",
-                                 fontsize=8)
+                mean_ax.plot(
+                    group["index"], group["mean singular value"], marker=".", color=colour, label=a.label
+                )
+                top_ax.set_title(
+                    f"layer {layer}: user {int(group['user'].iloc[0])} (dashed: tau, Eq. 8)", fontsize=8
+                )
                 mean_ax.set_title(f"layer {layer}: mean sorted spectrum over test users", fontsize=8)
         for ax in axes.ravel():
             ax.set_xlabel("index", fontsize=7)
@@ -275,19 +360,22 @@ def plot(analyses: list[Analysis], out: Path) -> list[Path]:
         written.append(save_figure(fig, out / "residual_scaling.png"))
 
     reliance_rows = _rows_of(analyses, "hrli")
-    if reliance_rows:  # the residual paper's Figure 2: HRLI@1 vs HRL2I@1, grouped by model, one panel per dataset
+    if (
+        reliance_rows
+    ):  # the residual paper's Figure 2: HRLI@1 vs HRL2I@1, grouped by model, one panel per dataset
         datasets = sorted({a.dataset for a, _ in reliance_rows})
         cols = min(3, len(datasets))  # the paper's five datasets: two rows, not one 40-inch strip
         grid_rows = -(-len(datasets) // cols)
         width = max(4.0, 1.1 * len(reliance_rows) / len(datasets) + 2)
         fig, axes = plt.subplots(grid_rows, cols, figsize=(width * cols, 3.4 * grid_rows), squeeze=False)
-        for ax in axes.flat[len(datasets):]:
+        for ax in axes.flat[len(datasets) :]:
             ax.set_visible(False)
         for ax, dataset in zip(axes.flat, datasets, strict=False):
             mine = sorted([a for a, _ in reliance_rows if a.dataset == dataset], key=paper_order)
             x = np.arange(len(mine))
-            for offset, (quantity, name) in zip((-0.2, 0.2), (("hrli@1", "HRLI@1"), ("hrl2i@1", "HRL2I@1")),
-                                                strict=True):
+            for offset, (quantity, name) in zip(
+                (-0.2, 0.2), (("hrli@1", "HRLI@1"), ("hrl2i@1", "HRL2I@1")), strict=True
+            ):
                 ax.bar(x + offset, [_value(a.table, "hrli", quantity) for a in mine], 0.4, label=name)
             ax.set_xticks(x, [model_name(a) for a in mine], rotation=20, ha="right", fontsize=8)
             ax.set_title(f"{dataset}: last-item reliance (unfiltered)", fontsize=9)
@@ -296,14 +384,23 @@ def plot(analyses: list[Analysis], out: Path) -> list[Path]:
         fig.tight_layout()
         written.append(save_figure(fig, out / "last_item_reliance.png"))
 
-    curves = [(a, c) for a, c in _rows_of(analyses, "recovery") if c["quantity"].eq("recovery rate (test)").any()]
+    curves = [
+        (a, c) for a, c in _rows_of(analyses, "recovery") if c["quantity"].eq("recovery rate (test)").any()
+    ]
     if curves:  # a model without a skip to scale has only its set R: no curve
         fig, ax = plt.subplots(figsize=(5, 3.4))
         for i, (a, c) in enumerate(curves):
             for quantity, style in (("recovery rate (test)", "-"), ("hr@10 (test)", ":")):
                 g = c[c["quantity"] == quantity]
-                ax.plot(g["alpha"], g["value"], ls=style, marker="o", ms=3, color=f"C{i}",
-                        label=f"{a.label}: {quantity}")
+                ax.plot(
+                    g["alpha"],
+                    g["value"],
+                    ls=style,
+                    marker="o",
+                    ms=3,
+                    color=f"C{i}",
+                    label=f"{a.label}: {quantity}",
+                )
             chosen = c.loc[c["quantity"] == "alpha* (validation, epsilon=0.01)", "value"]
             if len(chosen):
                 ax.axvline(float(chosen.iloc[0]), color=f"C{i}", lw=0.8, ls="--")

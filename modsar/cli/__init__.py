@@ -56,8 +56,9 @@ def print_json(args: argparse.Namespace, document: str) -> None:
 
 
 def _add_data_dir(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data-dir", help="prepared-datasets folder (default: $MODSAR_DATA or "
-                        "~/.cache/modsar/datasets)")
+    parser.add_argument(
+        "--data-dir", help="prepared-datasets folder (default: $MODSAR_DATA or ~/.cache/modsar/datasets)"
+    )
 
 
 EPILOG_SEARCH = """examples:
@@ -156,25 +157,45 @@ results written to a shared path or a pyarrow URI (s3://...)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="modsar", description="Modular self-attentive sequential "
-                                     "recommendation: compare bidirectional (AE) and causal (AR) attention.")
+    parser = argparse.ArgumentParser(
+        prog="modsar",
+        description="Modular self-attentive sequential "
+        "recommendation: compare bidirectional (AE) and causal (AR) attention.",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     data = sub.add_parser("data", help="import, prepare and inspect datasets")
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
-    prep = data_sub.add_parser("prepare", help="import a raw log, filter it, remap ids, store it as Parquet",
-                               epilog=EPILOG_PREPARE, formatter_class=argparse.RawDescriptionHelpFormatter)
-    prep.add_argument("name", help="dataset name: a registry benchmark (beauty, video, ml-1m, ...), "
-                      "'synthetic', or your own")
+    prep = data_sub.add_parser(
+        "prepare",
+        help="import a raw log, filter it, remap ids, store it as Parquet",
+        epilog=EPILOG_PREPARE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    prep.add_argument(
+        "name",
+        help="dataset name: a registry benchmark (beauty, video, ml-1m, ...), 'synthetic', or your own",
+    )
     prep.add_argument("--source", action="append", help="raw file (.gz ok); repeat to concatenate files")
-    prep.add_argument("--format", default="auto", help="auto | pairs | user-lines | inter | ml-csv | ml-dat | "
-                      "sessions (default: auto-detect)")
+    prep.add_argument(
+        "--format",
+        default="auto",
+        help="auto | pairs | user-lines | inter | ml-csv | ml-dat | sessions (default: auto-detect)",
+    )
     prep.add_argument("--min-user-count", type=int, help="drop users with fewer interactions")
     prep.add_argument("--min-item-count", type=int, help="drop items with fewer interactions")
-    prep.add_argument("--kcore", action=argparse.BooleanOptionalAction, default=None,
-                      help="repeat the min-count filter until both counts hold (k-core)")
-    prep.add_argument("--dedup-consecutive", action=argparse.BooleanOptionalAction, default=None,
-                      help="drop an interaction that repeats the user's previous item")
+    prep.add_argument(
+        "--kcore",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="repeat the min-count filter until both counts hold (k-core)",
+    )
+    prep.add_argument(
+        "--dedup-consecutive",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="drop an interaction that repeats the user's previous item",
+    )
     prep.add_argument("--min-rating", type=float, help="keep only ratings >= this (formats with ratings)")
     prep.add_argument("--max-len", type=int, help="default model history length for this dataset")
     prep.add_argument("--download", action="store_true", help="fetch a registry dataset from its URL")
@@ -188,17 +209,32 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--json", action="store_true")
     _add_data_dir(stats)
 
-    prof = data_sub.add_parser("profile", help="entropy structure of a log: Zipf law, permutation entropy, "
-                               "compressibility, mutual-information decay", epilog=EPILOG_PROFILE,
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    prof = data_sub.add_parser(
+        "profile",
+        help="entropy structure of a log: Zipf law, permutation entropy, "
+        "compressibility, mutual-information decay",
+        epilog=EPILOG_PROFILE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     prof.add_argument("name", help="a prepared dataset (any integer-id corpus imported with `data prepare`)")
-    prof.add_argument("--compare", metavar="OTHER", help="profile OTHER too, both cut to the same number of symbols")
-    prof.add_argument("--budget", type=int, help="profile only the first N symbols (whole sequences, the last cut)")
+    prof.add_argument(
+        "--compare", metavar="OTHER", help="profile OTHER too, both cut to the same number of symbols"
+    )
+    prof.add_argument(
+        "--budget", type=int, help="profile only the first N symbols (whole sequences, the last cut)"
+    )
     prof.add_argument("--orders", default="3,4,5,6", help="permutation-entropy orders (default 3,4,5,6)")
-    prof.add_argument("--max-gap", type=int, default=20, help="mutual information at gaps 1..G, at most the longest "
-                      "sequence's length - 1: no pair is further apart (default 20)")
+    prof.add_argument(
+        "--max-gap",
+        type=int,
+        default=20,
+        help="mutual information at gaps 1..G, at most the longest "
+        "sequence's length - 1: no pair is further apart (default 20)",
+    )
     prof.add_argument("--seed", type=int, default=0, help="seed of the shuffled baselines")
-    prof.add_argument("--json", action="store_true", help="print the profile as JSON (fields fixed for scripts)")
+    prof.add_argument(
+        "--json", action="store_true", help="print the profile as JSON (fields fixed for scripts)"
+    )
     prof.add_argument("--out", help="write profile.json, profile.parquet and the PNG plots here")
     prof.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_data_dir(prof)
@@ -207,115 +243,231 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true")
     _add_data_dir(listing)
 
-    train = sub.add_parser("train", help="train and evaluate one configuration",
-                           epilog=EPILOG_TRAIN, formatter_class=argparse.RawDescriptionHelpFormatter)
+    train = sub.add_parser(
+        "train",
+        help="train and evaluate one configuration",
+        epilog=EPILOG_TRAIN,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     train.add_argument("--dataset", help="prepared dataset name (synthetic is generated on first use)")
     train.add_argument("--config", help="YAML file of config keys (nested or dotted)")
     train.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides")
     train.add_argument("--experiment", help="results group (default: train-<dataset>)")
-    train.add_argument("--results", default="results", help="results root: a path or a pyarrow URI "
-                       "(default: ./results)")
+    train.add_argument(
+        "--results", default="results", help="results root: a path or a pyarrow URI (default: ./results)"
+    )
     train.add_argument("--no-checkpoint", action="store_true", help="do not write the best checkpoint")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.add_argument("--json", action="store_true", help="print the result row as JSON")
     train.add_argument("--list-keys", action="store_true", help="print every config key with its default")
     _add_data_dir(train)
 
-    evaluate = sub.add_parser("evaluate", help="the metrics of a saved checkpoint, without training again",
-                              epilog=EPILOG_EVALUATE, formatter_class=argparse.RawDescriptionHelpFormatter)
-    evaluate.add_argument("--checkpoint", required=True, help="a .pt written by modsar train, or a search row's "
-                          "checkpoint folder (a path or a pyarrow URI)")
-    evaluate.add_argument("--split", choices=["valid", "test"], default="test", help="which targets (default: test)")
-    evaluate.add_argument("--filter-seen", choices=["none", "history"], help="drop the user's earlier items from "
-                          "the ranking (default: as stored)")
+    evaluate = sub.add_parser(
+        "evaluate",
+        help="the metrics of a saved checkpoint, without training again",
+        epilog=EPILOG_EVALUATE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    evaluate.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a .pt written by modsar train, or a search row's checkpoint folder (a path or a pyarrow URI)",
+    )
+    evaluate.add_argument(
+        "--split", choices=["valid", "test"], default="test", help="which targets (default: test)"
+    )
+    evaluate.add_argument(
+        "--filter-seen",
+        choices=["none", "history"],
+        help="drop the user's earlier items from the ranking (default: as stored)",
+    )
     evaluate.add_argument("--ks", help="comma-separated cut-offs, e.g. 1,5,10,20,50 (default: as stored)")
-    evaluate.add_argument("--sampled-negatives", type=int, metavar="N", help="rank against N sampled negatives; "
-                          "0 = full ranking (default: as stored)")
-    evaluate.add_argument("--device", help="cpu, cuda, cuda:N or auto (default: where its row was tested: the CPU "
-                          "for a search's selected trial, the training device for modsar train and seed re-runs)")
-    evaluate.add_argument("--json", action="store_true", help="print metrics, protocol and the row comparison as JSON")
+    evaluate.add_argument(
+        "--sampled-negatives",
+        type=int,
+        metavar="N",
+        help="rank against N sampled negatives; 0 = full ranking (default: as stored)",
+    )
+    evaluate.add_argument(
+        "--device",
+        help="cpu, cuda, cuda:N or auto (default: where its row was tested: the CPU "
+        "for a search's selected trial, the training device for modsar train and seed re-runs)",
+    )
+    evaluate.add_argument(
+        "--json", action="store_true", help="print metrics, protocol and the row comparison as JSON"
+    )
     _add_data_dir(evaluate)
 
-    search = sub.add_parser("search", help="search a design space with Ray Tune (ASHA; grid, random, optuna)",
-                            epilog=EPILOG_SEARCH, formatter_class=argparse.RawDescriptionHelpFormatter)
-    search.add_argument("--space", required=True, help="bundled space name (see `modsar spaces`) or a YAML path")
+    search = sub.add_parser(
+        "search",
+        help="search a design space with Ray Tune (ASHA; grid, random, optuna)",
+        epilog=EPILOG_SEARCH,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    search.add_argument(
+        "--space", required=True, help="bundled space name (see `modsar spaces`) or a YAML path"
+    )
     search.add_argument("--dataset", required=True, help="prepared dataset name")
-    search.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides on the space's base")
+    search.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="config overrides on the space's base"
+    )
     search.add_argument("--experiment", help="results group (default: <space>-<dataset>)")
-    search.add_argument("--results", default="results", help="results root: a path or a pyarrow URI (s3://...)")
-    search.add_argument("--search", choices=["grid", "random", "optuna"],
-                        help="search algorithm (default: the space's budget.search, usually grid)")
-    search.add_argument("--num-samples", type=int, help="grid: repeats of the grid; random/optuna: trials (16)")
+    search.add_argument(
+        "--results", default="results", help="results root: a path or a pyarrow URI (s3://...)"
+    )
+    search.add_argument(
+        "--search",
+        choices=["grid", "random", "optuna"],
+        help="search algorithm (default: the space's budget.search, usually grid)",
+    )
+    search.add_argument(
+        "--num-samples", type=int, help="grid: repeats of the grid; random/optuna: trials (16)"
+    )
     search.add_argument("--max-epochs", type=int, help="epochs per trial (default: the space's budget)")
-    search.add_argument("--time-budget", type=float, metavar="SECONDS", help="wall-clock budget, split evenly between the AE and AR searches")
-    search.add_argument("--max-t", type=int, help="ASHA max_t in the space's scheduler unit: validation passes, or "
-                        "optimizer steps where it says unit: steps (default: from the space)")
+    search.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="wall-clock budget, split evenly between the AE and AR searches",
+    )
+    search.add_argument(
+        "--max-t",
+        type=int,
+        help="ASHA max_t in the space's scheduler unit: validation passes, or "
+        "optimizer steps where it says unit: steps (default: from the space)",
+    )
     search.add_argument("--grace-period", type=int, help="ASHA grace period, in the same unit as --max-t")
     search.add_argument("--reduction-factor", type=int, help="ASHA reduction factor")
     search.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial (= torch threads)")
-    search.add_argument("--gpus-per-trial", type=float, default=0.0, help="GPUs per trial; fractions share a GPU")
-    search.add_argument("--max-concurrent", type=int, help="trials at once (default: what the resources allow)")
+    search.add_argument(
+        "--gpus-per-trial", type=float, default=0.0, help="GPUs per trial; fractions share a GPU"
+    )
+    search.add_argument(
+        "--max-concurrent", type=int, help="trials at once (default: what the resources allow)"
+    )
     search.add_argument("--max-failures", type=int, default=0, help="retries of a failing trial")
-    search.add_argument("--fresh-actors", action="store_true",
-                        help="start a new Ray actor for every trial. By default a finished trial's actor (torch "
-                        "imported, dataset loaded) runs the next one, and Tune gives it even a trial that waits "
-                        "for an actor starting on another node: in a short search on a cluster whose other nodes "
-                        "start slowly, one node can run every trial. Kept as started under --resume")
-    search.add_argument("--seed", type=int, default=0, help="seed of the trials and of the random/optuna sampler")
-    search.add_argument("--seeds", type=int, default=0, metavar="K",
-                        help="afterwards re-run the selected AE and AR configs on seeds 0..K-1")
-    search.add_argument("--address", help="join an existing Ray cluster (default: $RAY_ADDRESS, else a local Ray)")
+    search.add_argument(
+        "--fresh-actors",
+        action="store_true",
+        help="start a new Ray actor for every trial. By default a finished trial's actor (torch "
+        "imported, dataset loaded) runs the next one, and Tune gives it even a trial that waits "
+        "for an actor starting on another node: in a short search on a cluster whose other nodes "
+        "start slowly, one node can run every trial. Kept as started under --resume",
+    )
+    search.add_argument(
+        "--seed", type=int, default=0, help="seed of the trials and of the random/optuna sampler"
+    )
+    search.add_argument(
+        "--seeds",
+        type=int,
+        default=0,
+        metavar="K",
+        help="afterwards re-run the selected AE and AR configs on seeds 0..K-1",
+    )
+    search.add_argument(
+        "--address", help="join an existing Ray cluster (default: $RAY_ADDRESS, else a local Ray)"
+    )
     search.add_argument("--dashboard", action="store_true", help="start the Ray dashboard (localhost only)")
-    search.add_argument("--mlflow", metavar="URI", help="also log every trial to MLflow, one run per trial with its "
-                        "params and per-epoch metrics (file:./mlruns, sqlite:///mlflow.db, http://HOST:5000); "
-                        "needs pip install 'modsar[mlflow]'. TensorBoard files are always in the ray/ folders")
+    search.add_argument(
+        "--mlflow",
+        metavar="URI",
+        help="also log every trial to MLflow, one run per trial with its "
+        "params and per-epoch metrics (file:./mlruns, sqlite:///mlflow.db, http://HOST:5000); "
+        "needs pip install 'modsar[mlflow]'. TensorBoard files are always in the ray/ folders",
+    )
     search.add_argument("--resume", action="store_true", help="continue a killed search (Tuner.restore)")
-    search.add_argument("--overwrite", action="store_true", help="delete an existing experiment of this name first")
-    search.add_argument("--quiet", action="store_true", help="no live table; print only the cost estimate and "
-                        "the summary")
-    search.add_argument("--no-estimate", action="store_true",
-                        help="skip the cost estimate printed before Ray starts (trials, steps per epoch, ASHA's first "
-                        "decision, the epochs it will train and a wall-clock from a few seconds' timed probe of "
-                        "each model size: `modsar spaces SPACE --dataset D`); never printed with --resume")
+    search.add_argument(
+        "--overwrite", action="store_true", help="delete an existing experiment of this name first"
+    )
+    search.add_argument(
+        "--quiet", action="store_true", help="no live table; print only the cost estimate and the summary"
+    )
+    search.add_argument(
+        "--no-estimate",
+        action="store_true",
+        help="skip the cost estimate printed before Ray starts (trials, steps per epoch, ASHA's first "
+        "decision, the epochs it will train and a wall-clock from a few seconds' timed probe of "
+        "each model size: `modsar spaces SPACE --dataset D`); never printed with --resume",
+    )
     search.add_argument("--json", action="store_true", help="print the summary as JSON")
     _add_data_dir(search)
 
-    spaces = sub.add_parser("spaces", help="list the bundled design spaces, describe one, or check one",
-                            epilog=EPILOG_SPACES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    spaces = sub.add_parser(
+        "spaces",
+        help="list the bundled design spaces, describe one, or check one",
+        epilog=EPILOG_SPACES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     spaces.add_argument("name", nargs="?", help="a space name or YAML path to describe")
-    spaces.add_argument("--check", action="store_true",
-                        help="validate every configuration the search would run (exit 2 if any is invalid)")
-    spaces.add_argument("--dataset", help="with --check: check against this prepared dataset's sizes; without: "
-                        "estimate what searching it costs before anything runs (trials, steps per epoch, ASHA's "
-                        "first decision, epochs, and wall-clock from a few seconds' timed probe of each model size)")
-    spaces.add_argument("--search", choices=["grid", "random", "optuna"],
-                        help="with --check or --dataset: the search algorithm (default: the space's budget.search)")
-    spaces.add_argument("--num-samples", type=int, help="with --check or --dataset: as `modsar search --num-samples`")
-    spaces.add_argument("--max-epochs", type=int, help="with --check or --dataset: as `modsar search --max-epochs`")
-    spaces.add_argument("--cpus-per-trial", type=float, help="with --dataset: CPUs per trial (= the probe's torch "
-                        "threads; default 1)")
-    spaces.add_argument("--gpus-per-trial", type=float, help="with --dataset: GPUs per trial (the probe runs on a "
-                        "GPU when given; default 0)")
-    spaces.add_argument("--max-concurrent", type=int, help="with --dataset: trials at once (default: what this "
-                        "machine's CPUs and GPUs allow)")
+    spaces.add_argument(
+        "--check",
+        action="store_true",
+        help="validate every configuration the search would run (exit 2 if any is invalid)",
+    )
+    spaces.add_argument(
+        "--dataset",
+        help="with --check: check against this prepared dataset's sizes; without: "
+        "estimate what searching it costs before anything runs (trials, steps per epoch, ASHA's "
+        "first decision, epochs, and wall-clock from a few seconds' timed probe of each model size)",
+    )
+    spaces.add_argument(
+        "--search",
+        choices=["grid", "random", "optuna"],
+        help="with --check or --dataset: the search algorithm (default: the space's budget.search)",
+    )
+    spaces.add_argument(
+        "--num-samples", type=int, help="with --check or --dataset: as `modsar search --num-samples`"
+    )
+    spaces.add_argument(
+        "--max-epochs", type=int, help="with --check or --dataset: as `modsar search --max-epochs`"
+    )
+    spaces.add_argument(
+        "--cpus-per-trial",
+        type=float,
+        help="with --dataset: CPUs per trial (= the probe's torch threads; default 1)",
+    )
+    spaces.add_argument(
+        "--gpus-per-trial",
+        type=float,
+        help="with --dataset: GPUs per trial (the probe runs on a GPU when given; default 0)",
+    )
+    spaces.add_argument(
+        "--max-concurrent",
+        type=int,
+        help="with --dataset: trials at once (default: what this machine's CPUs and GPUs allow)",
+    )
     spaces.add_argument("--json", action="store_true", help="with --dataset: print the estimate as JSON")
-    spaces.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                        help="with --check or --dataset: overrides on the base")
+    spaces.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="with --check or --dataset: overrides on the base"
+    )
     _add_data_dir(spaces)
 
-    results = sub.add_parser("results", help="list and filter trial rows (Parquet)",
-                             epilog=EPILOG_RESULTS, formatter_class=argparse.RawDescriptionHelpFormatter)
+    results = sub.add_parser(
+        "results",
+        help="list and filter trial rows (Parquet)",
+        epilog=EPILOG_RESULTS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     results.add_argument("--experiment", help="one experiment (default: all under --results)")
     results.add_argument("--results", default="results", help="results root: a path or a pyarrow URI")
-    results.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
-                         help="keep rows whose column equals the value (repeatable)")
+    results.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="keep rows whose column equals the value (repeatable)",
+    )
     results.add_argument("--columns", help="comma-separated columns to show")
     results.add_argument("--sort", help="column to sort by, descending (default: the validation ndcg@10)")
     results.add_argument("--limit", type=int, default=50, help="rows to show (default 50)")
     results.add_argument("--json", action="store_true", help="print rows as JSON")
 
-    report = sub.add_parser("report", help="the paper's AE-vs-AR tables, seed statistics and plots",
-                            epilog=EPILOG_REPORT, formatter_class=argparse.RawDescriptionHelpFormatter)
+    report = sub.add_parser(
+        "report",
+        help="the paper's AE-vs-AR tables, seed statistics and plots",
+        epilog=EPILOG_REPORT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     report.add_argument("--results", default="results", help="results root: a path or a pyarrow URI")
     report.add_argument("--experiment", action="append", help="only these experiments (repeatable)")
     report.add_argument("--space", action="append", help="only these spaces (repeatable)")
@@ -324,74 +476,147 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--format", default="md", choices=["md", "latex", "csv", "html"])
     report.add_argument("--out", help="write report.<format> and PNG plots into this folder")
 
-    analyze = sub.add_parser("analyze", help="attention sparsity/rank and last-item-reliance diagnostics",
-                             epilog=EPILOG_ANALYZE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    analyze = sub.add_parser(
+        "analyze",
+        help="attention sparsity/rank and last-item-reliance diagnostics",
+        epilog=EPILOG_ANALYZE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     target = analyze.add_mutually_exclusive_group()
-    target.add_argument("--checkpoint", action="append",
-                        help="a best.pt written by modsar train or search (repeat to compare models side by side)")
-    target.add_argument("--experiment", action="append",
-                        help="the selected AE and AR trials of this search, or the best checkpoint per task of a "
-                             "`modsar train` experiment (repeatable: e.g. vanilla-video and local_attn-video give "
-                             "Vanilla-AE, Local-AE, Vanilla-AR, ...)")
-    analyze.add_argument("--from", dest="from_dirs", action="append", metavar="DIR",
-                         help="an earlier `modsar analyze --out` folder: its models are shown beside the others "
-                              "from its Parquet tables, not recomputed (its notes are not stored, --diagnostic does "
-                              "not apply to it, and all models are shown in the papers' order); repeatable, e.g. "
-                              "one folder per dataset for one Figure 2 with a panel each")
+    target.add_argument(
+        "--checkpoint",
+        action="append",
+        help="a best.pt written by modsar train or search (repeat to compare models side by side)",
+    )
+    target.add_argument(
+        "--experiment",
+        action="append",
+        help="the selected AE and AR trials of this search, or the best checkpoint per task of a "
+        "`modsar train` experiment (repeatable: e.g. vanilla-video and local_attn-video give "
+        "Vanilla-AE, Local-AE, Vanilla-AR, ...)",
+    )
+    analyze.add_argument(
+        "--from",
+        dest="from_dirs",
+        action="append",
+        metavar="DIR",
+        help="an earlier `modsar analyze --out` folder: its models are shown beside the others "
+        "from its Parquet tables, not recomputed (its notes are not stored, --diagnostic does "
+        "not apply to it, and all models are shown in the papers' order); repeatable, e.g. "
+        "one folder per dataset for one Figure 2 with a panel each",
+    )
     analyze.add_argument("--results", default="results", help="results root (with --experiment)")
-    analyze.add_argument("--diagnostic", default="sparsity,rank,hrli,shuffle,mixing,residual-scaling",
-                         help="comma-separated: sparsity, rank, hrli, shuffle, mixing, residual-scaling, "
-                              "nonfinal, recovery, user (how much a model uses the user: NDCG@10 with users "
-                              "swapped, attention on a user token) (default: %(default)s)")
-    analyze.add_argument("--users", type=int, default=2000,
-                         help="test users whose attention maps are measured (seeded sample; default %(default)s)")
-    analyze.add_argument("--window", type=int, default=20, help="W: the last W positions per attention map "
-                         "(ModSAR: 20)")
-    analyze.add_argument("--sigma", type=float, default=0.0, help="noise std added before the rank threshold "
-                         "(ModSAR Eq. 8; 0 = deterministic; > 0 also reports Gavish-Donoho known-sigma)")
+    analyze.add_argument(
+        "--diagnostic",
+        default="sparsity,rank,hrli,shuffle,mixing,residual-scaling",
+        help="comma-separated: sparsity, rank, hrli, shuffle, mixing, residual-scaling, "
+        "nonfinal, recovery, user (how much a model uses the user: NDCG@10 with users "
+        "swapped, attention on a user token) (default: %(default)s)",
+    )
+    analyze.add_argument(
+        "--users",
+        type=int,
+        default=2000,
+        help="test users whose attention maps are measured (seeded sample; default %(default)s)",
+    )
+    analyze.add_argument(
+        "--window", type=int, default=20, help="W: the last W positions per attention map (ModSAR: 20)"
+    )
+    analyze.add_argument(
+        "--sigma",
+        type=float,
+        default=0.0,
+        help="noise std added before the rank threshold "
+        "(ModSAR Eq. 8; 0 = deterministic; > 0 also reports Gavish-Donoho known-sigma)",
+    )
     analyze.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     analyze.add_argument("--quiet", action="store_true", help="no progress bar")
-    analyze.add_argument("--out", help="write diagnostics.parquet, attention_maps.parquet, spectra.parquet and "
-                                       "PNG plots here")
+    analyze.add_argument(
+        "--out", help="write diagnostics.parquet, attention_maps.parquet, spectra.parquet and PNG plots here"
+    )
     _add_data_dir(analyze)
 
-    gen = sub.add_parser("generate", help="H-step rollouts from each test user's history vs the true future",
-                         epilog=EPILOG_GENERATE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    gen = sub.add_parser(
+        "generate",
+        help="H-step rollouts from each test user's history vs the true future",
+        epilog=EPILOG_GENERATE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     gen.add_argument("--checkpoint", required=True, help="a best.pt written by modsar train or search")
     gen.add_argument("--steps", type=int, required=True, help="H, items generated per user")
     gen.add_argument("--strategy", default="greedy", help="greedy | topk | nucleus (default: %(default)s)")
     gen.add_argument("--top-k", type=int, default=10, help="topk: sample among the k best items (default 10)")
-    gen.add_argument("--top-p", type=float, default=0.9, help="nucleus: the smallest set of items holding this "
-                     "probability mass (default 0.9)")
+    gen.add_argument(
+        "--top-p",
+        type=float,
+        default=0.9,
+        help="nucleus: the smallest set of items holding this probability mass (default 0.9)",
+    )
     gen.add_argument("--temperature", type=float, default=1.0, help="topk/nucleus: softmax temperature")
-    gen.add_argument("--exclude", default="auto", help="items a pick may not be: none | history | rollout (earlier "
-                     "picks) | all; auto (default) = history where the checkpoint's evaluation filters seen items "
-                     "(eval.filter_seen=history), else none")
+    gen.add_argument(
+        "--exclude",
+        default="auto",
+        help="items a pick may not be: none | history | rollout (earlier "
+        "picks) | all; auto (default) = history where the checkpoint's evaluation filters seen items "
+        "(eval.filter_seen=history), else none",
+    )
     gen.add_argument("--seed", type=int, default=0, help="sampling and --users sample seed (default 0)")
-    gen.add_argument("--users", type=int, default=0, help="a seeded sample of this many test histories, one "
-                     "rollout each (0 = all): one per user, or under data.split_targets=every one per user and "
-                     "test timestamp")
+    gen.add_argument(
+        "--users",
+        type=int,
+        default=0,
+        help="a seeded sample of this many test histories, one "
+        "rollout each (0 = all): one per user, or under data.split_targets=every one per user and "
+        "test timestamp",
+    )
     gen.add_argument("--batch-size", type=int, default=512, help="users per forward pass (default 512)")
     gen.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     gen.add_argument("--json", action="store_true", help="print the metrics as JSON")
     gen.add_argument("--quiet", action="store_true", help="no progress bar")
-    gen.add_argument("--out", help="write rollouts.parquet, steps.parquet, metrics.json and generate.png here")
+    gen.add_argument(
+        "--out", help="write rollouts.parquet, steps.parquet, metrics.json and generate.png here"
+    )
     _add_data_dir(gen)
 
-    sub_submit = sub.add_parser("submit", help="run a modsar command on a Ray cluster (Ray Job Submission)",
-                                epilog=EPILOG_SUBMIT, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub_submit.add_argument("--address", default=os.environ.get("RAY_DASHBOARD_ADDRESS"),
-                            help="the cluster's dashboard, e.g. http://HEAD:8265 (or $RAY_DASHBOARD_ADDRESS)")
+    sub_submit = sub.add_parser(
+        "submit",
+        help="run a modsar command on a Ray cluster (Ray Job Submission)",
+        epilog=EPILOG_SUBMIT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub_submit.add_argument(
+        "--address",
+        default=os.environ.get("RAY_DASHBOARD_ADDRESS"),
+        help="the cluster's dashboard, e.g. http://HEAD:8265 (or $RAY_DASHBOARD_ADDRESS)",
+    )
     wait = sub_submit.add_mutually_exclusive_group()
     wait.add_argument("--follow", action="store_true", help="stream the job's logs until it ends")
     wait.add_argument("--no-wait", action="store_true", help="print the job id and return at once")
-    sub_submit.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                            help="environment variable for the job (e.g. MODSAR_DATA=/mnt/shared/datasets)")
-    sub_submit.add_argument("rest", nargs=argparse.REMAINDER,
-                            help="-- <modsar command ...>, or: status JOB | logs JOB | stop JOB")
-    for command, handler in ((prep, _prepare), (stats, _stats), (prof, _profile), (listing, _list), (train, _train),
-                             (evaluate, _evaluate), (search, _search), (spaces, _spaces), (results, _results),
-                             (report, _report), (analyze, _analyze), (gen, _generate), (sub_submit, _submit)):
+    sub_submit.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment variable for the job (e.g. MODSAR_DATA=/mnt/shared/datasets)",
+    )
+    sub_submit.add_argument(
+        "rest", nargs=argparse.REMAINDER, help="-- <modsar command ...>, or: status JOB | logs JOB | stop JOB"
+    )
+    for command, handler in (
+        (prep, _prepare),
+        (stats, _stats),
+        (prof, _profile),
+        (listing, _list),
+        (train, _train),
+        (evaluate, _evaluate),
+        (search, _search),
+        (spaces, _spaces),
+        (results, _results),
+        (report, _report),
+        (analyze, _analyze),
+        (gen, _generate),
+        (sub_submit, _submit),
+    ):
         command.set_defaults(handler=handler)
     return parser
 
@@ -413,23 +638,51 @@ def _generate(args: argparse.Namespace) -> int:
     model, cfg, payload = load_checkpoint(args.checkpoint, str(device))
     split = checkpoint_split(cfg, args.data_dir)
     exclude = generate.resolve_exclude(args.exclude, cfg.eval.filter_seen)
-    result = generate.generate(model, split, cfg.task, payload["max_len"], args.steps, sampler, exclude,
-                               args.seed, args.users, args.batch_size, device, progress=not args.quiet)
-    facts = {"checkpoint": str(args.checkpoint), "dataset": cfg.dataset, "task": cfg.task, "split": cfg.data.split,
-             "strategy": args.strategy, "top_k": args.top_k, "top_p": args.top_p, "temperature": args.temperature,
-             "exclude": exclude, "seed": args.seed}
+    result = generate.generate(
+        model,
+        split,
+        cfg.task,
+        payload["max_len"],
+        args.steps,
+        sampler,
+        exclude,
+        args.seed,
+        args.users,
+        args.batch_size,
+        device,
+        progress=not args.quiet,
+    )
+    facts = {
+        "checkpoint": str(args.checkpoint),
+        "dataset": cfg.dataset,
+        "task": cfg.task,
+        "split": cfg.data.split,
+        "strategy": args.strategy,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "temperature": args.temperature,
+        "exclude": exclude,
+        "seed": args.seed,
+    }
     if args.json:
         print_json(args, to_json({**facts, **result.metrics}))
     else:
         counted = result.counted()  # users, or histories where a user has several (split_targets=every)
-        print(f"{cfg.task.upper()} {cfg.dataset} ({cfg.data.split} split), {args.strategy} rollouts of "
-              f"{args.steps} steps for {counted} ({result.metrics['future_items_per_user']:.2f} true future "
-              "items each" + ("; the users_* and *_per_user figures count histories" if "histories" in counted
-                              else "") + "):")
+        print(
+            f"{cfg.task.upper()} {cfg.dataset} ({cfg.data.split} split), {args.strategy} rollouts of "
+            f"{args.steps} steps for {counted} ({result.metrics['future_items_per_user']:.2f} true future "
+            "items each"
+            + ("; the users_* and *_per_user figures count histories" if "histories" in counted else "")
+            + "):"
+        )
         width = max(map(len, result.metrics))
         for key, value in result.metrics.items():
             if key not in ("users", "steps"):
-                print(f"  {key:<{width}}  {value:.4f}" if isinstance(value, float) else f"  {key:<{width}}  {value}")
+                print(
+                    f"  {key:<{width}}  {value:.4f}"
+                    if isinstance(value, float)
+                    else f"  {key:<{width}}  {value}"
+                )
     if args.out:
         written = generate.write(result, args.out, facts)
         if not args.json:
@@ -447,15 +700,20 @@ def _best_checkpoints(rows) -> list[tuple[str, str]]:
         rows = rows.assign(checkpoint=None)
     chosen = rows[rows["selected"].astype(bool)]
     if not len(chosen):
-        trained = rows[(rows["role"] == "train") & (rows["status"] == "finished") & rows["checkpoint"].notna()]
+        trained = rows[
+            (rows["role"] == "train") & (rows["status"] == "finished") & rows["checkpoint"].notna()
+        ]
         from modsar.config import TrainConfig  # its monitor_key holds the hr@ -> recall@ alias
 
         monitor = [TrainConfig(monitor=name).monitor_key for name in trained["train.monitor"]]
-        trained = trained.assign(score=[row[f"valid.{m}"] for (_, row), m in zip(trained.iterrows(), monitor,
-                                                                                  strict=True)])
+        trained = trained.assign(
+            score=[row[f"valid.{m}"] for (_, row), m in zip(trained.iterrows(), monitor, strict=True)]
+        )
         chosen = trained.sort_values("score", ascending=False)
     arm_lists = chosen["space_arms"].dropna() if "space_arms" in chosen else []
-    arms = sorted({arm for keys in arm_lists for arm in json.loads(keys)})  # compared models: one checkpoint each
+    arms = sorted(
+        {arm for keys in arm_lists for arm in json.loads(keys)}
+    )  # compared models: one checkpoint each
     key = ["task", "model.backbone", *[a for a in arms if a in chosen]]
     found = []
     for _, row in chosen.drop_duplicates(key).sort_values(key).iterrows():
@@ -474,17 +732,23 @@ def _analyze(args: argparse.Namespace) -> int:
     resolve_device(args.device, "--device")  # before any checkpoint is read
     diagnostics = [d.strip() for d in args.diagnostic.split(",") if d.strip()]
     if not (args.checkpoint or args.experiment or args.from_dirs):
-        raise ModsarError("nothing to analyze: pass --checkpoint, --experiment or --from (see modsar analyze --help)")
+        raise ModsarError(
+            "nothing to analyze: pass --checkpoint, --experiment or --from (see modsar analyze --help)"
+        )
     if args.users < 1 or args.window < 2 or args.sigma < 0:
         raise ModsarError("--users must be >= 1, --window >= 2 and --sigma >= 0")
     targets = [(path, Path(path).stem) for path in args.checkpoint or []]
     for experiment in args.experiment or []:
-        targets += [(path, f"{experiment}, {arm}" if arm else experiment)
-                    for path, arm in _best_checkpoints(read_rows(args.results, experiment))]
+        targets += [
+            (path, f"{experiment}, {arm}" if arm else experiment)
+            for path, arm in _best_checkpoints(read_rows(args.results, experiment))
+        ]
         if not targets or not targets[-1][1].startswith(experiment):
-            raise ModsarError(f"experiment '{experiment}' has no selected trials or trained checkpoints under "
-                              f"{args.results}; run `modsar search` to the end (it selects the best AE and AR) "
-                              "or `modsar train`")
+            raise ModsarError(
+                f"experiment '{experiment}' has no selected trials or trained checkpoints under "
+                f"{args.results}; run `modsar search` to the end (it selects the best AE and AR) "
+                "or `modsar train`"
+            )
     for path, _ in targets:
         if not Path(path).is_file():
             raise ModsarError(f"checkpoint '{path}' does not exist")
@@ -493,12 +757,28 @@ def _analyze(args: argparse.Namespace) -> int:
     if timed and (args.checkpoint or len(timed) == len(targets)):  # a named checkpoint, or nothing else to do
         analyze.refuse_timed(timed[0][0][0], timed[0][1])
     for (_, source), _ in timed:  # an experiment's timed arms: the others are still analysed
-        print(f"skipping {source}: modsar analyze does not yet carry timestamps through its perturbations "
-              "(model.time_bias)", file=sys.stderr)
+        print(
+            f"skipping {source}: modsar analyze does not yet carry timestamps through its perturbations "
+            "(model.time_bias)",
+            file=sys.stderr,
+        )
     targets = [t for t, bias in zip(targets, biases, strict=True) if bias == "none"]
-    analyses = [analyze.run(path, diagnostics, args.data_dir, args.users, window=args.window, sigma=args.sigma,
-                            device=args.device, progress=not args.quiet) for path, _ in targets]
-    for folder in args.from_dirs or []:  # shown as if computed here; a repeated kind is told apart by its folder
+    analyses = [
+        analyze.run(
+            path,
+            diagnostics,
+            args.data_dir,
+            args.users,
+            window=args.window,
+            sigma=args.sigma,
+            device=args.device,
+            progress=not args.quiet,
+        )
+        for path, _ in targets
+    ]
+    for folder in (
+        args.from_dirs or []
+    ):  # shown as if computed here; a repeated kind is told apart by its folder
         loaded = analyze_output.load(Path(folder))
         analyses += loaded
         targets += [(str(a.table["checkpoint"].iloc[0]), Path(folder).resolve().name) for a in loaded]
@@ -507,7 +787,9 @@ def _analyze(args: argparse.Namespace) -> int:
     datasets = [a.dataset for a in analyses]
     for a, dataset, (_, source) in zip(analyses, datasets, targets, strict=True):
         if labels.count(a.label) > 1:  # two models of one kind: say which is which
-            same_data = [d for d, label in zip(datasets, labels, strict=True) if label == a.label].count(dataset)
+            same_data = [d for d, label in zip(datasets, labels, strict=True) if label == a.label].count(
+                dataset
+            )
             a.label = f"{a.label} ({dataset if same_data == 1 else source})"
     for i, a in enumerate(analyses):  # still two of one name (one checkpoint given twice): never average them
         if [b.label for b in analyses].count(a.label) > 1:
@@ -516,7 +798,9 @@ def _analyze(args: argparse.Namespace) -> int:
         for frame in (a.table, a.maps, a.spectra):
             if len(frame):
                 frame["model"] = a.label
-    if args.experiment or args.from_dirs:  # the papers' orders: Vanilla-AE, Local-AE, Vanilla-AR, Local-AR; SASRec ... GRU4Rec
+    if (
+        args.experiment or args.from_dirs
+    ):  # the papers' orders: Vanilla-AE, Local-AE, Vanilla-AR, Local-AR; SASRec ... GRU4Rec
         analyses.sort(key=analyze_output.paper_order)
     print(analyze_output.summary(analyses))
     if args.out:
@@ -561,13 +845,17 @@ def _report(args: argparse.Namespace) -> int:
 
     rows = read_rows(args.results)
     if not len(rows):
-        raise ModsarError(f"no trial rows under {args.results}; pass --results the folder `modsar search` or "
-                          "`modsar train` wrote to")
+        raise ModsarError(
+            f"no trial rows under {args.results}; pass --results the folder `modsar search` or "
+            "`modsar train` wrote to"
+        )
     if missing := [k for k in REPORT_KEYS if k not in rows]:  # marked rows a tool of one's own wrote
         others = f" (nor {', '.join(missing[1:])})" if len(missing) > 1 else ""
-        raise ModsarError(f"the trial rows under {args.results} have no {missing[0]!r} column, which a report "
-                          f"reads{others}; move the files that lack {'them' if others else 'it'} out of the "
-                          "trials folders")
+        raise ModsarError(
+            f"the trial rows under {args.results} have no {missing[0]!r} column, which a report "
+            f"reads{others}; move the files that lack {'them' if others else 'it'} out of the "
+            "trials folders"
+        )
     for column, wanted in (("experiment", args.experiment), ("space", args.space), ("dataset", args.dataset)):
         if wanted:
             unknown = sorted(set(wanted) - set(rows[column].dropna()))
@@ -585,9 +873,13 @@ def _report(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     target = out / f"report.{'tex' if args.format == 'latex' else args.format}"
     write_text(target, text)
-    plots = [path for r in reports  # one plot folder per experiment when the report is split by experiment
-             for path in plot_all(r.rows, r.cells, r.datasets, r.spaces, args.metric,
-                                  out / r.experiment if r.experiment else out)]
+    plots = [
+        path
+        for r in reports  # one plot folder per experiment when the report is split by experiment
+        for path in plot_all(
+            r.rows, r.cells, r.datasets, r.spaces, args.metric, out / r.experiment if r.experiment else out
+        )
+    ]
     print(text if args.format == "md" else "\n".join(v for r in reports for v in r.verdicts))
     print(f"wrote {target} and {len(plots)} plots in {out}")
     return 0
@@ -596,15 +888,34 @@ def _report(args: argparse.Namespace) -> int:
 def _search(args: argparse.Namespace) -> int:
     from modsar.sweep import SearchRequest, run_search
 
-    req = SearchRequest(space=args.space, dataset=args.dataset, experiment=args.experiment, results=args.results,
-                        search=args.search, num_samples=args.num_samples, max_epochs=args.max_epochs,
-                        time_budget_s=args.time_budget, max_t=args.max_t, grace_period=args.grace_period,
-                        reduction_factor=args.reduction_factor, cpus_per_trial=args.cpus_per_trial,
-                        gpus_per_trial=args.gpus_per_trial, max_concurrent=args.max_concurrent,
-                        max_failures=args.max_failures, fresh_actors=args.fresh_actors, seed=args.seed, seeds=args.seeds,
-                        overrides=list(args.overrides), address=args.address, data_dir=args.data_dir,
-                        quiet=args.quiet, resume=args.resume, overwrite=args.overwrite, dashboard=args.dashboard,
-                        mlflow=args.mlflow)
+    req = SearchRequest(
+        space=args.space,
+        dataset=args.dataset,
+        experiment=args.experiment,
+        results=args.results,
+        search=args.search,
+        num_samples=args.num_samples,
+        max_epochs=args.max_epochs,
+        time_budget_s=args.time_budget,
+        max_t=args.max_t,
+        grace_period=args.grace_period,
+        reduction_factor=args.reduction_factor,
+        cpus_per_trial=args.cpus_per_trial,
+        gpus_per_trial=args.gpus_per_trial,
+        max_concurrent=args.max_concurrent,
+        max_failures=args.max_failures,
+        fresh_actors=args.fresh_actors,
+        seed=args.seed,
+        seeds=args.seeds,
+        overrides=list(args.overrides),
+        address=args.address,
+        data_dir=args.data_dir,
+        quiet=args.quiet,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        dashboard=args.dashboard,
+        mlflow=args.mlflow,
+    )
     plan = None
     if not args.no_estimate and not args.resume:  # what the search will cost, before Ray starts (under --json
         from modsar.sweep import make_plan  # on stderr, see main)
@@ -617,15 +928,19 @@ def _search(args: argparse.Namespace) -> int:
             raise
         except Exception as exc:  # a probe that breaks on a bug of ours must not cost the user the search
             print(f"modsar: warning: no cost estimate ({type(exc).__name__}: {exc})", file=sys.stderr)
-    summary = run_search(req, plan)  # under --json, the live table (and what Tune prints) goes to stderr: see main
+    summary = run_search(
+        req, plan
+    )  # under --json, the live table (and what Tune prints) goes to stderr: see main
     if args.json:
         print_json(args, to_json(summary, default=str))
         if summary["problem"]:  # the summary is printed, but the search failed: a non-zero exit says so
             raise ModsarError(summary["problem"])
         return 0
-    print(f"search {summary['experiment']}: {summary['trials']} trials ({summary['errors']} errors, "
-          f"{summary['diverged']} diverged) in "
-          f"{summary['wall_time_s']:.0f} s; rows in {summary['results']}/trials")
+    print(
+        f"search {summary['experiment']}: {summary['trials']} trials ({summary['errors']} errors, "
+        f"{summary['diverged']} diverged) in "
+        f"{summary['wall_time_s']:.0f} s; rows in {summary['results']}/trials"
+    )
     for model, info in sorted(summary["selected"].items()):  # "ae", "ar", or "<backbone>/<task>"
         metrics = "  ".join(f"{k}={v:.4f}" for k, v in info.items() if k != "trial_id")
         print(f"  best {model if '/' in model else model.upper()}: {info['trial_id']}  {metrics}")
@@ -641,10 +956,18 @@ def _estimate_space(args: argparse.Namespace) -> int:
 
     if not args.name:
         raise ModsarError("--dataset needs a space: modsar spaces NAME --dataset D")
-    req = SearchRequest(space=args.name, dataset=args.dataset, search=args.search, num_samples=args.num_samples,
-                        max_epochs=args.max_epochs, overrides=list(args.overrides), data_dir=args.data_dir,
-                        cpus_per_trial=1.0 if args.cpus_per_trial is None else args.cpus_per_trial,
-                        gpus_per_trial=args.gpus_per_trial or 0.0, max_concurrent=args.max_concurrent)
+    req = SearchRequest(
+        space=args.name,
+        dataset=args.dataset,
+        search=args.search,
+        num_samples=args.num_samples,
+        max_epochs=args.max_epochs,
+        overrides=list(args.overrides),
+        data_dir=args.data_dir,
+        cpus_per_trial=1.0 if args.cpus_per_trial is None else args.cpus_per_trial,
+        gpus_per_trial=args.gpus_per_trial or 0.0,
+        max_concurrent=args.max_concurrent,
+    )
     result = estimate(make_plan(req))
     if args.json:
         print_json(args, to_json(result.to_dict()))
@@ -656,13 +979,19 @@ def _estimate_space(args: argparse.Namespace) -> int:
 def _spaces(args: argparse.Namespace) -> int:
     from modsar.sweep.spaces import bundled_spaces, describe, grid_size_by_task, load_space
 
-    resources = {"--cpus-per-trial": args.cpus_per_trial, "--gpus-per-trial": args.gpus_per_trial,
-                 "--max-concurrent": args.max_concurrent, "--json": args.json or None}
+    resources = {
+        "--cpus-per-trial": args.cpus_per_trial,
+        "--gpus-per-trial": args.gpus_per_trial,
+        "--max-concurrent": args.max_concurrent,
+        "--json": args.json or None,
+    }
     if args.dataset and not args.check:
         return _estimate_space(args)
     if given := [flag for flag, value in resources.items() if value is not None]:
-        raise ModsarError(f"{', '.join(given)} go{'es' if len(given) == 1 else ''} with --dataset without --check "
-                          "(the cost estimate)")
+        raise ModsarError(
+            f"{', '.join(given)} go{'es' if len(given) == 1 else ''} with --dataset without --check "
+            "(the cost estimate)"
+        )
     if args.check:
         return _check_space(args)
     if args.overrides or args.search or args.num_samples or args.max_epochs:
@@ -682,9 +1011,18 @@ def _check_space(args: argparse.Namespace) -> int:
 
     if not args.name:
         raise ModsarError("--check needs a space: modsar spaces NAME --check [--dataset D]")
-    result = make_plan(SearchRequest(space=args.name, dataset=args.dataset or "", search=args.search,
-                                     num_samples=args.num_samples, max_epochs=args.max_epochs,
-                                     overrides=list(args.overrides), data_dir=args.data_dir), check=False).check()
+    result = make_plan(
+        SearchRequest(
+            space=args.name,
+            dataset=args.dataset or "",
+            search=args.search,
+            num_samples=args.num_samples,
+            max_epochs=args.max_epochs,
+            overrides=list(args.overrides),
+            data_dir=args.data_dir,
+        ),
+        check=False,
+    ).check()
     if not result.ok:
         raise ModsarError(result.summary())
     print(result.summary())
@@ -705,8 +1043,18 @@ def _results(args: argparse.Namespace) -> int:
         if sort not in rows:
             raise ModsarError(f"--sort: unknown column '{sort}'")
         rows = rows.sort_values(sort, ascending=False, na_position="last")
-    default = ["trial_id", "task", "status", "selected", "epochs_run", "best_epoch", "valid.ndcg@10",
-               "valid.recall@10", "test.ndcg@10", "test.recall@10"]
+    default = [
+        "trial_id",
+        "task",
+        "status",
+        "selected",
+        "epochs_run",
+        "best_epoch",
+        "valid.ndcg@10",
+        "valid.recall@10",
+        "test.ndcg@10",
+        "test.recall@10",
+    ]
     columns = args.columns.split(",") if args.columns else [c for c in default if c in rows]
     missing = [c for c in columns if c not in rows]
     if missing:
@@ -726,11 +1074,25 @@ def _prepare(args: argparse.Namespace) -> int:
 
     spec = get_spec(args.name)
     base = spec.options() if spec else PrepareOptions().to_dict()
-    given = {"min_user_count": args.min_user_count, "min_item_count": args.min_item_count, "kcore": args.kcore,
-             "dedup_consecutive": args.dedup_consecutive, "min_rating": args.min_rating}
+    given = {
+        "min_user_count": args.min_user_count,
+        "min_item_count": args.min_item_count,
+        "kcore": args.kcore,
+        "dedup_consecutive": args.dedup_consecutive,
+        "min_rating": args.min_rating,
+    }
     options = PrepareOptions(**{k: (v if v is not None else base[k]) for k, v in given.items()})
-    manifest, reused = prepare_dataset(args.name, args.source, args.format, options, args.data_dir, args.max_len,
-                                       download_missing=args.download, url=args.url, force=args.force)
+    manifest, reused = prepare_dataset(
+        args.name,
+        args.source,
+        args.format,
+        options,
+        args.data_dir,
+        args.max_len,
+        download_missing=args.download,
+        url=args.url,
+        force=args.force,
+    )
     warning = evaluation_warning(manifest["statistics"])
     if warning:
         print(f"modsar: warning: {args.name}: {warning}", file=sys.stderr)
@@ -739,8 +1101,10 @@ def _prepare(args: argparse.Namespace) -> int:
     else:
         s = manifest["statistics"]
         verb = "already prepared (reused)" if reused else "prepared"
-        print(f"{args.name}: {verb}: {s['users']:,} users, {s['items']:,} items, {s['interactions']:,} "
-              f"interactions, avg length {s['avg_length']:.2f}, density {density_text(s)}")
+        print(
+            f"{args.name}: {verb}: {s['users']:,} users, {s['items']:,} items, {s['interactions']:,} "
+            f"interactions, avg length {s['avg_length']:.2f}, density {density_text(s)}"
+        )
     return 0
 
 
@@ -757,8 +1121,10 @@ def _profile(args: argparse.Namespace) -> int:
         raise ModsarError(f"--orders must be comma-separated integers from 2 to 8; got {args.orders!r}")
     if args.max_gap < 1 or (args.budget is not None and args.budget < 1):
         raise ModsarError("--max-gap and --budget must be >= 1")
-    corpora = [profile.Corpus.of_dataset(load_dataset(name, args.data_dir))
-               for name in [args.name] + ([args.compare] if args.compare else [])]
+    corpora = [
+        profile.Corpus.of_dataset(load_dataset(name, args.data_dir))
+        for name in [args.name] + ([args.compare] if args.compare else [])
+    ]
     budget = min([len(c.items) for c in corpora] + ([args.budget] if args.budget else []))
     corpora = [c.truncated(budget) for c in corpora]
     # a gap of the longest sequence's length or more has no pair (its row would be null): measured up to there
@@ -771,15 +1137,20 @@ def _profile(args: argparse.Namespace) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         write_text(out / "profile.json", document + "\n")
-        written = [out / "profile.json", write_parquet(profile_output.long_table(found), out / "profile.parquet")]
+        written = [
+            out / "profile.json",
+            write_parquet(profile_output.long_table(found), out / "profile.parquet"),
+        ]
         written += profile_output.plot(found, corpora, out)
     if args.json:
         print_json(args, document)
     else:
         print(profile_output.summary(found))
     if args.out:
-        print(f"wrote {len(written)} file(s) to {args.out}: {', '.join(p.name for p in written)}",
-              file=sys.stderr if args.json else sys.stdout)
+        print(
+            f"wrote {len(written)} file(s) to {args.out}: {', '.join(p.name for p in written)}",
+            file=sys.stderr if args.json else sys.stdout,
+        )
     return 0
 
 
@@ -798,20 +1169,44 @@ def _stats(args: argparse.Namespace) -> int:
     optimum = manifest.get("optimum")
     if args.json:
         extra = {"optimum": optimum} if optimum else {}
-        print_json(args, to_json({"name": args.name, **s, "max_len": manifest["max_len"],
-                                  "options": manifest["options"], **extra}))
+        print_json(
+            args,
+            to_json(
+                {
+                    "name": args.name,
+                    **s,
+                    "max_len": manifest["max_len"],
+                    "options": manifest["options"],
+                    **extra,
+                }
+            ),
+        )
         return 0
-    rows = [("users", f"{s['users']:,}"), ("items", f"{s['items']:,}"), ("interactions", f"{s['interactions']:,}"),
-            ("avg. length", f"{s['avg_length']:.2f}"), ("length range", f"{s['min_length']}-{s['max_length']}"),
-            ("evaluable", f"{s['evaluable_users']:,} of {s['users']:,} users "
-                          f"({s['evaluable_users'] / max(s['users'], 1):.1%}) have 3+ interactions"),
-            ("density", density_text(s)), ("max_len", str(manifest["max_len"])),
-            ("preprocessing", json.dumps(manifest["options"]))]
+    rows = [
+        ("users", f"{s['users']:,}"),
+        ("items", f"{s['items']:,}"),
+        ("interactions", f"{s['interactions']:,}"),
+        ("avg. length", f"{s['avg_length']:.2f}"),
+        ("length range", f"{s['min_length']}-{s['max_length']}"),
+        (
+            "evaluable",
+            f"{s['evaluable_users']:,} of {s['users']:,} users "
+            f"({s['evaluable_users'] / max(s['users'], 1):.1%}) have 3+ interactions",
+        ),
+        ("density", density_text(s)),
+        ("max_len", str(manifest["max_len"])),
+        ("preprocessing", json.dumps(manifest["options"])),
+    ]
     if optimum:  # built-in generators: the best any model can expect, to read results against
         v, t = optimum["valid"], optimum["test"]
-        rows.append(("Bayes-optimal", f"test NDCG@10 {t['ndcg@10']:.4f}, Recall@10 {t['recall@10']:.4f}; "
-                                      f"valid NDCG@10 {v['ndcg@10']:.4f}, Recall@10 {v['recall@10']:.4f} "
-                                      f"(expected, filter_seen={optimum['filter_seen']})"))
+        rows.append(
+            (
+                "Bayes-optimal",
+                f"test NDCG@10 {t['ndcg@10']:.4f}, Recall@10 {t['recall@10']:.4f}; "
+                f"valid NDCG@10 {v['ndcg@10']:.4f}, Recall@10 {v['recall@10']:.4f} "
+                f"(expected, filter_seen={optimum['filter_seen']})",
+            )
+        )
     print(f"dataset {args.name}")
     for key, value in rows:
         print(f"  {key:<14} {value}")
@@ -828,19 +1223,28 @@ def _list(args: argparse.Namespace) -> int:
     for name in names:
         spec = REGISTRY.get(name)
         m = prepared.get(name)
-        entries.append({"name": name, "prepared": m is not None,
-                        "description": spec.description if spec else ("built-in generator" if name == SYNTHETIC
-                                                                      else "user dataset"),
-                        "max_len": m["max_len"] if m else (spec.max_len if spec else None),
-                        "statistics": m["statistics"] if m else None})
+        entries.append(
+            {
+                "name": name,
+                "prepared": m is not None,
+                "description": spec.description
+                if spec
+                else ("built-in generator" if name == SYNTHETIC else "user dataset"),
+                "max_len": m["max_len"] if m else (spec.max_len if spec else None),
+                "statistics": m["statistics"] if m else None,
+            }
+        )
     if args.json:
         print_json(args, to_json(entries))
         return 0
     print(f"datasets in {data_root(args.data_dir)}")
     width = max(len(e["name"]) for e in entries)
     for e in entries:
-        status = (f"{e['statistics']['users']:,} users / {e['statistics']['items']:,} items"
-                  if e["prepared"] else "not prepared")
+        status = (
+            f"{e['statistics']['users']:,} users / {e['statistics']['items']:,} items"
+            if e["prepared"]
+            else "not prepared"
+        )
         print(f"  {e['name']:<{width}} {status:<32} {e['description']}")
     return 0
 
@@ -857,18 +1261,26 @@ def _train(args: argparse.Namespace) -> int:
     if args.dataset:
         overrides.append(f"dataset={args.dataset}")
     cfg = load_config(args.config, overrides)
-    run = train_and_record(cfg, args.results, args.experiment, args.data_dir, checkpoint=not args.no_checkpoint,
-                           progress=not args.quiet)
+    run = train_and_record(
+        cfg,
+        args.results,
+        args.experiment,
+        args.data_dir,
+        checkpoint=not args.no_checkpoint,
+        progress=not args.quiet,
+    )
     row, path, result, checkpoint = run.row, run.row_path, run.result, run.checkpoint
     if args.json:
         print_json(args, to_json(row, default=str))
         return 0
     ks = cfg.eval.ks
-    print(f"{cfg.task.upper()} on {cfg.dataset}: best epoch {result.best_epoch} of {result.epochs_run} "
-          f"({result.epoch_time_s:.2f} s/epoch, {result.gflops:.0f} GFLOP/s = MFU {result.mfu:.0%}, "
-          f"{result.wall_time_s:.0f} s total, {result.device}; "
-          f"ranking: {'sampled ' + str(cfg.eval.sampled_negatives) if cfg.eval.sampled_negatives else 'full'}, "
-          f"filter_seen={cfg.eval.filter_seen})")
+    print(
+        f"{cfg.task.upper()} on {cfg.dataset}: best epoch {result.best_epoch} of {result.epochs_run} "
+        f"({result.epoch_time_s:.2f} s/epoch, {result.gflops:.0f} GFLOP/s = MFU {result.mfu:.0%}, "
+        f"{result.wall_time_s:.0f} s total, {result.device}; "
+        f"ranking: {'sampled ' + str(cfg.eval.sampled_negatives) if cfg.eval.sampled_negatives else 'full'}, "
+        f"filter_seen={cfg.eval.filter_seen})"
+    )
     print(metrics_table(ks, {"valid": result.valid, "test": result.test}))
     print(f"result row: {path}")
     if checkpoint:
@@ -880,7 +1292,10 @@ def metrics_table(ks: list[int], splits: dict[str, dict[str, float]]) -> str:
     """Recall, NDCG and MRR at every k, one line per split (what `train` and `evaluate` print)."""
     names = [f"{m}@{k}" for m in ("recall", "ndcg", "mrr") for k in ks]
     lines = ["split  " + "".join(name.rjust(11) for name in names)]
-    lines += [f"{split:<7}" + "".join(f"{metrics[name]:>11.4f}" for name in names) for split, metrics in splits.items()]
+    lines += [
+        f"{split:<7}" + "".join(f"{metrics[name]:>11.4f}" for name in names)
+        for split, metrics in splits.items()
+    ]
     return "\n".join(lines)
 
 
@@ -888,7 +1303,9 @@ def _ks(text: str) -> list[int]:
     try:
         ks = [int(k) for k in text.split(",")]
     except ValueError:
-        raise ModsarError(f"--ks {text!r} is not a comma-separated list of cut-offs (e.g. --ks 1,5,10,20,50)") from None
+        raise ModsarError(
+            f"--ks {text!r} is not a comma-separated list of cut-offs (e.g. --ks 1,5,10,20,50)"
+        ) from None
     if not ks or min(ks) < 1:
         raise ModsarError(f"--ks {text!r}: every cut-off must be >= 1")
     if len(set(ks)) < len(ks):
@@ -899,34 +1316,52 @@ def _ks(text: str) -> list[int]:
 def _evaluate(args: argparse.Namespace) -> int:
     from modsar.records.rescore import evaluate_checkpoint
 
-    scores = evaluate_checkpoint(args.checkpoint, args.split, filter_seen=args.filter_seen,
-                                 ks=_ks(args.ks) if args.ks is not None else None, sampled_negatives=args.sampled_negatives,
-                                 device=args.device, data_dir=args.data_dir)
+    scores = evaluate_checkpoint(
+        args.checkpoint,
+        args.split,
+        filter_seen=args.filter_seen,
+        ks=_ks(args.ks) if args.ks is not None else None,
+        sampled_negatives=args.sampled_negatives,
+        device=args.device,
+        data_dir=args.data_dir,
+    )
     if args.json:
         print_json(args, to_json(scores.to_dict()))
         return 0
     protocol = scores.protocol
-    ranking = f"sampled {protocol['eval.sampled_negatives']}" if protocol["eval.sampled_negatives"] else "full"
+    ranking = (
+        f"sampled {protocol['eval.sampled_negatives']}" if protocol["eval.sampled_negatives"] else "full"
+    )
     epoch = f" (best epoch {scores.epoch})" if scores.epoch is not None else ""
-    print(f"{scores.task.upper()} ({scores.backbone}) on {scores.dataset}, {scores.checkpoint}{epoch}: "
-          f"{scores.split}, ranking: {ranking}, filter_seen={protocol['eval.filter_seen']}, {scores.device}")
+    print(
+        f"{scores.task.upper()} ({scores.backbone}) on {scores.dataset}, {scores.checkpoint}{epoch}: "
+        f"{scores.split}, ranking: {ranking}, filter_seen={protocol['eval.filter_seen']}, {scores.device}"
+    )
     print(metrics_table(protocol["eval.ks"], {scores.split: scores.metrics}))
     changes = ", ".join(f"{key}={used} (stored: {stored})" for key, (stored, used) in scores.changed.items())
     if not scores.comparable:
-        print(f"protocol: not the one this checkpoint's run was selected and tested under: {changes}; these "
-              f"metrics are not comparable with its row's {scores.split}.* values")
+        print(
+            f"protocol: not the one this checkpoint's run was selected and tested under: {changes}; these "
+            f"metrics are not comparable with its row's {scores.split}.* values"
+        )
     elif scores.changed:
         print(f"protocol: the stored one, at other cut-offs: {changes}")
     if scores.device_note:
         print(f"device: {scores.device_note}")
     if scores.row_trial_id is None:
-        print("row: none found beside the checkpoint (moved, or written to a URI), so nothing to compare with")
+        print(
+            "row: none found beside the checkpoint (moved, or written to a URI), so nothing to compare with"
+        )
     elif not scores.comparable:
-        print(f"row {scores.row_trial_id}: not compared, its {scores.split}.* values were taken under the stored "
-              "protocol")
+        print(
+            f"row {scores.row_trial_id}: not compared, its {scores.split}.* values were taken under the stored "
+            "protocol"
+        )
     elif not scores.row_metrics:
-        print(f"row {scores.row_trial_id}: it holds no {scores.split}.* values (a search tests only the trials "
-              "it selects)")
+        print(
+            f"row {scores.row_trial_id}: it holds no {scores.split}.* values (a search tests only the trials "
+            "it selects)"
+        )
     elif scores.row_differences():
         far = ", ".join(f"{k} {row:.6g} -> {now:.6g}" for k, (row, now) in scores.row_differences().items())
         print(f"row {scores.row_trial_id}: differs from its {scores.split}.* values: {far}")
@@ -940,8 +1375,12 @@ def _check_folders(args: argparse.Namespace) -> None:
     that cannot be written: --out, the --results of train and search, the --data-dir of data prepare."""
     from modsar.outputs import ensure_writable_dir
 
-    if getattr(args, "data_dir", None):  # only `data prepare` must write there; the others may read a shared copy
-        ensure_writable_dir(args.data_dir, "--data-dir", write=getattr(args, "data_command", None) == "prepare")
+    if getattr(
+        args, "data_dir", None
+    ):  # only `data prepare` must write there; the others may read a shared copy
+        ensure_writable_dir(
+            args.data_dir, "--data-dir", write=getattr(args, "data_command", None) == "prepare"
+        )
     if getattr(args, "out", None):
         ensure_writable_dir(args.out, "--out")
     if args.command in ("train", "search") and not getattr(args, "list_keys", False):
@@ -966,12 +1405,18 @@ def main(argv: list[str] | None = None) -> int:
     args.json_stdout = sys.stdout
     try:
         _check_folders(args)  # before any work: a result computed and then lost to a bad path helps nobody
-        with contextlib.redirect_stdout(sys.stderr) if getattr(args, "json", False) else contextlib.nullcontext():
+        with (
+            contextlib.redirect_stdout(sys.stderr)
+            if getattr(args, "json", False)
+            else contextlib.nullcontext()
+        ):
             return args.handler(args)
     except ModsarError as exc:
         print(f"modsar: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as exc:  # Ctrl-C has no message; one raised where it struck says where (a plugin)
+    except (
+        KeyboardInterrupt
+    ) as exc:  # Ctrl-C has no message; one raised where it struck says where (a plugin)
         print(f"modsar: interrupted{f' {exc}' if str(exc) else ''}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into `head` and closed early

@@ -41,26 +41,48 @@ class Batch:
     inputs: torch.Tensor  # (B, T) item ids, 0 = padding, N + 1 = mask
     labels: torch.Tensor  # (B, T) target item per position, 0 = no loss here
     users: torch.Tensor  # (B,) 1-based user ids (SSE-replaced during training when asked)
-    partners: torch.Tensor | None = None  # (B, T') AR: per row, another training prefix with the same next item
+    partners: torch.Tensor | None = (
+        None  # (B, T') AR: per row, another training prefix with the same next item
+    )
     partner_users: torch.Tensor | None = None  # (B,) their users
-    times: torch.Tensor | None = None  # (B, T) float64 seconds relative to each row's last item (time_bias models)
+    times: torch.Tensor | None = (
+        None  # (B, T) float64 seconds relative to each row's last item (time_bias models)
+    )
 
     def to(self, device: torch.device) -> Batch:
         def move(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.to(device, non_blocking=True)
 
-        return Batch(self.inputs.to(device, non_blocking=True), self.labels.to(device, non_blocking=True),
-                     self.users.to(device, non_blocking=True), move(self.partners), move(self.partner_users),
-                     move(self.times))
+        return Batch(
+            self.inputs.to(device, non_blocking=True),
+            self.labels.to(device, non_blocking=True),
+            self.users.to(device, non_blocking=True),
+            move(self.partners),
+            move(self.partner_users),
+            move(self.times),
+        )
 
 
 class TrainBatches:
     """One epoch of training batches per iteration; masks, SSE and order are re-drawn every epoch."""
 
-    def __init__(self, split: LeaveOneOut, task: str, max_len: int, batch_size: int, mask_prob: float = 0.2,
-                 padding_free: bool = True, item_sse_prob: float = 0.0, user_sse_prob: float = 0.0,
-                 seed: int = 0, batching: str = "tokens", sse_style: str = "token", partners: bool = False,
-                 samples: str = "sequences", times: bool = False) -> None:
+    def __init__(
+        self,
+        split: LeaveOneOut,
+        task: str,
+        max_len: int,
+        batch_size: int,
+        mask_prob: float = 0.2,
+        padding_free: bool = True,
+        item_sse_prob: float = 0.0,
+        user_sse_prob: float = 0.0,
+        seed: int = 0,
+        batching: str = "tokens",
+        sse_style: str = "token",
+        partners: bool = False,
+        samples: str = "sequences",
+        times: bool = False,
+    ) -> None:
         if samples == "prefixes" and task != "ar":
             raise ValueError("samples='prefixes' labels each prefix's next item: an AR objective")
         self.split, self.task, self.max_len, self.batch_size = split, task, max_len, batch_size
@@ -77,8 +99,11 @@ class TrainBatches:
         if samples == "prefixes":
             counts = ends[trained] - split.starts[trained] - 1
             self.users = np.repeat(trained, counts)
-            self.ends = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(
-                split.starts[trained] + 2, counts)
+            self.ends = (
+                np.arange(counts.sum())
+                - np.repeat(np.cumsum(counts) - counts, counts)
+                + np.repeat(split.starts[trained] + 2, counts)
+            )
         else:
             self.users, self.ends = trained, ends[trained]
         self.starts = split.starts[self.users]
@@ -105,20 +130,22 @@ class TrainBatches:
         if not len(perm):
             return []
         if not self.padding_free or self.batching == "random":
-            return [perm[i:i + self.batch_size] for i in range(0, len(perm), self.batch_size)]
+            return [perm[i : i + self.batch_size] for i in range(0, len(perm), self.batch_size)]
         # Sort chunks of ~64 batches by length so batches are narrow but still random, then shuffle batches.
         chunk = self.batch_size * 64
         budget = self.batch_size * self.row_lengths.mean()  # "tokens": positions of an average batch
         batches = []
         for i in range(0, len(perm), chunk):
-            part = perm[i:i + chunk]
+            part = perm[i : i + chunk]
             part = part[np.argsort(self.row_lengths[part], kind="stable")]
-            if self.batching == "tokens" and self.samples == "sequences":  # cut where the running position count crosses a multiple of the budget
+            if (
+                self.batching == "tokens" and self.samples == "sequences"
+            ):  # cut where the running position count crosses a multiple of the budget
                 group = (np.cumsum(self.row_lengths[part]) - 1) // budget
                 cuts = np.flatnonzero(np.diff(group)) + 1
                 batches += np.split(part, cuts)
             else:
-                batches += [part[j:j + self.batch_size] for j in range(0, len(part), self.batch_size)]
+                batches += [part[j : j + self.batch_size] for j in range(0, len(part), self.batch_size)]
         return [batches[i] for i in self.rng.permutation(len(batches))]
 
     def __iter__(self) -> Iterator[Batch]:
@@ -145,7 +172,9 @@ class TrainBatches:
             labels = np.where(masked, labels, 0)
         if self.item_sse_prob > 0:  # SSE on training inputs only: labels keep the true items
             p = self.item_sse_prob
-            if self.sse_style == "paper":  # the ModSAR code: pick a row w.p. p, then each of its items w.p. 1 - p
+            if (
+                self.sse_style == "paper"
+            ):  # the ModSAR code: pick a row w.p. p, then each of its items w.p. 1 - p
                 drawn = (self.rng.random((len(inputs), 1)) < p) & (self.rng.random(inputs.shape) >= p)
             else:
                 drawn = self.rng.random(inputs.shape) < p
@@ -153,14 +182,23 @@ class TrainBatches:
             inputs = np.where(swap, self.rng.integers(1, self.split.num_items + 1, inputs.shape), inputs)
         times = None
         if self.times:  # AR: the inputs' own times; AE: a masked slot reads the time of the item before it
-            times = relative_times(self.split, starts, ends - (self.task == "ar"), width,
-                                   inputs == self.mask_token if self.task == "ae" else None)
+            times = relative_times(
+                self.split,
+                starts,
+                ends - (self.task == "ar"),
+                width,
+                inputs == self.mask_token if self.task == "ae" else None,
+            )
         users = self.users[rows] + 1
         if self.user_sse_prob > 0:
             swap = self.rng.random(len(users)) < self.user_sse_prob
             users = np.where(swap, self.rng.integers(1, self.split.num_users + 1, len(users)), users)
-        batch = Batch(torch.from_numpy(inputs), torch.from_numpy(labels), torch.from_numpy(users),
-                      times=None if times is None else torch.from_numpy(times))
+        batch = Batch(
+            torch.from_numpy(inputs),
+            torch.from_numpy(labels),
+            torch.from_numpy(users),
+            times=None if times is None else torch.from_numpy(times),
+        )
         if self.partner_index is not None:
             prefixes, owners = self.partner_index.draw(self.ends[rows] - 1, self.max_len, self.rng)
             batch.partners, batch.partner_users = torch.from_numpy(prefixes), torch.from_numpy(owners + 1)
@@ -177,11 +215,16 @@ class SameTarget:
         counts = np.maximum(ends - starts - 1, 0)
         owners = np.repeat(users, counts)
         # every prefix end p, user by user: ascending, since users and their items are stored in order
-        self.positions = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(
-            starts + 1, counts)
+        self.positions = (
+            np.arange(counts.sum())
+            - np.repeat(np.cumsum(counts) - counts, counts)
+            + np.repeat(starts + 1, counts)
+        )
         order = np.argsort(split.items[self.positions], kind="stable")  # grouped by next item
         self.by_target, self.owners = self.positions[order], owners[order]
-        self.rank = np.empty(len(order), dtype=np.int64)  # prefix i of `positions` sits at rank[i] in by_target
+        self.rank = np.empty(
+            len(order), dtype=np.int64
+        )  # prefix i of `positions` sits at rank[i] in by_target
         self.rank[order] = np.arange(len(order))
         self.first = np.searchsorted(split.items[self.by_target], np.arange(split.num_items + 2))  # per item
         self.items, self.starts = split.items, split.starts
@@ -203,8 +246,9 @@ class SameTarget:
         return left_padded_windows(self.items, begin, ends, width), owners
 
 
-def relative_times(split: LeaveOneOut, starts: np.ndarray, ends: np.ndarray, width: int,
-                   hidden: np.ndarray | None = None) -> np.ndarray:
+def relative_times(
+    split: LeaveOneOut, starts: np.ndarray, ends: np.ndarray, width: int, hidden: np.ndarray | None = None
+) -> np.ndarray:
     """(B, width) float64 seconds of each window item of left_padded_windows(items, starts, ends, width) before
     the window's last item (<= 0; padding 0). float64: float32 holds whole seconds only up to ~194 days, and a
     10-year window would round a 50 s gap to 32 s (a different bucket).
@@ -223,22 +267,26 @@ def relative_times(split: LeaveOneOut, starts: np.ndarray, ends: np.ndarray, wid
     return np.where(real, t - t[:, -1:], 0.0)
 
 
-def eval_times(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, task: str,
-               max_len: int) -> torch.Tensor:
+def eval_times(
+    split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, task: str, max_len: int
+) -> torch.Tensor:
     """The relative times of `eval_inputs`' windows; AE's appended mask token takes the last history item's."""
     if split.timestamp is None:
         from modsar.errors import ModsarError
 
-        raise ModsarError("this model reads timestamps (model.time_bias), and the dataset it is evaluated on has "
-                          "none; use the timestamped dataset it was trained on (check --data-dir)")
+        raise ModsarError(
+            "this model reads timestamps (model.time_bias), and the dataset it is evaluated on has "
+            "none; use the timestamped dataset it was trained on (check --data-dir)"
+        )
     times = relative_times(split, split.starts[users], history_end, max_len)
     if task == "ae":
         times = np.concatenate([times, np.zeros((len(users), 1), np.float64)], axis=1)
     return torch.from_numpy(times)
 
 
-def eval_inputs(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, task: str,
-                max_len: int) -> torch.Tensor:
+def eval_inputs(
+    split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, task: str, max_len: int
+) -> torch.Tensor:
     """Left-padded model inputs for evaluation; AE appends the mask token after the history."""
     window = left_padded_windows(split.items, split.starts[users], history_end, max_len)
     if task == "ae":

@@ -49,8 +49,12 @@ class Interactions:
                 return None
             return np.concatenate(arrays)
 
-        return Interactions(np.concatenate([p.user for p in parts]), np.concatenate([p.item for p in parts]),
-                            cat("timestamp"), cat("rating"))
+        return Interactions(
+            np.concatenate([p.user for p in parts]),
+            np.concatenate([p.item for p in parts]),
+            cat("timestamp"),
+            cat("rating"),
+        )
 
 
 def read_text(path: Path) -> str:
@@ -73,20 +77,27 @@ def _lines(path: Path, text: str) -> list[tuple[int, str]]:
     return lines
 
 
-def _ints(path: Path, numbered: list[tuple[int, str]], id_tokens: list[list[str]],
-          arrays: list[list[str]]) -> list[np.ndarray]:
+def _ints(
+    path: Path, numbered: list[tuple[int, str]], id_tokens: list[list[str]], arrays: list[list[str]]
+) -> list[np.ndarray]:
     """Convert `arrays` of id strings to int64; on failure name the first line whose `id_tokens` is bad."""
     try:
         return [np.asarray(a, dtype=np.int64) for a in arrays]
     except (ValueError, OverflowError):
         for (n, line), toks in zip(numbered, id_tokens, strict=True):
             for tok in toks:
-                if not tok.lstrip("-").isdecimal() or not tok.lstrip("-").isascii():  # '²' is a digit, not a number
-                    raise ModsarError(f"{path}:{n}: id '{tok}' is not an integer id (line: {line.strip()[:60]!r}); "
-                                      "use --format inter for string tokens") from None
+                if (
+                    not tok.lstrip("-").isdecimal() or not tok.lstrip("-").isascii()
+                ):  # '²' is a digit, not a number
+                    raise ModsarError(
+                        f"{path}:{n}: id '{tok}' is not an integer id (line: {line.strip()[:60]!r}); "
+                        "use --format inter for string tokens"
+                    ) from None
                 if not -(2**63) <= int(tok) < 2**63:
-                    raise ModsarError(f"{path}:{n}: id '{tok[:30]}' does not fit in 64 bits (line: "
-                                      f"{line.strip()[:60]!r}); use --format inter to read ids as string tokens") from None
+                    raise ModsarError(
+                        f"{path}:{n}: id '{tok[:30]}' does not fit in 64 bits (line: "
+                        f"{line.strip()[:60]!r}); use --format inter to read ids as string tokens"
+                    ) from None
         raise
 
 
@@ -95,8 +106,10 @@ def _read_pairs(path: Path, text: str) -> Interactions:
     rows = [line.split() for _, line in numbered]
     for (n, line), row in zip(numbered, rows, strict=True):
         if len(row) != 2:
-            raise ModsarError(f"{path}:{n}: expected 'user item' (2 fields), got {len(row)}: {line.strip()[:60]!r}"
-                              "; use --format to choose another format")
+            raise ModsarError(
+                f"{path}:{n}: expected 'user item' (2 fields), got {len(row)}: {line.strip()[:60]!r}"
+                "; use --format to choose another format"
+            )
     (flat,) = _ints(path, numbered, rows, [[tok for row in rows for tok in row]])
     return Interactions(flat[0::2], flat[1::2])
 
@@ -120,13 +133,21 @@ def _read_sessions(path: Path, text: str) -> Interactions:
     return Interactions(np.repeat(np.arange(1, len(rows) + 1), lengths), items)
 
 
-def _read_delimited(path: Path, numbered: list[tuple[int, str]], sep: str, columns: dict[str, int],
-                    ncols: int, token_ids: bool) -> Interactions:
+def _read_delimited(
+    path: Path,
+    numbered: list[tuple[int, str]],
+    sep: str,
+    columns: dict[str, int],
+    ncols: int,
+    token_ids: bool,
+) -> Interactions:
     rows = [line.rstrip("\r\n").split(sep) for _, line in numbered]
     for (n, line), row in zip(numbered, rows, strict=True):
         if len(row) != ncols:
-            raise ModsarError(f"{path}:{n}: expected {ncols} fields separated by {sep!r}, got {len(row)}: "
-                              f"{line.strip()[:60]!r}")
+            raise ModsarError(
+                f"{path}:{n}: expected {ncols} fields separated by {sep!r}, got {len(row)}: "
+                f"{line.strip()[:60]!r}"
+            )
     cols = {name: [r[i].strip() for r in rows] for name, i in columns.items()}
     if token_ids:  # RecBole tokens are strings by definition; keep them as such
         user, item = np.asarray(cols["user"]), np.asarray(cols["item"])
@@ -144,7 +165,9 @@ def _read_delimited(path: Path, numbered: list[tuple[int, str]], sep: str, colum
                 raise ModsarError(f"{path}:{n}: {name} '{cols[name][bad]}' is not a number") from None
             if not np.isfinite(floats[name]).all():  # 'nan' and 'inf' parse, but order or filter nothing
                 bad = int(np.flatnonzero(~np.isfinite(floats[name]))[0])
-                raise ModsarError(f"{path}:{numbered[bad][0]}: {name} '{cols[name][bad]}' is not a finite number")
+                raise ModsarError(
+                    f"{path}:{numbered[bad][0]}: {name} '{cols[name][bad]}' is not a finite number"
+                )
     return Interactions(user, item, floats.get("timestamp"), floats.get("rating"))
 
 
@@ -161,7 +184,9 @@ def _read_inter(path: Path, text: str) -> Interactions:
     header = [h.strip() for h in numbered[0][1].rstrip("\r\n").split("\t")]
     names = [h.split(":")[0] for h in header]
     if not all(":" in h for h in header):
-        raise ModsarError(f"{path}:1: RecBole header fields must be 'name:type' (e.g. user_id:token); got {header}")
+        raise ModsarError(
+            f"{path}:1: RecBole header fields must be 'name:type' (e.g. user_id:token); got {header}"
+        )
     columns = {}
     for want, key in (("user_id", "user"), ("item_id", "item")):
         if want not in names:
@@ -183,8 +208,10 @@ def _read_ml_csv(path: Path, text: str) -> Interactions:
     columns = {}
     for want, key in (("userId", "user"), ("movieId", "item")):
         if want not in header:
-            raise ModsarError(f"{path}:1: missing column '{want}' in the CSV header {header} "
-                              "(expected MovieLens ratings.csv: userId,movieId,rating,timestamp)")
+            raise ModsarError(
+                f"{path}:1: missing column '{want}' in the CSV header {header} "
+                "(expected MovieLens ratings.csv: userId,movieId,rating,timestamp)"
+            )
         columns[key] = header.index(want)
     for want, key in (("timestamp", "timestamp"), ("rating", "rating")):
         if want in header:
@@ -198,8 +225,14 @@ def _read_ml_dat(path: Path, text: str) -> Interactions:
     return _read_delimited(path, numbered, "::", columns, 4, token_ids=False)
 
 
-READERS = {"pairs": _read_pairs, "user-lines": _read_user_lines, "inter": _read_inter,
-           "ml-csv": _read_ml_csv, "ml-dat": _read_ml_dat, "sessions": _read_sessions}
+READERS = {
+    "pairs": _read_pairs,
+    "user-lines": _read_user_lines,
+    "inter": _read_inter,
+    "ml-csv": _read_ml_csv,
+    "ml-dat": _read_ml_dat,
+    "sessions": _read_sessions,
+}
 
 
 def _readable_as(path: Path, head: list[str]) -> list[str]:
@@ -248,13 +281,17 @@ def detect_format(path: Path, text: str, prefer: str | None = None) -> str:
     if prefer in fits:
         return str(prefer)
     if not fits:
-        raise ModsarError(f"cannot tell the format of '{path}' from its first lines: none of the formats reads "
-                          f"them (ids must be integers except in .inter files); pass --format with one of: "
-                          f"{', '.join(FORMATS)}")
+        raise ModsarError(
+            f"cannot tell the format of '{path}' from its first lines: none of the formats reads "
+            f"them (ids must be integers except in .inter files); pass --format with one of: "
+            f"{', '.join(FORMATS)}"
+        )
     others = [f for f in FORMATS if f != fits[0]]
     could = fits[0] if len(fits) == 1 else f"{', '.join(fits[:-1])} or {fits[-1]}"
-    raise ModsarError(f"cannot tell the format of '{path}' from its first lines: it could be {could}; pass "
-                      f"--format {fits[0]} (or another of: {', '.join(others)})")
+    raise ModsarError(
+        f"cannot tell the format of '{path}' from its first lines: it could be {could}; pass "
+        f"--format {fits[0]} (or another of: {', '.join(others)})"
+    )
 
 
 def resolve_format(path: Path, fmt: str = "auto", prefer: str | None = None) -> str:
@@ -271,7 +308,7 @@ def read_head(path: Path, size: int = 1 << 20) -> str:
     if not path.is_file():
         raise ModsarError(f"source file '{path}' does not exist")
     try:
-        with (gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")) as stream:
+        with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as stream:
             raw = stream.read(size)
             if stream.read(1):  # more follows: drop the partial last line
                 raw = raw[: raw.rfind(b"\n") + 1] or raw
@@ -292,15 +329,26 @@ def fast_ml_csv(path: Path) -> Interactions | None:
     import pyarrow.csv as pacsv
 
     try:  # a .gz name is decompressed by pyarrow itself; quotes are not MovieLens's, so they fail as ids do
-        table = pacsv.read_csv(path, parse_options=pacsv.ParseOptions(quote_char=False),
-                               convert_options=pacsv.ConvertOptions(column_types=ML_CSV_TYPES))
+        table = pacsv.read_csv(
+            path,
+            parse_options=pacsv.ParseOptions(quote_char=False),
+            convert_options=pacsv.ConvertOptions(column_types=ML_CSV_TYPES),
+        )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
         return None
     names = table.column_names
     if not {"userId", "movieId"} <= set(names) or len(set(names)) < len(names) or not table.num_rows:
         return None
-    columns = {key: table[name] for name, key in (("userId", "user"), ("movieId", "item"), ("timestamp", "timestamp"),
-                                                  ("rating", "rating")) if name in names}
+    columns = {
+        key: table[name]
+        for name, key in (
+            ("userId", "user"),
+            ("movieId", "item"),
+            ("timestamp", "timestamp"),
+            ("rating", "rating"),
+        )
+        if name in names
+    }
     if any(c.null_count for c in columns.values()):
         return None
     arrays = {k: c.to_numpy() for k, c in columns.items()}

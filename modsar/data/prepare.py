@@ -25,8 +25,13 @@ class PrepareOptions:
     min_rating: float | None = None
 
     def to_dict(self) -> dict:
-        return {"min_user_count": self.min_user_count, "min_item_count": self.min_item_count,
-                "kcore": self.kcore, "dedup_consecutive": self.dedup_consecutive, "min_rating": self.min_rating}
+        return {
+            "min_user_count": self.min_user_count,
+            "min_item_count": self.min_item_count,
+            "kcore": self.kcore,
+            "dedup_consecutive": self.dedup_consecutive,
+            "min_rating": self.min_rating,
+        }
 
 
 @dataclass
@@ -83,15 +88,18 @@ def prepare_log(log: Interactions, options: PrepareOptions, source: str = "the s
             break
 
     if not len(log):
-        raise ModsarError(f"nothing is left of {source} after filtering (min_user_count={options.min_user_count}, "
-                          f"min_item_count={options.min_item_count}, min_rating={options.min_rating}); "
-                          "lower the thresholds")
+        raise ModsarError(
+            f"nothing is left of {source} after filtering (min_user_count={options.min_user_count}, "
+            f"min_item_count={options.min_item_count}, min_rating={options.min_rating}); "
+            "lower the thresholds"
+        )
     raw_users, user = np.unique(log.user, return_inverse=True)
     raw_items, item = np.unique(log.item, return_inverse=True)
     order = np.argsort(user, kind="stable")  # raw user ids may not sort like their first appearance
     ts = None if log.timestamp is None else log.timestamp[order]
-    return PreparedLog((user[order] + 1).astype(np.int32), (item[order] + 1).astype(np.int32), ts,
-                       raw_users, raw_items)
+    return PreparedLog(
+        (user[order] + 1).astype(np.int32), (item[order] + 1).astype(np.int32), ts, raw_users, raw_items
+    )
 
 
 def density(interactions: int, users: int, items: int) -> float:
@@ -117,9 +125,13 @@ def statistics(user: np.ndarray, num_users: int, num_items: int) -> dict:
     evaluated: only users with 3+ interactions get a validation and a test target."""
     lengths = np.bincount(user, minlength=num_users + 1)[1:]
     n = int(lengths.sum())
-    return {"users": int(num_users), "items": int(num_items), "interactions": n,
-            "avg_length": round(n / max(num_users, 1), 4),
-            "min_length": int(lengths.min()) if len(lengths) else 0,
-            "max_length": int(lengths.max()) if len(lengths) else 0,
-            "density": float(f"{density(n, num_users, num_items):.6g}"),  # 6 significant digits at any size
-            "evaluable_users": int((lengths >= EVALUABLE_LENGTH).sum())}
+    return {
+        "users": int(num_users),
+        "items": int(num_items),
+        "interactions": n,
+        "avg_length": round(n / max(num_users, 1), 4),
+        "min_length": int(lengths.min()) if len(lengths) else 0,
+        "max_length": int(lengths.max()) if len(lengths) else 0,
+        "density": float(f"{density(n, num_users, num_items):.6g}"),  # 6 significant digits at any size
+        "evaluable_users": int((lengths >= EVALUABLE_LENGTH).sum()),
+    }

@@ -60,8 +60,12 @@ class Corpus:
     def truncated(self, budget: int) -> Corpus:
         """The first `budget` symbols (whole sequences, the last one cut), for a matched-budget comparison."""
         budget = min(budget, len(self.items))
-        kept = self.offsets[: int(np.searchsorted(self.offsets, budget, side="left"))]  # sequence starts < budget
-        return Corpus(self.name, self.items[:budget], np.append(kept, budget).astype(np.int64), self.num_items)
+        kept = self.offsets[
+            : int(np.searchsorted(self.offsets, budget, side="left"))
+        ]  # sequence starts < budget
+        return Corpus(
+            self.name, self.items[:budget], np.append(kept, budget).astype(np.int64), self.num_items
+        )
 
     def shuffled(self, seed: int) -> Corpus:
         """Every sequence's items in a random order (a permutation inside each sequence)."""
@@ -102,10 +106,13 @@ def powerlaw_mle(values: np.ndarray, min_tail: int = 50) -> dict[str, float]:
     candidates = np.unique(x)
     candidates = candidates[len(x) - np.searchsorted(x, candidates) >= min_tail]
     for x_min in candidates:
-        tail = x[np.searchsorted(x, x_min):]
+        tail = x[np.searchsorted(x, x_min) :]
         n, log_sum = len(tail), float(np.log(tail).sum())
-        fit = minimize_scalar(lambda a: n * math.log(zeta(a, x_min)) + a * log_sum,  # noqa: B023
-                              bounds=ALPHA_BOUNDS, method="bounded")
+        fit = minimize_scalar(
+            lambda a: n * math.log(zeta(a, x_min)) + a * log_sum,  # noqa: B023
+            bounds=ALPHA_BOUNDS,
+            method="bounded",
+        )
         alpha = float(fit.x)
         support, first = np.unique(tail, return_index=True)
         empirical = first / n  # P(X < x) at each distinct tail value
@@ -113,11 +120,15 @@ def powerlaw_mle(values: np.ndarray, min_tail: int = 50) -> dict[str, float]:
         ks = float(np.abs(empirical - cdf).max())
         if ks < best["ks"]:
             best = {"alpha": alpha, "x_min": float(x_min), "ks": ks, "tail": n}
-    best["at_bound"] = float(min(abs(best["alpha"] - b) for b in ALPHA_BOUNDS) < 1e-3) if best["tail"] else 0.0
+    best["at_bound"] = (
+        float(min(abs(best["alpha"] - b) for b in ALPHA_BOUNDS) < 1e-3) if best["tail"] else 0.0
+    )
     return best
 
 
-def permutation_patterns(values: np.ndarray, offsets: np.ndarray, order: int) -> tuple[np.ndarray, np.ndarray]:
+def permutation_patterns(
+    values: np.ndarray, offsets: np.ndarray, order: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(pattern code, sequence) of every window of `order` consecutive values inside one sequence. The pattern
     is the stable argsort of the window (ties by order of occurrence), coded in base `order`."""
     if len(values) < order:
@@ -159,7 +170,9 @@ def bits_per_symbol(corpus: Corpus) -> dict[str, float]:
     """lzma and zlib bits per item of the fixed-width sequences, a 0 between sequences."""
     dtype = np.uint16 if corpus.num_items < 65535 else np.uint32
     stream = np.zeros(len(corpus.items) + len(corpus.offsets) - 1, dtype=dtype)
-    positions = np.arange(len(corpus.items)) + np.repeat(np.arange(len(corpus.offsets) - 1), np.diff(corpus.offsets))
+    positions = np.arange(len(corpus.items)) + np.repeat(
+        np.arange(len(corpus.offsets) - 1), np.diff(corpus.offsets)
+    )
     stream[positions] = corpus.items  # sequence u's items shift by u separators
     raw = stream.tobytes()
     n = max(len(corpus.items), 1)
@@ -184,17 +197,27 @@ def mutual_information(corpus: Corpus, gap: int, seed: int = 0) -> dict[str, flo
     plug_in = (h_a + h_b - _entropy(cells)) / ln2
     permuted = (h_a + h_b - _entropy(joint(np.random.default_rng([seed, gap]).permutation(b)))) / ln2
     k_a, k_b = int((count_a > 0).sum()), int((count_b > 0).sum())
-    return {"plugin": plug_in, "permuted": permuted,
-            "miller_madow": plug_in + (k_a + k_b - len(cells) - 1) / (2 * len(first) * ln2)}
+    return {
+        "plugin": plug_in,
+        "permuted": permuted,
+        "miller_madow": plug_in + (k_a + k_b - len(cells) - 1) / (2 * len(first) * ln2),
+    }
 
 
-def profile(corpus: Corpus, orders: tuple[int, ...] = ORDERS, max_gap: int = MAX_GAP, seed: int = 0,
-            progress: bool = True) -> dict[str, Any]:
+def profile(
+    corpus: Corpus,
+    orders: tuple[int, ...] = ORDERS,
+    max_gap: int = MAX_GAP,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Every measure of `corpus` and of its shuffled copy, as one JSON-able dict (names fixed for scripts)."""
     started = time.perf_counter()
     shuffled = corpus.shuffled(seed)
     steps = 3 + len(orders) + max_gap
-    bar = tqdm(total=steps, desc=f"profile {corpus.name}", unit="measure", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(
+        total=steps, desc=f"profile {corpus.name}", unit="measure", disable=not progress, dynamic_ncols=True
+    )
     counts = np.bincount(corpus.items, minlength=corpus.num_items + 1)[1:]
     ranked = np.sort(counts[counts > 0])[::-1]
     r_max = min(len(ranked), max(10, math.ceil(0.1 * len(ranked))))
@@ -202,17 +225,25 @@ def profile(corpus: Corpus, orders: tuple[int, ...] = ORDERS, max_gap: int = MAX
     top = max(1, math.ceil(0.01 * len(ranked)))
     bar.update()
     out: dict[str, Any] = {
-        "dataset": corpus.name, "symbols": len(corpus.items), "sequences": len(corpus.offsets) - 1,
+        "dataset": corpus.name,
+        "symbols": len(corpus.items),
+        "sequences": len(corpus.offsets) - 1,
         "distinct_items": len(ranked),
-        "zipf_exponent_ols": zipf_ols(ranked, r_max), "zipf_ols_ranks": [1, r_max],
+        "zipf_exponent_ols": zipf_ols(ranked, r_max),
+        "zipf_ols_ranks": [1, r_max],
         "zipf_exponent_mle": 1.0 / (mle["alpha"] - 1.0) if math.isfinite(mle["alpha"]) else math.nan,
-        "powerlaw_alpha": mle["alpha"], "powerlaw_x_min": mle["x_min"], "powerlaw_ks": mle["ks"],
+        "powerlaw_alpha": mle["alpha"],
+        "powerlaw_x_min": mle["x_min"],
+        "powerlaw_ks": mle["ks"],
         "powerlaw_alpha_at_bound": bool(mle["at_bound"]),
-        "powerlaw_tail_items": mle["tail"], "top1pct_mass": float(ranked[:top].sum() / ranked.sum()),
+        "powerlaw_tail_items": mle["tail"],
+        "top1pct_mass": float(ranked[:top].sum() / ranked.sum()),
         "unigram_entropy_bits": _entropy(ranked) / math.log(2),
     }
-    ranks, ranks_shuffled = popularity_ranks(corpus.items, corpus.num_items), popularity_ranks(
-        shuffled.items, corpus.num_items)
+    ranks, ranks_shuffled = (
+        popularity_ranks(corpus.items, corpus.num_items),
+        popularity_ranks(shuffled.items, corpus.num_items),
+    )
     out["permutation_entropy"], out["permutation_entropy_per_user"] = {}, {}
     out["permutation_entropy_shuffled"], out["permutation_entropy_users"] = {}, {}
     out["permutation_entropy_per_user_shuffled"] = {}  # short sequences alone pull the per-user mean down
@@ -225,9 +256,12 @@ def profile(corpus: Corpus, orders: tuple[int, ...] = ORDERS, max_gap: int = MAX
         out["permutation_entropy_per_user_shuffled"][str(m)] = per_user_shuffled
         bar.update()
     compressed, compressed_shuffled = bits_per_symbol(corpus), bits_per_symbol(shuffled)
-    out |= {"bits_per_symbol_lzma": compressed["lzma"], "bits_per_symbol_zlib": compressed["zlib"],
-            "bits_per_symbol_lzma_shuffled": compressed_shuffled["lzma"],
-            "bits_per_symbol_zlib_shuffled": compressed_shuffled["zlib"]}
+    out |= {
+        "bits_per_symbol_lzma": compressed["lzma"],
+        "bits_per_symbol_zlib": compressed["zlib"],
+        "bits_per_symbol_lzma_shuffled": compressed_shuffled["lzma"],
+        "bits_per_symbol_zlib_shuffled": compressed_shuffled["zlib"],
+    }
     bar.update()
     for key in ("mi_decay", "mi_decay_shuffled", "mi_decay_plugin", "mi_decay_miller_madow"):
         out[key] = []

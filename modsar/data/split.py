@@ -22,12 +22,22 @@ class LeaveOneOut:
     timestamp: np.ndarray | None = None  # float64 seconds aligned with items, where the dataset has them
 
     @classmethod
-    def from_log(cls, user: np.ndarray, item: np.ndarray, num_users: int, num_items: int,
-                 timestamp: np.ndarray | None = None) -> LeaveOneOut:
+    def from_log(
+        cls,
+        user: np.ndarray,
+        item: np.ndarray,
+        num_users: int,
+        num_items: int,
+        timestamp: np.ndarray | None = None,
+    ) -> LeaveOneOut:
         counts = np.bincount(user, minlength=num_users + 1)[1:]
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        return cls(item.astype(np.int64), offsets, num_items,
-                   None if timestamp is None else timestamp.astype(np.float64))
+        return cls(
+            item.astype(np.int64),
+            offsets,
+            num_items,
+            None if timestamp is None else timestamp.astype(np.float64),
+        )
 
     @property
     def num_users(self) -> int:
@@ -90,8 +100,17 @@ class TemporalSplit(LeaveOneOut):
         return self.timestamp
 
     @classmethod
-    def from_timed_log(cls, user: np.ndarray, item: np.ndarray, timestamp: np.ndarray, num_users: int,
-                       num_items: int, valid_cut: float, test_cut: float, every: bool = False) -> TemporalSplit:
+    def from_timed_log(
+        cls,
+        user: np.ndarray,
+        item: np.ndarray,
+        timestamp: np.ndarray,
+        num_users: int,
+        num_items: int,
+        valid_cut: float,
+        test_cut: float,
+        every: bool = False,
+    ) -> TemporalSplit:
         """The split of a user-major log; refuses one whose events are not in time order within each user
         (a history would then not end at its latest event) and cuts that leave a window without targets."""
         from modsar.errors import ModsarError
@@ -100,19 +119,25 @@ class TemporalSplit(LeaveOneOut):
         timestamp = timestamp.astype(np.float64)
         same_user = user[1:] == user[:-1]
         if (same_user & (timestamp[1:] < timestamp[:-1])).any():
-            raise ModsarError("temporal split: events are not in time order within each user; prepare the log "
-                              "with `modsar data prepare` (it sorts by timestamp)")
+            raise ModsarError(
+                "temporal split: events are not in time order within each user; prepare the log "
+                "with `modsar data prepare` (it sorts by timestamp)"
+            )
         if not valid_cut < test_cut:
-            raise ModsarError(f"temporal split: the validation cut ({when(valid_cut)}) must come before the test "
-                              f"cut ({when(test_cut)}); with many equal timestamps, pick quantiles further apart or "
-                              "dates")
+            raise ModsarError(
+                f"temporal split: the validation cut ({when(valid_cut)}) must come before the test "
+                f"cut ({when(test_cut)}); with many equal timestamps, pick quantiles further apart or "
+                "dates"
+            )
         split = cls(base.items, base.offsets, num_items, timestamp, valid_cut, test_cut, every)
         for which in ("valid", "test"):
             if not len(split.targets(which)[0]):
-                raise ModsarError(f"temporal split: no {which} target (cuts {when(valid_cut)} and "
-                                  f"{when(test_cut)}; the data spans {when(timestamp.min())} to "
-                                  f"{when(timestamp.max())}); move the cuts "
-                                  "inside the data (data.split_valid / data.split_test, or data.split_dates)")
+                raise ModsarError(
+                    f"temporal split: no {which} target (cuts {when(valid_cut)} and "
+                    f"{when(test_cut)}; the data spans {when(timestamp.min())} to "
+                    f"{when(timestamp.max())}); move the cuts "
+                    "inside the data (data.split_valid / data.split_test, or data.split_dates)"
+                )
         return split
 
     @property
@@ -143,7 +168,9 @@ class TemporalSplit(LeaveOneOut):
             positions = positions[np.unique(owner[positions], return_index=True)[1]]
         users, history_end = owner[positions], ends[positions]
         if len(positions) and not (self.stamps[history_end - 1] < self.stamps[positions]).all():
-            raise AssertionError("temporal split: a history reaches the time of its target")  # never, by construction
+            raise AssertionError(
+                "temporal split: a history reaches the time of its target"
+            )  # never, by construction
         return users, history_end, self.items[positions]
 
 
@@ -154,7 +181,9 @@ def left_padded_windows(items: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     return np.where(real, items[np.clip(idx, 0, max(len(items) - 1, 0))], 0)
 
 
-def history_index(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def history_index(
+    split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(row, item) pairs of every history item of each user in the batch, as flat arrays."""
     starts = split.starts[users]
     lengths = history_end - starts
@@ -169,13 +198,25 @@ def make_split(cfg, dataset) -> LeaveOneOut:
     from modsar.errors import ModsarError
 
     if cfg.data.split == "loo":
-        return LeaveOneOut.from_log(dataset.user, dataset.item, dataset.num_users, dataset.num_items, dataset.timestamp)
+        return LeaveOneOut.from_log(
+            dataset.user, dataset.item, dataset.num_users, dataset.num_items, dataset.timestamp
+        )
     if dataset.timestamp is None:
-        raise ModsarError(f"data.split=temporal needs timestamps, and dataset '{dataset.name}' has none; use "
-                          "data.split=loo or prepare a timestamped log (ml-csv, ml-dat, inter with timestamps)")
+        raise ModsarError(
+            f"data.split=temporal needs timestamps, and dataset '{dataset.name}' has none; use "
+            "data.split=loo or prepare a timestamped log (ml-csv, ml-dat, inter with timestamps)"
+        )
     valid_cut, test_cut = cut_times(cfg.data, dataset.timestamp)
-    return TemporalSplit.from_timed_log(dataset.user, dataset.item, dataset.timestamp, dataset.num_users,
-                                        dataset.num_items, valid_cut, test_cut, cfg.data.split_targets == "every")
+    return TemporalSplit.from_timed_log(
+        dataset.user,
+        dataset.item,
+        dataset.timestamp,
+        dataset.num_users,
+        dataset.num_items,
+        valid_cut,
+        test_cut,
+        cfg.data.split_targets == "every",
+    )
 
 
 def parse_dates(text: str):
@@ -192,12 +233,14 @@ def parse_dates(text: str):
         try:
             date = dt.datetime.fromisoformat(part)
         except ValueError:
-            raise ValueError(f"needs two ISO dates, and {part!r} is not one (YYYY-MM-DD or "
-                             "YYYY-MM-DDTHH:MM[+HH:MM])") from None
+            raise ValueError(
+                f"needs two ISO dates, and {part!r} is not one (YYYY-MM-DD or YYYY-MM-DDTHH:MM[+HH:MM])"
+            ) from None
         dates.append(date if date.tzinfo else date.replace(tzinfo=dt.timezone.utc))
     if not dates[0] < dates[1]:
-        raise ValueError(f"needs the validation cut before the test cut, and {parts[0]} is not before "
-                         f"{parts[1]}")
+        raise ValueError(
+            f"needs the validation cut before the test cut, and {parts[0]} is not before {parts[1]}"
+        )
     return dates[0], dates[1]
 
 

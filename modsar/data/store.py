@@ -71,7 +71,9 @@ def file_sha256(path: Path) -> str:
 
 def _check_name(name: str) -> None:
     if not name or "/" in name or name.startswith(".") or name.startswith("_"):
-        raise ModsarError(f"dataset name '{name}' is not usable as a folder name; use letters, digits, - or _")
+        raise ModsarError(
+            f"dataset name '{name}' is not usable as a folder name; use letters, digits, - or _"
+        )
 
 
 def _manifest_path(root: Path, name: str) -> Path:
@@ -113,17 +115,24 @@ def download(spec: DatasetSpec, root: Path, url: str | None = None) -> Path:
                 with open(tmp, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
                     shutil.copyfileobj(response, out)
             except (urllib.error.URLError, OSError) as exc:
-                raise ModsarError(f"download of '{spec.name}' from {url} failed: {exc}; check the network, or "
-                                  "download it yourself and pass --source PATH") from None
+                raise ModsarError(
+                    f"download of '{spec.name}' from {url} failed: {exc}; check the network, or "
+                    "download it yourself and pass --source PATH"
+                ) from None
             problem = _checksum_problem(spec, Path(tmp))
             if problem:
-                raise ModsarError(f"checksum mismatch for '{spec.name}' from {url}: {problem}; the file was "
-                                  "discarded")
+                raise ModsarError(
+                    f"checksum mismatch for '{spec.name}' from {url}: {problem}; the file was discarded"
+                )
     if spec.member:
         extracted = folder / Path(spec.member).name
         if not extracted.is_file():
-            with zipfile.ZipFile(target) as archive, archive.open(spec.member) as src, \
-                    atomic_write(extracted) as tmp, open(tmp, "wb") as out:
+            with (
+                zipfile.ZipFile(target) as archive,
+                archive.open(spec.member) as src,
+                atomic_write(extracted) as tmp,
+                open(tmp, "wb") as out,
+            ):
                 shutil.copyfileobj(src, out)
         return extracted
     return target
@@ -133,10 +142,18 @@ def _md5(path: Path) -> str:
     return hashlib.md5(path.read_bytes()).hexdigest()
 
 
-def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str = "auto",
-                    options: PrepareOptions | None = None, root: str | Path | None = None,
-                    max_len: int | None = None, download_missing: bool = False, url: str | None = None,
-                    force: bool = False, spec: DatasetSpec | None = None) -> tuple[dict, bool]:
+def prepare_dataset(
+    name: str,
+    sources: list[str | Path] | None = None,
+    fmt: str = "auto",
+    options: PrepareOptions | None = None,
+    root: str | Path | None = None,
+    max_len: int | None = None,
+    download_missing: bool = False,
+    url: str | None = None,
+    force: bool = False,
+    spec: DatasetSpec | None = None,
+) -> tuple[dict, bool]:
     """Import + prepare `name` and store it. Returns (manifest, reused_existing).
 
     For a registry name the usual preprocessing and max length apply unless `options`/`max_len` are given.
@@ -146,7 +163,9 @@ def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str
     _check_name(name)
     limit = SIZE_LIMITS["data.max_len"]
     if max_len is not None and not 1 <= max_len <= limit:
-        raise ModsarError(f"--max-len must be between 1 and {limit:,} (the history items a model sees); got {max_len}")
+        raise ModsarError(
+            f"--max-len must be between 1 and {limit:,} (the history items a model sees); got {max_len}"
+        )
     root = data_root(root)
     remove_stale_staging(root, name)  # what a killed prepare of this name left behind
     spec = spec or get_spec(name)
@@ -167,8 +186,10 @@ def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str
             if spec is None:
                 raise ModsarError(f"'{name}' is not a known benchmark, so it needs --source PATH")
             if not download_missing:
-                raise ModsarError(f"no --source given for '{name}'; pass --source PATH to a local copy, or "
-                                  f"--download to fetch it from {spec.url or 'its source'}")
+                raise ModsarError(
+                    f"no --source given for '{name}'; pass --source PATH to a local copy, or "
+                    f"--download to fetch it from {spec.url or 'its source'}"
+                )
             sources = [download(spec, root, url)]
         paths = [Path(s).expanduser() for s in sources]
         for path in paths:
@@ -180,13 +201,19 @@ def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str
     max_len = max_len or 50
 
     existing = read_manifest(name, root)
-    request = {"sources": [{k: v for k, v in s.items() if k != "path"} for s in source_facts],
-               "options": options.to_dict(), "max_len": max_len, "format": fmt}
+    request = {
+        "sources": [{k: v for k, v in s.items() if k != "path"} for s in source_facts],
+        "options": options.to_dict(),
+        "max_len": max_len,
+        "format": fmt,
+    }
     if existing is not None and not force and not _stale_generated(name, existing):
         if _same_preparation(existing, request, formats):
             return existing, True
-        raise ModsarError(f"dataset '{name}' already exists in {root} with other sources or options; "
-                          "pass --force to replace it, or choose another name")
+        raise ModsarError(
+            f"dataset '{name}' already exists in {root} with other sources or options; "
+            "pass --force to replace it, or choose another name"
+        )
 
     if generated:
         raw = synthetic.GENERATORS[name].generate(**synthetic.GENERATORS[name].options)
@@ -202,34 +229,52 @@ def prepare_dataset(name: str, sources: list[str | Path] | None = None, fmt: str
                 offset += int(part.user.max())
             raw.user = np.concatenate(users)
     where = ", ".join(str(s.get("path", f"the '{name}' generator")) for s in source_facts)
-    if spec is not None and options.min_rating is not None and options.min_rating == spec.min_rating \
-            and raw.rating is None:
+    if (
+        spec is not None
+        and options.min_rating is not None
+        and options.min_rating == spec.min_rating
+        and raw.rating is None
+    ):
         # Refused rather than skipped: a benchmark name promises the benchmark's preprocessing, and a file
         # without ratings (say SASRec's pairs) cannot say which rows the filter would have dropped; skipping
         # it would store another dataset under the benchmark's name, compared with papers as if it were theirs.
-        raise ModsarError(f"'{name}' keeps only ratings >= {spec.min_rating:g} (its registry preprocessing), but "
-                          f"{where} ({', '.join(dict.fromkeys(formats))}) has no rating column; pass a file with "
-                          "ratings (or --download), or prepare this file under a name of your own, which has "
-                          "no rating filter")
+        raise ModsarError(
+            f"'{name}' keeps only ratings >= {spec.min_rating:g} (its registry preprocessing), but "
+            f"{where} ({', '.join(dict.fromkeys(formats))}) has no rating column; pass a file with "
+            "ratings (or --download), or prepare this file under a name of your own, which has "
+            "no rating filter"
+        )
     log = prepare_log(raw, options, source=where)
     stats = statistics(log.user, log.num_users, log.num_items)
     if not stats["evaluable_users"]:
         who = f"{stats['users']:,} user{'s' * (stats['users'] != 1)}"
-        raise ModsarError(f"{where}: no user has 3+ interactions after preparation ({who}, longest "
-                          f"history {stats['max_length']}), so leave-one-out has nothing to validate or "
-                          "test; the data needs users with 3+ interactions (lower --min-user-count / "
-                          "--min-item-count / --min-rating if filtering removed them)")
+        raise ModsarError(
+            f"{where}: no user has 3+ interactions after preparation ({who}, longest "
+            f"history {stats['max_length']}), so leave-one-out has nothing to validate or "
+            "test; the data needs users with 3+ interactions (lower --min-user-count / "
+            "--min-item-count / --min-rating if filtering removed them)"
+        )
     split = LeaveOneOut.from_log(log.user, log.item, log.num_users, log.num_items)
     if not (split.train_ends - split.starts >= 2).any():  # a training row needs an input and a label
-        raise ModsarError(f"{where}: no user has 2 training items (an input and its label) once the last two "
-                          "items of each user are held out for validation and test, so there is nothing to "
-                          "train on; the data needs some users with 4+ interactions")
+        raise ModsarError(
+            f"{where}: no user has 2 training items (an input and its label) once the last two "
+            "items of each user are held out for validation and test, so there is nothing to "
+            "train on; the data needs some users with 4+ interactions"
+        )
     for fact, used in zip(source_facts, formats, strict=True):
         fact["format"] = used
-    manifest = {"name": name, "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                "modsar_version": __version__, "sources": source_facts, "options": options.to_dict(),
-                "max_len": max_len, "statistics": stats, "raw_interactions": len(raw), "request": request,
-                "has_timestamp": log.timestamp is not None}
+    manifest = {
+        "name": name,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "modsar_version": __version__,
+        "sources": source_facts,
+        "options": options.to_dict(),
+        "max_len": max_len,
+        "statistics": stats,
+        "raw_interactions": len(raw),
+        "request": request,
+        "has_timestamp": log.timestamp is not None,
+    }
     if generated and options == PrepareOptions():  # filtering would break the planted structure's optimum
         generator = synthetic.GENERATORS[name]
         manifest["optimum"] = synthetic.optimum(generator.model(**generator.options), log)
@@ -254,8 +299,10 @@ def evaluation_warning(statistics: dict) -> str | None:
     if evaluable is None or not users or (users - evaluable) / users <= 0.5:
         return None
     lost = users - evaluable
-    return (f"{lost:,} of {users:,} users ({lost / users:.1%}) have fewer than 3 interactions and cannot be "
-            f"evaluated (leave-one-out); validation and test rest on the other {evaluable:,}")
+    return (
+        f"{lost:,} of {users:,} users ({lost / users:.1%}) have fewer than 3 interactions and cannot be "
+        f"evaluated (leave-one-out); validation and test rest on the other {evaluable:,}"
+    )
 
 
 STALE_STAGING_S = 6 * 3600  # a staging folder this old is left over, whoever made it (writing takes minutes)
@@ -293,8 +340,13 @@ def remove_stale_staging(root: Path, name: str) -> list[Path]:
         return removed
     for prefix in (f".staging-{name}-", f".old-{name}-"):
         for folder in root.glob(f"{glob.escape(prefix)}*"):
-            suffix = folder.name[len(prefix):]  # exactly mkdtemp's 8 characters: not another dataset's
-            if len(suffix) != 8 or not set(suffix) <= _TEMP_CHARS or not folder.is_dir() or folder.is_symlink():
+            suffix = folder.name[len(prefix) :]  # exactly mkdtemp's 8 characters: not another dataset's
+            if (
+                len(suffix) != 8
+                or not set(suffix) <= _TEMP_CHARS
+                or not folder.is_dir()
+                or folder.is_symlink()
+            ):
                 continue
             try:
                 old = time.time() - folder.stat().st_mtime > STALE_STAGING_S
@@ -315,8 +367,15 @@ def _write(root: Path, name: str, log: PreparedLog, manifest: dict) -> None:
             columns["timestamp"] = pa.array(log.timestamp)
         pq.write_table(pa.table(columns), staging / "interactions.parquet")
         raw_items = log.raw_items.astype(str) if log.raw_items.dtype.kind in "OUS" else log.raw_items
-        pq.write_table(pa.table({"item": pa.array(np.arange(1, log.num_items + 1, dtype=np.int32)),
-                                 "raw_id": pa.array(raw_items)}), staging / "items.parquet")
+        pq.write_table(
+            pa.table(
+                {
+                    "item": pa.array(np.arange(1, log.num_items + 1, dtype=np.int32)),
+                    "raw_id": pa.array(raw_items),
+                }
+            ),
+            staging / "items.parquet",
+        )
         (staging / "manifest.json").write_text(to_json(manifest) + "\n")
         (staging / ".owner").unlink()  # the dataset's folder holds its files only
         final = root / name
@@ -337,17 +396,27 @@ def _stale_generated(name: str, manifest: dict | None) -> bool:
     if manifest is None or not is_generated(name):
         return False
     sources = manifest.get("sources", [])
-    return bool(sources) and "generator" in sources[0] and sources[0] != {
-        **synthetic.GENERATORS[name].facts(), "format": "synthetic"}
+    return (
+        bool(sources)
+        and "generator" in sources[0]
+        and sources[0] != {**synthetic.GENERATORS[name].facts(), "format": "synthetic"}
+    )
 
 
 def load_dataset(name: str, root: str | Path | None = None) -> StoredDataset:
     """Load a prepared dataset; built-in generated ones are generated on first use (and when stale)."""
     root = data_root(root)
     manifest = read_manifest(name, root)
-    if manifest is not None and _stale_generated(name, manifest):  # keep the user's preparation options, refresh the data
-        manifest, _ = prepare_dataset(name, options=PrepareOptions(**manifest["options"]), root=root,
-                                      max_len=manifest["max_len"], force=True)
+    if manifest is not None and _stale_generated(
+        name, manifest
+    ):  # keep the user's preparation options, refresh the data
+        manifest, _ = prepare_dataset(
+            name,
+            options=PrepareOptions(**manifest["options"]),
+            root=root,
+            max_len=manifest["max_len"],
+            force=True,
+        )
     if manifest is None:
         if is_generated(name):
             manifest, _ = prepare_dataset(name, root=root)
@@ -355,12 +424,21 @@ def load_dataset(name: str, root: str | Path | None = None) -> StoredDataset:
             hint = f"modsar data prepare {name} --source PATH"
             if get_spec(name) is not None:
                 hint += " (or --download)"
-            raise ModsarError(f"dataset '{name}' is not prepared in {root}; run '{hint}' (see 'modsar data list')")
+            raise ModsarError(
+                f"dataset '{name}' is not prepared in {root}; run '{hint}' (see 'modsar data list')"
+            )
     table = pq.read_table(root / name / "interactions.parquet")
     stats = manifest["statistics"]
     timestamp = table.column("timestamp").to_numpy() if "timestamp" in table.column_names else None
-    return StoredDataset(name, table.column("user").to_numpy(), table.column("item").to_numpy(),
-                         stats["users"], stats["items"], manifest, timestamp)
+    return StoredDataset(
+        name,
+        table.column("user").to_numpy(),
+        table.column("item").to_numpy(),
+        stats["users"],
+        stats["items"],
+        manifest,
+        timestamp,
+    )
 
 
 def list_prepared(root: str | Path | None = None) -> list[dict]:
@@ -369,7 +447,9 @@ def list_prepared(root: str | Path | None = None) -> list[dict]:
         return []
     found = []
     for child in sorted(root.iterdir()):
-        listed = child.is_dir() and not child.name.startswith((".", "_")) and (child / "manifest.json").is_file()
+        listed = (
+            child.is_dir() and not child.name.startswith((".", "_")) and (child / "manifest.json").is_file()
+        )
         if listed and (manifest := read_manifest(child.name, root)) is not None:
             found.append(manifest)
     return found
@@ -388,5 +468,7 @@ def dataset_identity(manifest: dict) -> dict[str, str | None]:
     """What tells one preparation of a dataset from another: the sources' SHA-256 and the preprocessing
     options. Rows record it (dataset_sha256, dataset_preprocessing) and checkpoints too, so a checkpoint is
     never scored on a dataset prepared otherwise under the same name (modsar evaluate)."""
-    return {"dataset_preprocessing": json.dumps(manifest.get("options")) if manifest else None,
-            "dataset_sha256": ",".join(map(_source_hash, manifest.get("sources", []))) or None}
+    return {
+        "dataset_preprocessing": json.dumps(manifest.get("options")) if manifest else None,
+        "dataset_sha256": ",".join(map(_source_hash, manifest.get("sources", []))) or None,
+    }

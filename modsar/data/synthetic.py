@@ -55,8 +55,9 @@ def _log(seqs: np.ndarray, lengths: np.ndarray) -> Interactions:
 
 
 class PlantedModel(Protocol):
-    def predictive(self, split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray,
-                   generator_index: np.ndarray) -> np.ndarray:
+    def predictive(
+        self, split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, generator_index: np.ndarray
+    ) -> np.ndarray:
         """(len(users), N): P(target = item | history) for prepared item ids 1..N (columns 0..N-1)."""
         ...
 
@@ -78,24 +79,43 @@ class MarkovChain:
         np.add.at(probs, (rows, self.successors.ravel()), self.follow * np.tile(self.weights, m))
         return probs
 
-    def predictive(self, split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray,
-                   generator_index: np.ndarray) -> np.ndarray:
+    def predictive(
+        self, split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, generator_index: np.ndarray
+    ) -> np.ndarray:
         """First order: only the last history item matters."""
         previous = generator_index[split.items[history_end - 1] - 1]
         return self.transition()[previous][:, generator_index]
 
 
-def markov_chain(num_items: int, successors: int = 3, follow: float = 0.8, exponent: float = 0.8,
-                 seed: int = 0, **_: object) -> MarkovChain:
+def markov_chain(
+    num_items: int,
+    successors: int = 3,
+    follow: float = 0.8,
+    exponent: float = 0.8,
+    seed: int = 0,
+    **_: object,
+) -> MarkovChain:
     """The planted chain of `generate` with the same options (user options are ignored)."""
     rng, _users = _streams(seed)
     weights = np.array([0.6, 0.3, 0.1][:successors] + [0.0] * max(0, successors - 3))
-    return MarkovChain(zipf(num_items, exponent), rng.integers(0, num_items, size=(num_items, successors)),
-                       weights / weights.sum(), follow)
+    return MarkovChain(
+        zipf(num_items, exponent),
+        rng.integers(0, num_items, size=(num_items, successors)),
+        weights / weights.sum(),
+        follow,
+    )
 
 
-def generate(num_users: int = 1000, num_items: int = 300, min_len: int = 6, max_len: int = 30,
-             successors: int = 3, follow: float = 0.8, exponent: float = 0.8, seed: int = 0) -> Interactions:
+def generate(
+    num_users: int = 1000,
+    num_items: int = 300,
+    min_len: int = 6,
+    max_len: int = 30,
+    successors: int = 3,
+    follow: float = 0.8,
+    exponent: float = 0.8,
+    seed: int = 0,
+) -> Interactions:
     """The `synthetic` log: users follow the planted Markov chain from a popularity-drawn first item."""
     chain = markov_chain(num_items, successors, follow, exponent, seed)
     _structure, rng = _streams(seed)
@@ -119,14 +139,17 @@ class ClusterMixture:
 
     def posterior(self, counts: np.ndarray) -> np.ndarray:
         """(U, K) P(cluster | history) from (U, M) item counts: exact Bayes in log space."""
-        log_probs = np.log(np.maximum(self.item_probs, 1e-300))  # noise = 0: unseen items stay finite (0 * log)
+        log_probs = np.log(
+            np.maximum(self.item_probs, 1e-300)
+        )  # noise = 0: unseen items stay finite (0 * log)
         log_like = counts @ log_probs.T + np.log(self.prior)
         log_like -= log_like.max(1, keepdims=True)
         post = np.exp(log_like)
         return post / post.sum(1, keepdims=True)
 
-    def predictive(self, split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray,
-                   generator_index: np.ndarray) -> np.ndarray:
+    def predictive(
+        self, split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, generator_index: np.ndarray
+    ) -> np.ndarray:
         """sum_c P(c | history) P(item | c): the target is one more i.i.d. draw of the same cluster."""
         rows, items = history_index(split, users, history_end)
         counts = np.zeros((len(users), self.item_probs.shape[1]))
@@ -134,8 +157,15 @@ class ClusterMixture:
         return self.posterior(counts) @ self.item_probs[:, generator_index]
 
 
-def cluster_mixture(num_items: int, num_clusters: int = 20, cluster_size: int = 30, exponent: float = 1.0,
-                    noise: float = 0.1, seed: int = 0, **_: object) -> ClusterMixture:
+def cluster_mixture(
+    num_items: int,
+    num_clusters: int = 20,
+    cluster_size: int = 30,
+    exponent: float = 1.0,
+    noise: float = 0.1,
+    seed: int = 0,
+    **_: object,
+) -> ClusterMixture:
     """Clusters are random item subsets (they may overlap) with Zipf weights; `noise` mixes in popularity."""
     rng, _users = _streams(seed)
     members = np.argsort(rng.random((num_clusters, num_items)), axis=1)[:, :cluster_size]
@@ -145,9 +175,17 @@ def cluster_mixture(num_items: int, num_clusters: int = 20, cluster_size: int = 
     return ClusterMixture(np.full(num_clusters, 1.0 / num_clusters), probs / probs.sum(1, keepdims=True))
 
 
-def generate_clusters(num_users: int = 1000, num_items: int = 300, min_len: int = 6, max_len: int = 30,
-                      num_clusters: int = 20, cluster_size: int = 30, exponent: float = 1.0,
-                      noise: float = 0.1, seed: int = 0) -> Interactions:
+def generate_clusters(
+    num_users: int = 1000,
+    num_items: int = 300,
+    min_len: int = 6,
+    max_len: int = 30,
+    num_clusters: int = 20,
+    cluster_size: int = 30,
+    exponent: float = 1.0,
+    noise: float = 0.1,
+    seed: int = 0,
+) -> Interactions:
     """The `synthetic-clusters` log: each user's items are i.i.d. draws from their cluster (inverse CDF)."""
     model = cluster_mixture(num_items, num_clusters, cluster_size, exponent, noise, seed)
     _structure, rng = _streams(seed)
@@ -175,11 +213,35 @@ class Generator:
 
 
 GENERATORS: dict[str, Generator] = {
-    SYNTHETIC: Generator({"num_users": 1000, "num_items": 300, "min_len": 6, "max_len": 30, "successors": 3,
-                          "follow": 0.8, "exponent": 0.8, "seed": 0}, generate, markov_chain),
-    SYNTHETIC_CLUSTERS: Generator({"num_users": 1000, "num_items": 300, "min_len": 6, "max_len": 30,
-                                   "num_clusters": 20, "cluster_size": 30, "exponent": 1.0, "noise": 0.1,
-                                   "seed": 0}, generate_clusters, cluster_mixture),
+    SYNTHETIC: Generator(
+        {
+            "num_users": 1000,
+            "num_items": 300,
+            "min_len": 6,
+            "max_len": 30,
+            "successors": 3,
+            "follow": 0.8,
+            "exponent": 0.8,
+            "seed": 0,
+        },
+        generate,
+        markov_chain,
+    ),
+    SYNTHETIC_CLUSTERS: Generator(
+        {
+            "num_users": 1000,
+            "num_items": 300,
+            "min_len": 6,
+            "max_len": 30,
+            "num_clusters": 20,
+            "cluster_size": 30,
+            "exponent": 1.0,
+            "noise": 0.1,
+            "seed": 0,
+        },
+        generate_clusters,
+        cluster_mixture,
+    ),
 }
 
 
@@ -200,8 +262,9 @@ def expected_metrics(probs: np.ndarray, ks: Sequence[int] = DEFAULT_KS) -> dict[
     return out
 
 
-def optimum_per_user(model: PlantedModel, log: PreparedLog, which: str,
-                     ks: Sequence[int] = DEFAULT_KS) -> dict[str, np.ndarray]:
+def optimum_per_user(
+    model: PlantedModel, log: PreparedLog, which: str, ks: Sequence[int] = DEFAULT_KS
+) -> dict[str, np.ndarray]:
     """Expected metrics of the Bayes-optimal ranking for each evaluable user of the `valid`/`test` split.
 
     Prepared ids are the generator's items present in the log, sorted (np.unique), so the ranking runs over
@@ -215,9 +278,12 @@ def optimum_per_user(model: PlantedModel, log: PreparedLog, which: str,
 
 def optimum(model: PlantedModel, log: PreparedLog, ks: Sequence[int] = DEFAULT_KS) -> dict:
     """Mean expected metrics of the Bayes-optimal ranking (valid and test), as stored in the manifest."""
-    out: dict = {"ks": list(ks), "filter_seen": "none",
-                 "what": "expected metrics of the Bayes-optimal ranking under the generator, given each "
-                         "evaluable user's history (leave-one-out, full ranking)"}
+    out: dict = {
+        "ks": list(ks),
+        "filter_seen": "none",
+        "what": "expected metrics of the Bayes-optimal ranking under the generator, given each "
+        "evaluable user's history (leave-one-out, full ranking)",
+    }
     for which in ("valid", "test"):
         per_user = optimum_per_user(model, log, which, ks)
         out[which] = {key: round(float(v.mean()), 6) if len(v) else 0.0 for key, v in per_user.items()}

@@ -22,9 +22,20 @@ def viewed(dataset: StoredDataset, view: str) -> StoredDataset:
     if view != "item":
         raise ModsarError(f"'data.view' {view!r} cannot be made from a {dataset.manifest.get('view')} view")
     if dataset.timestamp is None:
-        raise ModsarError(f"data.view=item needs timestamps, and dataset '{dataset.name}' has none (its source "
-                          "format gives only the order within each user); prepare a timestamped log (ml-csv, "
-                          "ml-dat, inter with a timestamp column, pairs with a third column)")
-    order = np.lexsort((np.arange(len(dataset.item)), dataset.timestamp, dataset.item))  # by item, time, log order
-    return StoredDataset(dataset.name, dataset.item[order], dataset.user[order], dataset.num_items,
-                         dataset.num_users, {**dataset.manifest, "view": "item"}, dataset.timestamp[order])
+        raise ModsarError(
+            f"data.view=item needs timestamps, and dataset '{dataset.name}' has none (its source "
+            "format gives only the order within each user); prepare a timestamped log (ml-csv, "
+            "ml-dat, inter with a timestamp column, pairs with a third column)"
+        )
+    order = np.lexsort(
+        (np.arange(len(dataset.item)), dataset.timestamp, dataset.item)
+    )  # by item, time, log order
+    return StoredDataset(
+        dataset.name,
+        dataset.item[order],
+        dataset.user[order],
+        dataset.num_items,
+        dataset.num_users,
+        {**dataset.manifest, "view": "item"},
+        dataset.timestamp[order],
+    )

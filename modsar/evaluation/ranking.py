@@ -28,8 +28,9 @@ SCORES_BUDGET = 1 << 24  # scores held at once (16M floats, 64 MiB): fewer users
 Scorer = Callable[..., torch.Tensor]
 
 
-def ranks_from_scores(scores: torch.Tensor, targets: torch.Tensor,
-                      excluded: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+def ranks_from_scores(
+    scores: torch.Tensor, targets: torch.Tensor, excluded: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> torch.Tensor:
     """0-based pessimistic rank of each target (1-based item id) among the columns of `scores` (items 1..N).
 
     `excluded` = (rows, columns): the (row, 0-based column) pairs that are not candidates (seen items under
@@ -50,8 +51,9 @@ def ranks_from_scores(scores: torch.Tensor, targets: torch.Tensor,
     return torch.where(torch.isfinite(target_scores[:, 0]), rank, candidates - 1)
 
 
-def seen_pairs(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray,
-               targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def seen_pairs(
+    split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, targets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(row, 0-based column) of each distinct history item of each user, the user's target left out."""
     rows, items = history_index(split, users, history_end)
     keys = np.unique(rows * (split.num_items + 1) + items)
@@ -72,8 +74,9 @@ def metric_sums(ranks: torch.Tensor, ks: list[int]) -> dict[str, float]:
     return out
 
 
-def forbidden_keys(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray,
-                   targets: np.ndarray) -> np.ndarray:
+def forbidden_keys(
+    split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, targets: np.ndarray
+) -> np.ndarray:
     """Sorted distinct keys row * (N + 1) + item of the items `fixed_negatives` never draws for a row: those of
     the user's history before the target (items[starts[u]:history_end]) and the target itself."""
     n = split.num_items
@@ -81,8 +84,9 @@ def forbidden_keys(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarra
     return np.unique(np.concatenate([rows * (n + 1) + items, np.arange(len(users)) * (n + 1) + targets]))
 
 
-def negative_room(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray,
-                  targets: np.ndarray) -> np.ndarray:
+def negative_room(
+    split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, targets: np.ndarray
+) -> np.ndarray:
     """(len(users),) the items each row's negatives may be drawn from. Negatives are drawn with replacement,
     so any count can be drawn where this is >= 1; at 0 (the history and target hold the whole catalogue)
     none can (feasible.validate_for_dataset refuses that before training)."""
@@ -90,8 +94,9 @@ def negative_room(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray
     return split.num_items - np.bincount(keys // (split.num_items + 1), minlength=len(users))
 
 
-def fixed_negatives(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, targets: np.ndarray,
-                    count: int, seed: int) -> np.ndarray:
+def fixed_negatives(
+    split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, targets: np.ndarray, count: int, seed: int
+) -> np.ndarray:
     """`count` uniform items per user, none in the user's history or equal to the target (seeded, redrawn
     until clean). A draw still unclean after 1,000 rounds (a user who has seen all but a few of many items)
     is drawn from its row's allowed items directly, so every row with one (`negative_room` >= 1) gets its
@@ -111,7 +116,9 @@ def fixed_negatives(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarr
     rows = np.nonzero(clash)[0]
     room = negative_room(split, users, history_end, targets)
     if (room[rows] == 0).any():
-        raise RuntimeError("could not draw clean negatives: a user has seen every item")  # refused before training
+        raise RuntimeError(
+            "could not draw clean negatives: a user has seen every item"
+        )  # refused before training
     # the j-th allowed item (1-based) of a row is j plus the number of its forbidden items f_i (i-th, 1-based)
     # with f_i - i < j: below f_i lie f_i - i allowed items. f_i - i is non-decreasing within a row
     owner = forbidden // (n + 1)
@@ -124,20 +131,37 @@ def fixed_negatives(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarr
 
 
 @torch.no_grad()
-def target_ranks(scorer: Scorer, split: LeaveOneOut, which: str, cfg: EvalConfig, task: str, max_len: int,
-                 batch_size: int, device: torch.device, in_order: bool = False, timed: bool = False) -> torch.Tensor:
+def target_ranks(
+    scorer: Scorer,
+    split: LeaveOneOut,
+    which: str,
+    cfg: EvalConfig,
+    task: str,
+    max_len: int,
+    batch_size: int,
+    device: torch.device,
+    in_order: bool = False,
+    timed: bool = False,
+) -> torch.Tensor:
     """0-based pessimistic rank of every evaluable user's `valid` or `test` target, in user order.
 
     The scorer sees the users in order of history length (`in_order`: in user order, as a scorer that
     pairs each call with its own rows needs); `timed` also passes the windows' times (time_bias models)."""
     users, history_end, targets = split.targets(which)
-    negatives = (fixed_negatives(split, users, history_end, targets, cfg.sampled_negatives,
-                                 cfg.sample_seed + (which == "test"))
-                 if cfg.sampled_negatives else None)
+    negatives = (
+        fixed_negatives(
+            split, users, history_end, targets, cfg.sampled_negatives, cfg.sample_seed + (which == "test")
+        )
+        if cfg.sampled_negatives
+        else None
+    )
     # users in order of history length, so a batch's rows are about as long as each other and trimming the
     # left padding leaves little to compute on; the ranks go back to user order at the end
-    order = (np.arange(len(users)) if in_order
-             else np.argsort(np.minimum(history_end - split.starts[users], max_len), kind="stable"))
+    order = (
+        np.arange(len(users))
+        if in_order
+        else np.argsort(np.minimum(history_end - split.starts[users], max_len), kind="stable")
+    )
     ranks = torch.zeros(len(users), dtype=torch.long)
     batch_size = max(1, min(batch_size, SCORES_BUDGET // max(split.num_items, 1)))  # bounded on any catalogue
     for lo in range(0, len(users), batch_size):
@@ -146,7 +170,9 @@ def target_ranks(scorer: Scorer, split: LeaveOneOut, which: str, cfg: EvalConfig
         user_ids = torch.from_numpy(users[sl] + 1).to(device)
         target = torch.from_numpy(targets[sl]).to(device)
         if timed:
-            times = eval_times(split, users[sl], history_end[sl], task, max_len)[:, -inputs.size(1):].to(device)
+            times = eval_times(split, users[sl], history_end[sl], task, max_len)[:, -inputs.size(1) :].to(
+                device
+            )
             scores = scorer(inputs, user_ids, times).float()
         else:
             scores = scorer(inputs, user_ids).float()
@@ -162,8 +188,18 @@ def target_ranks(scorer: Scorer, split: LeaveOneOut, which: str, cfg: EvalConfig
     return ranks
 
 
-def evaluate(scorer: Scorer, split: LeaveOneOut, which: str, cfg: EvalConfig, task: str, max_len: int,
-             batch_size: int, device: torch.device, in_order: bool = False, timed: bool = False) -> dict[str, float]:
+def evaluate(
+    scorer: Scorer,
+    split: LeaveOneOut,
+    which: str,
+    cfg: EvalConfig,
+    task: str,
+    max_len: int,
+    batch_size: int,
+    device: torch.device,
+    in_order: bool = False,
+    timed: bool = False,
+) -> dict[str, float]:
     """Mean metrics over all evaluable users of the `valid` or `test` split."""
     ranks = target_ranks(scorer, split, which, cfg, task, max_len, batch_size, device, in_order, timed)
     return {key: value / max(len(ranks), 1) for key, value in metric_sums(ranks, cfg.ks).items()}
@@ -184,21 +220,48 @@ class Evaluator:
     timed: bool = False  # scorers also take the windows' times (model.time_bias)
 
     @classmethod
-    def of(cls, split: LeaveOneOut, cfg: Config, max_len: int, device: torch.device,
-           batch_size: int | None = None, in_order: bool = False) -> Evaluator:
-        return cls(split, cfg.eval, cfg.task, max_len, batch_size or cfg.data.eval_batch_size, device, in_order,
-                   cfg.model.time_bias != "none")
+    def of(
+        cls,
+        split: LeaveOneOut,
+        cfg: Config,
+        max_len: int,
+        device: torch.device,
+        batch_size: int | None = None,
+        in_order: bool = False,
+    ) -> Evaluator:
+        return cls(
+            split,
+            cfg.eval,
+            cfg.task,
+            max_len,
+            batch_size or cfg.data.eval_batch_size,
+            device,
+            in_order,
+            cfg.model.time_bias != "none",
+        )
 
     def __call__(self, scorer: Scorer, which: str) -> dict[str, float]:
-        return evaluate(scorer, self.split, which, self.cfg, self.task, self.max_len, self.batch_size, self.device,
-                        self.in_order, self.timed)
+        return evaluate(
+            scorer,
+            self.split,
+            which,
+            self.cfg,
+            self.task,
+            self.max_len,
+            self.batch_size,
+            self.device,
+            self.in_order,
+            self.timed,
+        )
 
 
 def model_scorer(model: Recommender, offset: int = 0) -> Scorer:
     """Scores from the hidden state at the final position, or `offset` positions before it."""
 
     def score(inputs: torch.Tensor, users: torch.Tensor, times: torch.Tensor | None = None) -> torch.Tensor:
-        if offset >= inputs.size(1):  # a batch of short histories (trimmed to its longest): no row has a state
+        if offset >= inputs.size(
+            1
+        ):  # a batch of short histories (trimmed to its longest): no row has a state
             pad = offset + 1 - inputs.size(1)  # `offset` back, and callers count such rows as misses
             inputs = F.pad(inputs, (pad, 0))
             times = None if times is None else F.pad(times, (pad, 0))
@@ -211,5 +274,7 @@ def model_scorer(model: Recommender, offset: int = 0) -> Scorer:
 def popularity_scorer(split: LeaveOneOut, device: torch.device) -> Scorer:
     """Most-popular baseline: every user gets the items ranked by training-interaction count."""
     train = split.items[split.in_training]
-    counts = torch.from_numpy(np.bincount(train, minlength=split.num_items + 1)[1:].astype(np.float32)).to(device)
+    counts = torch.from_numpy(np.bincount(train, minlength=split.num_items + 1)[1:].astype(np.float32)).to(
+        device
+    )
     return lambda inputs, users, times=None: counts.expand(len(users), -1).clone()

@@ -47,7 +47,13 @@ from modsar.errors import ModsarError
 from modsar.model.interface import Recommender, encode
 
 STRATEGIES = ("greedy", "topk", "nucleus")
-EXCLUDE = ("auto", "none", "history", "rollout", "all")  # items a pick may not be: the history, earlier picks,
+EXCLUDE = (
+    "auto",
+    "none",
+    "history",
+    "rollout",
+    "all",
+)  # items a pick may not be: the history, earlier picks,
 #   both; auto = as the checkpoint's evaluation ranks: eval.filter_seen=history -> history (earlier picks stay
 #   allowed, so repetition and collapse remain measurable)
 
@@ -108,10 +114,23 @@ class Sampler:
 
 
 @torch.no_grad()
-def rollout(model: Recommender, task: str, windows: torch.Tensor, users: torch.Tensor, steps: int, sampler: Sampler,
-            *, mask_id: int, seen: tuple[np.ndarray, np.ndarray] | None = None, exclude_rollout: bool = False,
-            seed: int = 0, batch_size: int = 512, device: torch.device | None = None,
-            progress: bool = False, times: torch.Tensor | None = None) -> np.ndarray:
+def rollout(
+    model: Recommender,
+    task: str,
+    windows: torch.Tensor,
+    users: torch.Tensor,
+    steps: int,
+    sampler: Sampler,
+    *,
+    mask_id: int,
+    seen: tuple[np.ndarray, np.ndarray] | None = None,
+    exclude_rollout: bool = False,
+    seed: int = 0,
+    batch_size: int = 512,
+    device: torch.device | None = None,
+    progress: bool = False,
+    times: torch.Tensor | None = None,
+) -> np.ndarray:
     """(n, steps) generated item ids for left-padded history windows (n, max_len) and 1-based users (n,).
 
     `times` (n, max_len), the windows' relative times, for a time_bias model: a generated item takes the time
@@ -125,7 +144,9 @@ def rollout(model: Recommender, task: str, windows: torch.Tensor, users: torch.T
     generator = torch.Generator(device=device).manual_seed(seed) if sampler.strategy != "greedy" else None
     lengths = (windows > 0).sum(1).numpy()
     out = np.zeros((len(windows), steps), dtype=np.int64)
-    bar = tqdm(total=len(windows) * steps, desc="generate", unit="item", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(
+        total=len(windows) * steps, desc="generate", unit="item", disable=not progress, dynamic_ncols=True
+    )
     for lo in range(0, len(windows), batch_size):
         hi = min(lo + batch_size, len(windows))
         window, user = windows[lo:hi].to(device), users[lo:hi].to(device)
@@ -133,20 +154,29 @@ def rollout(model: Recommender, task: str, windows: torch.Tensor, users: torch.T
         banned = torch.zeros(hi - lo, model.num_items, dtype=torch.bool, device=device)
         if seen is not None:
             a, b = np.searchsorted(seen[0], [lo, hi])
-            banned[torch.from_numpy(seen[0][a:b] - lo).to(device), torch.from_numpy(seen[1][a:b]).to(device)] = True
-        longest, picks = int(lengths[lo:hi].max()), torch.zeros(hi - lo, steps, dtype=torch.long, device=device)
+            banned[
+                torch.from_numpy(seen[0][a:b] - lo).to(device), torch.from_numpy(seen[1][a:b]).to(device)
+            ] = True
+        longest, picks = (
+            int(lengths[lo:hi].max()),
+            torch.zeros(hi - lo, steps, dtype=torch.long, device=device),
+        )
         for step in range(steps):
-            inputs = window[:, -min(window.size(1), longest + step):]  # no column that is padding in every row
+            inputs = window[
+                :, -min(window.size(1), longest + step) :
+            ]  # no column that is padding in every row
             if task == "ae":
                 inputs = torch.cat([inputs, torch.full((len(inputs), 1), mask_id, device=device)], dim=1)
-            when = None if clock is None else clock[:, -min(window.size(1), longest + step):]
+            when = None if clock is None else clock[:, -min(window.size(1), longest + step) :]
             if when is not None and task == "ae":
                 when = F.pad(when, (0, 1))  # the mask token: the last history item's time
             scores = model.score(encode(model, inputs, user, when)[:, -1], user).float()
             scores = scores.nan_to_num(nan=float("-inf")).masked_fill(banned, float("-inf"))
             if (seen is not None or exclude_rollout) and bool(torch.isinf(scores).all(1).any()):
-                raise ModsarError(f"a user has no item left to pick at step {step + 1}: the excluded items cover the "
-                                  "catalogue; use fewer --steps or --exclude history (or none)")
+                raise ModsarError(
+                    f"a user has no item left to pick at step {step + 1}: the excluded items cover the "
+                    "catalogue; use fewer --steps or --exclude history (or none)"
+                )
             picked = sampler.pick(scores, generator)
             if exclude_rollout:
                 banned[torch.arange(len(picked), device=device), picked] = True
@@ -159,8 +189,9 @@ def rollout(model: Recommender, task: str, windows: torch.Tensor, users: torch.T
     return out
 
 
-def step_limit(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray,
-               exclude: str) -> tuple[float, int, int]:
+def step_limit(
+    split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, exclude: str
+) -> tuple[float, int, int]:
     """The most steps every rollout can take under `exclude` (inf: any number), with the 1-based user whose
     history leaves the least room and how many distinct items that history holds (0, 0 where no history is
     excluded). A step needs one allowed item: `history` bans the history's distinct items at every step,
@@ -178,30 +209,38 @@ def step_limit(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray,
     return (math.inf if room > 0 else 0.0), who, held
 
 
-def check_steps(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, steps: int,
-                exclude: str) -> None:
+def check_steps(
+    split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, steps: int, exclude: str
+) -> None:
     """Refuses `modsar generate --steps` that some rollout cannot take under `--exclude` (before any step)."""
     limit, who, held = step_limit(split, users, history_end, exclude)
     n = split.num_items
     if steps <= limit:
         return
     if limit == 0:
-        raise ModsarError(f"--exclude {exclude} leaves user {who} nothing to pick: the history before its "
-                          f"test target holds all {n} items of the catalogue; use --exclude none"
-                          + (" or rollout" if exclude == "all" and steps <= n else ""))
+        raise ModsarError(
+            f"--exclude {exclude} leaves user {who} nothing to pick: the history before its "
+            f"test target holds all {n} items of the catalogue; use --exclude none"
+            + (" or rollout" if exclude == "all" and steps <= n else "")
+        )
     if exclude == "rollout":  # --exclude history is suggested only where no history holds the whole catalogue
         history_too = step_limit(split, users, history_end, "history")[0] > 0
-        raise ModsarError(f"--steps {steps} is more than a rollout can take with --exclude rollout: it never "
-                          f"picks an item twice, and the catalogue has {n} item{'' if n == 1 else 's'}; use "
-                          f"--steps {n} or fewer, or --exclude none" + (" or history" if history_too else ""))
-    raise ModsarError(f"--steps {steps} is more than user {who}'s rollout can take with --exclude all: it "
-                      f"never picks an item twice or one of the {held} distinct items of its history, "
-                      f"which leaves {int(limit)} of the {n} items; use --steps {int(limit)} or fewer, or "
-                      "--exclude history")
+        raise ModsarError(
+            f"--steps {steps} is more than a rollout can take with --exclude rollout: it never "
+            f"picks an item twice, and the catalogue has {n} item{'' if n == 1 else 's'}; use "
+            f"--steps {n} or fewer, or --exclude none" + (" or history" if history_too else "")
+        )
+    raise ModsarError(
+        f"--steps {steps} is more than user {who}'s rollout can take with --exclude all: it "
+        f"never picks an item twice or one of the {held} distinct items of its history, "
+        f"which leaves {int(limit)} of the {n} items; use --steps {int(limit)} or fewer, or "
+        "--exclude history"
+    )
 
 
-def true_future(split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, steps: int,
-                novel: bool = False) -> np.ndarray:
+def true_future(
+    split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, steps: int, novel: bool = False
+) -> np.ndarray:
     """(n, steps) each user's items from the test target on, 0 where the log ends first; `novel` keeps only items
     not in the user's history (all a rollout that never repeats the history can produce)."""
     counts = split.offsets[users + 1] - history_end
@@ -256,12 +295,18 @@ def first_occurrences(generated: np.ndarray) -> np.ndarray:
     """(n, H) True where an item appears in its row for the first time (one vectorised pass per step)."""
     first = np.ones_like(generated, dtype=bool)
     for s in range(1, generated.shape[1]):
-        first[:, s] = ~(generated[:, :s] == generated[:, s:s + 1]).any(1)
+        first[:, s] = ~(generated[:, :s] == generated[:, s : s + 1]).any(1)
     return first
 
 
-def rollout_metrics(generated: np.ndarray, future: np.ndarray, last_history: np.ndarray, popularity: np.ndarray,
-                    pairs: np.ndarray, num_items: int) -> dict[str, float]:
+def rollout_metrics(
+    generated: np.ndarray,
+    future: np.ndarray,
+    last_history: np.ndarray,
+    popularity: np.ndarray,
+    pairs: np.ndarray,
+    num_items: int,
+) -> dict[str, float]:
     """The module docstring's metrics for rollouts (n, H) against true futures (n, H; 0 = none)."""
     n, steps = generated.shape
     have = future > 0  # futures are packed to the left: step s has a true item iff s < |F|
@@ -280,14 +325,18 @@ def rollout_metrics(generated: np.ndarray, future: np.ndarray, last_history: np.
     exact = ((generated == future) & have).sum(1)
     mean = lambda x: float(np.mean(x)) if len(x) else math.nan  # noqa: E731
     return {
-        "users": int(n), "steps": int(steps), "users_with_future": int(evaluable.sum()),
+        "users": int(n),
+        "steps": int(steps),
+        "users_with_future": int(evaluable.sum()),
         "future_items_per_user": mean(lengths),
         "alignment_hits": mean(hits[evaluable]),
         "alignment_recall": mean(hits[evaluable] / targets[evaluable]),
         "alignment_ndcg": mean(((in_future & first) * discount).sum(1)[evaluable] / ideal[evaluable]),
         "alignment_exact": mean(exact[evaluable] / lengths[evaluable]),
         "distinct_ratio": mean(first.sum(1) / steps),
-        "immediate_repeat_rate": float((generated[:, 1:] == generated[:, :-1]).mean()) if steps > 1 else math.nan,
+        "immediate_repeat_rate": float((generated[:, 1:] == generated[:, :-1]).mean())
+        if steps > 1
+        else math.nan,
         "distinct_2": mean(distinct_2),
         "entropy_generated": entropy_bits(generated.ravel(), num_items),
         "entropy_generated_matched": entropy_bits(matched, num_items),
@@ -297,14 +346,18 @@ def rollout_metrics(generated: np.ndarray, future: np.ndarray, last_history: np.
         "top1pct_share_generated": float(popular[generated].mean()),
         "top1pct_share_generated_matched": float(popular[matched].mean()) if len(matched) else math.nan,
         "top1pct_share_future": float(popular[future[have]].mean()) if have.any() else math.nan,
-        "unseen_transition_rate": unseen_transitions(np.concatenate([last_history[:, None], generated], 1),
-                                                     pairs, num_items),
+        "unseen_transition_rate": unseen_transitions(
+            np.concatenate([last_history[:, None], generated], 1), pairs, num_items
+        ),
         "unseen_transition_rate_future": unseen_transitions(
-            np.concatenate([last_history[:, None], future], 1), pairs, num_items),
+            np.concatenate([last_history[:, None], future], 1), pairs, num_items
+        ),
     }
 
 
-def per_step(generated: np.ndarray, future: np.ndarray, popularity: np.ndarray, num_items: int) -> pd.DataFrame:
+def per_step(
+    generated: np.ndarray, future: np.ndarray, popularity: np.ndarray, num_items: int
+) -> pd.DataFrame:
     """Per step s: share of users whose pick is among their future items, whose pick equals f_s, whose pick
     is a top-1% item, and the distinct share of picks so far."""
     popular = top_popular(popularity, num_items)
@@ -313,11 +366,17 @@ def per_step(generated: np.ndarray, future: np.ndarray, popularity: np.ndarray, 
     rows = []
     for s in range(generated.shape[1]):
         g = generated[:, s]
-        rows.append({"step": s + 1, "hit_in_future": float((g[:, None] == future).any(1)[have].mean()),
-                     "exact": float((g == future[:, s])[future[:, s] > 0].mean()) if (future[:, s] > 0).any()
-                     else math.nan,
-                     "top1pct_share": float(popular[g].mean()),
-                     "distinct_so_far": float(distinct[:, s].mean() / (s + 1))})
+        rows.append(
+            {
+                "step": s + 1,
+                "hit_in_future": float((g[:, None] == future).any(1)[have].mean()),
+                "exact": float((g == future[:, s])[future[:, s] > 0].mean())
+                if (future[:, s] > 0).any()
+                else math.nan,
+                "top1pct_share": float(popular[g].mean()),
+                "distinct_so_far": float(distinct[:, s].mean() / (s + 1)),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -337,9 +396,20 @@ class Generation:
         return f"{rollouts} test histories of {users} user{'' if users == 1 else 's'}"
 
 
-def generate(model: Recommender, split: LeaveOneOut, task: str, max_len: int, steps: int, sampler: Sampler,
-             exclude: str = "none", seed: int = 0, max_users: int = 0, batch_size: int = 512,
-             device: torch.device | None = None, progress: bool = False) -> Generation:
+def generate(
+    model: Recommender,
+    split: LeaveOneOut,
+    task: str,
+    max_len: int,
+    steps: int,
+    sampler: Sampler,
+    exclude: str = "none",
+    seed: int = 0,
+    max_users: int = 0,
+    batch_size: int = 512,
+    device: torch.device | None = None,
+    progress: bool = False,
+) -> Generation:
     """Rollouts from every distinct test history (`rollout_targets`; a seeded sample of `max_users` of them
     when > 0), with their metrics; rollouts in the order of `split.targets("test")`. Steps that some rollout
     cannot take under `exclude` are refused before the first."""
@@ -359,24 +429,47 @@ def generate(model: Recommender, split: LeaveOneOut, task: str, max_len: int, st
     by_length = np.argsort(history_end[index] - split.starts[users[index]], kind="stable")
     order = index[by_length]  # the targets, users of similar history length next to each other
     windows = eval_inputs(split, users[order], history_end[order], "ar", max_len)
-    times = eval_times(split, users[order], history_end[order], "ar", max_len) if getattr(model, "timed", False) \
+    times = (
+        eval_times(split, users[order], history_end[order], "ar", max_len)
+        if getattr(model, "timed", False)
         else None
+    )
     history = exclude in ("history", "all")
     seen = history_index(split, users[order], history_end[order]) if history else None
     model.eval()
-    generated = rollout(model, task, windows, torch.from_numpy(users[order] + 1), steps, sampler,
-                        mask_id=split.num_items + 1, seen=(seen[0], seen[1] - 1) if seen is not None else None,
-                        exclude_rollout=exclude in ("rollout", "all"), seed=seed, batch_size=batch_size,
-                        device=device, progress=progress, times=times)
+    generated = rollout(
+        model,
+        task,
+        windows,
+        torch.from_numpy(users[order] + 1),
+        steps,
+        sampler,
+        mask_id=split.num_items + 1,
+        seen=(seen[0], seen[1] - 1) if seen is not None else None,
+        exclude_rollout=exclude in ("rollout", "all"),
+        seed=seed,
+        batch_size=batch_size,
+        device=device,
+        progress=progress,
+        times=times,
+    )
     generated = generated[np.argsort(by_length)]  # back to the targets' order
     users, history_end, targets = users[index], history_end[index], targets[index]
     future = true_future(split, users, history_end, steps, novel=history)
     popularity, pairs = training_facts(split)
-    metrics = rollout_metrics(generated, future, split.items[history_end - 1], popularity, pairs, split.num_items)
-    rollouts = pd.DataFrame({"user": np.repeat(users + 1, steps), "target_index": np.repeat(index, steps),
-                             "target_item": np.repeat(targets, steps),
-                             "step": np.tile(np.arange(1, steps + 1), len(users)),
-                             "item": generated.ravel(), "future_item": future.ravel()})
+    metrics = rollout_metrics(
+        generated, future, split.items[history_end - 1], popularity, pairs, split.num_items
+    )
+    rollouts = pd.DataFrame(
+        {
+            "user": np.repeat(users + 1, steps),
+            "target_index": np.repeat(index, steps),
+            "target_item": np.repeat(targets, steps),
+            "step": np.tile(np.arange(1, steps + 1), len(users)),
+            "item": generated.ravel(),
+            "future_item": future.ravel(),
+        }
+    )
     return Generation(metrics, rollouts, per_step(generated, future, popularity, split.num_items))
 
 

@@ -65,15 +65,19 @@ def low_pass_matrix(window: int, keep: int, causal: bool) -> torch.Tensor:
 class FrequencyBranch(nn.Module):
     def __init__(self, d: int, cutoff: int, window: int, dropout: float, causal: bool) -> None:
         super().__init__()
-        self.sqrt_beta = nn.Parameter(torch.randn(1, 1, d))  # the official init: standard normal, squared in use
+        self.sqrt_beta = nn.Parameter(
+            torch.randn(1, 1, d)
+        )  # the official init: standard normal, squared in use
         self.register_buffer("low_pass", low_pass_matrix(window, cutoff // 2 + 1, causal), persistent=False)
         self.drop, self.norm = nn.Dropout(dropout), nn.LayerNorm(d, eps=EPS)
 
     def forward(self, x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         T = x.size(1)
         signal = x * real[..., None]  # padding is zero, as in the official left-padded window
-        low = self.get_buffer("low_pass")[-T:, -T:] @ signal  # the window's last T positions: the rest is padding
-        return self.norm(x + self.drop(low + self.sqrt_beta ** 2 * (signal - low)))
+        low = (
+            self.get_buffer("low_pass")[-T:, -T:] @ signal
+        )  # the window's last T positions: the rest is padding
+        return self.norm(x + self.drop(low + self.sqrt_beta**2 * (signal - low)))
 
 
 class AttentionBranch(nn.Module):
@@ -108,7 +112,10 @@ class BSARec(nn.Module):
     def __init__(self, cfg: ModelConfig, num_items: int, num_users: int, max_len: int, task: str) -> None:
         super().__init__()
         self.cfg, self.num_items, self.causal = cfg, num_items, task == "ar"
-        d, self.positions = cfg.hidden_size, max_len + (task == "ae")  # AE reads max_len items + the mask token
+        d, self.positions = (
+            cfg.hidden_size,
+            max_len + (task == "ae"),
+        )  # AE reads max_len items + the mask token
         self.item_emb = nn.Embedding(num_items + 2, d, padding_idx=0)  # 0 pad, N+1 mask
         self.pos_emb = nn.Embedding(self.positions, d)
         self.embed_norm, self.drop = nn.LayerNorm(d, eps=EPS), nn.Dropout(cfg.dropout)
@@ -122,18 +129,23 @@ class BSARec(nn.Module):
 
     def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
         """inputs (B, T) left-padded item ids -> hidden states (B, T, d) [, per-layer attention (B, H, T, T)]."""
-        pos = position_ids(inputs, self.positions, self.cfg.positions_from == "start")  # official: from the end
+        pos = position_ids(
+            inputs, self.positions, self.cfg.positions_from == "start"
+        )  # official: from the end
         x = self.drop(self.embed_norm(self.item_emb(inputs) + self.pos_emb(pos)))
         real = inputs > 0
-        mask = attention_mask(inputs, self.causal, self.cfg.num_heads, self.cfg.local_heads, self.cfg.local_window)
+        mask = attention_mask(
+            inputs, self.causal, self.cfg.num_heads, self.cfg.local_heads, self.cfg.local_window
+        )
         attentions = []
         for layer in self.layers:
             x, probs = layer(x, mask, real, need_weights)
             attentions.append(probs)
         return (x, attentions) if need_weights else x
 
-    def score(self, hidden: torch.Tensor, users: torch.Tensor | None = None,
-              items: torch.Tensor | None = None) -> torch.Tensor:
+    def score(
+        self, hidden: torch.Tensor, users: torch.Tensor | None = None, items: torch.Tensor | None = None
+    ) -> torch.Tensor:
         return item_scores(hidden, self.item_emb, self.num_items, items)
 
     def output_layer(self, hidden: torch.Tensor) -> OutputLayer:
@@ -154,7 +166,7 @@ def attention_site(branch: AttentionBranch) -> SkipSite:
     d = attn.proj.in_features
 
     def values(x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, attn.qkv.weight[2 * d:], attn.qkv.bias[2 * d:])
+        return F.linear(x, attn.qkv.weight[2 * d :], attn.qkv.bias[2 * d :])
 
     def w_o() -> torch.Tensor:
         return attn.proj.weight.T

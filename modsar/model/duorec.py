@@ -31,8 +31,13 @@ from modsar.model.interface import trim_left_padding
 from modsar.model.modular import ModularSAR
 
 
-def info_nce(first: torch.Tensor, second: torch.Tensor, targets: torch.Tensor, temperature: float,
-             similarity: str = "dot") -> torch.Tensor:
+def info_nce(
+    first: torch.Tensor,
+    second: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    similarity: str = "dot",
+) -> torch.Tensor:
     """Mean InfoNCE of (B, d) view pairs: row i of `first` and row i of `second` are positives; views whose
     `targets` are equal never serve as each other's negatives."""
     B = len(first)
@@ -50,8 +55,9 @@ def info_nce(first: torch.Tensor, second: torch.Tensor, targets: torch.Tensor, t
 PARTNER_GROUP = 64  # rows per length-sorted group of partner prefixes
 
 
-def final_states(model: ModularSAR, inputs: torch.Tensor, users: torch.Tensor | None,
-                 group: int = PARTNER_GROUP) -> torch.Tensor:
+def final_states(
+    model: ModularSAR, inputs: torch.Tensor, users: torch.Tensor | None, group: int = PARTNER_GROUP
+) -> torch.Tensor:
     """(B, d) states at the last position of left-padded rows of any lengths, encoded `group` rows at a time in
     order of length, each group only as wide as its longest row (a row's state does not depend on the padding
     beside it), then put back in row order."""

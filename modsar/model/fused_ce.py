@@ -33,16 +33,27 @@ def _buffers(rows: int, items: int, dtype: torch.dtype, device: torch.device):
     if key not in _BUFFERS:
         _BUFFERS.clear()
         logits = torch.empty((rows, items), dtype=torch.float32, device=device)
-        _BUFFERS[key] = (logits, torch.empty_like(logits),
-                         None if dtype == torch.float32 else torch.empty_like(logits, dtype=dtype))
+        _BUFFERS[key] = (
+            logits,
+            torch.empty_like(logits),
+            None if dtype == torch.float32 else torch.empty_like(logits, dtype=dtype),
+        )
     return _BUFFERS[key]
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,  # type: ignore[override]
-                target: torch.Tensor, row_scale: torch.Tensor, rows: int, dtype: torch.dtype,
-                grad: bool) -> torch.Tensor:
+    def forward(
+        ctx,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,  # type: ignore[override]
+        target: torch.Tensor,
+        row_scale: torch.Tensor,
+        rows: int,
+        dtype: torch.dtype,
+        grad: bool,
+    ) -> torch.Tensor:
         ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
         need_h, need_w = grad and hidden.requires_grad, grad and weight.requires_grad
         need_b = grad and bias is not None and bias.requires_grad
@@ -96,14 +107,22 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor):  # type: ignore[override]
         saved = iter(ctx.saved_tensors)
-        grads = [(next(saved) * grad_loss).to(dtype) if has else None for has, dtype in zip(ctx.has, ctx.dtypes,
-                                                                                             strict=True)]
+        grads = [
+            (next(saved) * grad_loss).to(dtype) if has else None
+            for has, dtype in zip(ctx.has, ctx.dtypes, strict=True)
+        ]
         return grads[0], grads[1], grads[2], None, None, None, None, None
 
 
-def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
-                         bias: torch.Tensor | None = None, row_weight: torch.Tensor | None = None,
-                         dtype: torch.dtype = torch.float32, rows: int | None = None) -> torch.Tensor:
+def linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    row_weight: torch.Tensor | None = None,
+    dtype: torch.dtype = torch.float32,
+    rows: int | None = None,
+) -> torch.Tensor:
     """Mean over rows of cross_entropy(hidden @ weight.T + bias, target), or with `row_weight` the weighted
     mean sum(w_r ce_r) / sum(w_r), without the (rows x items) logits: see the module docstring.
 
@@ -113,5 +132,13 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: tor
         row_scale = hidden.new_full((hidden.size(0),), 1.0 / max(hidden.size(0), 1), dtype=torch.float32)
     else:
         row_scale = row_weight.float() / row_weight.float().sum().clamp(min=1e-12)
-    return _LinearCrossEntropy.apply(hidden, weight, bias, target, row_scale, rows or chunk_rows(weight.size(0)),
-                                     dtype, torch.is_grad_enabled())  # under no_grad: the loss alone
+    return _LinearCrossEntropy.apply(
+        hidden,
+        weight,
+        bias,
+        target,
+        row_scale,
+        rows or chunk_rows(weight.size(0)),
+        dtype,
+        torch.is_grad_enabled(),
+    )  # under no_grad: the loss alone

@@ -24,9 +24,13 @@ class GRU4Rec(nn.Module):
         super().__init__()
         d, hidden = cfg.hidden_size, cfg.gru_size or cfg.hidden_size
         self.cfg, self.num_items = cfg, num_items
-        self.item_emb = nn.Embedding(num_items + 2, d, padding_idx=0)  # rows as every backbone: 0 pad, N+1 mask
+        self.item_emb = nn.Embedding(
+            num_items + 2, d, padding_idx=0
+        )  # rows as every backbone: 0 pad, N+1 mask
         self.drop = nn.Dropout(cfg.dropout)
-        self.gru = nn.GRU(d, hidden, num_layers=cfg.num_layers, bias=False, batch_first=True)  # RecBole: no bias
+        self.gru = nn.GRU(
+            d, hidden, num_layers=cfg.num_layers, bias=False, batch_first=True
+        )  # RecBole: no bias
         self.proj = nn.Linear(hidden, d)
         # RecBole's GRU4Rec init: xavier_normal on the embedding, xavier_uniform on the first layer's input and
         # recurrent matrices; deeper layers and the projection keep torch's own init
@@ -38,12 +42,15 @@ class GRU4Rec(nn.Module):
 
     def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
         """inputs (B, T) left-padded item ids -> states (B, T, d); padding columns get the projected zero state."""
-        x = self.drop(self.item_emb(inputs)) * (inputs > 0)[..., None]  # padding: exact zeros, whatever the table
+        x = (
+            self.drop(self.item_emb(inputs)) * (inputs > 0)[..., None]
+        )  # padding: exact zeros, whatever the table
         h = self.proj(self.gru(x)[0])
         return (h, []) if need_weights else h
 
-    def score(self, hidden: torch.Tensor, users: torch.Tensor | None = None,
-              items: torch.Tensor | None = None) -> torch.Tensor:
+    def score(
+        self, hidden: torch.Tensor, users: torch.Tensor | None = None, items: torch.Tensor | None = None
+    ) -> torch.Tensor:
         return item_scores(hidden, self.item_emb, self.num_items, items)
 
     def output_layer(self, hidden: torch.Tensor) -> OutputLayer:

@@ -23,15 +23,21 @@ class Recommender(Protocol):
     num_items: int  # items are ids 1..num_items; 0 pads, num_items + 1 is the AE mask token
     item_emb: nn.Embedding  # rows 0..num_items + 1, tied to the output scores
 
-    def __call__(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False,
-                 **context: torch.Tensor):
+    def __call__(
+        self,
+        inputs: torch.Tensor,
+        users: torch.Tensor | None = None,
+        need_weights: bool = False,
+        **context: torch.Tensor,
+    ):
         """Left-padded ids (B, T) -> hidden states (B, T, d); with need_weights, also per-layer attention
         probabilities [(B, H, T, T)] (backbones whose entry says attention_maps=True). `context` carries what
         only some models read (`times=` for the modular backbone's time_bias); callers pass it only to those."""
         ...
 
-    def score(self, hidden: torch.Tensor, users: torch.Tensor | None = None,
-              items: torch.Tensor | None = None) -> torch.Tensor:
+    def score(
+        self, hidden: torch.Tensor, users: torch.Tensor | None = None, items: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Scores of all items 1..N (..., N), of shared candidates items (K,) -> (..., K), or of per-row
         candidates items (..., K) -> (..., K)."""
         ...
@@ -54,8 +60,9 @@ class Recommender(Protocol):
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False) -> Any: ...
 
 
-def encode(model: Recommender, inputs: torch.Tensor, users: torch.Tensor | None,
-           times: torch.Tensor | None = None) -> torch.Tensor:
+def encode(
+    model: Recommender, inputs: torch.Tensor, users: torch.Tensor | None, times: torch.Tensor | None = None
+) -> torch.Tensor:
     """Hidden states; `times` go only to a model that reads them (model.time_bias): other backbones take none."""
     return model(inputs, users) if times is None else model(inputs, users, times=times)
 
@@ -63,4 +70,4 @@ def encode(model: Recommender, inputs: torch.Tensor, users: torch.Tensor | None,
 def trim_left_padding(inputs: torch.Tensor) -> torch.Tensor:
     """Drop leading columns that are padding in every row (no compute spent on them)."""
     real_columns = (inputs > 0).any(0).nonzero()
-    return inputs[:, int(real_columns[0]):] if len(real_columns) else inputs
+    return inputs[:, int(real_columns[0]) :] if len(real_columns) else inputs

@@ -24,9 +24,16 @@ from modsar.model.fused_ce import linear_cross_entropy
 from modsar.model.interface import Recommender
 
 
-def training_loss(model: Recommender, hidden: torch.Tensor, labels: torch.Tensor, users: torch.Tensor, cfg: LossConfig,
-                  padding_free: bool = True, generator: torch.Generator | None = None,
-                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def training_loss(
+    model: Recommender,
+    hidden: torch.Tensor,
+    labels: torch.Tensor,
+    users: torch.Tensor,
+    cfg: LossConfig,
+    padding_free: bool = True,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     """The mean loss over the labelled positions; `dtype` is that of the fused CE's matrix products."""
     has_label = labels > 0
     position_users = users[:, None].expand_as(labels)
@@ -51,8 +58,9 @@ def training_loss(model: Recommender, hidden: torch.Tensor, labels: torch.Tensor
         neg = model.score(h, u, negatives)  # 1-D: one (P x d) @ (d x K) product, no (P, K, d) tensor
         neg = neg.masked_fill(negatives[None, :] == target[:, None], float("-inf"))
         logits = torch.cat([pos, neg], dim=1)
-        per_position = F.cross_entropy(logits, torch.zeros(len(h), dtype=torch.long, device=h.device),
-                                       reduction="none")
+        per_position = F.cross_entropy(
+            logits, torch.zeros(len(h), dtype=torch.long, device=h.device), reduction="none"
+        )
     else:
         negatives = torch.randint(1, n + 1, (len(h), cfg.num_negatives), device=h.device, generator=generator)
         valid = (negatives != target[:, None]).float()  # a negative that is the target teaches nothing
@@ -63,7 +71,9 @@ def training_loss(model: Recommender, hidden: torch.Tensor, labels: torch.Tensor
             per_position = F.softplus(-pos[:, 0]) + (neg_loss * valid).sum(1) / valid.sum(1).clamp(min=1)
         elif cfg.name == "gbce":  # -log sigmoid(s)^beta = beta softplus(-s): exact, no clamping needed
             beta = gbce_beta(cfg.num_negatives, n, cfg.gbce_t)
-            per_position = (beta * F.softplus(-pos[:, 0]) + (F.softplus(neg) * valid).sum(1)) / (1 + cfg.num_negatives)
+            per_position = (beta * F.softplus(-pos[:, 0]) + (F.softplus(neg) * valid).sum(1)) / (
+                1 + cfg.num_negatives
+            )
         else:  # bpr
             per_position = (F.softplus(neg - pos) * valid).sum(1) / valid.sum(1).clamp(min=1)
 

@@ -38,8 +38,9 @@ from modsar.config import ModelConfig
 from modsar.model.skips import SkipSite, modular_sites
 
 
-def attention_mask(inputs: torch.Tensor, causal: bool, num_heads: int, local_heads: int,
-                   window: int, prefix: int = 0) -> torch.Tensor:
+def attention_mask(
+    inputs: torch.Tensor, causal: bool, num_heads: int, local_heads: int, window: int, prefix: int = 0
+) -> torch.Tensor:
     """Boolean (B, H, T, T) mask, True = may attend. Real queries never see padding keys; the first `prefix`
     columns (user tokens) are seen by every query, local heads included, and see as a global query would.
 
@@ -124,9 +125,16 @@ class SelfAttention(nn.Module):
         self.proj = nn.Linear(d, d)
         self.rel_keys = nn.Embedding(codes, code_dim) if codes else None
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False,
-                query: torch.Tensor | None = None, codes: torch.Tensor | None = None,
-                query_bias: torch.Tensor | None = None, score_bias: torch.Tensor | None = None):
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor,
+        need_weights: bool = False,
+        query: torch.Tensor | None = None,
+        codes: torch.Tensor | None = None,
+        query_bias: torch.Tensor | None = None,
+        score_bias: torch.Tensor | None = None,
+    ):
         """Self-attention over x; with `query`, queries come from it and keys/values from x (SASRec's block);
         `codes` (T, T) index the relative keys; `query_bias` (B, d) is added to every query (user bias);
         `score_bias` (B, H, T, T) to every score (time bias)."""
@@ -169,16 +177,30 @@ class Block(nn.Module):
         self.user_query = nn.Linear(user_dim, d, bias=False) if user_dim else None  # user_fusion=bias
         act = nn.GELU() if cfg.activation == "gelu" else nn.ReLU()
         inner = nn.Dropout(cfg.dropout) if cfg.ffn_inner_dropout else nn.Identity()
-        self.ffn = nn.Sequential(nn.Linear(d, cfg.ffn_size or 4 * d), act, inner, nn.Linear(cfg.ffn_size or 4 * d, d))
+        self.ffn = nn.Sequential(
+            nn.Linear(d, cfg.ffn_size or 4 * d), act, inner, nn.Linear(cfg.ffn_size or 4 * d, d)
+        )
         self.drop = nn.Dropout(cfg.dropout)
         self.attn_drop = nn.Dropout(cfg.dropout) if cfg.attn_output_dropout else nn.Identity()
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False,
-                codes: torch.Tensor | None = None, user: torch.Tensor | None = None,
-                time_bias: torch.Tensor | None = None):
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor,
+        need_weights: bool = False,
+        codes: torch.Tensor | None = None,
+        user: torch.Tensor | None = None,
+        time_bias: torch.Tensor | None = None,
+    ):
         bias = self.user_query(user) if self.user_query is not None and user is not None else None
-        attend = partial(self.attn, mask=mask, need_weights=need_weights, codes=codes, query_bias=bias,
-                         score_bias=time_bias)
+        attend = partial(
+            self.attn,
+            mask=mask,
+            need_weights=need_weights,
+            codes=codes,
+            query_bias=bias,
+            score_bias=time_bias,
+        )
         if self.style == "pre":
             a, probs = attend(self.norm1(x))
             x = x + self.attn_drop(a)
@@ -213,8 +235,9 @@ def sinusoidal_table(positions: int, d: int) -> torch.Tensor:
     return table
 
 
-def item_scores(hidden: torch.Tensor, table: nn.Embedding, num_items: int,
-                items: torch.Tensor | None = None) -> torch.Tensor:
+def item_scores(
+    hidden: torch.Tensor, table: nn.Embedding, num_items: int, items: torch.Tensor | None = None
+) -> torch.Tensor:
     """Dot products of hidden states (..., d) with rows of the tied item table.
 
     items None: all items 1..N -> (..., N). items (K,): the same K candidates for every row -> (..., K), one
@@ -282,8 +305,11 @@ class ModularSAR(nn.Module):
             self.pos_emb = nn.Embedding(self.positions, pos_width)
         elif self.positional == "sinusoidal":
             self.register_buffer("pos_table", sinusoidal_table(self.positions, pos_width), persistent=False)
-        self.pos_project = nn.Linear(self.item_dim + pos_width, self.item_dim, bias=False) \
-            if self.absolute and cfg.pos_fusion == "project" else None
+        self.pos_project = (
+            nn.Linear(self.item_dim + pos_width, self.item_dim, bias=False)
+            if self.absolute and cfg.pos_fusion == "project"
+            else None
+        )
         codes = code_count(self.causal, self.positions) if self.positional == "target_aligned" else 0
         code_dim = cfg.pos_dim or d // cfg.num_heads
         self.embed_norm = nn.LayerNorm(d, eps=1e-12) if cfg.embedding_norm else nn.Identity()
@@ -291,10 +317,16 @@ class ModularSAR(nn.Module):
         user_query = d if self.fusion == "bias" else 0
         blocks = [Block(cfg, codes, code_dim, user_query) for _ in range(cfg.num_layers)]
         self.blocks = nn.ModuleList(blocks)
-        self.final_norm = nn.LayerNorm(d, eps=cfg.norm_eps) if blocks and blocks[0].style != "post" else nn.Identity()
+        self.final_norm = (
+            nn.LayerNorm(d, eps=cfg.norm_eps) if blocks and blocks[0].style != "post" else nn.Identity()
+        )
         self.head = OutputHead(self.item_dim, num_items) if cfg.head == "bert4rec" else None
         self.timed = cfg.time_bias != "none"  # forward needs the inputs' times
-        tables = [nn.Embedding(time_bucket_count(cfg.time_bias), cfg.num_heads) for _ in blocks] if self.timed else []
+        tables = (
+            [nn.Embedding(time_bucket_count(cfg.time_bias), cfg.num_heads) for _ in blocks]
+            if self.timed
+            else []
+        )
         self.time_tables = nn.ModuleList(tables) if self.timed else None
         # a zero-initialised bias moves about lr per Adam step, so ~250 steps (ML-100K's whole run) left it within
         # 0.4 logits; scaled as item vectors are, it can reach a few logits in the same steps
@@ -315,7 +347,11 @@ class ModularSAR(nn.Module):
         elif cfg.init in ("xavier_attention", "sasrec_plus"):
             for block in blocks:
                 nn.init.xavier_uniform_(block.attn.qkv.weight)
-        if cfg.init in ("normal", "truncated_normal", "xavier_attention") and self.positional == "learned" and cfg.scale_embedding:
+        if (
+            cfg.init in ("normal", "truncated_normal", "xavier_attention")
+            and self.positional == "learned"
+            and cfg.scale_embedding
+        ):
             # as the ModSAR code: beside sqrt(d)-scaled items, AE needs a strong position signal to find neighbours;
             # unscaled (BERT4Rec) items keep positions at their own normal(0.02), as BERT4Rec does
             nn.init.xavier_uniform_(self.pos_emb.weight)
@@ -357,8 +393,13 @@ class ModularSAR(nn.Module):
         assert self.user_emb is not None and ids is not None, "user_fusion needs the batch's user ids"
         return self.user_emb(ids)
 
-    def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False,
-                times: torch.Tensor | None = None):
+    def forward(
+        self,
+        inputs: torch.Tensor,
+        users: torch.Tensor | None = None,
+        need_weights: bool = False,
+        times: torch.Tensor | None = None,
+    ):
         """inputs (B, T) left-padded item ids [and their times (B, T), seconds] -> hidden states (B, T, d)
         [, per-layer attention (B, H, T', T'), T' = T + `prefix_tokens`: a user token is column 0 of every map]."""
         x, keys = self.embed(inputs, users), inputs
@@ -367,23 +408,37 @@ class ModularSAR(nn.Module):
             x = torch.cat([token[:, None, :], x], dim=1)
             keys = F.pad(inputs, (1, 0), value=1)
         x = self.drop(self.embed_norm(x))
-        mask = attention_mask(keys, self.causal, self.cfg.num_heads, self.cfg.local_heads, self.cfg.local_window,
-                              self.prefix_tokens)
-        codes = target_codes(keys.size(1), self.prefix_tokens, self.causal, self.positions, inputs.device) \
-            if self.positional == "target_aligned" else None
+        mask = attention_mask(
+            keys,
+            self.causal,
+            self.cfg.num_heads,
+            self.cfg.local_heads,
+            self.cfg.local_window,
+            self.prefix_tokens,
+        )
+        codes = (
+            target_codes(keys.size(1), self.prefix_tokens, self.causal, self.positions, inputs.device)
+            if self.positional == "target_aligned"
+            else None
+        )
         user = self.users(users) * self.user_scale if self.fusion == "bias" else None
         buckets = None
         if self.time_tables is not None:
             if times is None:
-                raise ValueError("model.time_bias needs the inputs' times: call model(inputs, users, times=...)")
+                raise ValueError(
+                    "model.time_bias needs the inputs' times: call model(inputs, users, times=...)"
+                )
             buckets = time_buckets(times, self.cfg.time_bias, self.cfg.session_gap, self.prefix_tokens)
         attentions = []
         for i, block in enumerate(self.blocks):
-            time_bias = self.time_tables[i](buckets).permute(0, 3, 1, 2) * self.time_scale \
-                if self.time_tables is not None else None
+            time_bias = (
+                self.time_tables[i](buckets).permute(0, 3, 1, 2) * self.time_scale
+                if self.time_tables is not None
+                else None
+            )
             x, probs = block(x, mask, need_weights, codes, user, time_bias)
             attentions.append(probs)
-        x = self.final_norm(x)[:, self.prefix_tokens:]
+        x = self.final_norm(x)[:, self.prefix_tokens :]
         return (x, attentions) if need_weights else x
 
     def output_layer(self, hidden: torch.Tensor) -> OutputLayer:
@@ -392,8 +447,11 @@ class ModularSAR(nn.Module):
         h = hidden[..., : self.item_dim]
         if self.head is None:
             return tied_output(h, self.item_emb, self.num_items)
-        return self.head.transform(h), self.item_emb.weight[1 : self.num_items + 1], \
-            self.head.item_bias[1 : self.num_items + 1]
+        return (
+            self.head.transform(h),
+            self.item_emb.weight[1 : self.num_items + 1],
+            self.head.item_bias[1 : self.num_items + 1],
+        )
 
     def skip_sites(self) -> list[SkipSite]:
         return modular_sites(self)
@@ -401,8 +459,9 @@ class ModularSAR(nn.Module):
     def describe(self) -> str:
         return f"the modular backbone ({self.cfg.norm} blocks)"
 
-    def score(self, hidden: torch.Tensor, users: torch.Tensor | None = None,
-              items: torch.Tensor | None = None) -> torch.Tensor:
+    def score(
+        self, hidden: torch.Tensor, users: torch.Tensor | None = None, items: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Scores of items 1..N, of shared candidates `items` (K,), or of per-row `items` (..., K) for hidden
         states (..., d); see `item_scores`.
 
@@ -415,6 +474,8 @@ class ModularSAR(nn.Module):
         else:
             scores = self.head(h, self.item_emb, items)
         if self.fusion == "concat" and users is not None:
-            offset = (hidden[..., self.hidden_size - self.user_dim:] * self.users(users)).sum(-1, keepdim=True)
+            offset = (hidden[..., self.hidden_size - self.user_dim :] * self.users(users)).sum(
+                -1, keepdim=True
+            )
             scores = scores + offset
         return scores

@@ -39,7 +39,9 @@ class BackboneEntry:
     """One backbone. `name` is exact ("modular") or a prefix ending in ":" ("hf:" covers "hf:bert", ...)."""
 
     name: str
-    build: str  # "package.module:attr", called (cfg.model, num_items, num_users, max_len, task) -> Recommender
+    build: (
+        str  # "package.module:attr", called (cfg.model, num_items, num_users, max_len, task) -> Recommender
+    )
     check: Callable[[Config, Bad], None] | None = None  # refuses what it cannot honour; must not import torch
     tasks: tuple[str, ...] = ("ae", "ar")  # attention directions it implements
     attention_maps: bool = True  # forward(..., need_weights=True) gives per-layer maps (sparsity, rank)
@@ -92,8 +94,10 @@ def find(name: str) -> BackboneEntry | None:
 
 
 def _unknown(name: str) -> str:
-    return (f"'model.backbone' {name!r} is unknown; choose one of {', '.join(names())} (or register a plugin "
-            "backbone: see modsar.model.registry)")
+    return (
+        f"'model.backbone' {name!r} is unknown; choose one of {', '.join(names())} (or register a plugin "
+        "backbone: see modsar.model.registry)"
+    )
 
 
 def lookup(name: str) -> BackboneEntry:
@@ -104,9 +108,15 @@ def lookup(name: str) -> BackboneEntry:
 
 
 # settings only one backbone reads: changed elsewhere they would be a silent no-op, which misleads a search
-OWNED_SETTINGS = {"model.gru_size": "gru4rec", "model.bsa_cutoff": "bsarec", "model.bsa_alpha": "bsarec",
-                  "loss.cl_weight": "duorec", "loss.cl_temperature": "duorec", "loss.cl_views": "duorec",
-                  "loss.cl_similarity": "duorec"}
+OWNED_SETTINGS = {
+    "model.gru_size": "gru4rec",
+    "model.bsa_cutoff": "bsarec",
+    "model.bsa_alpha": "bsarec",
+    "loss.cl_weight": "duorec",
+    "loss.cl_temperature": "duorec",
+    "loss.cl_views": "duorec",
+    "loss.cl_similarity": "duorec",
+}
 
 
 def _refuse_foreign(cfg: Config, bad: Bad) -> None:
@@ -115,12 +125,16 @@ def _refuse_foreign(cfg: Config, bad: Bad) -> None:
     for key, owner in OWNED_SETTINGS.items():
         if owner != cfg.model.backbone and now[key] != before[key]:
             here = "modular (the default)" if cfg.model.backbone == "modular" else cfg.model.backbone
-            bad(f"'{key}={now[key]}' is read by model.backbone={owner} only, and the backbone here is {here}: leave "
+            bad(
+                f"'{key}={now[key]}' is read by model.backbone={owner} only, and the backbone here is {here}: leave "
                 f"it at {before[key]!r} (in a space that varies the backbone, set it under when: "
-                f"{{model.backbone: {owner}}})")
+                f"{{model.backbone: {owner}}})"
+            )
     if cfg.loss.name != "gbce" and cfg.loss.gbce_t != default.loss.gbce_t:
-        bad(f"'loss.gbce_t' calibrates loss.name=gbce only, and this run's loss is {cfg.loss.name}: leave it at "
-            f"{default.loss.gbce_t}")
+        bad(
+            f"'loss.gbce_t' calibrates loss.name=gbce only, and this run's loss is {cfg.loss.name}: leave it at "
+            f"{default.loss.gbce_t}"
+        )
 
 
 def check_config(cfg: Config, bad: Bad, stored: bool = False) -> None:
@@ -133,10 +147,14 @@ def check_config(cfg: Config, bad: Bad, stored: bool = False) -> None:
     if not stored:
         _refuse_foreign(cfg, bad)
     if cfg.task not in entry.tasks:
-        bad(f"backbone {cfg.model.backbone} implements task {' and '.join(entry.tasks)} only; got task={cfg.task}")
+        bad(
+            f"backbone {cfg.model.backbone} implements task {' and '.join(entry.tasks)} only; got task={cfg.task}"
+        )
     if cfg.model.time_bias != "none" and cfg.model.backbone != "modular":
-        bad(f"'model.time_bias={cfg.model.time_bias}' is an attention bias of the modular backbone (SASRec / BERT4Rec); "
-            f"backbone {cfg.model.backbone} has none: leave it at none")
+        bad(
+            f"'model.time_bias={cfg.model.time_bias}' is an attention bias of the modular backbone (SASRec / BERT4Rec); "
+            f"backbone {cfg.model.backbone} has none: leave it at none"
+        )
     if entry.check is not None:
         entry.check(cfg, bad)
 
@@ -150,9 +168,13 @@ def build(cfg: Config, num_items: int, num_users: int, max_len: int) -> Recommen
     factory = getattr(importlib.import_module(module_name), attr)
     model = factory(cfg.model, num_items, num_users, max_len, cfg.task)
     if not isinstance(model, interface.Recommender):
-        missing = [m for m in ("num_items", "item_emb", "score", "skip_sites", "describe") if not hasattr(model, m)]
-        raise ModsarError(f"backbone {entry.name!r} ({entry.build}) built a {type(model).__name__} without the "
-                          f"Recommender interface (missing {', '.join(missing)}); see modsar.model.interface")
+        missing = [
+            m for m in ("num_items", "item_emb", "score", "skip_sites", "describe") if not hasattr(model, m)
+        ]
+        raise ModsarError(
+            f"backbone {entry.name!r} ({entry.build}) built a {type(model).__name__} without the "
+            f"Recommender interface (missing {', '.join(missing)}); see modsar.model.interface"
+        )
     return model
 
 
@@ -164,15 +186,28 @@ def load_plugins(specs: list[str] | None = None) -> list[str]:
     was (a half-run plugin keeps none of its backbones)."""
     named: list[tuple[str, str]]  # (spec, how to drop it)
     if specs is None:
-        named = [(s.strip(), f"remove it from ${PLUGINS_ENV}")
-                 for s in os.environ.get(PLUGINS_ENV, "").split(",") if s.strip()]
+        named = [
+            (s.strip(), f"remove it from ${PLUGINS_ENV}")
+            for s in os.environ.get(PLUGINS_ENV, "").split(",")
+            if s.strip()
+        ]
         for point in entry_points(group="modsar.backbones"):
             package = f"package {point.dist.name}" if point.dist is not None else "the package"
-            named.append((point.value.partition(":")[0],
-                          f"uninstall {package} (its modsar.backbones entry point {point.name!r} names it)"))
+            named.append(
+                (
+                    point.value.partition(":")[0],
+                    f"uninstall {package} (its modsar.backbones entry point {point.name!r} names it)",
+                )
+            )
     else:  # a search worker: the plugins its driver loaded, from either source
-        named = [(s, f"remove it from ${PLUGINS_ENV} (or uninstall the package whose modsar.backbones entry "
-                     "point names it)") for s in specs]
+        named = [
+            (
+                s,
+                f"remove it from ${PLUGINS_ENV} (or uninstall the package whose modsar.backbones entry "
+                "point names it)",
+            )
+            for s in specs
+        ]
     # a .py path is made absolute: search workers run in other folders
     absolute = [(str(Path(s).resolve()) if s.endswith(".py") else s, d) for s, d in named]
     for spec, drop in absolute:
@@ -185,7 +220,9 @@ def load_plugins(specs: list[str] | None = None) -> list[str]:
             _ENTRIES.clear()
             _ENTRIES.update(before)
             raise KeyboardInterrupt(f"while importing backbone plugin {spec!r}") from None
-        except BaseException as exc:  # anything else its module code raises: SystemExit, BaseException subclasses
+        except (
+            BaseException
+        ) as exc:  # anything else its module code raises: SystemExit, BaseException subclasses
             _ENTRIES.clear()
             _ENTRIES.update(before)
             why = _why(spec, exc)
@@ -247,41 +284,62 @@ def loaded_plugins() -> list[str]:
 
 
 # the residual-dominance paper's names for (backbone, task): how reports and analyses label a comparison of models
-PAPER_NAMES = {("modular", "ar"): "SASRec", ("duorec", "ar"): "DuoRec", ("bsarec", "ar"): "BSARec",
-               ("modular", "ae"): "BERT4Rec", ("gru4rec", "ar"): "GRU4Rec", ("bsarec", "ae"): "BSARec-AE"}
+PAPER_NAMES = {
+    ("modular", "ar"): "SASRec",
+    ("duorec", "ar"): "DuoRec",
+    ("bsarec", "ar"): "BSARec",
+    ("modular", "ae"): "BERT4Rec",
+    ("gru4rec", "ar"): "GRU4Rec",
+    ("bsarec", "ae"): "BSARec-AE",
+}
 
 
 def paper_name(backbone: str, task: str) -> str:
-    """"SASRec", "GRU4Rec", ...; any other pair as "<backbone> <TASK>"."""
+    """ "SASRec", "GRU4Rec", ...; any other pair as "<backbone> <TASK>"."""
     return PAPER_NAMES.get((backbone, task), f"{backbone} {task.upper()}")
 
 
 def _check_modular(cfg: Config, bad: Bad) -> None:
     m: ModelConfig = cfg.model
     if m.positional in ("rope", "relative"):
-        bad(f"'model.positional={m.positional}' exists only in HF backbones (llama, transfo_xl); the modular "
-            "backbone has learned, sinusoidal, none or target_aligned")
+        bad(
+            f"'model.positional={m.positional}' exists only in HF backbones (llama, transfo_xl); the modular "
+            "backbone has learned, sinusoidal, none or target_aligned"
+        )
     absolute = m.positional in ("auto", "learned", "sinusoidal")
     if not absolute and m.pos_fusion != "add":
-        bad(f"'model.pos_fusion={m.pos_fusion}' places an absolute position vector, and model.positional="
-            f"{m.positional} has none; leave pos_fusion at add")
+        bad(
+            f"'model.pos_fusion={m.pos_fusion}' places an absolute position vector, and model.positional="
+            f"{m.positional} has none; leave pos_fusion at add"
+        )
     if not absolute and m.positions_from != "end":
-        bad(f"'model.positions_from' counts absolute positions, and model.positional={m.positional} has none; "
-            "leave it at end")
+        bad(
+            f"'model.positions_from' counts absolute positions, and model.positional={m.positional} has none; "
+            "leave it at end"
+        )
     head = m.hidden_size // m.num_heads
     if m.positional == "target_aligned" and m.pos_dim > head:
-        bad(f"'model.pos_dim' ({m.pos_dim}) is each head's query channel that meets the distance codes under "
-            f"target_aligned: at most the head size hidden_size / num_heads = {head}")
+        bad(
+            f"'model.pos_dim' ({m.pos_dim}) is each head's query channel that meets the distance codes under "
+            f"target_aligned: at most the head size hidden_size / num_heads = {head}"
+        )
     if m.positional == "none" and m.pos_dim:
-        bad("'model.pos_dim' is the width of a position channel, and model.positional=none has none; leave it at 0")
+        bad(
+            "'model.pos_dim' is the width of a position channel, and model.positional=none has none; leave it at 0"
+        )
     if absolute and m.pos_fusion == "add" and m.pos_dim not in (0, m.hidden_size):
-        bad(f"'model.pos_dim={m.pos_dim}' needs a position channel of its own: set model.pos_fusion=concat "
-            "(beside the item vector) or project ([item; position] projected to the hidden size)")
+        bad(
+            f"'model.pos_dim={m.pos_dim}' needs a position channel of its own: set model.pos_fusion=concat "
+            "(beside the item vector) or project ([item; position] projected to the hidden size)"
+        )
     if absolute and m.pos_fusion != "add":
         room = m.hidden_size - ((m.user_size or m.hidden_size // 2) if m.user_fusion == "concat" else 0)
         if not 0 < m.pos_dim < (room if m.pos_fusion == "concat" else m.hidden_size + 1):
-            limit = f"below {room} (the item vector needs the rest)" if m.pos_fusion == "concat" else \
-                f"at most the hidden size {m.hidden_size}"
+            limit = (
+                f"below {room} (the item vector needs the rest)"
+                if m.pos_fusion == "concat"
+                else f"at most the hidden size {m.hidden_size}"
+            )
             bad(f"'model.pos_dim' with pos_fusion={m.pos_fusion} must be >= 1 and {limit}; got {m.pos_dim}")
 
 
@@ -290,41 +348,88 @@ def _refuse_unused(cfg: Config, bad: Bad, keys: tuple[str, ...], why: str) -> No
     default = ModelConfig()
     changed = [k for k in keys if getattr(cfg.model, k) != getattr(default, k)]
     if changed:
-        bad(f"{cfg.model.backbone} has no 'model.{changed[0]}' ({why}); leave it at "
-            f"{getattr(default, changed[0])!r}")
+        bad(
+            f"{cfg.model.backbone} has no 'model.{changed[0]}' ({why}); leave it at "
+            f"{getattr(default, changed[0])!r}"
+        )
 
 
 def _check_bsarec(cfg: Config, bad: Bad) -> None:
     m: ModelConfig = cfg.model
-    _refuse_unused(cfg, bad, ("head", "init", "attn_output_dropout", "ffn_inner_dropout",
-                              "scale_embedding", "local_heads", "pos_dim", "pos_fusion", "norm_eps"),
-                   "its layers, embedding LayerNorm, N(0, 0.02) init and dot-product output are fixed, as its code")
+    _refuse_unused(
+        cfg,
+        bad,
+        (
+            "head",
+            "init",
+            "attn_output_dropout",
+            "ffn_inner_dropout",
+            "scale_embedding",
+            "local_heads",
+            "pos_dim",
+            "pos_fusion",
+            "norm_eps",
+        ),
+        "its layers, embedding LayerNorm, N(0, 0.02) init and dot-product output are fixed, as its code",
+    )
     if m.norm not in ("auto", "post"):
         bad(f"bsarec's layers are post-LN (as its code); 'model.norm={m.norm}' is not offered for it")
     if m.positional not in ("auto", "learned"):
-        bad(f"bsarec has learned positions (as its code); 'model.positional={m.positional}' is not offered for it")
+        bad(
+            f"bsarec has learned positions (as its code); 'model.positional={m.positional}' is not offered for it"
+        )
     if m.user_fusion != "none":
         bad(f"bsarec has no user embedding; 'model.user_fusion={m.user_fusion}' is for the modular backbone")
     if m.bsa_cutoff < 0:
-        bad(f"'model.bsa_cutoff' must be >= 0 (the low-pass keeps the lowest c // 2 + 1 bins); got {m.bsa_cutoff}")
+        bad(
+            f"'model.bsa_cutoff' must be >= 0 (the low-pass keeps the lowest c // 2 + 1 bins); got {m.bsa_cutoff}"
+        )
     if not 0.0 <= m.bsa_alpha <= 1.0:
         bad(f"'model.bsa_alpha' must be in [0, 1] (the frequency branch's weight); got {m.bsa_alpha}")
 
 
 def _check_gru4rec(cfg: Config, bad: Bad) -> None:
-    _refuse_unused(cfg, bad, ("norm", "positional", "local_heads", "head", "embedding_norm", "positions_from",
-                              "init", "attn_output_dropout", "ffn_inner_dropout", "ffn_size", "activation",
-                              "pos_dim", "pos_fusion", "norm_eps"),
-                   "a recurrent model: no attention, positions, norms or feed-forward layers")
+    _refuse_unused(
+        cfg,
+        bad,
+        (
+            "norm",
+            "positional",
+            "local_heads",
+            "head",
+            "embedding_norm",
+            "positions_from",
+            "init",
+            "attn_output_dropout",
+            "ffn_inner_dropout",
+            "ffn_size",
+            "activation",
+            "pos_dim",
+            "pos_fusion",
+            "norm_eps",
+        ),
+        "a recurrent model: no attention, positions, norms or feed-forward layers",
+    )
     if cfg.model.user_fusion != "none":
-        bad(f"gru4rec has no user embedding; 'model.user_fusion={cfg.model.user_fusion}' is for the modular backbone")
+        bad(
+            f"gru4rec has no user embedding; 'model.user_fusion={cfg.model.user_fusion}' is for the modular backbone"
+        )
 
 
 register(BackboneEntry("modular", "modsar.model.modular:ModularSAR", _check_modular))  # SASRec / BERT4Rec
 register(BackboneEntry("duorec", "modsar.model.duorec:DuoRec", _check_modular, tasks=("ar",)))
 register(BackboneEntry("bsarec", "modsar.model.bsarec:BSARec", _check_bsarec))
-register(BackboneEntry("gru4rec", "modsar.model.gru4rec:GRU4Rec", _check_gru4rec, tasks=("ar",),
-                       attention_maps=False, residual_sites=False, recurrent=True))
+register(
+    BackboneEntry(
+        "gru4rec",
+        "modsar.model.gru4rec:GRU4Rec",
+        _check_gru4rec,
+        tasks=("ar",),
+        attention_maps=False,
+        residual_sites=False,
+        recurrent=True,
+    )
+)
 # albert, llama, transfo_xl and hf:<model type> come from hf_plugins, through the modsar.backbones entry point
 
 BACKBONE_CHECKS.append(check_config)  # config.validate runs it from now on (modsar/__init__.py imports this)

@@ -22,7 +22,9 @@ from modsar.errors import ModsarError
 @dataclass
 class SkipSite:
     container: nn.Module  # its first input is the skip x (the layer input, or the normed input's source)
-    projection: nn.Module  # W_O (and b_O): its output is the attention sub-layer's contribution before the sum
+    projection: (
+        nn.Module
+    )  # W_O (and b_O): its output is the attention sub-layer's contribution before the sum
     values: Callable[[torch.Tensor], torch.Tensor]  # x (B, T, d) -> value vectors (B, T, d), b_V included
     w_o: Callable[[], torch.Tensor]  # (d_in, d) so that out = ctx @ w_o + b_o; rows grouped by head
     b_o: Callable[[], torch.Tensor | None]
@@ -45,7 +47,7 @@ def modular_sites(model) -> list[SkipSite]:
 
         def values(x, block=block, d=d):
             inp = block.norm1(x) if block.style in ("pre", "normed_skip") else x
-            return inp @ block.attn.qkv.weight[2 * d:].T + block.attn.qkv.bias[2 * d:]
+            return inp @ block.attn.qkv.weight[2 * d :].T + block.attn.qkv.bias[2 * d :]
 
         def w_o(block=block) -> torch.Tensor:
             return block.attn.proj.weight.T
@@ -54,9 +56,17 @@ def modular_sites(model) -> list[SkipSite]:
             return block.attn.proj.bias
 
         normed_skip = block.style in ("sasrec", "normed_skip")
-        sites.append(SkipSite(block, block.attn.proj, values, w_o, b_o,
-                              None if block.pre_norm else block.norm2 if normed_skip else block.norm1,
-                              skip=block.norm1 if normed_skip else None))
+        sites.append(
+            SkipSite(
+                block,
+                block.attn.proj,
+                values,
+                w_o,
+                b_o,
+                None if block.pre_norm else block.norm2 if normed_skip else block.norm1,
+                skip=block.norm1 if normed_skip else None,
+            )
+        )
     return sites
 
 
@@ -94,7 +104,9 @@ def residual_scale(model, alpha: float):
     (ModsarError for a backbone whose layers ModSAR does not know)."""
     sites = model.skip_sites()
     if sites is None:
-        raise ModsarError(f"residual scaling is not defined for {model.describe()}: its attention layers are not "
-                          "ones ModSAR knows (modular, duorec, bsarec, albert, llama, hf:bert, hf:gpt2, transfo_xl)")
+        raise ModsarError(
+            f"residual scaling is not defined for {model.describe()}: its attention layers are not "
+            "ones ModSAR knows (modular, duorec, bsarec, albert, llama, hf:bert, hf:gpt2, transfo_xl)"
+        )
     with scaled_skips(sites, alpha):
         yield

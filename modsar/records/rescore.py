@@ -6,7 +6,6 @@ checkpoint gives its row's test.* values to the last digit: the same Evaluator o
 a search's selection use. Any evaluation setting given here that differs from the stored one is named in the
 result, since those metrics are no longer comparable with the row's."""
 
-
 from __future__ import annotations
 
 import dataclasses
@@ -44,8 +43,12 @@ def checkpoint_row(where: str | Path) -> dict[str, Any] | None:
             return None
         for row in rows.to_dict("records"):
             recorded = row.get("checkpoint")
-            if isinstance(recorded, str) and "://" not in recorded and \
-                    Path(recorded).resolve() in (target, target.parent if target.name == CHECKPOINT_FILE else None):
+            if (
+                isinstance(recorded, str)
+                and "://" not in recorded
+                and Path(recorded).resolve()
+                in (target, target.parent if target.name == CHECKPOINT_FILE else None)
+            ):
                 return row
         return None
     return None
@@ -82,16 +85,29 @@ class CheckpointScores:
         no row, or when the protocol differs."""
         if not self.comparable:
             return {}
-        return {k: (self.row_metrics[k], v) for k, v in self.metrics.items()
-                if k in self.row_metrics and v != self.row_metrics[k]}
+        return {
+            k: (self.row_metrics[k], v)
+            for k, v in self.metrics.items()
+            if k in self.row_metrics and v != self.row_metrics[k]
+        }
 
     def to_dict(self) -> dict[str, Any]:
-        return {"checkpoint": self.checkpoint, "split": self.split, "task": self.task, "dataset": self.dataset,
-                "backbone": self.backbone, "epoch": self.epoch, "device": self.device, "protocol": self.protocol,
-                "protocol_changed": {k: {"stored": s, "used": u} for k, (s, u) in self.changed.items()},
-                "device_note": self.device_note or None,
-                "metrics": self.metrics, "row": self.row_trial_id, "comparable": self.comparable,
-                "row_differences": {k: {"row": r, "now": n} for k, (r, n) in self.row_differences().items()}}
+        return {
+            "checkpoint": self.checkpoint,
+            "split": self.split,
+            "task": self.task,
+            "dataset": self.dataset,
+            "backbone": self.backbone,
+            "epoch": self.epoch,
+            "device": self.device,
+            "protocol": self.protocol,
+            "protocol_changed": {k: {"stored": s, "used": u} for k, (s, u) in self.changed.items()},
+            "device_note": self.device_note or None,
+            "metrics": self.metrics,
+            "row": self.row_trial_id,
+            "comparable": self.comparable,
+            "row_differences": {k: {"row": r, "now": n} for k, (r, n) in self.row_differences().items()},
+        }
 
 
 def tested_on(row: dict[str, Any] | None) -> str:
@@ -102,10 +118,17 @@ def tested_on(row: dict[str, Any] | None) -> str:
     return str(row["device"])
 
 
-def evaluate_checkpoint(checkpoint: str | Path, split: str = "test", *, filter_seen: str | None = None,
-                        ks: list[int] | None = None, sampled_negatives: int | None = None,
-                        device: str | None = None, data_dir: str | None = None,
-                        option: str = "--device") -> CheckpointScores:
+def evaluate_checkpoint(
+    checkpoint: str | Path,
+    split: str = "test",
+    *,
+    filter_seen: str | None = None,
+    ks: list[int] | None = None,
+    sampled_negatives: int | None = None,
+    device: str | None = None,
+    data_dir: str | None = None,
+    option: str = "--device",
+) -> CheckpointScores:
     """Score a saved checkpoint on its dataset's `valid` or `test` targets. Unset options keep the stored
     protocol; the dataset must be prepared here as it was for the run (same items and users). `device` None
     is the device its row was tested on (tested_on), or the CPU where that one is not here (noted)."""
@@ -124,38 +147,64 @@ def evaluate_checkpoint(checkpoint: str | Path, split: str = "test", *, filter_s
     with local_checkpoint(checkpoint) as path:
         model, cfg, payload = load_checkpoint(path, str(torch_device))
     stored = {key: value for key, value in cfg.flat().items() if key in PROTOCOL_KEYS}
-    given: dict[str, Any] = {"eval.ks": ks, "eval.filter_seen": filter_seen, "eval.sampled_negatives": sampled_negatives}
+    given: dict[str, Any] = {
+        "eval.ks": ks,
+        "eval.filter_seen": filter_seen,
+        "eval.sampled_negatives": sampled_negatives,
+    }
     metric, _, monitor_k = cfg.train.monitor.partition("@")
-    if ks is not None and int(monitor_k) not in ks:  # the monitor chose the training epoch; nothing here reads it
+    if (
+        ks is not None and int(monitor_k) not in ks
+    ):  # the monitor chose the training epoch; nothing here reads it
         given["train.monitor"] = f"{metric}@{ks[0]}"
     # stored=True: a stored config keeps settings of other backbones (no-ops there), as a row may
     apply_overrides(cfg, {k: v for k, v in given.items() if v is not None}, "evaluate option", stored=True)
     used = {key: value for key, value in cfg.flat().items() if key in PROTOCOL_KEYS}
     dataset = viewed(load_dataset(cfg.dataset, data_dir), cfg.data.view)
-    fix = ("prepare it from the same source and options (its row's dataset_sha256 and dataset_preprocessing), or "
-           "pass --data-dir")
+    fix = (
+        "prepare it from the same source and options (its row's dataset_sha256 and dataset_preprocessing), or "
+        "pass --data-dir"
+    )
     if (dataset.num_items, dataset.num_users) != (payload["num_items"], payload["num_users"]):
-        raise ModsarError(f"checkpoint '{checkpoint}' was trained on '{cfg.dataset}' with {payload['num_items']:,} "
-                          f"items and {payload['num_users']:,} users; the '{cfg.dataset}' prepared here has "
-                          f"{dataset.num_items:,} and {dataset.num_users:,}: {fix}")
+        raise ModsarError(
+            f"checkpoint '{checkpoint}' was trained on '{cfg.dataset}' with {payload['num_items']:,} "
+            f"items and {payload['num_users']:,} users; the '{cfg.dataset}' prepared here has "
+            f"{dataset.num_items:,} and {dataset.num_users:,}: {fix}"
+        )
     here = dataset_identity(dataset.manifest)
     recorded = {k: payload.get(k, (row or {}).get(k)) for k in here}  # checkpoints before 0.3: the row's
     differs = [k for k in here if isinstance(recorded[k], str) and recorded[k] != here[k]]
     if differs:
         what = " and ".join("its sources" if k == "dataset_sha256" else "its preprocessing" for k in differs)
-        raise ModsarError(f"checkpoint '{checkpoint}' was trained on another '{cfg.dataset}' than the one prepared "
-                          f"here ({what} differ, with the same numbers of items and users): {fix}")
+        raise ModsarError(
+            f"checkpoint '{checkpoint}' was trained on another '{cfg.dataset}' than the one prepared "
+            f"here ({what} differ, with the same numbers of items and users): {fix}"
+        )
     data_split = make_split(cfg, dataset)
     validate_for_dataset(cfg, dataset.num_items, "evaluate option", data_split, max_len=payload["max_len"])
     evaluator = Evaluator.of(data_split, cfg, payload["max_len"], torch_device)
     metrics = evaluator(model_scorer(model), split)
-    scores = CheckpointScores(str(checkpoint), split, metrics, used,
-                              {k: (stored[k], used[k]) for k in PROTOCOL_KEYS if stored[k] != used[k]},
-                              cfg.task, cfg.dataset, cfg.model.backbone, payload.get("epoch"), str(torch_device),
-                              device_note=note)
+    scores = CheckpointScores(
+        str(checkpoint),
+        split,
+        metrics,
+        used,
+        {k: (stored[k], used[k]) for k in PROTOCOL_KEYS if stored[k] != used[k]},
+        cfg.task,
+        cfg.dataset,
+        cfg.model.backbone,
+        payload.get("epoch"),
+        str(torch_device),
+        device_note=note,
+    )
     if row is not None:
         scores.row_trial_id = str(row.get("trial_id"))
-        values = {k: row.get(f"{split}.{k}") for k in metrics}  # NaN where the row holds none (an untested trial)
-        scores.row_metrics = {k: float(v) for k, v in values.items()
-                              if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+        values = {
+            k: row.get(f"{split}.{k}") for k in metrics
+        }  # NaN where the row holds none (an untested trial)
+        scores.row_metrics = {
+            k: float(v)
+            for k, v in values.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        }
     return scores

@@ -33,8 +33,19 @@ ROW_KIND = (b"modsar.kind", b"trial-row")  # schema metadata of every row file: 
 # The columns that make an unmarked (older) file a row: every column `modsar results`, `modsar report` and
 # `modsar analyze --experiment` read from any row, all of which rows written by modsar 0.2.0 always carry
 # (result_row: run facts and every config key).
-ROW_KEYS = ("experiment", "trial_id", "status", "role", "selected", "dataset", "space", "task", "seed",
-            "model.backbone", "train.monitor")
+ROW_KEYS = (
+    "experiment",
+    "trial_id",
+    "status",
+    "role",
+    "selected",
+    "dataset",
+    "space",
+    "task",
+    "seed",
+    "model.backbone",
+    "train.monitor",
+)
 
 
 def package_versions() -> dict[str, str]:
@@ -47,22 +58,38 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def result_row(cfg: Config, *, experiment: str, trial_id: str, status: str, valid: dict | None = None,
-               test: dict | None = None, facts: dict | None = None, error: str | None = None,
-               space: str | None = None, dataset_manifest: dict | None = None) -> dict[str, Any]:
+def result_row(
+    cfg: Config,
+    *,
+    experiment: str,
+    trial_id: str,
+    status: str,
+    valid: dict | None = None,
+    test: dict | None = None,
+    facts: dict | None = None,
+    error: str | None = None,
+    space: str | None = None,
+    dataset_manifest: dict | None = None,
+) -> dict[str, Any]:
     """One flat row: run facts, config (dotted names), ``valid.*`` and ``test.*`` metrics."""
     if status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
     manifest = dataset_manifest or {}
     row: dict[str, Any] = {
-        "experiment": experiment, "trial_id": trial_id, "space": space, "status": status, "error": error,
-        "selected": False, "role": "search" if space else "train",
+        "experiment": experiment,
+        "trial_id": trial_id,
+        "space": space,
+        "status": status,
+        "error": error,
+        "selected": False,
+        "role": "search" if space else "train",
         **dataset_identity(manifest),
         # generated datasets: the expected test metrics of the Bayes-optimal ranking (full, unfiltered)
         "dataset_optimum": json.dumps(manifest["optimum"]["test"]) if manifest.get("optimum") else None,
         "backbone": cfg.model.backbone,
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "host": socket.gethostname(), "versions": json.dumps(package_versions()),
+        "host": socket.gethostname(),
+        "versions": json.dumps(package_versions()),
     }
     for key, value in cfg.flat().items():
         row[key] = json.dumps(value) if isinstance(value, list) else value
@@ -81,12 +108,20 @@ PROGRESS_FACTS = ("steps", "steps_per_epoch", "popularity_level", "escape_steps"
 
 def trial_facts(result) -> dict[str, Any]:
     """Run facts of a train.TrialResult, as row columns."""
-    return {"best_epoch": result.best_epoch, "epochs_run": result.epochs_run, "wall_time_s": result.wall_time_s,
-            "epoch_time_s": result.epoch_time_s, "eval_time_s": result.eval_time_s, "device": result.device,
-            "num_parameters": result.num_parameters, "checkpoint": result.checkpoint,
-            **{k: getattr(result, k) for k in (*SPEED_FACTS, *PROGRESS_FACTS)}, **result.protocol,
-            **{f"generate.{k}": v for k, v in result.generation.items()},
-            "curve": json.dumps([[h["epoch"], h[f"valid.{result.monitor}"]] for h in result.history])}
+    return {
+        "best_epoch": result.best_epoch,
+        "epochs_run": result.epochs_run,
+        "wall_time_s": result.wall_time_s,
+        "epoch_time_s": result.epoch_time_s,
+        "eval_time_s": result.eval_time_s,
+        "device": result.device,
+        "num_parameters": result.num_parameters,
+        "checkpoint": result.checkpoint,
+        **{k: getattr(result, k) for k in (*SPEED_FACTS, *PROGRESS_FACTS)},
+        **result.protocol,
+        **{f"generate.{k}": v for k, v in result.generation.items()},
+        "curve": json.dumps([[h["epoch"], h[f"valid.{result.monitor}"]] for h in result.history]),
+    }
 
 
 def differing_keys(rows) -> list[str]:
@@ -138,17 +173,30 @@ def read_rows(root: str, experiment: str | None = None):
     (corrupt, truncated, empty), is no row, or has a column whose type clashes with the other rows' is named
     in one warning line on stderr; the other rows count. A root that is a file is one ModsarError."""
     fs, base = filesystem(root)
-    if fs.get_file_info(base).type == pafs.FileType.File:  # a row file given for the folder: not a listing error
-        raise ModsarError(f"the results root {root} is a file; pass the results folder (the one `modsar train` "
-                          "or `modsar search` wrote to, which holds <experiment>/trials/)")
+    if (
+        fs.get_file_info(base).type == pafs.FileType.File
+    ):  # a row file given for the folder: not a listing error
+        raise ModsarError(
+            f"the results root {root} is a file; pass the results folder (the one `modsar train` "
+            "or `modsar search` wrote to, which holds <experiment>/trials/)"
+        )
     path = f"{base}/{experiment}/trials" if experiment else base
     if experiment and fs.get_file_info(path).type == pafs.FileType.File:
-        raise ModsarError(f"{path} is a file where the trials folder of experiment {experiment!r} belongs; "
-                          "move it away")
-    listed = (_local_files(path) if isinstance(fs, pafs.LocalFileSystem) else
-              [f.path for f in fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))])
-    files = sorted(f for f in listed if f.endswith(".parquet") and not f.rsplit("/", 1)[-1].startswith(".")
-                   and f.rsplit("/", 2)[-2] == "trials")
+        raise ModsarError(
+            f"{path} is a file where the trials folder of experiment {experiment!r} belongs; move it away"
+        )
+    listed = (
+        _local_files(path)
+        if isinstance(fs, pafs.LocalFileSystem)
+        else [f.path for f in fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))]
+    )
+    files = sorted(
+        f
+        for f in listed
+        if f.endswith(".parquet")
+        and not f.rsplit("/", 1)[-1].startswith(".")
+        and f.rsplit("/", 2)[-2] == "trials"
+    )
     with ThreadPoolExecutor(max_workers=16) as pool:  # an object store answers each file after a round trip
         read = list(pool.map(lambda file: _read_row_file(fs, file), files))
     tables = {file: table for file, table in zip(files, read, strict=True) if isinstance(table, pa.Table)}
@@ -177,7 +225,9 @@ def _local_files(path: str) -> list[str]:
             subfolders[:] = []
             continue
         seen.add(real)
-        subfolders.sort(key=lambda name: (os.path.islink(os.path.join(folder, name)), name))  # real folders first
+        subfolders.sort(
+            key=lambda name: (os.path.islink(os.path.join(folder, name)), name)
+        )  # real folders first
         for name in names:
             file = os.path.join(folder, name)
             real_file = os.path.realpath(file)
@@ -207,13 +257,16 @@ def _drop_copies(tables: dict[str, pa.Table]) -> tuple[dict[str, pa.Table], list
                 same = os.path.dirname(copy) == os.path.dirname(kept)  # one folder: name the files
                 where = (kept, copy) if same else (os.path.dirname(kept), os.path.dirname(copy))
                 pairs.setdefault((*where, str(experiment)), []).append(str(trial_id))
-    lines = [f"skipped {len(ids)} file{'s' if len(ids) > 1 else ''} in {copy} (trial{'s' if len(ids) > 1 else ''} "
-             f"{', '.join(ids[:3])}{f' and {len(ids) - 3} more' if len(ids) > 3 else ''} of experiment "
-             f"{experiment!r}): {kept} holds the same trials, read once from there; move the copy out of the "
-             "results root" if not copy.endswith(".parquet") else
-             f"skipped {copy}: it holds trial {ids[0]} of experiment {experiment!r}, as {kept} does, read once "
-             "from there; move the copy out of the results root"
-             for (kept, copy, experiment), ids in pairs.items()]
+    lines = [
+        f"skipped {len(ids)} file{'s' if len(ids) > 1 else ''} in {copy} (trial{'s' if len(ids) > 1 else ''} "
+        f"{', '.join(ids[:3])}{f' and {len(ids) - 3} more' if len(ids) > 3 else ''} of experiment "
+        f"{experiment!r}): {kept} holds the same trials, read once from there; move the copy out of the "
+        "results root"
+        if not copy.endswith(".parquet")
+        else f"skipped {copy}: it holds trial {ids[0]} of experiment {experiment!r}, as {kept} does, read once "
+        "from there; move the copy out of the results root"
+        for (kept, copy, experiment), ids in pairs.items()
+    ]
     return {f: t for f, t in tables.items() if f not in skip}, lines
 
 
@@ -230,7 +283,9 @@ def _combine(tables: dict[str, pa.Table]) -> tuple[pa.Table | None, list[str]]:
         return pa.concat_tables(list(tables.values()), promote_options="permissive"), []
     except pa.ArrowException:
         pass
-    votes = Counter((f.name, str(f.type)) for t in tables.values() for f in t.schema if not pa.types.is_null(f.type))
+    votes = Counter(
+        (f.name, str(f.type)) for t in tables.values() for f in t.schema if not pa.types.is_null(f.type)
+    )
     usual: dict[str, str] = {}
     for (name, kind), _ in votes.most_common():
         usual.setdefault(name, kind)
@@ -248,10 +303,15 @@ def _combine(tables: dict[str, pa.Table]) -> tuple[pa.Table | None, list[str]]:
         if schema is not None and (clash := _clash(schema, tables[file].schema)):
             clashes.append(f"skipped {file}: {clash}; move it out of the trials folder")
             continue
-        schema = tables[file].schema if schema is None else pa.unify_schemas(
-            [schema, tables[file].schema], promote_options="permissive")
+        schema = (
+            tables[file].schema
+            if schema is None
+            else pa.unify_schemas([schema, tables[file].schema], promote_options="permissive")
+        )
         kept.add(file)
-    return pa.concat_tables([t for f, t in tables.items() if f in kept], promote_options="permissive"), clashes
+    return pa.concat_tables(
+        [t for f, t in tables.items() if f in kept], promote_options="permissive"
+    ), clashes
 
 
 def _clash(schema: pa.Schema, other: pa.Schema) -> str | None:
@@ -266,7 +326,9 @@ def _clash(schema: pa.Schema, other: pa.Schema) -> str | None:
                 try:
                     pa.unify_schemas([pa.schema([known]), pa.schema([field])], promote_options="permissive")
                 except pa.ArrowException:
-                    return f"its column {field.name!r} holds {field.type} where the other rows hold {known.type}"
+                    return (
+                        f"its column {field.name!r} holds {field.type} where the other rows hold {known.type}"
+                    )
         return f"its columns do not combine with the other rows' ({str(exc).splitlines()[0][:200]})"
 
 
@@ -281,19 +343,24 @@ def _read_row_file(fs: pafs.FileSystem, file: str) -> pa.Table | str:
     kind = (table.schema.metadata or {}).get(ROW_KIND[0])
     lacks = [k for k in ROW_KEYS if k not in table.column_names]
     if kind is not None and kind != ROW_KIND[1]:
-        return (f"skipped {file}: not a trial row (marked {ROW_KIND[0].decode()}="
-                f"{kind.decode(errors='replace')}); move it out of the trials folder")
+        return (
+            f"skipped {file}: not a trial row (marked {ROW_KIND[0].decode()}="
+            f"{kind.decode(errors='replace')}); move it out of the trials folder"
+        )
     if kind is None and lacks:
         mark = f"{ROW_KIND[0].decode()}={ROW_KIND[1].decode()}"
-        return (f"skipped {file}: not a trial row (no {mark} mark, nor every column of an older row: it lacks "
-                f"{', '.join(lacks)}); move it out of the trials folder")
+        return (
+            f"skipped {file}: not a trial row (no {mark} mark, nor every column of an older row: it lacks "
+            f"{', '.join(lacks)}); move it out of the trials folder"
+        )
     if not table.num_rows:
         return f"skipped {file}: the trial file holds no row; delete it or re-run that trial"
     return table
 
 
-def matching_rows(root: str, experiment: str | None = None, where: list[str] | None = None,
-                  option: str = "--where") -> pd.DataFrame:
+def matching_rows(
+    root: str, experiment: str | None = None, where: list[str] | None = None, option: str = "--where"
+) -> pd.DataFrame:
     """The rows of `experiment` (every experiment under `root` when None) whose columns equal each KEY=VALUE
     of `where`, compared as lower-case text (`selected=true`, `task=ar`, `model.hidden_size=64`). What
     `modsar results` and `modsar.results()` show; a root without rows, an unknown column or a malformed
@@ -306,11 +373,15 @@ def matching_rows(root: str, experiment: str | None = None, where: list[str] | N
     if not len(rows):
         folder = f"{root}/{experiment}" if experiment else root
         named = ("--results", "--experiment") if option.startswith("-") else ("root", "experiment")
-        raise ModsarError(f"no trial rows under {folder}; pass {named[0]} the folder `modsar search` or "
-                          f"`modsar train` wrote to{f' and an {named[1]} in it' if experiment else ''}")
+        raise ModsarError(
+            f"no trial rows under {folder}; pass {named[0]} the folder `modsar search` or "
+            f"`modsar train` wrote to{f' and an {named[1]} in it' if experiment else ''}"
+        )
     for cond in where:
         key, _, value = cond.partition("=")
         if key not in rows:
-            raise ModsarError(f"{option}: unknown column '{key}' (e.g. task, status, selected, model.hidden_size)")
+            raise ModsarError(
+                f"{option}: unknown column '{key}' (e.g. task, status, selected, model.hidden_size)"
+            )
         rows = rows[rows[key].astype(str).str.lower() == value.lower()]
     return rows

@@ -24,8 +24,14 @@ class RecordedRun:
     checkpoint: Path | None
 
 
-def train_and_record(cfg: Config, results: str = "results", experiment: str | None = None,
-                     data_dir: str | None = None, checkpoint: bool = True, progress: bool = True) -> RecordedRun:
+def train_and_record(
+    cfg: Config,
+    results: str = "results",
+    experiment: str | None = None,
+    data_dir: str | None = None,
+    checkpoint: bool = True,
+    progress: bool = True,
+) -> RecordedRun:
     """Train `cfg`, test its best validation epoch, and write the row to <results>/<experiment>/trials/ (with
     the best checkpoint in checkpoints/ beside it, unless `checkpoint` is False or results is a URI). A run
     that diverges still writes its row (status diverged, the best validation epoch so far) and then raises."""
@@ -36,16 +42,34 @@ def train_and_record(cfg: Config, results: str = "results", experiment: str | No
             ensure_writable_dir(Path(results) / experiment / folder, "--results")
     dataset = load_dataset(cfg.dataset, data_dir)
     trial_id = f"{cfg.task}-{uuid.uuid4().hex[:8]}"
-    path = Path(results).resolve() / experiment / "checkpoints" / f"{trial_id}.pt" \
-        if checkpoint and "://" not in results else None
+    path = (
+        Path(results).resolve() / experiment / "checkpoints" / f"{trial_id}.pt"
+        if checkpoint and "://" not in results
+        else None
+    )
     try:
         result = run_trial(cfg, dataset, checkpoint_path=path, progress=progress)
     except TrainingDiverged as exc:  # the row keeps the best validation epoch so far; nothing is tested
         partial = exc.partial
-        row = result_row(cfg, experiment=experiment, trial_id=trial_id, status="diverged", error=str(exc),
-                         valid=partial.valid if partial else None,
-                         facts=trial_facts(partial) if partial else None, dataset_manifest=dataset.manifest)
+        row = result_row(
+            cfg,
+            experiment=experiment,
+            trial_id=trial_id,
+            status="diverged",
+            error=str(exc),
+            valid=partial.valid if partial else None,
+            facts=trial_facts(partial) if partial else None,
+            dataset_manifest=dataset.manifest,
+        )
         raise ModsarError(f"training diverged: {exc} (row: {write_row(results, row)})") from None
-    row = result_row(cfg, experiment=experiment, trial_id=trial_id, status="finished", valid=result.valid,
-                     test=result.test, facts=trial_facts(result), dataset_manifest=dataset.manifest)
+    row = result_row(
+        cfg,
+        experiment=experiment,
+        trial_id=trial_id,
+        status="finished",
+        valid=result.valid,
+        test=result.test,
+        facts=trial_facts(result),
+        dataset_manifest=dataset.manifest,
+    )
     return RecordedRun(row, write_row(results, row), result, path)

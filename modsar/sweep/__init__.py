@@ -25,7 +25,21 @@ from modsar.sweep.rows import LiveTable, ResultRows, SchedulerState, reconcile_r
 from modsar.sweep.trial import make_trainable, trainable
 from modsar.sweep.tuner import check_resources, connect_ray, rerun_seeds, run_search, select_and_test
 
-__all__ = ["LiveTable", "Plan", "ResultRows", "SchedulerState", "SearchRequest", "check_resources", "connect_ray",
-           "make_plan", "make_trainable",
-           "reconcile_rows", "rerun_seeds", "row_from_results", "run_search", "select_and_test", "trainable",
-           "trial_config"]
+__all__ = [
+    "LiveTable",
+    "Plan",
+    "ResultRows",
+    "SchedulerState",
+    "SearchRequest",
+    "check_resources",
+    "connect_ray",
+    "make_plan",
+    "make_trainable",
+    "reconcile_rows",
+    "rerun_seeds",
+    "row_from_results",
+    "run_search",
+    "select_and_test",
+    "trainable",
+    "trial_config",
+]

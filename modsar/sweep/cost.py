@@ -33,9 +33,25 @@ from modsar.sweep.spaces import MAX_GRID_POINTS, Param, SearchSpace, grid_size_b
 from modsar.training.trainer import train_batches
 
 # the config keys that change what a training step costs: points that agree on them share one probe
-COST_KEYS = ("task", "mask_prob", "model.backbone", "model.hidden_size", "model.num_layers", "model.num_heads",
-             "model.ffn_size", "model.head", "data.max_len", "data.batch_size", "data.samples", "data.batching",
-             "data.padding_free", "loss.name", "loss.num_negatives", "loss.cl_weight", "loss.cl_views")
+COST_KEYS = (
+    "task",
+    "mask_prob",
+    "model.backbone",
+    "model.hidden_size",
+    "model.num_layers",
+    "model.num_heads",
+    "model.ffn_size",
+    "model.head",
+    "data.max_len",
+    "data.batch_size",
+    "data.samples",
+    "data.batching",
+    "data.padding_free",
+    "loss.name",
+    "loss.num_negatives",
+    "loss.cl_weight",
+    "loss.cl_views",
+)
 # of those, the ones that change how many steps an epoch takes (data.view and the split are fixed per search)
 SHAPE_KEYS = ("task", "data.max_len", "data.batch_size", "data.samples", "data.batching", "data.padding_free")
 MAX_PROBES = 6  # model sizes timed per search; the others are interpolated from the nearest probed sizes
@@ -57,8 +73,14 @@ class Schedule:
     @classmethod
     def of(cls, plan: Plan) -> Schedule:
         train = plan.base["train"]
-        return cls(plan.grace_period, plan.reduction_factor, plan.max_t, plan.unit, train["eval_every"],
-                   train["max_epochs"])
+        return cls(
+            plan.grace_period,
+            plan.reduction_factor,
+            plan.max_t,
+            plan.unit,
+            train["eval_every"],
+            train["max_epochs"],
+        )
 
     def epochs_at(self, t: int, steps_per_epoch: int) -> int:
         """Epochs a trial has trained when its ASHA time first reaches `t`: ASHA sees it at validation passes
@@ -114,10 +136,13 @@ class Resources:
     max_concurrent: int | None = None
 
     @classmethod
-    def here(cls, cpus_per_trial: float = 1.0, gpus_per_trial: float = 0.0,
-             max_concurrent: int | None = None) -> Resources:
+    def here(
+        cls, cpus_per_trial: float = 1.0, gpus_per_trial: float = 0.0, max_concurrent: int | None = None
+    ) -> Resources:
         """This machine, as a local `modsar search` gives it to Ray (every CPU, every GPU)."""
-        return cls(os.cpu_count() or 1, torch.cuda.device_count(), cpus_per_trial, gpus_per_trial, max_concurrent)
+        return cls(
+            os.cpu_count() or 1, torch.cuda.device_count(), cpus_per_trial, gpus_per_trial, max_concurrent
+        )
 
     @property
     def parallel(self) -> int:
@@ -132,13 +157,15 @@ class Resources:
 
     @property
     def held(self) -> str:
-        """"2 CPUs", "1 GPU and 16 CPUs"."""
+        """ "2 CPUs", "1 GPU and 16 CPUs"."""
         cpus = _count(self.cpus, "CPU")
         return f"{_count(self.gpus, 'GPU')} and {cpus}" if self.gpus_per_trial else cpus
 
     def text(self, detail: str = "") -> str:
-        """"2 CPUs (1 CPU per trial, 2 at a time; `detail`)"."""
-        each = f"{self.cpus_per_trial:g} CPU" + (f" and {self.gpus_per_trial:g} GPU" if self.gpus_per_trial else "")
+        """ "2 CPUs (1 CPU per trial, 2 at a time; `detail`)"."""
+        each = f"{self.cpus_per_trial:g} CPU" + (
+            f" and {self.gpus_per_trial:g} GPU" if self.gpus_per_trial else ""
+        )
         return f"{self.held} ({each} per trial, {self.parallel} at a time{'; ' + detail if detail else ''})"
 
 
@@ -153,7 +180,9 @@ class Group:
     max_len: int
     trials: float  # grid: counted; random/optuna: the expected share of --num-samples
     steps_per_epoch: int = 0
-    flops: float = 0.0  # model FLOPs of one training step (modsar.training.flops): orders the sizes for probing
+    flops: float = (
+        0.0  # model FLOPs of one training step (modsar.training.flops): orders the sizes for probing
+    )
     step_s: float = math.nan
     eval_s: float = math.nan
     probed: bool = False
@@ -213,8 +242,11 @@ class CostEstimate:
     @property
     def varied(self) -> list[str]:
         """The cost keys whose values differ between the sizes of a direction (how a size is named)."""
-        return [k for k in COST_KEYS if k != "task"
-                and any(len({repr(g.key[k]) for g in d.groups}) > 1 for d in self.directions)]
+        return [
+            k
+            for k in COST_KEYS
+            if k != "task" and any(len({repr(g.key[k]) for g in d.groups}) > 1 for d in self.directions)
+        ]
 
     def seconds(self) -> float:
         """The whole search: one direction's Tuner after the other; --time-budget cuts each at its half."""
@@ -230,20 +262,26 @@ class CostEstimate:
     def lines(self) -> list[str]:
         p, s = self.plan, Schedule.of(self.plan)
         max_t = "none" if p.max_t >= STEPS_MAX_T else f"{p.max_t:,}"
-        lines = [f"cost of '{p.space.name}' on {p.request.dataset} ({p.search} search; ASHA in {p.unit}: grace "
-                 f"{p.grace_period:,}, reduction factor {p.reduction_factor}, max_t {max_t}; validation every "
-                 f"{_count(s.eval_every, 'epoch') if s.eval_every > 1 else 'epoch'}, at most "
-                 f"{_count(s.max_epochs, 'epoch')} a trial):"]
+        lines = [
+            f"cost of '{p.space.name}' on {p.request.dataset} ({p.search} search; ASHA in {p.unit}: grace "
+            f"{p.grace_period:,}, reduction factor {p.reduction_factor}, max_t {max_t}; validation every "
+            f"{_count(s.eval_every, 'epoch') if s.eval_every > 1 else 'epoch'}, at most "
+            f"{_count(s.max_epochs, 'epoch')} a trial):"
+        ]
         parallel = self.resources.parallel
         for d in self.directions:
             lines.append(self._line(d, parallel))
         if len(self.directions) > 1:
             wall = f", {self._wall(self.seconds())} (one direction after the other)" if parallel else ""
             lines.append(f"  in all: <= {_int(sum(d.epochs() for d in self.directions))} epochs{wall}")
-        lines.append("  (an estimate: patience may end a trial before ASHA does; async ASHA lets a few more through early)")
+        lines.append(
+            "  (an estimate: patience may end a trial before ASHA does; async ASHA lets a few more through early)"
+        )
         budget = p.request.time_budget_s
         if budget and parallel and sum(d.seconds(parallel) for d in self.directions) > budget:
-            lines.append(f"  note: --time-budget stops the search after {duration(budget)}, before all of this")
+            lines.append(
+                f"  note: --time-budget stops the search after {duration(budget)}, before all of this"
+            )
         lines += [f"  note: {n}" for n in self.notes]
         return lines
 
@@ -252,12 +290,16 @@ class CostEstimate:
         decisions = d.decisions()
         steps, epochs = _span([x for x, _ in decisions]), _span([y for _, y in decisions])
         epochs += " epoch" if epochs == "1" else " epochs"
-        first = (f"first ASHA decision after {steps} steps ({epochs})"
-                 if max(y for _, y in decisions) < d.schedule.max_epochs
-                 else f"no ASHA decision: its first rung ({self._rung(d)} steps) is at or past the last epoch "
-                      f"({_span([d.schedule.max_epochs * x for x in d.shapes()])} steps)")
-        head = (f"  {d.task.upper()}: {_int(d.trials)} trial{'s' if d.trials != 1 else ''}, {spe} steps/epoch, "
-                f"{first}; <= {_int(d.epochs())} epochs")
+        first = (
+            f"first ASHA decision after {steps} steps ({epochs})"
+            if max(y for _, y in decisions) < d.schedule.max_epochs
+            else f"no ASHA decision: its first rung ({self._rung(d)} steps) is at or past the last epoch "
+            f"({_span([d.schedule.max_epochs * x for x in d.shapes()])} steps)"
+        )
+        head = (
+            f"  {d.task.upper()}: {_int(d.trials)} trial{'s' if d.trials != 1 else ''}, {spe} steps/epoch, "
+            f"{first}; <= {_int(d.epochs())} epochs"
+        )
         if not parallel:
             return f"{head}; no trial fits this machine's {self.resources.held}"
         timed = [g for g in d.groups if g.timed]
@@ -266,8 +308,11 @@ class CostEstimate:
         per_epoch = _span([g.epoch_s for g in timed if g.probed], seconds=True)
         per_eval = _span([g.eval_s for g in timed if g.probed], seconds=True)
         estimated = [g for g in d.groups if not g.probed]
-        guessed = (f"; {len(estimated)} of {len(d.groups)} sizes estimated from the nearest probed size"
-                   if estimated else "")
+        guessed = (
+            f"; {len(estimated)} of {len(d.groups)} sizes estimated from the nearest probed size"
+            if estimated
+            else ""
+        )
         measured = f"{per_epoch} s/epoch and {per_eval} s/validation measured{guessed}"
         return f"{head}, {self._wall(d.seconds(parallel))} on {self.resources.text(measured)}"
 
@@ -292,26 +337,56 @@ class CostEstimate:
         for d in self.directions:
             decisions = d.decisions()
             directions[d.task] = {
-                "trials": d.trials, "steps_per_epoch": d.shapes(),
+                "trials": d.trials,
+                "steps_per_epoch": d.shapes(),
                 "first_decision": [{"steps": x, "epochs": y} for x, y in decisions],
-                "epochs": d.epochs(), "validation_passes": d.passes(), "seconds": seconds(d.seconds(r.parallel)),
-                "sizes": [{"key": g.key, "trials": g.trials, "steps_per_epoch": g.steps_per_epoch,
-                           "gflop_per_step": g.flops / 1e9, "probed": g.probed, "seconds_per_step": seconds(g.step_s),
-                           "seconds_per_epoch": seconds(g.epoch_s), "seconds_per_validation": seconds(g.eval_s),
-                           **({"error": g.error} if g.error else {})} for g in d.groups]}
-        return {"space": p.space.name, "dataset": p.request.dataset, "search": p.search, "unit": p.unit,
-                "grace_period": p.grace_period, "reduction_factor": p.reduction_factor,
-                "max_t": None if p.max_t >= STEPS_MAX_T else p.max_t, "eval_every": s.eval_every,
-                "max_epochs": s.max_epochs,
-                "resources": {"cpus": r.cpus, "gpus": r.gpus, "cpus_per_trial": r.cpus_per_trial,
-                              "gpus_per_trial": r.gpus_per_trial, "max_concurrent": r.max_concurrent,
-                              "parallel": r.parallel, "probe_device": self.device},
-                "directions": directions, "epochs": sum(d.epochs() for d in self.directions),
-                "seconds": seconds(self.seconds()), "notes": self.notes}
+                "epochs": d.epochs(),
+                "validation_passes": d.passes(),
+                "seconds": seconds(d.seconds(r.parallel)),
+                "sizes": [
+                    {
+                        "key": g.key,
+                        "trials": g.trials,
+                        "steps_per_epoch": g.steps_per_epoch,
+                        "gflop_per_step": g.flops / 1e9,
+                        "probed": g.probed,
+                        "seconds_per_step": seconds(g.step_s),
+                        "seconds_per_epoch": seconds(g.epoch_s),
+                        "seconds_per_validation": seconds(g.eval_s),
+                        **({"error": g.error} if g.error else {}),
+                    }
+                    for g in d.groups
+                ],
+            }
+        return {
+            "space": p.space.name,
+            "dataset": p.request.dataset,
+            "search": p.search,
+            "unit": p.unit,
+            "grace_period": p.grace_period,
+            "reduction_factor": p.reduction_factor,
+            "max_t": None if p.max_t >= STEPS_MAX_T else p.max_t,
+            "eval_every": s.eval_every,
+            "max_epochs": s.max_epochs,
+            "resources": {
+                "cpus": r.cpus,
+                "gpus": r.gpus,
+                "cpus_per_trial": r.cpus_per_trial,
+                "gpus_per_trial": r.gpus_per_trial,
+                "max_concurrent": r.max_concurrent,
+                "parallel": r.parallel,
+                "probe_device": self.device,
+            },
+            "directions": directions,
+            "epochs": sum(d.epochs() for d in self.directions),
+            "seconds": seconds(self.seconds()),
+            "notes": self.notes,
+        }
 
 
-def estimate(plan: Plan, resources: Resources | None = None, probe: bool = True,
-             max_probes: int = MAX_PROBES) -> CostEstimate:
+def estimate(
+    plan: Plan, resources: Resources | None = None, probe: bool = True, max_probes: int = MAX_PROBES
+) -> CostEstimate:
     """The cost of `plan`'s search (a plan with a dataset, from make_plan). With `probe`, times up to
     `max_probes` model sizes on this machine, with the threads (and GPU) a trial gets; the global random
     generators are left as they were."""
@@ -329,8 +404,10 @@ def estimate(plan: Plan, resources: Resources | None = None, probe: bool = True,
     device = torch.device("cuda" if cuda else "cpu")
     notes = []
     if req.address or os.environ.get("RAY_ADDRESS"):
-        notes.append("the search joins a Ray cluster: the wall-clock counts this machine's CPUs and GPUs, not the "
-                     "cluster's")
+        notes.append(
+            "the search joins a Ray cluster: the wall-clock counts this machine's CPUs and GPUs, not the "
+            "cluster's"
+        )
     base = Config.from_dict(plan.base)
     with untouched(device):  # nothing here may shift the training streams (modsar.randomness)
         dataset = viewed(load_dataset(req.dataset, req.data_dir), base.data.view)
@@ -377,8 +454,9 @@ def size_groups(plan: Plan, task: str, default_max_len: int) -> list[Group]:
         key = {k: flat[k] for k in COST_KEYS}
         found = groups.get(tuple(map(repr, key.values())))
         if found is None:
-            groups[tuple(map(repr, key.values()))] = Group(key, full, cfg, cfg.data.max_len or default_max_len,
-                                                           trials)
+            groups[tuple(map(repr, key.values()))] = Group(
+                key, full, cfg, cfg.data.max_len or default_max_len, trials
+            )
         else:
             found.trials += trials
     return list(groups.values())
@@ -415,9 +493,15 @@ def _points(params: list[Param]) -> list[tuple[dict[str, Any], float]]:
     points: list[tuple[dict[str, Any], float]] = [({}, 1.0)]
     for p in params:
         values = _values(p)
-        points = [new for point, share in points
-                  for new in ([({**point, p.key: v}, share / len(values)) for v in values] if p.active(point)
-                              else [(point, share)])]
+        points = [
+            new
+            for point, share in points
+            for new in (
+                [({**point, p.key: v}, share / len(values)) for v in values]
+                if p.active(point)
+                else [(point, share)]
+            )
+        ]
     return points
 
 
@@ -453,7 +537,9 @@ def measure_steps(directions: list[Direction], split, dataset) -> None:
         g.steps_per_epoch, tokens, labelled = shapes[shape]
         with torch.device("meta"):
             model = registry.build(g.cfg, dataset.num_items, dataset.num_users, g.max_len)
-        g.flops = epoch_flops(model, g.cfg, tokens, labelled, dataset.num_items)[1] / max(1, g.steps_per_epoch)
+        g.flops = epoch_flops(model, g.cfg, tokens, labelled, dataset.num_items)[1] / max(
+            1, g.steps_per_epoch
+        )
 
 
 def run_probes(directions: list[Direction], dataset, split, device: torch.device, max_probes: int) -> None:
@@ -463,7 +549,9 @@ def run_probes(directions: list[Direction], dataset, split, device: torch.device
             g.probed = True
             try:
                 g.step_s, g.eval_s = probe(g.cfg, dataset, split, g.max_len, device)
-            except Exception as error:  # a size that fails here fails as a trial, with its row; the search goes on
+            except (
+                Exception
+            ) as error:  # a size that fails here fails as a trial, with its row; the search goes on
                 g.error = (str(error).strip().splitlines() or [type(error).__name__])[0]
                 g.probed = False
         interpolate(d.groups)
@@ -502,8 +590,8 @@ def interpolate(groups: list[Group]) -> None:
         if below and above and below[-1].flops != above[0].flops and g.flops > 0:
             low, high = below[-1], above[0]
             w = math.log(g.flops / low.flops) / math.log(high.flops / low.flops)
-            g.step_s = low.step_s ** (1 - w) * high.step_s ** w
-            g.eval_s = low.eval_s ** (1 - w) * high.eval_s ** w
+            g.step_s = low.step_s ** (1 - w) * high.step_s**w
+            g.eval_s = low.eval_s ** (1 - w) * high.eval_s**w
         else:
             near = below[-1] if below else above[0]
             ratio = g.flops / near.flops if near.flops > 0 else 1.0
@@ -587,8 +675,10 @@ def _int(value: float) -> str:
 
 
 def _span(values: Sequence[float], seconds: bool = False) -> str:
-    """"24" or "24-48" (seconds to 2 significant digits below 10, whole above)."""
-    shown = [(f"{v:.2g}" if v < 10 else f"{v:,.0f}") if seconds else f"{v:,}" for v in (min(values), max(values))]
+    """ "24" or "24-48" (seconds to 2 significant digits below 10, whole above)."""
+    shown = [
+        (f"{v:.2g}" if v < 10 else f"{v:,.0f}") if seconds else f"{v:,}" for v in (min(values), max(values))
+    ]
     return shown[0] if shown[0] == shown[1] else f"{shown[0]}-{shown[1]}"
 
 

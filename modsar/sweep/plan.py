@@ -14,7 +14,9 @@ from modsar.errors import ModsarError
 from modsar.sweep.space_check import SpaceCheck, check_space, dataset_sizes
 from modsar.sweep.spaces import Param, SearchSpace, load_space
 
-STEPS_MAX_T = 2**62  # ASHA's max_t where a space counts optimizer steps and names none: max_epochs ends trials
+STEPS_MAX_T = (
+    2**62
+)  # ASHA's max_t where a space counts optimizer steps and names none: max_epochs ends trials
 
 
 @dataclass
@@ -75,7 +77,9 @@ class Plan:
     def check(self) -> SpaceCheck:
         """Every configuration this search can run, validated (with the dataset's sizes when there is one)."""
         sizes = dataset_sizes(self.manifest) if self.manifest else None
-        return check_space(self.space, self.base, self.search, self.num_samples, sizes, self.request.dataset or None)
+        return check_space(
+            self.space, self.base, self.search, self.num_samples, sizes, self.request.dataset or None
+        )
 
 
 def make_plan(req: SearchRequest, check: bool = True) -> Plan:
@@ -88,11 +92,15 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
     # An override of a searched key is the value where no param sets it (a conditional param's condition does
     # not hold): refused only where some param sets it in every trial, so that it could never take effect.
     if clash := next((k for k in overrides if space.sets_everywhere(k)), None):
-        searched = " and ".join(f"params.{p.key}" if p.key == clash else f"the 'also' of params.{p.key}"
-                                for p in space.sources(clash))
-        raise ModsarError(f"override '{clash}={overrides[clash]}' sets a key the space searches "
-                          f"({searched}), whose values would replace it in every trial; drop the override, "
-                          "or copy the space file and change its params")
+        searched = " and ".join(
+            f"params.{p.key}" if p.key == clash else f"the 'also' of params.{p.key}"
+            for p in space.sources(clash)
+        )
+        raise ModsarError(
+            f"override '{clash}={overrides[clash]}' sets a key the space searches "
+            f"({searched}), whose values would replace it in every trial; drop the override, "
+            "or copy the space file and change its params"
+        )
     if req.dataset:
         overrides["dataset"] = req.dataset
     budget = space.budget
@@ -111,8 +119,16 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
     if req.num_samples is not None and req.num_samples < 1:
         raise ModsarError(f"--num-samples must be >= 1; got {req.num_samples}")
     num_samples = req.num_samples or default_samples or (1 if search == "grid" else 16)
-    _check_repeats(space, search, num_samples, f"--num-samples {num_samples}" if req.num_samples else
-                   f"its budget.num_samples: {num_samples}" if default_samples else f"the default {num_samples} samples")
+    _check_repeats(
+        space,
+        search,
+        num_samples,
+        f"--num-samples {num_samples}"
+        if req.num_samples
+        else f"its budget.num_samples: {num_samples}"
+        if default_samples
+        else f"the default {num_samples} samples",
+    )
     unit = str(space.scheduler.get("unit", "passes"))
     if unit == "steps":  # the trial's epochs end it first wherever max_t is larger than its steps
         max_t = req.max_t or space.scheduler.get("max_t", STEPS_MAX_T)
@@ -120,25 +136,45 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
         evals = max(1, math.ceil(cfg.train.max_epochs / cfg.train.eval_every))
         max_t = req.max_t or min(space.scheduler.get("max_t", evals), evals)
     grace = req.grace_period or space.scheduler.get("grace_period", 1)
-    if unit == "steps" and grace > max_t:  # in passes the grace shrinks to a shorter budget; a stated one does not
-        raise ModsarError(f"space '{space.path}': ASHA's grace period ({grace:,} steps) is past its max_t "
-                          f"({max_t:,} steps), so no trial could reach a first rung; lower the grace (--grace-period) "
-                          "or raise max_t (--max-t)")
+    if (
+        unit == "steps" and grace > max_t
+    ):  # in passes the grace shrinks to a shorter budget; a stated one does not
+        raise ModsarError(
+            f"space '{space.path}': ASHA's grace period ({grace:,} steps) is past its max_t "
+            f"({max_t:,} steps), so no trial could reach a first rung; lower the grace (--grace-period) "
+            "or raise max_t (--max-t)"
+        )
     grace = min(grace, max_t)
     factor = req.reduction_factor or space.scheduler.get("reduction_factor", 2)
     if factor < 2:
         raise ModsarError(f"--reduction-factor must be >= 2; got {factor}")
     if not 0 < req.cpus_per_trial < math.inf:  # NaN fails both
         raise ModsarError(f"--cpus-per-trial must be > 0; got {req.cpus_per_trial}")
-    if not 0 <= req.gpus_per_trial < math.inf or (req.gpus_per_trial > 1 and req.gpus_per_trial != int(req.gpus_per_trial)):
-        raise ModsarError(f"--gpus-per-trial must be a fraction in (0, 1] or a whole number; got {req.gpus_per_trial}")
+    if not 0 <= req.gpus_per_trial < math.inf or (
+        req.gpus_per_trial > 1 and req.gpus_per_trial != int(req.gpus_per_trial)
+    ):
+        raise ModsarError(
+            f"--gpus-per-trial must be a fraction in (0, 1] or a whole number; got {req.gpus_per_trial}"
+        )
     if req.mlflow is not None:
         _check_mlflow(req.mlflow)
     # unknown or unprepared dataset: refused here
     manifest = load_dataset(req.dataset, req.data_dir).manifest if req.dataset else {}
-    plan = Plan(req, space, cfg.to_dict(), search, num_samples, max_t, grace, factor, cfg.train.monitor_key,
-                req.results.rstrip("/") + "/" + req.experiment_name, str(data_root(req.data_dir).resolve()), manifest,
-                unit)
+    plan = Plan(
+        req,
+        space,
+        cfg.to_dict(),
+        search,
+        num_samples,
+        max_t,
+        grace,
+        factor,
+        cfg.train.monitor_key,
+        req.results.rstrip("/") + "/" + req.experiment_name,
+        str(data_root(req.data_dir).resolve()),
+        manifest,
+        unit,
+    )
     if check:
         plan.check().raise_if_invalid()
     return plan
@@ -147,14 +183,23 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
 def _check_request_numbers(req: SearchRequest) -> None:
     """Counts and budgets given on the command line must mean something: a value of 0 or less never stands for
     "the default" (leave the flag out for that), and Ray would take a negative one as an assertion failure."""
-    at_least = {"--max-epochs": (req.max_epochs, 1), "--max-t": (req.max_t, 1),
-                "--grace-period": (req.grace_period, 1), "--max-concurrent": (req.max_concurrent, 1),
-                "--max-failures": (req.max_failures, 0), "--seeds": (req.seeds, 0)}
+    at_least = {
+        "--max-epochs": (req.max_epochs, 1),
+        "--max-t": (req.max_t, 1),
+        "--grace-period": (req.grace_period, 1),
+        "--max-concurrent": (req.max_concurrent, 1),
+        "--max-failures": (req.max_failures, 0),
+        "--seeds": (req.seeds, 0),
+    }
     for flag, (value, low) in at_least.items():
         if value is not None and value < low:
-            raise ModsarError(f"{flag} must be >= {low}; got {value} (leave it out for the space's own setting)")
+            raise ModsarError(
+                f"{flag} must be >= {low}; got {value} (leave it out for the space's own setting)"
+            )
     if req.time_budget_s is not None and not req.time_budget_s > 0:
-        raise ModsarError(f"--time-budget must be > 0 seconds; got {req.time_budget_s:g} (leave it out for none)")
+        raise ModsarError(
+            f"--time-budget must be > 0 seconds; got {req.time_budget_s:g} (leave it out for none)"
+        )
 
 
 def _check_repeats(space: SearchSpace, search: str, num_samples: int, source: str) -> None:
@@ -163,16 +208,20 @@ def _check_repeats(space: SearchSpace, search: str, num_samples: int, source: st
     configuration runs one trial. Replicates on other seeds are --seeds K."""
     if num_samples == 1:
         return
-    replicas = (f"replicates of the selected configs on seeds 0..{num_samples - 1} are --seeds {num_samples}")
+    replicas = f"replicates of the selected configs on seeds 0..{num_samples - 1} are --seeds {num_samples}"
     if search == "grid":
-        raise ModsarError(f"space '{space.path}': a grid search runs each point once, but {source} would train "
-                          f"each point {num_samples} times, identically (one --seed); use --num-samples 1: "
-                          f"{replicas}")
+        raise ModsarError(
+            f"space '{space.path}': a grid search runs each point once, but {source} would train "
+            f"each point {num_samples} times, identically (one --seed); use --num-samples 1: "
+            f"{replicas}"
+        )
     for task in space.tasks():
         if space.for_task(task).count_points(_distinct_values, 2)[0] == 1:
-            raise ModsarError(f"space '{space.path}': {task.upper()} has one possible configuration, so "
-                              f"{source} would train it {num_samples} times, identically (one --seed); use "
-                              f"--num-samples 1: {replicas}")
+            raise ModsarError(
+                f"space '{space.path}': {task.upper()} has one possible configuration, so "
+                f"{source} would train it {num_samples} times, identically (one --seed); use "
+                f"--num-samples 1: {replicas}"
+            )
 
 
 def _distinct_values(p: Param) -> list:
@@ -192,8 +241,10 @@ def _check_mlflow(uri: str) -> None:
     except ImportError:
         raise ModsarError("--mlflow needs MLflow: pip install 'modsar[mlflow]'") from None
     if not uri or ("://" not in uri and not uri.startswith("file:")):
-        raise ModsarError(f"--mlflow {uri!r} is not a tracking URI; use e.g. file:./mlruns, sqlite:///mlflow.db or "
-                          "http://HOST:5000")
+        raise ModsarError(
+            f"--mlflow {uri!r} is not a tracking URI; use e.g. file:./mlruns, sqlite:///mlflow.db or "
+            "http://HOST:5000"
+        )
 
 
 def trial_config(base: dict[str, Any], space: SearchSpace, sampled: dict[str, Any]) -> Config:

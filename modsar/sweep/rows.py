@@ -35,8 +35,16 @@ def _count(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def row_from_results(plan: Plan, trial_id: str, config: dict, results: list[dict], error: str | None,
-                     checkpoint: str | None, role: str = "search", tag: str = "") -> dict[str, Any]:
+def row_from_results(
+    plan: Plan,
+    trial_id: str,
+    config: dict,
+    results: list[dict],
+    error: str | None,
+    checkpoint: str | None,
+    role: str = "search",
+    tag: str = "",
+) -> dict[str, Any]:
     sampled = plan.space.expand(sampled_values(config))
     try:
         cfg = trial_config(plan.base, plan.space, sampled)
@@ -59,19 +67,37 @@ def row_from_results(plan: Plan, trial_id: str, config: dict, results: list[dict
         if not _missing(reported.get(f"valid.{plan.monitor}")):
             points[int(reported["epoch"])] = _plain(reported[f"valid.{plan.monitor}"])
     curve = [[epoch, points[epoch]] for epoch in sorted(points)]
-    facts = {"best_epoch": _count(last.get("best_epoch")), "epochs_run": _count(last.get("epoch")),
-             "wall_time_s": last.get("wall_time_s"), "epoch_time_s": last.get("epoch_time_s"),
-             "eval_time_s": last.get("eval_time_s"), "device": last.get("device"),
-             **{k: last.get(k) for k in (*SPEED_FACTS, *PROGRESS_FACTS)},
-             **{k: last[k] for k in PROTOCOL_FACTS if k in last},
-             "num_parameters": _count(last.get("num_parameters")), "node_id": last.get("node_id"),
-             "torch_threads": _count(last.get("torch_threads")),
-             "checkpoint": checkpoint, "curve": json.dumps(curve), "reports": len(results),
-             "search_algorithm": plan.search, "space_arms": json.dumps(plan.space.arms) if plan.space.arms else None,
-             "trial_index": int(tag.split("_")[0]) if tag.split("_")[0].isdigit() else None}  # creation order
-    row = result_row(cfg, experiment=plan.request.experiment_name, trial_id=trial_id, status=status,
-                     valid=valid, test=test, facts=facts, error=error, space=plan.space.name,
-                     dataset_manifest=plan.manifest)
+    facts = {
+        "best_epoch": _count(last.get("best_epoch")),
+        "epochs_run": _count(last.get("epoch")),
+        "wall_time_s": last.get("wall_time_s"),
+        "epoch_time_s": last.get("epoch_time_s"),
+        "eval_time_s": last.get("eval_time_s"),
+        "device": last.get("device"),
+        **{k: last.get(k) for k in (*SPEED_FACTS, *PROGRESS_FACTS)},
+        **{k: last[k] for k in PROTOCOL_FACTS if k in last},
+        "num_parameters": _count(last.get("num_parameters")),
+        "node_id": last.get("node_id"),
+        "torch_threads": _count(last.get("torch_threads")),
+        "checkpoint": checkpoint,
+        "curve": json.dumps(curve),
+        "reports": len(results),
+        "search_algorithm": plan.search,
+        "space_arms": json.dumps(plan.space.arms) if plan.space.arms else None,
+        "trial_index": int(tag.split("_")[0]) if tag.split("_")[0].isdigit() else None,
+    }  # creation order
+    row = result_row(
+        cfg,
+        experiment=plan.request.experiment_name,
+        trial_id=trial_id,
+        status=status,
+        valid=valid,
+        test=test,
+        facts=facts,
+        error=error,
+        space=plan.space.name,
+        dataset_manifest=plan.manifest,
+    )
     row["role"] = role
     row.update({k: v for k, v in last.items() if k.startswith("generate.")})  # a seed re-run's rollouts
     row.update({k: v for k, v in sampled.items() if row.get(k) != v})
@@ -114,8 +140,16 @@ class ResultRows(tune.Callback):
 
     def _write(self, trial, error: str | None) -> None:
         checkpoint = trial.checkpoint.path if trial.checkpoint else None
-        row = row_from_results(self.plan, trial.trial_id, trial.config, self.results.get(trial.trial_id, []),
-                               error, checkpoint, self.role, trial.experiment_tag)
+        row = row_from_results(
+            self.plan,
+            trial.trial_id,
+            trial.config,
+            self.results.get(trial.trial_id, []),
+            error,
+            checkpoint,
+            self.role,
+            trial.experiment_tag,
+        )
         write_row(rows_dir(self.plan), row)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
@@ -138,8 +172,10 @@ class LiveTable(tune.Callback):
         plan, counts = self.plan, dict[str, int]()
         for t in trials:
             counts[t.status] = counts.get(t.status, 0) + 1
-        lines = [f"[{time.strftime('%H:%M:%S')}] {plan.request.experiment_name}: "
-                 + ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))]
+        lines = [
+            f"[{time.strftime('%H:%M:%S')}] {plan.request.experiment_name}: "
+            + ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
+        ]
         lines.append(f"  {'trial':<14}{'task':<6}{'status':<11}{'epoch':>6}{'best ' + plan.monitor:>14}")
         for t in trials[-12:]:
             r = t.last_result or {}
@@ -149,7 +185,9 @@ class LiveTable(tune.Callback):
             status = "diverged" if r.get("diverged") else t.status.lower()  # Tune calls it terminated
             lines.append(f"  {t.trial_id:<14}{task:<6}{status:<11}{r.get('epoch', '-')!s:>6}{shown:>14}")
         if len(trials) > 12:
-            lines.append(f"  ... {len(trials) - 12} more (modsar results --experiment {plan.request.experiment_name})")
+            lines.append(
+                f"  ... {len(trials) - 12} more (modsar results --experiment {plan.request.experiment_name})"
+            )
         print("\n".join(lines), flush=True)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
@@ -180,13 +218,14 @@ class SchedulerState(tune.Callback):
 
 
 def make_callbacks(plan: Plan, role: str = "search") -> list[tune.Callback]:
-    callbacks: list[tune.Callback] = [ResultRows(plan, role)] + ([] if plan.request.quiet else [LiveTable(plan)])
+    callbacks: list[tune.Callback] = [ResultRows(plan, role)] + (
+        [] if plan.request.quiet else [LiveTable(plan)]
+    )
     if plan.request.mlflow:
         from modsar.sweep.tracking import mlflow_callback  # needs MLflow: only with --mlflow
 
         callbacks.append(mlflow_callback(plan, role))
     return callbacks
-
 
 
 def reconcile_rows(plan: Plan, grid, role: str = "search") -> None:
@@ -195,7 +234,9 @@ def reconcile_rows(plan: Plan, grid, role: str = "search") -> None:
     have = set(existing["trial_id"]) if len(existing) else set()
     for result in grid:
         # trial folders are named <trainable>_<trial id>_<index>_<params>; ids may hold one "_"
-        match = re.match(r"^[^_]+_([0-9a-f]+(?:_\d{5})?)_(\d+_.*)$", Path(result.path).name if result.path else "")
+        match = re.match(
+            r"^[^_]+_([0-9a-f]+(?:_\d{5})?)_(\d+_.*)$", Path(result.path).name if result.path else ""
+        )
         trial_id = (result.metrics or {}).get("trial_id") or (match.group(1) if match else None)
         tag = match.group(2) if match else ""
         if not trial_id or trial_id in have or result.config is None:  # None: never started (time budget)
@@ -204,11 +245,14 @@ def reconcile_rows(plan: Plan, grid, role: str = "search") -> None:
         history = frame.to_dict("records") if frame is not None else []
         error = f"{type(result.error).__name__}: {result.error}".splitlines()[0] if result.error else None
         checkpoint = result.checkpoint.path if result.checkpoint else None
-        write_row(rows_dir(plan), row_from_results(plan, trial_id, result.config, history, error, checkpoint, role,
-                                                    tag))
-
+        write_row(
+            rows_dir(plan),
+            row_from_results(plan, trial_id, result.config, history, error, checkpoint, role, tag),
+        )
 
 
 def rewrite_row(plan: Plan, row: dict[str, Any]) -> None:
     """Write back a row read from Parquet (NaN where the row had no value becomes missing again)."""
-    write_row(rows_dir(plan), {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
+    write_row(
+        rows_dir(plan), {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+    )

@@ -51,12 +51,17 @@ class SpaceCheck:
         trials = ", ".join(f"{task.upper()} {n}" for task, n in sorted(self.trials.items()))
         on = f" on dataset {self.dataset}" if self.dataset else ""
         head = f"space '{self.space.name}' ({self.search} search: {trials} trials)"
-        which = (f" (a seeded sample: the space has more than {MAX_GRID_POINTS:,} combinations)"
-                 if self.sampled else "")
+        which = (
+            f" (a seeded sample: the space has more than {MAX_GRID_POINTS:,} combinations)"
+            if self.sampled
+            else ""
+        )
         if self.ok:
             return f"{head}: all {self.checked} configurations{which} are valid{on}"
         invalid = sum(len(points) for points in self.problems.values())
-        lines = [f"{head}: {invalid} of {self.checked} configurations{which} are invalid{on}; nothing was run:"]
+        lines = [
+            f"{head}: {invalid} of {self.checked} configurations{which} are invalid{on}; nothing was run:"
+        ]
         lines += [f"  {_which(points)}: {problem}" for problem, points in self.problems.items()]
         return "\n".join(lines)
 
@@ -70,21 +75,33 @@ def dataset_sizes(manifest: dict) -> dict[str, int]:
     the counts modsar.memory's estimates read (0 where an older version did not count them)."""
     stats = manifest["statistics"]
     counts = ("interactions", "min_length", "max_length", "evaluable_users")
-    return {"num_items": stats["items"], "num_users": stats["users"], "max_len": manifest["max_len"],
-            "has_timestamp": int(bool(manifest.get("has_timestamp"))),
-            **{key: int(stats.get(key, 0)) for key in counts}}
+    return {
+        "num_items": stats["items"],
+        "num_users": stats["users"],
+        "max_len": manifest["max_len"],
+        "has_timestamp": int(bool(manifest.get("has_timestamp"))),
+        **{key: int(stats.get(key, 0)) for key in counts},
+    }
 
 
 def viewed_sizes(cfg: Config, sizes: dict[str, int], where: str) -> dict[str, int]:
     """`sizes` as cfg's data view sees them (the item view swaps users and items); refuses a view or split
     that needs timestamps on a dataset without them, as `modsar train` would, before any trial starts."""
-    needs = [k for k, v in (("data.view=item", cfg.data.view == "item"),
-                            ("data.split=temporal", cfg.data.split == "temporal"),
-                            (f"model.time_bias={cfg.model.time_bias}", cfg.model.time_bias != "none")) if v]
+    needs = [
+        k
+        for k, v in (
+            ("data.view=item", cfg.data.view == "item"),
+            ("data.split=temporal", cfg.data.split == "temporal"),
+            (f"model.time_bias={cfg.model.time_bias}", cfg.model.time_bias != "none"),
+        )
+        if v
+    ]
     if needs and not sizes.get("has_timestamp", 1):
-        raise ModsarError(f"{where}: {' and '.join(needs)} need{'s' * (len(needs) == 1)} timestamps, and the "
-                          "dataset has none (its source gives only the order within each user); use a timestamped "
-                          "dataset or the defaults data.view=user data.split=loo model.time_bias=none")
+        raise ModsarError(
+            f"{where}: {' and '.join(needs)} need{'s' * (len(needs) == 1)} timestamps, and the "
+            "dataset has none (its source gives only the order within each user); use a timestamped "
+            "dataset or the defaults data.view=user data.split=loo model.time_bias=none"
+        )
     if cfg.data.view == "item":
         return {**sizes, "num_items": sizes["num_users"], "num_users": sizes["num_items"]}
     return sizes
@@ -111,9 +128,16 @@ def check_points(space: SearchSpace) -> tuple[list[dict[str, Any]], bool]:
         if p.kind == "randint":
             every = full_ranges and high - low <= SMALL_RANGE
             ends = list(range(low, high)) if every else [low, high - 1]
-            return sorted({*ends, *(v for v in named.get(p.key, ()) if isinstance(v, int) and low <= v < high)})
-        return sorted({float(low), float(high), *(float(v) for v in named.get(p.key, ())
-                                                  if isinstance(v, (int, float)) and low <= v <= high)})
+            return sorted(
+                {*ends, *(v for v in named.get(p.key, ()) if isinstance(v, int) and low <= v < high)}
+            )
+        return sorted(
+            {
+                float(low),
+                float(high),
+                *(float(v) for v in named.get(p.key, ()) if isinstance(v, (int, float)) and low <= v <= high),
+            }
+        )
 
     full = math.prod(len(values(p, True)) for p in space.params)  # an upper bound: conditions only remove
 
@@ -128,8 +152,9 @@ def check_points(space: SearchSpace) -> tuple[list[dict[str, Any]], bool]:
 CHECK_SAMPLE = 2000  # points checked of a random/optuna space too large to enumerate (about 1 ms each)
 
 
-def sample_points(space: SearchSpace, values_of: Callable[[Param], list], n: int, seed: int = 0
-                  ) -> list[dict[str, Any]]:
+def sample_points(
+    space: SearchSpace, values_of: Callable[[Param], list], n: int, seed: int = 0
+) -> list[dict[str, Any]]:
     """Up to `n` distinct points of `space.points(values_of)`, drawn with a fixed seed (the same every run),
     without building the others: a space random/Optuna search samples can be far too large to enumerate."""
     rng, points, seen = random.Random(seed), [], set()
@@ -156,11 +181,19 @@ def _which(points: list[dict[str, Any]]) -> str:
     if len(points) == 1:
         return _label(points[0])
     shared = {k: v for k, v in points[0].items() if all(k in p and p[k] == v for p in points)}
-    return f"{len(points)} configurations" + (f" with {_label(shared)}" if shared else f", e.g. {_label(points[0])}")
+    return f"{len(points)} configurations" + (
+        f" with {_label(shared)}" if shared else f", e.g. {_label(points[0])}"
+    )
 
 
-def check_space(space: SearchSpace, base: dict[str, Any], search: str, num_samples: int,
-                sizes: dict[str, int] | None = None, dataset: str | None = None) -> SpaceCheck:
+def check_space(
+    space: SearchSpace,
+    base: dict[str, Any],
+    search: str,
+    num_samples: int,
+    sizes: dict[str, int] | None = None,
+    dataset: str | None = None,
+) -> SpaceCheck:
     """Validate every configuration of `space` on top of the full `base` config (nested, as Plan.base).
 
     `sizes` (num_items, num_users, max_len of the dataset) makes the model checks exact; without it the
@@ -202,8 +235,9 @@ def _build_problem(cfg: Config, sizes: dict[str, int] | None) -> str | None:
     sizes = sizes or PLACEHOLDER_SIZES
     try:
         with torch.device("meta"):
-            model = build_model(cfg, sizes["num_items"], sizes["num_users"],
-                                cfg.data.max_len or sizes.get("max_len", 50))
+            model = build_model(
+                cfg, sizes["num_items"], sizes["num_users"], cfg.data.max_len or sizes.get("max_len", 50)
+            )
     except Exception as exc:  # whatever the constructor refuses would fail the trial at run time
         first = (str(exc).strip().splitlines() or [""])[0]
         return f"the model cannot be built: {type(exc).__name__}: {first}"

@@ -60,7 +60,10 @@ SPACES_DIR = _bundled_folder()
 DISTRIBUTIONS = ("grid", "choice", "uniform", "loguniform", "randint")
 TOP_KEYS = {"description", "paper", "base", "params", "scheduler", "budget", "arms"}
 SCHEDULER_KEYS = {"max_t", "grace_period", "reduction_factor", "unit"}
-SCHEDULER_UNITS = ("passes", "steps")  # what grace_period and max_t count: validation passes or optimizer steps
+SCHEDULER_UNITS = (
+    "passes",
+    "steps",
+)  # what grace_period and max_t count: validation passes or optimizer steps
 BUDGET_KEYS = {"search", "num_samples", "max_epochs", "eval_every"}
 SEARCHES = ("grid", "random", "optuna")
 # Grid search builds every point (and Tune a trial object for each): a larger grid is refused before any
@@ -69,9 +72,11 @@ MAX_GRID_POINTS = 100_000
 # Keys every trial of a search shares: a search selects across its trials by their validation values, so
 # what is compared (the data and its cut, modsar.report.render.PROTOCOL's evaluation keys, the monitored metric) and
 # the budget are fixed for the search; none may be a param or an `also` target. Key -> why, and what instead.
-_PROTOCOL = ("validation values measured under different evaluation protocols are not comparable (modsar "
-             "report keeps them apart), so no trial could be selected over the others; set it in 'base' and "
-             "run one search per protocol")
+_PROTOCOL = (
+    "validation values measured under different evaluation protocols are not comparable (modsar "
+    "report keeps them apart), so no trial could be selected over the others; set it in 'base' and "
+    "run one search per protocol"
+)
 # keys the search itself sets for every trial, from its flags and budget: a value in a space's base never runs
 BASE_FIXED: dict[str, str] = {
     "dataset": "the search runs on its --dataset",
@@ -81,17 +86,17 @@ BASE_FIXED: dict[str, str] = {
 }
 FIXED_KEYS: dict[str, str] = {
     "dataset": "every trial runs on the search's --dataset (another dataset's trial would be selected and "
-               "tested on the wrong data); remove it from params and run one search per dataset",
+    "tested on the wrong data); remove it from params and run one search per dataset",
     "seed": "--seed sets every trial's seed, and --seeds K re-runs the selected configs on seeds 0..K-1 as "
-            "replicates; remove it from params",
+    "replicates; remove it from params",
     "train.max_epochs": "the budget sets it for every trial (budget.max_epochs, or --max-epochs) and ASHA's "
-                        "max_t counts from it; remove it from params",
+    "max_t counts from it; remove it from params",
     "train.eval_every": "the budget sets it for every trial (budget.eval_every) and ASHA counts in its "
-                        "validation passes; remove it from params",
+    "validation passes; remove it from params",
     "train.monitor": "trials are stopped early and selected by one validation metric; set it in 'base' and "
-                     "run one search per metric",
+    "run one search per metric",
     "eval.ks": "it only says which cutoffs are reported, so each value would train the same model again and "
-               "rows would report different metrics; set it in 'base'",
+    "rows would report different metrics; set it in 'base'",
     "eval.filter_seen": _PROTOCOL,
     "eval.sampled_negatives": _PROTOCOL,
     "eval.sample_seed": _PROTOCOL,
@@ -150,8 +155,9 @@ class SearchSpace:
     def for_task(self, task: str) -> SearchSpace:
         """The same space with `task` fixed: one ASHA bracket never compares AE with AR trials."""
         params = [Param(p.key, "grid", [task], p.when, p.also) if p.key == "task" else p for p in self.params]
-        return SearchSpace(self.name, self.path, self.description, self.paper, self.base, params, self.scheduler,
-                           self.budget)
+        return SearchSpace(
+            self.name, self.path, self.description, self.paper, self.base, params, self.scheduler, self.budget
+        )
 
     def points(self, values_of: Callable[[Param], list]) -> list[dict[str, Any]]:
         """The conditional product of `values_of(param)` over the params, in a stable order: a param whose
@@ -159,8 +165,11 @@ class SearchSpace:
         points: list[dict[str, Any]] = [{}]
         for p in self.params:
             values = values_of(p)
-            points = [new for point in points
-                      for new in ([{**point, p.key: v} for v in values] if p.active(point) else [point])]
+            points = [
+                new
+                for point in points
+                for new in ([{**point, p.key: v} for v in values] if p.active(point) else [point])
+            ]
         return points
 
     def count_points(self, values_of: Callable[[Param], list], limit: int) -> tuple[int, bool]:
@@ -169,7 +178,7 @@ class SearchSpace:
         Only the values that later `when` conditions read keep partial points apart; the others multiply.
         Distinct partial points never exceed the final count, so past `limit` of them the count is above
         `limit` and it stops there: (a lower bound above `limit`, False)."""
-        later = [{k for q in self.params[i + 1:] for k in q.when} for i in range(len(self.params))]
+        later = [{k for q in self.params[i + 1 :] for k in q.when} for i in range(len(self.params))]
         values: dict[str, list] = {}
         states: dict[tuple, int] = {(): 1}  # values (as indices) of the keys later conditions read -> points
         for i, p in enumerate(self.params):
@@ -193,8 +202,10 @@ class SearchSpace:
     def grid_values(self, p: Param) -> list:
         """A param's values in grid search (only grid/choice params have a finite set)."""
         if not p.categorical:
-            raise ModsarError(f"space '{self.name}': grid search needs grid/choice params, but '{p.key}' is "
-                              f"{p.kind}; use --search random or --search optuna")
+            raise ModsarError(
+                f"space '{self.name}': grid search needs grid/choice params, but '{p.key}' is "
+                f"{p.kind}; use --search random or --search optuna"
+            )
         return p.values
 
     def grid_points(self) -> list[dict[str, Any]]:
@@ -214,7 +225,9 @@ class SearchSpace:
             elif p.kind == "randint":
                 point[p.key] = trial.suggest_int(p.key, p.values[0], p.values[1] - 1)
             else:
-                point[p.key] = trial.suggest_float(p.key, p.values[0], p.values[1], log=p.kind == "loguniform")
+                point[p.key] = trial.suggest_float(
+                    p.key, p.values[0], p.values[1], log=p.kind == "loguniform"
+                )
         return point
 
     def sources(self, key: str) -> list[Param]:
@@ -294,8 +307,11 @@ def _covers_every_point(params: list[Param], sources: list[Param]) -> bool:
         values = list(p.values) if p.categorical else named.get(p.key, [])
         if not p.categorical and (p.kind != "randint" or p.values[1] - p.values[0] > len(values)):
             values = [*values, _OTHER]
-        points = [new for point in points
-                  for new in ([{**point, p.key: v} for v in values] if p.active(point) else [point])]
+        points = [
+            new
+            for point in points
+            for new in ([{**point, p.key: v} for v in values] if p.active(point) else [point])
+        ]
         if len(points) > MAX_COVER_POINTS:
             return False
     return all(any(s.active(point) for s in sources) for point in points)
@@ -322,10 +338,15 @@ def _refuse_repeated_values(at: str, key: str, kind: str, values: list) -> None:
         marker = typed if isinstance(typed, Hashable) else repr(typed)
         if marker in seen:
             first = seen[marker]
-            same = "" if repr(first) == repr(value) else f" (as {first!r} and {value!r}: one value of this key)"
+            same = (
+                "" if repr(first) == repr(value) else f" (as {first!r} and {value!r}: one value of this key)"
+            )
             effect = "run the same trials again" if kind == "grid" else "be sampled twice as often"
-            _fail(at, f"{kind} value {first!r} is listed twice{same}; list each value once (a repeated value "
-                  f"would {effect})")
+            _fail(
+                at,
+                f"{kind} value {first!r} is listed twice{same}; list each value once (a repeated value "
+                f"would {effect})",
+            )
         seen[marker] = value
 
 
@@ -343,7 +364,9 @@ def _parse_param(where: str, key: str, spec: Any) -> Param:
     if not isinstance(values, list) or not values:
         _fail(at, f"'{kind}' needs a non-empty list, got {values!r}")
     if kind in ("uniform", "loguniform", "randint"):
-        if len(values) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        if len(values) != 2 or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
+        ):
             _fail(at, f"'{kind}' needs [low, high] numbers, got {values!r}")
         if not values[0] < values[1]:
             _fail(at, f"'{kind}' needs low < high, got {values!r}")
@@ -358,8 +381,11 @@ def _parse_param(where: str, key: str, spec: Any) -> Param:
     if not isinstance(also, list):
         _fail(at, f"'also' must be a list of keys, got {also!r}")
     if "task" in also:
-        _fail(at, "'also' cannot set 'task': the AE/AR switch is searched only as the 'task' param (each direction "
-              "on its own); list the tasks in its grid")
+        _fail(
+            at,
+            "'also' cannot set 'task': the AE/AR switch is searched only as the 'task' param (each direction "
+            "on its own); list the tasks in its grid",
+        )
     if key in also:
         _fail(at, f"'also' names the param's own key '{key}'; remove it from 'also'")
     twice = next((t for i, t in enumerate(also) if t in also[:i]), None)
@@ -373,8 +399,9 @@ def _parse_param(where: str, key: str, spec: Any) -> Param:
     when = spec.get("when", {})
     if not isinstance(when, dict):
         _fail(at, f"'when' must map a param to a value or list of values, got {when!r}")
-    return Param(key, kind, list(values), {k: v if isinstance(v, list) else [v] for k, v in when.items()},
-                 list(also))
+    return Param(
+        key, kind, list(values), {k: v if isinstance(v, list) else [v] for k, v in when.items()}, list(also)
+    )
 
 
 def _takes(p: Param, value: Any) -> bool:
@@ -393,25 +420,36 @@ def _check_conditions(where: str, params: list[Param], keys: list[str]) -> None:
     """Each `when` names an earlier param and only values it can take: a condition that can never hold would
     leave its param out of every point (and _requirements relies on it)."""
     if any(p.key == "task" and p.when for p in params):
-        _fail(f"{where}: params.task", "the AE/AR switch cannot have a 'when' condition (each direction is "
-              "searched on its own); list the tasks in its grid")
+        _fail(
+            f"{where}: params.task",
+            "the AE/AR switch cannot have a 'when' condition (each direction is "
+            "searched on its own); list the tasks in its grid",
+        )
     for p in params:
         for cond_key, allowed in p.when.items():
             if cond_key not in keys or keys.index(cond_key) >= keys.index(p.key):
-                _fail(f"{where}: params.{p.key}", f"'when' refers to '{cond_key}', which must be a param "
-                      "listed before it")
+                _fail(
+                    f"{where}: params.{p.key}",
+                    f"'when' refers to '{cond_key}', which must be a param listed before it",
+                )
             cond = next(q for q in params if q.key == cond_key)
             if cond.kind in ("uniform", "loguniform"):  # a sampled float equals a named one practically never
-                _fail(f"{where}: params.{p.key}", f"'when' names a value of '{cond_key}', a continuous param "
-                      f"({cond.kind} {cond.values}) whose samples practically never equal it, so the param would "
-                      f"almost never be searched; make '{cond_key}' a choice, grid or randint param, or drop the "
-                      "'when'")
+                _fail(
+                    f"{where}: params.{p.key}",
+                    f"'when' names a value of '{cond_key}', a continuous param "
+                    f"({cond.kind} {cond.values}) whose samples practically never equal it, so the param would "
+                    f"almost never be searched; make '{cond_key}' a choice, grid or randint param, or drop the "
+                    "'when'",
+                )
             bad = [v for v in allowed if not _takes(cond, v)]
             if bad and cond.categorical:
                 _fail(f"{where}: params.{p.key}", f"'when' value {bad[0]!r} is not a value of '{cond_key}'")
             if bad:
-                _fail(f"{where}: params.{p.key}", f"'when' value {bad[0]!r} is never a value of '{cond_key}' "
-                      f"({cond.kind} {cond.values}); name a value in its range")
+                _fail(
+                    f"{where}: params.{p.key}",
+                    f"'when' value {bad[0]!r} is never a value of '{cond_key}' "
+                    f"({cond.kind} {cond.values}); name a value in its range",
+                )
 
 
 def parse_space(data: Any, name: str, path: str) -> SearchSpace:
@@ -433,9 +471,12 @@ def parse_space(data: Any, name: str, path: str) -> SearchSpace:
         for target in [p.key, *p.also]:
             at, sets = f"{where}: params.{p.key}", "" if target == p.key else f"'also' sets '{target}': "
             if target.startswith(FIXED_PREFIXES):
-                _fail(at, f"{sets}a search cannot vary how the data is viewed or split: validation targets "
-                      "of different views or splits are not comparable, so no trial could be selected over "
-                      "the others; set it in 'base' and run one search per protocol")
+                _fail(
+                    at,
+                    f"{sets}a search cannot vary how the data is viewed or split: validation targets "
+                    "of different views or splits are not comparable, so no trial could be selected over "
+                    "the others; set it in 'base' and run one search per protocol",
+                )
             if target in FIXED_KEYS:
                 _fail(at, f"{sets}a search cannot vary '{target}': {FIXED_KEYS[target]}")
     _check_conditions(where, params, keys)
@@ -443,16 +484,23 @@ def parse_space(data: Any, name: str, path: str) -> SearchSpace:
         for target in p.also:
             searched = next((q for q in params if q.key == target), None)
             if searched is not None and _can_meet(params, p, searched):
-                _fail(f"{where}: params.{p.key}", f"'also' sets '{target}', which is searched itself "
-                      f"(params.{target}: {searched.kind} {searched.values}); the 'also' value would replace those "
-                      f"values in every trial it is set, so they would never run; remove '{target}' from 'also' or "
-                      "from params")
-            other = next((q for q in params[:params.index(p)]
-                          if target in q.also and _can_meet(params, p, q)), None)
+                _fail(
+                    f"{where}: params.{p.key}",
+                    f"'also' sets '{target}', which is searched itself "
+                    f"(params.{target}: {searched.kind} {searched.values}); the 'also' value would replace those "
+                    f"values in every trial it is set, so they would never run; remove '{target}' from 'also' or "
+                    "from params",
+                )
+            other = next(
+                (q for q in params[: params.index(p)] if target in q.also and _can_meet(params, p, q)), None
+            )
             if other is not None:
-                _fail(f"{where}: params.{p.key}", f"'also' sets '{target}', which the 'also' of "
-                      f"params.{other.key} sets too; one key takes one param's value: keep '{target}' in one "
-                      "'also'")
+                _fail(
+                    f"{where}: params.{p.key}",
+                    f"'also' sets '{target}', which the 'also' of "
+                    f"params.{other.key} sets too; one key takes one param's value: keep '{target}' in one "
+                    "'also'",
+                )
     scheduler = dict(data.get("scheduler") or {})
     _check_keys(where, scheduler, SCHEDULER_KEYS, "scheduler")
     budget = dict(data.get("budget") or {})
@@ -460,8 +508,11 @@ def parse_space(data: Any, name: str, path: str) -> SearchSpace:
     if budget.get("search", "grid") not in SEARCHES:
         _fail(where, f"budget.search must be one of {', '.join(SEARCHES)}; got {budget.get('search')!r}")
     if scheduler.get("unit", "passes") not in SCHEDULER_UNITS:
-        _fail(where, f"scheduler.unit must be passes (validation passes) or steps (optimizer steps, the same for a "
-              f"small and a large dataset); got {scheduler.get('unit')!r}")
+        _fail(
+            where,
+            f"scheduler.unit must be passes (validation passes) or steps (optimizer steps, the same for a "
+            f"small and a large dataset); got {scheduler.get('unit')!r}",
+        )
     numbers = [(k, v) for k, v in scheduler.items() if k != "unit"]
     for key, value in [*numbers, *((k, v) for k, v in budget.items() if k != "search")]:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -472,25 +523,36 @@ def parse_space(data: Any, name: str, path: str) -> SearchSpace:
     for arm in arms:
         param = next((p for p in params if p.key == arm), None)
         if arm in ("task", "model.backbone") or param is None or not param.categorical:
-            _fail(f"{where}: arms", f"'{arm}' must be a grid or choice param other than task and model.backbone "
-                  "(a search always selects per task and backbone)")
+            _fail(
+                f"{where}: arms",
+                f"'{arm}' must be a grid or choice param other than task and model.backbone "
+                "(a search always selects per task and backbone)",
+            )
     text = {}
     for key in ("description", "paper"):  # one line each in `modsar spaces`: text, never a list or mapping
         value = data.get(key)
         if isinstance(value, (list, dict)):
-            _fail(where, f"'{key}' must be one line of text, got a {type(value).__name__}; quote it if it "
-                  "holds brackets or a colon")
+            _fail(
+                where,
+                f"'{key}' must be one line of text, got a {type(value).__name__}; quote it if it "
+                "holds brackets or a colon",
+            )
         text[key] = "" if value is None else str(value).strip()
-    space = SearchSpace(name, path, text["description"], text["paper"], base, params, scheduler, budget,
-                        list(arms))
+    space = SearchSpace(
+        name, path, text["description"], text["paper"], base, params, scheduler, budget, list(arms)
+    )
     for key in base:  # one source per key holds for 'base' too: a base value that never runs is refused
         if key in BASE_FIXED:
             _fail(f"{where}: base.{key}", f"'{key}' is not a base setting: {BASE_FIXED[key]}")
         if space.sets_everywhere(key):
-            sources = " and ".join(f"params.{p.key}" if p.key == key else f"the 'also' of params.{p.key}"
-                                   for p in space.sources(key))
-            _fail(f"{where}: base.{key}", f"{sources} sets '{key}' in every trial, so the base value never runs; "
-                  "remove it from base")
+            sources = " and ".join(
+                f"params.{p.key}" if p.key == key else f"the 'also' of params.{p.key}"
+                for p in space.sources(key)
+            )
+            _fail(
+                f"{where}: base.{key}",
+                f"{sources} sets '{key}' in every trial, so the base value never runs; remove it from base",
+            )
     return space
 
 
@@ -547,9 +609,13 @@ def _alias_growth(root: yaml.Node) -> None:
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, done = stack.pop()
-        children: list[yaml.Node] = ([n for pair in node.value for n in pair]
-                                     if isinstance(node, yaml.MappingNode)
-                                     else list(node.value) if isinstance(node, yaml.SequenceNode) else [])
+        children: list[yaml.Node] = (
+            [n for pair in node.value for n in pair]
+            if isinstance(node, yaml.MappingNode)
+            else list(node.value)
+            if isinstance(node, yaml.SequenceNode)
+            else []
+        )
         if done:
             size[id(node)] = min(cap, 1 + sum(size[id(child)] for child in children))
             open_.discard(id(node))
@@ -572,12 +638,16 @@ def load_space(name_or_path: str) -> SearchSpace:
         path = bundled  # a bundled name, even where a folder of that name is in the working directory
         if not path.is_file():
             known = ", ".join(sorted(p.stem for p in SPACES_DIR.glob("*.yaml")))
-            raise ModsarError(f"unknown space '{name_or_path}'; bundled spaces: {known} (or pass a YAML path)")
+            raise ModsarError(
+                f"unknown space '{name_or_path}'; bundled spaces: {known} (or pass a YAML path)"
+            )
     if path.is_dir():
         inside = next(iter(sorted(path.glob("*.y*ml"))), None)
         example = f" such as '{inside}'" if inside else ""
-        raise ModsarError(f"space file '{path}' is a directory; pass a space's YAML file{example}, or a "
-                          "bundled space's name (`modsar spaces` lists them)")
+        raise ModsarError(
+            f"space file '{path}' is a directory; pass a space's YAML file{example}, or a "
+            "bundled space's name (`modsar spaces` lists them)"
+        )
     if not path.is_file():
         raise ModsarError(f"space file '{path}' does not exist")
     try:
@@ -585,14 +655,21 @@ def load_space(name_or_path: str) -> SearchSpace:
     except UnicodeDecodeError:
         raise ModsarError(f"space file '{path}' is not a text (UTF-8) file") from None
     except _AliasGrowth as exc:
-        what = ("holds a value that contains itself through a YAML alias" if exc.cycle else
-                f"expands its YAML aliases (*name) into more than {MAX_ALIAS_VALUES:,} values beyond those "
-                "written (aliases nested in anchors)")
-        raise ModsarError(f"space file '{path}' {what}; a space needs a few hundred values: write them out, "
-                          "or use anchors that do not nest") from None
+        what = (
+            "holds a value that contains itself through a YAML alias"
+            if exc.cycle
+            else f"expands its YAML aliases (*name) into more than {MAX_ALIAS_VALUES:,} values beyond those "
+            "written (aliases nested in anchors)"
+        )
+        raise ModsarError(
+            f"space file '{path}' {what}; a space needs a few hundred values: write them out, "
+            "or use anchors that do not nest"
+        ) from None
     except _RepeatedKey as exc:
-        raise ModsarError(f"space file '{path}' gives the key {exc.key!r} twice in one mapping (lines "
-                          f"{exc.lines[0]} and {exc.lines[1]}); YAML would keep only the last: remove one") from None
+        raise ModsarError(
+            f"space file '{path}' gives the key {exc.key!r} twice in one mapping (lines "
+            f"{exc.lines[0]} and {exc.lines[1]}); YAML would keep only the last: remove one"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
@@ -611,8 +688,13 @@ def describe(space: SearchSpace) -> str:
     size = space.size()
     if size is not None and space.budget.get("search", "grid") == "grid":
         grid_size_by_task(space)  # the space as written runs a grid search: refused above MAX_GRID_POINTS
-    shown = ("continuous space" if size is None else size if size <= MAX_GRID_POINTS
-             else f"more than the grid search limit of {MAX_GRID_POINTS} (random/optuna only)")
+    shown = (
+        "continuous space"
+        if size is None
+        else size
+        if size <= MAX_GRID_POINTS
+        else f"more than the grid search limit of {MAX_GRID_POINTS} (random/optuna only)"
+    )
     lines.append(f"  trials (full grid): {shown}")
     lines.append("  base: " + ", ".join(f"{k}={v}" for k, v in space.base.items()))
     for p in space.params:
@@ -638,8 +720,9 @@ def grid_size_by_task(space: SearchSpace) -> dict[str, int]:
     total = sum(counts.values())
     if total > MAX_GRID_POINTS:
         size = f"{total:,} points" if exact else f"more than {MAX_GRID_POINTS:,} points"
-        raise ModsarError(f"space '{space.path}': its grid has {size}, above the {MAX_GRID_POINTS:,} a grid search "
-                          "builds (modsar.sweep.spaces.MAX_GRID_POINTS); search it with --search random or --search "
-                          "optuna and --num-samples N, or shrink the grid")
+        raise ModsarError(
+            f"space '{space.path}': its grid has {size}, above the {MAX_GRID_POINTS:,} a grid search "
+            "builds (modsar.sweep.spaces.MAX_GRID_POINTS); search it with --search random or --search "
+            "optuna and --num-samples N, or shrink the grid"
+        )
     return counts
-

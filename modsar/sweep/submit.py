@@ -31,8 +31,10 @@ def _probe(address: str) -> None:
     try:
         socket.create_connection((host, port), timeout=3).close()
     except OSError as exc:
-        raise ModsarError(f"nothing listens at {address} ({exc.strerror or exc}); start the cluster (ray start "
-                          "--head) or fix --address (the Ray dashboard, port 8265)") from None
+        raise ModsarError(
+            f"nothing listens at {address} ({exc.strerror or exc}); start the cluster (ray start "
+            "--head) or fix --address (the Ray dashboard, port 8265)"
+        ) from None
 
 
 def auth_headers() -> dict[str, str]:
@@ -55,14 +57,24 @@ def client(address: str):
         return JobSubmissionClient(address, headers=auth_headers())
     except Exception as exc:  # the SDK raises ConnectionError/RuntimeError/ValueError depending on the cause
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        hint = ("; the cluster uses token authentication: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or "
-                "RAY_AUTH_TOKEN_PATH) to its token") if "auth" in first.lower() else ""
+        hint = (
+            (
+                "; the cluster uses token authentication: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or "
+                "RAY_AUTH_TOKEN_PATH) to its token"
+            )
+            if "auth" in first.lower()
+            else ""
+        )
         raise ModsarError(f"cannot reach the Ray job server at {address}: {first}{hint}") from None
 
 
-def submit(address: str, command: list[str], env: dict[str, str], wait: bool, follow: bool) -> tuple[str, str]:
+def submit(
+    address: str, command: list[str], env: dict[str, str], wait: bool, follow: bool
+) -> tuple[str, str]:
     if not command:
-        raise ModsarError("nothing to submit; add the modsar command after --, e.g. -- search --space S --dataset D")
+        raise ModsarError(
+            "nothing to submit; add the modsar command after --, e.g. -- search --space S --dataset D"
+        )
     if command[0] in ("submit",):
         raise ModsarError("submit cannot submit itself")
     jobs = client(address)
@@ -71,7 +83,9 @@ def submit(address: str, command: list[str], env: dict[str, str], wait: bool, fo
     deadline = time.time() + 60
     while True:  # a cluster that has just started may not have its job agent up yet
         try:
-            job_id = jobs.submit_job(entrypoint=entrypoint, runtime_env=runtime_env, metadata={"tool": "modsar"})
+            job_id = jobs.submit_job(
+                entrypoint=entrypoint, runtime_env=runtime_env, metadata={"tool": "modsar"}
+            )
             break
         except RuntimeError as exc:
             if "No available agent" not in str(exc) or time.time() > deadline:
@@ -102,8 +116,12 @@ def wait_for(jobs, job_id: str, poll_s: float = 1.0) -> str:
 
 def status(address: str, job_id: str) -> dict:
     info = client(address).get_job_info(job_id)
-    return {"job_id": job_id, "status": str(info.status).split(".")[-1], "message": info.message,
-            "entrypoint": info.entrypoint}
+    return {
+        "job_id": job_id,
+        "status": str(info.status).split(".")[-1],
+        "message": info.message,
+        "entrypoint": info.entrypoint,
+    }
 
 
 def logs(address: str, job_id: str) -> str:

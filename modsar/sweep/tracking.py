@@ -25,6 +25,12 @@ def mlflow_callback(plan: Plan, role: str) -> MLflowRuns:
     uri = str(plan.request.mlflow)
     if uri.startswith("file:"):  # MLflow 3 keeps the file store only on request; --mlflow file:... is one
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-    return MLflowRuns(tracking_uri=uri, experiment_name=plan.request.experiment_name,
-                      tags={"modsar.space": plan.space.path or plan.request.space,
-                            "modsar.dataset": plan.request.dataset, "modsar.role": role})
+    return MLflowRuns(
+        tracking_uri=uri,
+        experiment_name=plan.request.experiment_name,
+        tags={
+            "modsar.space": plan.space.path or plan.request.space,
+            "modsar.dataset": plan.request.dataset,
+            "modsar.role": role,
+        },
+    )

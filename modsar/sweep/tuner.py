@@ -77,11 +77,14 @@ def _workers_import_this_modsar():
     here = os.getcwd()
     saved = {name: os.environ.get(name) for name in ("PYTHONPATH", PLUGINS_ENV)}
     if saved["PYTHONPATH"]:
-        os.environ["PYTHONPATH"] = os.pathsep.join(os.path.join(here, entry)
-                                                   for entry in saved["PYTHONPATH"].split(os.pathsep))
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            os.path.join(here, entry) for entry in saved["PYTHONPATH"].split(os.pathsep)
+        )
     if saved[PLUGINS_ENV]:
-        os.environ[PLUGINS_ENV] = ",".join(os.path.join(here, spec.strip()) if spec.strip().endswith(".py")
-                                           else spec for spec in saved[PLUGINS_ENV].split(","))
+        os.environ[PLUGINS_ENV] = ",".join(
+            os.path.join(here, spec.strip()) if spec.strip().endswith(".py") else spec
+            for spec in saved[PLUGINS_ENV].split(",")
+        )
     os.chdir(Path(modsar.__file__).resolve().parent.parent)
     try:
         yield
@@ -108,19 +111,34 @@ def connect_ray(req: SearchRequest) -> None:
                 ray.init(address=address, **quiet)
         else:
             with _loopback_only(), _workers_import_this_modsar():
-                ray.init(num_cpus=os.cpu_count() or 1, num_gpus=torch.cuda.device_count(),
-                         include_dashboard=req.dashboard, dashboard_host="127.0.0.1",
-                         object_store_memory=256 * 1024 * 1024, **quiet)
+                ray.init(
+                    num_cpus=os.cpu_count() or 1,
+                    num_gpus=torch.cuda.device_count(),
+                    include_dashboard=req.dashboard,
+                    dashboard_host="127.0.0.1",
+                    object_store_memory=256 * 1024 * 1024,
+                    **quiet,
+                )
             if (node_ip := ray.util.get_node_ip_address()) != "127.0.0.1":
                 ray.shutdown()
-                raise ModsarError(f"the local Ray cluster took the address {node_ip} instead of 127.0.0.1 (this Ray "
-                                  "version ignores its local-only switch); run inside a private network namespace "
-                                  "(unshare -n) or start Ray yourself and pass --address")
+                raise ModsarError(
+                    f"the local Ray cluster took the address {node_ip} instead of 127.0.0.1 (this Ray "
+                    "version ignores its local-only switch); run inside a private network namespace "
+                    "(unshare -n) or start Ray yourself and pass --address"
+                )
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        hint = ("; the cluster uses token authentication: set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) to the "
-                "cluster's token") if "token" in str(exc).lower() or "auth" in str(exc).lower() else ""
-        raise ModsarError(f"cannot connect to Ray{' at ' + address if address else ''}: {first}{hint}") from None
+        hint = (
+            (
+                "; the cluster uses token authentication: set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) to the "
+                "cluster's token"
+            )
+            if "token" in str(exc).lower() or "auth" in str(exc).lower()
+            else ""
+        )
+        raise ModsarError(
+            f"cannot connect to Ray{' at ' + address if address else ''}: {first}{hint}"
+        ) from None
 
 
 def check_resources(req: SearchRequest) -> dict[str, float]:
@@ -132,13 +150,18 @@ def check_resources(req: SearchRequest) -> dict[str, float]:
     best_cpu = max((n["Resources"].get("CPU", 0) for n in nodes), default=total.get("CPU", 0))
     best_gpu = max((n["Resources"].get("GPU", 0) for n in nodes), default=total.get("GPU", 0))
     if req.gpus_per_trial > 0 and best_gpu == 0:
-        raise ModsarError(f"--gpus-per-trial {req.gpus_per_trial} asks for a GPU, but the Ray cluster has none "
-                          "(CPU only); drop --gpus-per-trial or connect to a GPU cluster with --address")
+        raise ModsarError(
+            f"--gpus-per-trial {req.gpus_per_trial} asks for a GPU, but the Ray cluster has none "
+            "(CPU only); drop --gpus-per-trial or connect to a GPU cluster with --address"
+        )
     if req.gpus_per_trial > best_gpu:
-        raise ModsarError(f"--gpus-per-trial {req.gpus_per_trial} exceeds the largest node's {best_gpu:g} GPUs")
+        raise ModsarError(
+            f"--gpus-per-trial {req.gpus_per_trial} exceeds the largest node's {best_gpu:g} GPUs"
+        )
     if req.cpus_per_trial > best_cpu:
-        raise ModsarError(f"--cpus-per-trial {req.cpus_per_trial:g} exceeds the largest node's {best_cpu:g} CPUs; "
-                          "lower it")
+        raise ModsarError(
+            f"--cpus-per-trial {req.cpus_per_trial:g} exceeds the largest node's {best_cpu:g} CPUs; lower it"
+        )
     return total
 
 
@@ -158,7 +181,9 @@ def drop_resume_state(grid) -> None:
     for result in grid:
         if result.error is None and result.path:
             fs = result.filesystem
-            for info in fs.get_file_info(pafs.FileSelector(result.path, recursive=True, allow_not_found=True)):
+            for info in fs.get_file_info(
+                pafs.FileSelector(result.path, recursive=True, allow_not_found=True)
+            ):
                 if info.base_name == RESUME_FILE:
                     fs.delete_file(info.path)
 
@@ -178,10 +203,12 @@ def _check_same_search(plan: Plan, stored: dict, settings: dict) -> None:
     was, now = flatten({k: stored[k] for k in settings if k in stored}), flatten(settings)
     changed = [f"{k} {was[k]!r} -> {now.get(k)!r}" for k in sorted(was) if was[k] != now.get(k)]
     if changed:
-        raise ModsarError(f"--resume must repeat the search that was started as '{plan.request.experiment_name}', "
-                          f"but {', '.join(changed[:4])} changed (your options, or the space file since the search "
-                          "started, e.g. a bundled space a newer ModSAR revised); drop the changed options (only "
-                          "--seeds may differ) or start a new --experiment")
+        raise ModsarError(
+            f"--resume must repeat the search that was started as '{plan.request.experiment_name}', "
+            f"but {', '.join(changed[:4])} changed (your options, or the space file since the search "
+            "started, e.g. a bundled space a newer ModSAR revised); drop the changed options (only "
+            "--seeds may differ) or start a new --experiment"
+        )
 
 
 def _read_json(path: str) -> dict:
@@ -196,7 +223,6 @@ def _write_json(path: str, data: dict) -> None:
         out.write(to_json(data, default=str).encode())
 
 
-
 def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tuner:
     """A fresh Tuner for one direction. Note: constructing it writes tuner.pkl into its folder."""
     req = plan.request
@@ -206,8 +232,12 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
         slots = min(slots, max(1, int(total.get("GPU", 0) / req.gpus_per_trial)))
     concurrent = req.max_concurrent or slots
     metric = f"best.{plan.monitor}"  # ASHA compares each trial's best validation value so far
-    scheduler = ASHAScheduler(time_attr=plan.time_attr, max_t=plan.max_t, grace_period=plan.grace_period,
-                              reduction_factor=plan.reduction_factor)
+    scheduler = ASHAScheduler(
+        time_attr=plan.time_attr,
+        max_t=plan.max_t,
+        grace_period=plan.grace_period,
+        reduction_factor=plan.reduction_factor,
+    )
     search_alg, param_space = None, {}
     space = plan.space.for_task(task)
     if plan.search == "grid":
@@ -216,24 +246,38 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
         import optuna
         from ray.tune.search.optuna import OptunaSearch
 
-        sampler = (optuna.samplers.RandomSampler(seed=req.seed) if plan.search == "random"
-                   else optuna.samplers.TPESampler(seed=req.seed))
-        search_alg = ConcurrencyLimiter(OptunaSearch(space=space.suggest, metric=metric, mode="max",
-                                                     sampler=sampler), max_concurrent=concurrent)
-    tune_config = tune.TuneConfig(metric=metric, mode="max", scheduler=scheduler, search_alg=search_alg,
-                                  num_samples=plan.num_samples,
-                                  time_budget_s=req.time_budget_s / len(plan.space.tasks()) if req.time_budget_s else None,
-                                  max_concurrent_trials=concurrent if search_alg is None else None,
-                                  # reuse saves an actor start (torch import, dataset load) per trial, but
-                                  # Tune hands a finished trial's actor to a trial still waiting for its
-                                  # own, so a slow-starting node can be left without work
-                                  reuse_actors=not req.fresh_actors)
+        sampler = (
+            optuna.samplers.RandomSampler(seed=req.seed)
+            if plan.search == "random"
+            else optuna.samplers.TPESampler(seed=req.seed)
+        )
+        search_alg = ConcurrencyLimiter(
+            OptunaSearch(space=space.suggest, metric=metric, mode="max", sampler=sampler),
+            max_concurrent=concurrent,
+        )
+    tune_config = tune.TuneConfig(
+        metric=metric,
+        mode="max",
+        scheduler=scheduler,
+        search_alg=search_alg,
+        num_samples=plan.num_samples,
+        time_budget_s=req.time_budget_s / len(plan.space.tasks()) if req.time_budget_s else None,
+        max_concurrent_trials=concurrent if search_alg is None else None,
+        # reuse saves an actor start (torch import, dataset load) per trial, but
+        # Tune hands a finished trial's actor to a trial still waiting for its
+        # own, so a slow-starting node can be left without work
+        reuse_actors=not req.fresh_actors,
+    )
     run_config = tune.RunConfig(
-        name=f"{RAY_DIR}-{task}", storage_path=storage, verbose=0, callbacks=[*make_callbacks(plan), SchedulerState(scheduler)],
+        name=f"{RAY_DIR}-{task}",
+        storage_path=storage,
+        verbose=0,
+        callbacks=[*make_callbacks(plan), SchedulerState(scheduler)],
         failure_config=tune.FailureConfig(max_failures=req.max_failures),
         # two, not one: Tune deletes the older checkpoint before saving the experiment state that names the
         # newer, so with one a driver killed in between would resume a trial from a deleted checkpoint
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=2))
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+    )
     return tune.Tuner(fn, param_space=param_space, tune_config=tune_config, run_config=run_config)
 
 
@@ -267,32 +311,47 @@ def restore_or_refuse(ray_path: str) -> Iterator[None]:
         while cause is not None and not isinstance(cause, (_RestoreFailed, ModuleNotFoundError)):
             cause = cause.__cause__ or cause.__context__
         if isinstance(cause, ModuleNotFoundError) and (cause.name or "").startswith("modsar"):
-            raise ModsarError(f"--resume cannot restore the search in {ray_path}: its Tune state was saved by "
-                              f"another ModSAR, which had a module {cause.name} that this one has not; resume "
-                              "it with the ModSAR that started it, or start the search afresh with --overwrite"
-                              ) from None
+            raise ModsarError(
+                f"--resume cannot restore the search in {ray_path}: its Tune state was saved by "
+                f"another ModSAR, which had a module {cause.name} that this one has not; resume "
+                "it with the ModSAR that started it, or start the search afresh with --overwrite"
+            ) from None
         if cause is None or isinstance(cause, ModuleNotFoundError):
             raise
         reason = cause.args[0] if cause.args else "unknown"
-        hint = (" (a file another user's Ray left; give each user a Ray temp folder of their own with RAY_TMPDIR)"
-                if isinstance(reason, PermissionError) else "")
-        raise ModsarError(f"--resume cannot restore the search's Tune state in {ray_path}: "
-                          f"{type(reason).__name__ + ': ' if isinstance(reason, BaseException) else ''}{reason}"
-                          f"{hint}; nothing was run. Fix the cause and resume again, or start the search afresh "
-                          "with --overwrite") from None
+        hint = (
+            " (a file another user's Ray left; give each user a Ray temp folder of their own with RAY_TMPDIR)"
+            if isinstance(reason, PermissionError)
+            else ""
+        )
+        raise ModsarError(
+            f"--resume cannot restore the search's Tune state in {ray_path}: "
+            f"{type(reason).__name__ + ': ' if isinstance(reason, BaseException) else ''}{reason}"
+            f"{hint}; nothing was run. Fix the cause and resume again, or start the search afresh "
+            "with --overwrite"
+        ) from None
     finally:
         controller.removeFilter(refuse)
 
 
 EARLIER_NAMES = ("modsar.search",)  # this package's names before 0.3 (`modsar.search` is now the Python API)
 # modules a search's tuner.pkl may name (its plan holds the space's SearchSpace) by where they were before 0.4
-MOVED_MODULES = {"modsar.spaces": "modsar.sweep.spaces", "modsar.space_check": "modsar.sweep.space_check",
-                 "modsar.submit": "modsar.sweep.submit", "modsar.rows": "modsar.records.rows",
-                 "modsar.runs": "modsar.records.run", "modsar.checkpoints": "modsar.training.checkpoints",
-                 "modsar.feasible": "modsar.training.feasible", "modsar.flops": "modsar.training.flops",
-                 "modsar.heap": "modsar.training.heap", "modsar.optim": "modsar.training.optim",
-                 "modsar.generate": "modsar.evaluation.rollouts", "modsar.diagnostics": "modsar.analysis.diagnostics",
-                 "modsar.analyze": "modsar.analysis.analyze", "modsar.analyze_output": "modsar.analysis.output"}
+MOVED_MODULES = {
+    "modsar.spaces": "modsar.sweep.spaces",
+    "modsar.space_check": "modsar.sweep.space_check",
+    "modsar.submit": "modsar.sweep.submit",
+    "modsar.rows": "modsar.records.rows",
+    "modsar.runs": "modsar.records.run",
+    "modsar.checkpoints": "modsar.training.checkpoints",
+    "modsar.feasible": "modsar.training.feasible",
+    "modsar.flops": "modsar.training.flops",
+    "modsar.heap": "modsar.training.heap",
+    "modsar.optim": "modsar.training.optim",
+    "modsar.generate": "modsar.evaluation.rollouts",
+    "modsar.diagnostics": "modsar.analysis.diagnostics",
+    "modsar.analyze": "modsar.analysis.analyze",
+    "modsar.analyze_output": "modsar.analysis.output",
+}
 
 
 @contextlib.contextmanager
@@ -332,33 +391,50 @@ def run_search(req: SearchRequest, plan: Plan | None = None) -> dict[str, Any]:
     if req.resume and not _fs_exists(search_json):
         raise ModsarError(f"nothing to resume: no search in {storage}; run without --resume")
     if not req.resume and not req.overwrite and _fs_exists(search_json):
-        raise ModsarError(f"experiment '{req.experiment_name}' already exists in {req.results}; pass --resume to "
-                          "continue it, --overwrite to replace it, or choose another --experiment")
+        raise ModsarError(
+            f"experiment '{req.experiment_name}' already exists in {req.results}; pass --resume to "
+            "continue it, --overwrite to replace it, or choose another --experiment"
+        )
     device = plan.base["train"]["device"]
-    if device.startswith("cuda") and not req.gpus_per_trial:  # Ray hides every GPU from a trial that holds none
-        raise ModsarError(f"train.device={device}, but a trial sees a GPU only when --gpus-per-trial gives it one; "
-                          "pass --gpus-per-trial (e.g. 1, or 0.5 to share), or leave train.device=auto")
+    if (
+        device.startswith("cuda") and not req.gpus_per_trial
+    ):  # Ray hides every GPU from a trial that holds none
+        raise ModsarError(
+            f"train.device={device}, but a trial sees a GPU only when --gpus-per-trial gives it one; "
+            "pass --gpus-per-trial (e.g. 1, or 0.5 to share), or leave train.device=auto"
+        )
     connect_ray(req)
     total = check_resources(req)
     if req.overwrite and not req.resume and _fs_exists(storage):
         fs, path = filesystem(storage)
         fs.delete_dir(path)
-    settings = {"base": plan.base, "search": plan.search, "num_samples": plan.num_samples,
-                "asha": {"max_t": plan.max_t, "grace_period": plan.grace_period,
-                         "reduction_factor": plan.reduction_factor, "unit": plan.unit}}
+    settings = {
+        "base": plan.base,
+        "search": plan.search,
+        "num_samples": plan.num_samples,
+        "asha": {
+            "max_t": plan.max_t,
+            "grace_period": plan.grace_period,
+            "reduction_factor": plan.reduction_factor,
+            "unit": plan.unit,
+        },
+    }
     if req.resume:
         _check_same_search(plan, _read_json(search_json), settings)
         remove_partial_rows(rows_dir(plan), req.experiment_name)  # a row the killed driver was writing
     else:
-        _write_json(search_json, {"request": asdict(req), "space_file": plan.space.path, **settings,
-                                  "argv": sys.argv})
+        _write_json(
+            search_json, {"request": asdict(req), "space_file": plan.space.path, **settings, "argv": sys.argv}
+        )
     started, trials, errors = time.perf_counter(), 0, 0
     for task in plan.space.tasks():  # one Tuner (and ASHA bracket) per direction, as the original experiments
         fn = make_trainable(plan)
         ray_path = f"{storage}/{RAY_DIR}-{task}"
         if req.resume and tune.Tuner.can_restore(ray_path):  # checked before a fresh Tuner writes tuner.pkl
             with modules_under_earlier_names(), restore_or_refuse(ray_path):
-                tuner = tune.Tuner.restore(ray_path, trainable=fn, resume_unfinished=True, resume_errored=True)
+                tuner = tune.Tuner.restore(
+                    ray_path, trainable=fn, resume_unfinished=True, resume_errored=True
+                )
                 grid = tuner.fit()
         else:
             grid = build_tuner(plan, total, task, fn).fit()
@@ -370,11 +446,18 @@ def run_search(req: SearchRequest, plan: Plan | None = None) -> dict[str, Any]:
         rerun_seeds(plan, selected)
     rows = read_rows(rows_dir(plan), req.experiment_name)
     diverged = int((rows["status"] == "diverged").sum()) if len(rows) else 0
-    return {"experiment": req.experiment_name, "trials": trials, "errors": errors, "diverged": diverged,
-            "selected": selected, "wall_time_s": time.perf_counter() - started, "results": storage,
-            "problem": search_problem(plan, rows, selected,
-                                      f"{trials} trials: {errors} errors, {diverged} diverged")}
-
+    return {
+        "experiment": req.experiment_name,
+        "trials": trials,
+        "errors": errors,
+        "diverged": diverged,
+        "selected": selected,
+        "wall_time_s": time.perf_counter() - started,
+        "results": storage,
+        "problem": search_problem(
+            plan, rows, selected, f"{trials} trials: {errors} errors, {diverged} diverged"
+        ),
+    }
 
 
 MODEL = ["task", "model.backbone"]  # what a selection picks one trial of: a direction of one backbone
@@ -408,10 +491,14 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
     rows = every[every["role"] == "search"]
     candidates = rows[rows["status"].isin(["finished", "stopped"]) & rows[column].notna()]
     by = MODEL + plan.space.arms
-    winners = {key: group.sort_values([column, "trial_id"], ascending=[False, True]).iloc[0].to_dict()
-               for key, group in candidates.groupby(by)}  # (task, backbone, *arms) -> the best row
+    winners = {
+        key: group.sort_values([column, "trial_id"], ascending=[False, True]).iloc[0].to_dict()
+        for key, group in candidates.groupby(by)
+    }  # (task, backbone, *arms) -> the best row
     for earlier in rows[rows["selected"].astype(bool)].to_dict("records"):  # unmark before marking: a crash
-        earlier.update({k: None for k in earlier if k.startswith(("test.", "generate."))}, selected=False)  # leaves none
+        earlier.update(
+            {k: None for k in earlier if k.startswith(("test.", "generate."))}, selected=False
+        )  # leaves none
         rewrite_row(plan, earlier)
     for key, seeds in every[every["role"] == "seed"].groupby(by):  # re-runs of an earlier winner
         winner = rows[rows["trial_id"] == winners[key]["trial_id"]] if key in winners else rows.iloc[:0]
@@ -427,8 +514,14 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
     for (task, backbone, *arms), best in winners.items():
         with local_checkpoint(best["checkpoint"]) as path:
             model, cfg, payload = load_checkpoint(path)
-        protocol = (cfg.data.view, cfg.data.split, cfg.data.split_valid, cfg.data.split_test, cfg.data.split_dates,
-                    cfg.data.split_targets)
+        protocol = (
+            cfg.data.view,
+            cfg.data.split,
+            cfg.data.split_valid,
+            cfg.data.split_test,
+            cfg.data.split_dates,
+            cfg.data.split_targets,
+        )
         if protocol not in splits:
             splits[protocol] = make_split(cfg, viewed(stored, cfg.data.view))
         split = splits[protocol]
@@ -438,8 +531,10 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
         best.update({f"generate.{k}": v for k, v in generation.items()})
         rewrite_row(plan, best)
         selected[model_key(task, backbone, backbones, tuple(arms))] = {
-            "trial_id": best["trial_id"], column: best[column],
-            **{f"test.{k}": test[k] for k in (plan.monitor, "recall@10", "ndcg@10") if k in test}}
+            "trial_id": best["trial_id"],
+            column: best[column],
+            **{f"test.{k}": test[k] for k in (plan.monitor, "recall@10", "ndcg@10") if k in test},
+        }
     return selected
 
 
@@ -452,19 +547,27 @@ def search_problem(plan: Plan, rows: pd.DataFrame, selected: dict[str, dict], co
     see = f"see `modsar results --results {plan.request.results} --experiment {name}`"
     if not len(search):
         budget = plan.request.time_budget_s
-        why = (f"--time-budget {budget:g} s ran out before any trial reported; raise it" if budget
-               else f"see `modsar results --results {plan.request.results} --experiment {name}`")
+        why = (
+            f"--time-budget {budget:g} s ran out before any trial reported; raise it"
+            if budget
+            else f"see `modsar results --results {plan.request.results} --experiment {name}`"
+        )
         return f"search '{name}' selected nothing: it wrote no trial row ({counts}); {why}"
     backbones = search["model.backbone"].nunique()
-    models = [model_key(task, backbone, backbones, tuple(arms))
-              for (task, backbone, *arms), _ in search.groupby(MODEL + plan.space.arms)]
+    models = [
+        model_key(task, backbone, backbones, tuple(arms))
+        for (task, backbone, *arms), _ in search.groupby(MODEL + plan.space.arms)
+    ]
     missing = [m if "/" in m else m.upper() for m in models if m not in selected]
     if not missing:
         return None
     errors = search[search["status"].isin(["error", "diverged"])].sort_values("trial_id")["error"].dropna()
     first = f"; first error: {(str(errors.iloc[0]).strip().splitlines() or ['?'])[0]}" if len(errors) else ""
-    what = ("nothing: no trial" if len(missing) == len(models)
-            else f"no {', '.join(missing)}: no trial of {'it' if len(missing) == 1 else 'them'}")
+    what = (
+        "nothing: no trial"
+        if len(missing) == len(models)
+        else f"no {', '.join(missing)}: no trial of {'it' if len(missing) == 1 else 'them'}"
+    )
     return f"search '{name}' selected {what} ended with a validation score ({counts}{first}); {see}"
 
 
@@ -486,16 +589,27 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
         for arm in plan.space.arms:  # a seed of another arm of this task is not one of these
             same &= rows[arm] == row[arm]
         mine = rows[(rows["role"] == "seed") & same] if "role" in rows else rows.iloc[:0]
-        for failed in mine[mine["status"] == "error"].to_dict("records"):  # retried below, as search trials are
+        for failed in mine[mine["status"] == "error"].to_dict(
+            "records"
+        ):  # retried below, as search trials are
             rewrite_row(plan, {**failed, "role": "superseded"})
         done = set(mine[mine["status"] != "error"]["seed"])
-        points += [{**sampled, "seed": s} for s in range(plan.request.seeds) if s not in done]  # resumed: the rest
+        points += [
+            {**sampled, "seed": s} for s in range(plan.request.seeds) if s not in done
+        ]  # resumed: the rest
     if not points:
         return
     storage = _storage(plan)
-    tuner = tune.Tuner(make_trainable(plan, test=True), param_space={"point": tune.grid_search(points)},
-                       tune_config=tune.TuneConfig(metric=f"best.{plan.monitor}", mode="max"),
-                       run_config=tune.RunConfig(name=f"{RAY_DIR}-seeds", storage_path=storage, verbose=0,
-                                                 callbacks=make_callbacks(plan, role="seed"),
-                                                 failure_config=tune.FailureConfig(max_failures=plan.request.max_failures)))
+    tuner = tune.Tuner(
+        make_trainable(plan, test=True),
+        param_space={"point": tune.grid_search(points)},
+        tune_config=tune.TuneConfig(metric=f"best.{plan.monitor}", mode="max"),
+        run_config=tune.RunConfig(
+            name=f"{RAY_DIR}-seeds",
+            storage_path=storage,
+            verbose=0,
+            callbacks=make_callbacks(plan, role="seed"),
+            failure_config=tune.FailureConfig(max_failures=plan.request.max_failures),
+        ),
+    )
     drop_resume_state(tuner.fit())

@@ -33,25 +33,40 @@ def load_checkpoint_payload(path: str | Path, device: str = "cpu") -> dict:
     except FileNotFoundError:
         raise ModsarError(f"checkpoint '{path}' does not exist") from None
     except IsADirectoryError:
-        raise ModsarError(f"checkpoint '{path}' is a folder without a {CHECKPOINT_FILE}; pass a .pt file written "
-                          "by modsar train, or a search row's checkpoint folder") from None
+        raise ModsarError(
+            f"checkpoint '{path}' is a folder without a {CHECKPOINT_FILE}; pass a .pt file written "
+            "by modsar train, or a search row's checkpoint folder"
+        ) from None
     except Exception as error:  # pickle/zip errors of a file that is not a torch checkpoint at all
-        raise ModsarError(f"{path}: not a ModSAR checkpoint ({type(error).__name__}); pass a .pt written by "
-                          "modsar train or modsar search") from None
+        raise ModsarError(
+            f"{path}: not a ModSAR checkpoint ({type(error).__name__}); pass a .pt written by "
+            "modsar train or modsar search"
+        ) from None
     if not isinstance(payload, dict):
-        raise ModsarError(f"{path}: not a ModSAR checkpoint (it holds a {type(payload).__name__}); pass a .pt "
-                          "written by modsar train or modsar search")
+        raise ModsarError(
+            f"{path}: not a ModSAR checkpoint (it holds a {type(payload).__name__}); pass a .pt "
+            "written by modsar train or modsar search"
+        )
     missing = {"config", "state_dict", "num_items", "num_users", "max_len"} - set(payload)
     if missing:
         hint = " (a search's resume state: pass the best.pt beside it)" if "optimizer" in payload else ""
-        raise ModsarError(f"{path}: not a ModSAR checkpoint (no {', '.join(sorted(missing))}){hint}; pass a .pt "
-                          "written by modsar train or modsar search")
+        raise ModsarError(
+            f"{path}: not a ModSAR checkpoint (no {', '.join(sorted(missing))}){hint}; pass a .pt "
+            "written by modsar train or modsar search"
+        )
     sizes = {k: payload[k] for k in ("num_items", "num_users", "max_len")}
     broken = [k for k, v in sizes.items() if not isinstance(v, int) or isinstance(v, bool) or v < 1]
     if broken or not isinstance(payload["state_dict"], dict) or not isinstance(payload["config"], dict):
-        what = f"{broken[0]}={sizes[broken[0]]!r}" if broken else \
-            "a state_dict that is no mapping" if not isinstance(payload["state_dict"], dict) else "a config that is no mapping"
-        raise ModsarError(f"{path}: a damaged ModSAR checkpoint ({what}); it was changed after modsar wrote it")
+        what = (
+            f"{broken[0]}={sizes[broken[0]]!r}"
+            if broken
+            else "a state_dict that is no mapping"
+            if not isinstance(payload["state_dict"], dict)
+            else "a config that is no mapping"
+        )
+        raise ModsarError(
+            f"{path}: a damaged ModSAR checkpoint ({what}); it was changed after modsar wrote it"
+        )
     return payload
 
 
@@ -60,17 +75,27 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[Recommender,
     payload = load_checkpoint_payload(path, device)
     try:
         cfg = Config.from_stored(payload["config"], where=str(path))
-    except (AttributeError, TypeError, ValueError) as error:  # sections that are no mappings, values of no type
-        raise ModsarError(f"{path}: a damaged ModSAR checkpoint (its config: {type(error).__name__}: {error}); it "
-                          "was changed after modsar wrote it") from None
-    check_model(cfg, payload["num_items"], payload["num_users"], payload["max_len"], str(path))  # before allocating
+    except (
+        AttributeError,
+        TypeError,
+        ValueError,
+    ) as error:  # sections that are no mappings, values of no type
+        raise ModsarError(
+            f"{path}: a damaged ModSAR checkpoint (its config: {type(error).__name__}: {error}); it "
+            "was changed after modsar wrote it"
+        ) from None
+    check_model(
+        cfg, payload["num_items"], payload["num_users"], payload["max_len"], str(path)
+    )  # before allocating
     model = build(cfg, payload["num_items"], payload["num_users"], payload["max_len"])
     try:
         model.load_state_dict(payload["state_dict"])
     except RuntimeError as error:  # weights of another shape or name than the stored config and sizes build
         first = str(error).split("\n\t")[1] if "\n\t" in str(error) else str(error)
-        raise ModsarError(f"{path}: its weights do not fit the model its stored config and sizes build ({first}); "
-                          "the file was changed after modsar wrote it, or another program wrote it") from None
+        raise ModsarError(
+            f"{path}: its weights do not fit the model its stored config and sizes build ({first}); "
+            "the file was changed after modsar wrote it, or another program wrote it"
+        ) from None
     return model.to(device).eval(), cfg, payload
 
 
@@ -85,21 +110,27 @@ def local_checkpoint(where: str | Path) -> Iterator[Path]:
     holds) as its best.pt, and either on an object store (s3://...) copied to a temporary folder first."""
     where = str(where)
     if not where.strip():
-        raise ModsarError("no checkpoint given: pass a .pt written by modsar train, or a search row's checkpoint folder")
+        raise ModsarError(
+            "no checkpoint given: pass a .pt written by modsar train, or a search row's checkpoint folder"
+        )
     if "://" not in where:
         path = Path(where).expanduser()
         if path.is_dir() and not (path / CHECKPOINT_FILE).is_file():
             inside = sorted(p.name for p in path.glob("checkpoint_*") if (p / CHECKPOINT_FILE).is_file())
             hint = f" (a trial's folder: pass one of its {', '.join(inside[-3:])})" if inside else ""
-            raise ModsarError(f"checkpoint folder '{where}' holds no {CHECKPOINT_FILE}{hint}; pass a .pt written by "
-                              "modsar train, or a search row's checkpoint folder")
+            raise ModsarError(
+                f"checkpoint folder '{where}' holds no {CHECKPOINT_FILE}{hint}; pass a .pt written by "
+                "modsar train, or a search row's checkpoint folder"
+            )
         yield path / CHECKPOINT_FILE if path.is_dir() else path
         return
     try:
         fs, path = pafs.FileSystem.from_uri(where)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as error:
-        raise ModsarError(f"checkpoint '{where}': {str(error).splitlines()[0]}; pass a local path or a URI pyarrow "
-                          "can open (file://, s3://, gs://, hdfs://)") from None
+        raise ModsarError(
+            f"checkpoint '{where}': {str(error).splitlines()[0]}; pass a local path or a URI pyarrow "
+            "can open (file://, s3://, gs://, hdfs://)"
+        ) from None
     name = path.rstrip("/").rsplit("/", 1)[-1]
     source = path if name.endswith(".pt") else f"{path.rstrip('/')}/{CHECKPOINT_FILE}"
     try:
@@ -114,4 +145,3 @@ def local_checkpoint(where: str | Path) -> Iterator[Path]:
         except OSError as error:
             raise ModsarError(f"checkpoint '{where}': {str(error).splitlines()[0]}") from None
         yield Path(folder) / CHECKPOINT_FILE
-

@@ -14,8 +14,14 @@ from modsar.evaluation.ranking import negative_room
 from modsar.evaluation.rollouts import resolve_exclude, step_limit
 
 
-def validate_for_dataset(cfg: Config, num_items: int, where: str = "config", split: Any = None,
-                         sizes: dict[str, int] | None = None, max_len: int = 0) -> None:
+def validate_for_dataset(
+    cfg: Config,
+    num_items: int,
+    where: str = "config",
+    split: Any = None,
+    sizes: dict[str, int] | None = None,
+    max_len: int = 0,
+) -> None:
     """Checks that need the dataset's size: the same rule for `modsar train` and a search's space check.
     With the dataset's `split` (a LeaveOneOut: `modsar train`, before training), also that the rollouts of
     eval.generate_steps can be made, so a trial never trains only to fail at its test. Last, that the tensors
@@ -23,18 +29,24 @@ def validate_for_dataset(cfg: Config, num_items: int, where: str = "config", spl
     `sizes`, the manifest's counts, bound the batches, evaluation and rollouts from below; `max_len`, the
     model's window where known, how many positions a training row labels)."""
     if cfg.eval.sampled_negatives >= num_items:
-        raise ModsarError(f"{where}: 'eval.sampled_negatives' ({cfg.eval.sampled_negatives}) must be below the "
-                          f"number of items ({num_items}); use 0 for full ranking")
+        raise ModsarError(
+            f"{where}: 'eval.sampled_negatives' ({cfg.eval.sampled_negatives}) must be below the "
+            f"number of items ({num_items}); use 0 for full ranking"
+        )
     if split is not None and cfg.eval.sampled_negatives:
         for which, name in (("valid", "validation"), ("test", "test")):
             users, history_end, targets = split.targets(which)
-            room = negative_room(split, users, history_end, targets)  # drawn with replacement: only 0 is too few
+            room = negative_room(
+                split, users, history_end, targets
+            )  # drawn with replacement: only 0 is too few
             if len(room) and room.min() == 0:
                 row = int(room.argmin())
-                raise ModsarError(f"{where}: 'eval.sampled_negatives' draws each target's negatives from the items "
-                                  f"its user has not seen, and user {int(users[row]) + 1}'s history before its "
-                                  f"{name} target, with the target, holds all {split.num_items} items: there is "
-                                  "nothing to draw; use eval.sampled_negatives=0 (full ranking)")
+                raise ModsarError(
+                    f"{where}: 'eval.sampled_negatives' draws each target's negatives from the items "
+                    f"its user has not seen, and user {int(users[row]) + 1}'s history before its "
+                    f"{name} target, with the target, holds all {split.num_items} items: there is "
+                    "nothing to draw; use eval.sampled_negatives=0 (full ranking)"
+                )
     if split is not None and cfg.eval.generate_steps:
         users, history_end, _ = split.targets("test")
         index = rollout_targets(history_end)
@@ -42,8 +54,10 @@ def validate_for_dataset(cfg: Config, num_items: int, where: str = "config", spl
         exclude = resolve_exclude("auto", cfg.eval.filter_seen)
         limit, who, _ = step_limit(split, users[index], history_end[index], exclude)
         if cfg.eval.generate_steps > limit:
-            raise ModsarError(f"{where}: 'eval.generate_steps' rolls out without each test history's items "
-                              f"(eval.filter_seen=history), and user {who}'s history before its test target "
-                              f"holds all {split.num_items} items: nothing is left to pick; use "
-                              "eval.generate_steps=0 or eval.filter_seen=none")
+            raise ModsarError(
+                f"{where}: 'eval.generate_steps' rolls out without each test history's items "
+                f"(eval.filter_seen=history), and user {who}'s history before its test target "
+                f"holds all {split.num_items} items: nothing is left to pick; use "
+                "eval.generate_steps=0 or eval.filter_seen=none"
+            )
     memory.refuse(memory.dataset_needs(cfg, num_items, split, sizes, max_len), cfg.train.device, where)

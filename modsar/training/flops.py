@@ -26,10 +26,14 @@ def output_candidates(cfg: Config, num_items: int) -> int:
     return num_items if cfg.loss.name == "ce" else 1 + cfg.loss.num_negatives
 
 
-def epoch_flops(model: Recommender, cfg: Config, tokens: int, labelled: int, num_items: int) -> tuple[float, float]:
+def epoch_flops(
+    model: Recommender, cfg: Config, tokens: int, labelled: int, num_items: int
+) -> tuple[float, float]:
     """(output-layer FLOPs, model FLOPs) of one training epoch with `tokens` real input positions, `labelled`
     of them with a label."""
-    tables = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters(recurse=False)}
+    tables = {
+        id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters(recurse=False)
+    }
     dense = sum(p.numel() for p in dict.fromkeys(model.parameters()) if id(p) not in tables and p.dim() >= 2)
     width = model.item_emb.embedding_dim
     output = 6.0 * labelled * output_candidates(cfg, num_items) * width

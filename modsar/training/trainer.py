@@ -100,8 +100,14 @@ def popularity_level(evaluator: Evaluator, split, device: torch.device, monitor:
 
 def escape_steps(history: list[dict[str, Any]], monitor: str, level: float) -> int | None:
     """Optimizer steps at the first validation pass that left the popularity level (docs/training.md)."""
-    return next((int(h["steps"]) for h in history
-                 if "steps" in h and h[f"valid.{monitor}"] >= PLATEAU_FACTOR * level), None)
+    return next(
+        (
+            int(h["steps"])
+            for h in history
+            if "steps" in h and h[f"valid.{monitor}"] >= PLATEAU_FACTOR * level
+        ),
+        None,
+    )
 
 
 @dataclass
@@ -113,7 +119,9 @@ class LearningRate:
     lr: float
     warmup: int = 0
     linear: bool = False
-    total: int = 0  # steps in the whole run, set from the first epoch's batches (token batches vary by one or two)
+    total: int = (
+        0  # steps in the whole run, set from the first epoch's batches (token batches vary by one or two)
+    )
     steps: int = 0
 
     def factor(self, step: int) -> float:
@@ -176,30 +184,52 @@ class TrainState:
     epoch_times: list[float] = field(default_factory=list)
     eval_times: list[float] = field(default_factory=list)
 
-    def record(self, model: Recommender, epoch: int, metrics: dict[str, float], monitor: str,
-               loss: float) -> bool:
+    def record(
+        self, model: Recommender, epoch: int, metrics: dict[str, float], monitor: str, loss: float
+    ) -> bool:
         """Add a validation pass; True (and the weights kept) when it beats the best so far."""
         improved = metrics[monitor] > self.best_value
         if improved:
-            self.best_value, self.best_epoch, self.best_valid, self.stale = metrics[monitor], epoch, metrics, 0
+            self.best_value, self.best_epoch, self.best_valid, self.stale = (
+                metrics[monitor],
+                epoch,
+                metrics,
+                0,
+            )
             self.best_weights = _weights(model)
         else:
             self.stale += 1
-        self.history.append({"epoch": epoch, "steps": self.rate.steps, "loss": loss,
-                             **{f"valid.{k}": v for k, v in metrics.items()}})
+        self.history.append(
+            {
+                "epoch": epoch,
+                "steps": self.rate.steps,
+                "loss": loss,
+                **{f"valid.{k}": v for k, v in metrics.items()},
+            }
+        )
         return improved
 
     def state_dict(self, wall_time_s: float, rng: dict[str, Any]) -> dict[str, Any]:
         """`rng` is the global generators' state training continues from (taken before validation)."""
-        return {"epoch": self.best_epoch, "best_value": self.best_value, "valid": self.best_valid,
-                "optimizer": self.optimizer.state_dict(), "torch_rng": rng["torch"],
-                "batches_rng": self.batches.rng.bit_generator.state, "cuda_rng": rng.get("cuda"),
-                # python's and numpy's too, as plain ints (weights_only loads them): built-in training draws
-                # neither, a plugin backbone might
-                "python_rng": rng["python"], "numpy_rng": [*rng["numpy"][:1], rng["numpy"][1].tolist(),
-                                                           *rng["numpy"][2:]],
-                "history": self.history, "epoch_times": self.epoch_times, "eval_times": self.eval_times,
-                "wall_time_s": wall_time_s, "steps": self.rate.steps, "total_steps": self.rate.total}
+        return {
+            "epoch": self.best_epoch,
+            "best_value": self.best_value,
+            "valid": self.best_valid,
+            "optimizer": self.optimizer.state_dict(),
+            "torch_rng": rng["torch"],
+            "batches_rng": self.batches.rng.bit_generator.state,
+            "cuda_rng": rng.get("cuda"),
+            # python's and numpy's too, as plain ints (weights_only loads them): built-in training draws
+            # neither, a plugin backbone might
+            "python_rng": rng["python"],
+            "numpy_rng": [*rng["numpy"][:1], rng["numpy"][1].tolist(), *rng["numpy"][2:]],
+            "history": self.history,
+            "epoch_times": self.epoch_times,
+            "eval_times": self.eval_times,
+            "wall_time_s": wall_time_s,
+            "steps": self.rate.steps,
+            "total_steps": self.rate.total,
+        }
 
     def load(self, resume: dict[str, Any], model: Recommender) -> float:
         """Restore a `state_dict` (and the model from its best weights); returns the wall time already spent."""
@@ -213,9 +243,17 @@ class TrainState:
         if self.device.type == "cuda" and resume.get("cuda_rng") is not None:
             torch.cuda.set_rng_state(resume["cuda_rng"], self.device)
         self.batches.rng.bit_generator.state = resume["batches_rng"]
-        self.best_value, self.best_epoch, self.best_valid = resume["best_value"], resume["epoch"], resume["valid"]
+        self.best_value, self.best_epoch, self.best_valid = (
+            resume["best_value"],
+            resume["epoch"],
+            resume["valid"],
+        )
         self.best_weights = _weights(model)
-        self.history, self.epoch_times, self.eval_times = resume["history"], resume["epoch_times"], resume["eval_times"]
+        self.history, self.epoch_times, self.eval_times = (
+            resume["history"],
+            resume["epoch_times"],
+            resume["eval_times"],
+        )
         # earlier resume files have no step count: a constant rate does not need one
         self.rate.steps, self.rate.total = resume.get("steps", 0), resume.get("total_steps", 0)
         return float(resume["wall_time_s"])
@@ -241,11 +279,14 @@ def batch_loss(model: Recommender, batch: Batch, cfg: Config, per_batch: float) 
     positions of an average batch) instead of by its own count, so every position of the epoch weighs the same
     however the batches group them; the epoch's mean loss is then the mean over all its positions."""
     hidden = encode(model, batch.inputs, batch.users, batch.times)
-    loss = training_loss(model, hidden, batch.labels, batch.users, cfg.loss, cfg.data.padding_free,
-                         dtype=output_dtype(cfg))
+    loss = training_loss(
+        model, hidden, batch.labels, batch.users, cfg.loss, cfg.data.padding_free, dtype=output_dtype(cfg)
+    )
     if cfg.loss.normalize == "epoch":
         loss = loss * ((batch.labels > 0).sum() / per_batch)
-    regularizer = getattr(model, "regularizer", None)  # a backbone's own extra term (DuoRec's contrastive views)
+    regularizer = getattr(
+        model, "regularizer", None
+    )  # a backbone's own extra term (DuoRec's contrastive views)
     extra = regularizer(batch, hidden, cfg.loss) if regularizer is not None else None
     return loss if extra is None else loss + extra  # a mean over the batch's sequences: not rescaled
 
@@ -253,8 +294,10 @@ def batch_loss(model: Recommender, batch: Batch, cfg: Config, per_batch: float) 
 def split_facts(split) -> dict[str, Any]:
     """What a row records of the split: how many targets were validated and tested (under the temporal split
     far fewer than users) and, for a temporal split, the cut times in seconds."""
-    facts: dict[str, Any] = {"valid_targets": len(split.targets("valid")[0]),
-                             "test_targets": len(split.targets("test")[0])}
+    facts: dict[str, Any] = {
+        "valid_targets": len(split.targets("valid")[0]),
+        "test_targets": len(split.targets("test")[0]),
+    }
     if isinstance(split, TemporalSplit):
         facts |= {"split_valid_cut": float(split.valid_cut), "split_test_cut": float(split.test_cut)}
     return facts
@@ -267,14 +310,31 @@ def needs_partners(cfg: Config) -> bool:
 
 def train_batches(split, cfg: Config, max_len: int) -> TrainBatches:
     """The training batches of `cfg` (its task, batching, masking, SSE, DuoRec partners, times), seeded by it."""
-    return TrainBatches(split, cfg.task, max_len, cfg.data.batch_size, cfg.mask_prob, cfg.data.padding_free,
-                        cfg.model.item_sse_prob, cfg.model.user_sse_prob, seed=cfg.seed, batching=cfg.data.batching,
-                        sse_style=cfg.model.sse_style, partners=needs_partners(cfg), samples=cfg.data.samples,
-                        times=cfg.model.time_bias != "none")
+    return TrainBatches(
+        split,
+        cfg.task,
+        max_len,
+        cfg.data.batch_size,
+        cfg.mask_prob,
+        cfg.data.padding_free,
+        cfg.model.item_sse_prob,
+        cfg.model.user_sse_prob,
+        seed=cfg.seed,
+        batching=cfg.data.batching,
+        sse_style=cfg.model.sse_style,
+        partners=needs_partners(cfg),
+        samples=cfg.data.samples,
+        times=cfg.model.time_bias != "none",
+    )
 
 
-def optimizer_step(model: Recommender, optimizer: torch.optim.Optimizer, loss: torch.Tensor, cfg: Config,
-                   rate: LearningRate | None = None) -> None:
+def optimizer_step(
+    model: Recommender,
+    optimizer: torch.optim.Optimizer,
+    loss: torch.Tensor,
+    cfg: Config,
+    rate: LearningRate | None = None,
+) -> None:
     """Back-propagate `loss` and take one step: gradients clipped (train.grad_clip), the step's learning rate
     set and counted by `rate`."""
     optimizer.zero_grad(set_to_none=True)
@@ -287,8 +347,15 @@ def optimizer_step(model: Recommender, optimizer: torch.optim.Optimizer, loss: t
     optimizer.step()  # an update that overflows (lr 3e38) leaves inf weights: the next loss is NaN
 
 
-def train_epoch(model: Recommender, optimizer: torch.optim.Optimizer, batches: TrainBatches, cfg: Config,
-                device: torch.device, epoch: int = 0, rate: LearningRate | None = None) -> float:
+def train_epoch(
+    model: Recommender,
+    optimizer: torch.optim.Optimizer,
+    batches: TrainBatches,
+    cfg: Config,
+    device: torch.device,
+    epoch: int = 0,
+    rate: LearningRate | None = None,
+) -> float:
     """One pass over the training batches; returns the mean loss. Raises TrainingDiverged on NaN/inf. `rate`
     sets each step's learning rate and counts the steps."""
     total, count = 0.0, 0
@@ -299,8 +366,9 @@ def train_epoch(model: Recommender, optimizer: torch.optim.Optimizer, batches: T
     for rows in plan:
         loss = batch_loss(model, batches.make(rows).to(device), cfg, per_batch)
         if not torch.isfinite(loss):
-            raise TrainingDiverged(f"loss became {loss.item()} at epoch {epoch}; lower train.lr or add "
-                                   "train.grad_clip")
+            raise TrainingDiverged(
+                f"loss became {loss.item()} at epoch {epoch}; lower train.lr or add train.grad_clip"
+            )
         optimizer_step(model, optimizer, loss, cfg, rate)
         total, count = total + loss.item(), count + 1
     if device.type == "cuda":
@@ -308,7 +376,9 @@ def train_epoch(model: Recommender, optimizer: torch.optim.Optimizer, batches: T
     return total / max(count, 1)
 
 
-def decay_groups(model: Recommender, exclude: str) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
+def decay_groups(
+    model: Recommender, exclude: str
+) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
     """(decayed, not decayed) parameters; `exclude` names what weight decay must not touch (BERT and nanoGPT
     keep it off norms and biases: shrinking a LayerNorm gain or a bias towards 0 is not regularisation)."""
     skip = set(exclude.split(",")) - {"none"}
@@ -316,8 +386,11 @@ def decay_groups(model: Recommender, exclude: str) -> tuple[list[torch.nn.Parame
     for module in model.modules():
         norm = "Norm" in type(module).__name__  # LayerNorm, RMSNorm, LlamaRMSNorm, ...
         for name, param in module.named_parameters(recurse=False):
-            if (("norm" in skip and norm) or ("bias" in skip and name.endswith("bias"))
-                    or ("embedding" in skip and isinstance(module, torch.nn.Embedding))):
+            if (
+                ("norm" in skip and norm)
+                or ("bias" in skip and name.endswith("bias"))
+                or ("embedding" in skip and isinstance(module, torch.nn.Embedding))
+            ):
                 kept[id(param)] = param
     params = list(dict.fromkeys(model.parameters()))  # tied weights once
     return [p for p in params if id(p) not in kept], [p for p in params if id(p) in kept]
@@ -336,10 +409,17 @@ def make_optimizer(model: Recommender, cfg: Config) -> torch.optim.Optimizer:
     return optimizer_cls(groups, lr=lr, weight_decay=decay, betas=betas, fused=True)
 
 
-def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCallback | None = None,
-              checkpoint_path: str | Path | None = None, progress: bool = True,
-              data_root: str | Path | None = None, evaluate_test: bool = True, resumable: bool = False,
-              resume: dict | None = None) -> TrialResult:
+def run_trial(
+    cfg: Config,
+    dataset: StoredDataset | None = None,
+    on_eval: EvalCallback | None = None,
+    checkpoint_path: str | Path | None = None,
+    progress: bool = True,
+    data_root: str | Path | None = None,
+    evaluate_test: bool = True,
+    resumable: bool = False,
+    resume: dict | None = None,
+) -> TrialResult:
     """Train `cfg`, select the best epoch on validation, and (unless told not to) test that epoch.
 
     `on_eval(epoch, valid_metrics, improved, checkpoint, facts)` (EvalCallback) runs after every validation
@@ -355,13 +435,19 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     seed_everything(cfg.seed)
     dataset = viewed(dataset or load_dataset(cfg.dataset, data_root), cfg.data.view)
     split = make_split(cfg, dataset)
-    validate_for_dataset(cfg, dataset.num_items, "config", split, max_len=cfg.data.max_len or dataset.default_max_len)
+    validate_for_dataset(
+        cfg, dataset.num_items, "config", split, max_len=cfg.data.max_len or dataset.default_max_len
+    )
     if cfg.model.time_bias != "none" and split.timestamp is None:
-        raise ModsarError(f"model.time_bias={cfg.model.time_bias} needs timestamps, and dataset '{cfg.dataset}' has "
-                          "none (its source gives only the order within each user); use a timestamped dataset or "
-                          "model.time_bias=none")
+        raise ModsarError(
+            f"model.time_bias={cfg.model.time_bias} needs timestamps, and dataset '{cfg.dataset}' has "
+            "none (its source gives only the order within each user); use a timestamped dataset or "
+            "model.time_bias=none"
+        )
     if not len(split.eval_users):
-        raise ModsarError(f"dataset '{cfg.dataset}' has no user with 3+ interactions: nothing to validate or test")
+        raise ModsarError(
+            f"dataset '{cfg.dataset}' has no user with 3+ interactions: nothing to validate or test"
+        )
     max_len = cfg.data.max_len or dataset.default_max_len
     check_model(cfg, dataset.num_items, dataset.num_users, max_len)  # counted on the meta device first
     model = build_model(cfg, dataset.num_items, dataset.num_users, max_len).to(device)
@@ -385,28 +471,52 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     state = TrainState(optimizer, batches, device, rate)
     popularity = popularity_level(evaluator, split, device, monitor)
     checkpoint_path = Path(checkpoint_path) if checkpoint_path else None
-    meta = {"num_items": dataset.num_items, "num_users": dataset.num_users, "max_len": max_len,
-            **dataset_identity(dataset.manifest)}  # what `modsar evaluate` checks the data against
+    meta = {
+        "num_items": dataset.num_items,
+        "num_users": dataset.num_users,
+        "max_len": max_len,
+        **dataset_identity(dataset.manifest),
+    }  # what `modsar evaluate` checks the data against
 
     def facts(last: bool, loss: float) -> dict:
-        return {"last": last, "epoch_time_s": float(np.mean(state.epoch_times)), "num_parameters": num_parameters,
-                "eval_time_s": float(np.mean(state.eval_times)), "loss": loss, **speed(), **protocol, **advance()}
+        return {
+            "last": last,
+            "epoch_time_s": float(np.mean(state.epoch_times)),
+            "num_parameters": num_parameters,
+            "eval_time_s": float(np.mean(state.eval_times)),
+            "loss": loss,
+            **speed(),
+            **protocol,
+            **advance(),
+        }
 
     def advance() -> dict[str, Any]:
         """Steps taken, and whether validation has left the popularity level (PLATEAU_FACTOR)."""
         epochs_done = len(state.epoch_times)  # restored with the rest on a resume
-        return {"steps": rate.steps, "steps_per_epoch": rate.steps / epochs_done if epochs_done else math.nan,
-                "popularity_level": popularity, "escape_steps": escape_steps(state.history, monitor, popularity)}
+        return {
+            "steps": rate.steps,
+            "steps_per_epoch": rate.steps / epochs_done if epochs_done else math.nan,
+            "popularity_level": popularity,
+            "escape_steps": escape_steps(state.history, monitor, popularity),
+        }
 
     first_epoch = 1
     if resume is not None:  # a retried or resumed search trial: continue bit for bit after its best epoch
         started -= state.load(resume, model)
         first_epoch = state.best_epoch + 1
-    epochs = tqdm(range(first_epoch, cfg.train.max_epochs + 1), desc=f"{cfg.task.upper()} {cfg.dataset}",
-                  unit="epoch", disable=not progress, dynamic_ncols=True, initial=first_epoch - 1,
-                  total=cfg.train.max_epochs)
+    epochs = tqdm(
+        range(first_epoch, cfg.train.max_epochs + 1),
+        desc=f"{cfg.task.upper()} {cfg.dataset}",
+        unit="epoch",
+        disable=not progress,
+        dynamic_ncols=True,
+        initial=first_epoch - 1,
+        total=cfg.train.max_epochs,
+    )
     protocol = split_facts(split)
-    output_flops, model_flops = epoch_flops(model, cfg, int(batches.row_lengths.sum()), batches.num_targets, dataset.num_items)
+    output_flops, model_flops = epoch_flops(
+        model, cfg, int(batches.row_lengths.sum()), batches.num_targets, dataset.num_items
+    )
     dtype = output_dtype(cfg)
 
     def speed() -> dict[str, Any]:
@@ -415,15 +525,31 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
         if not state.epoch_times:
             return {**flops, "gflops": math.nan, "mfu": math.nan}
         seconds = float(np.mean(state.epoch_times))
-        return {**flops, "gflops": model_flops / seconds / 1e9, "mfu": utilisation(model_flops, seconds, device, dtype)}
+        return {
+            **flops,
+            "gflops": model_flops / seconds / 1e9,
+            "mfu": utilisation(model_flops, seconds, device, dtype),
+        }
 
     def outcome(test: dict[str, float], generation: dict[str, float] | None = None) -> TrialResult:
-        return TrialResult(**speed(), **advance(), protocol=protocol, generation=generation or {}, valid=state.best_valid, test=test, best_epoch=state.best_epoch, epochs_run=epoch,
-                           wall_time_s=time.perf_counter() - started,
-                           epoch_time_s=float(np.mean(state.epoch_times)) if state.epoch_times else math.nan,
-                           eval_time_s=float(np.mean(state.eval_times)) if state.eval_times else math.nan,
-                           device=str(device), num_parameters=num_parameters, history=state.history,
-                           checkpoint=str(checkpoint_path) if checkpoint_path else None, monitor=monitor)
+        return TrialResult(
+            **speed(),
+            **advance(),
+            protocol=protocol,
+            generation=generation or {},
+            valid=state.best_valid,
+            test=test,
+            best_epoch=state.best_epoch,
+            epochs_run=epoch,
+            wall_time_s=time.perf_counter() - started,
+            epoch_time_s=float(np.mean(state.epoch_times)) if state.epoch_times else math.nan,
+            eval_time_s=float(np.mean(state.eval_times)) if state.eval_times else math.nan,
+            device=str(device),
+            num_parameters=num_parameters,
+            history=state.history,
+            checkpoint=str(checkpoint_path) if checkpoint_path else None,
+            monitor=monitor,
+        )
 
     model.train()
     epoch = first_epoch - 1
@@ -436,8 +562,9 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
                 epochs.set_postfix(loss=f"{mean_loss:.4f}")
                 continue
             if not weights_finite(model):  # the last optimizer step can turn weights NaN after a finite loss
-                raise TrainingDiverged(f"weights became NaN or infinite in epoch {epoch}; lower train.lr or set "
-                                       "train.grad_clip")
+                raise TrainingDiverged(
+                    f"weights became NaN or infinite in epoch {epoch}; lower train.lr or set train.grad_clip"
+                )
             training_rng = global_states(device)  # the next epoch continues from here, and so does a resume
             with untouched(device):  # nothing below may shift the training stream (modsar.randomness)
                 tick = time.perf_counter()
@@ -450,15 +577,30 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
                 if improved and checkpoint_path:
                     save_checkpoint(checkpoint_path, model, cfg, {**meta, "epoch": epoch, "valid": metrics})
                     if resumable:
-                        _atomic_save(checkpoint_path.with_name(RESUME_FILE),
-                                     state.state_dict(time.perf_counter() - started, training_rng))
-                epochs.set_postfix(loss=f"{mean_loss:.4f}", **{cfg.train.monitor: f"{metrics[monitor]:.4f}",
-                                                               "best": f"{state.best_value:.4f}@{state.best_epoch}"})
+                        _atomic_save(
+                            checkpoint_path.with_name(RESUME_FILE),
+                            state.state_dict(time.perf_counter() - started, training_rng),
+                        )
+                epochs.set_postfix(
+                    loss=f"{mean_loss:.4f}",
+                    **{
+                        cfg.train.monitor: f"{metrics[monitor]:.4f}",
+                        "best": f"{state.best_value:.4f}@{state.best_epoch}",
+                    },
+                )
                 patient = rate.steps < cfg.train.min_steps  # no stop on a plateau before min_steps
-                last = bool(cfg.train.patience and state.stale >= cfg.train.patience and not patient) \
+                last = (
+                    bool(cfg.train.patience and state.stale >= cfg.train.patience and not patient)
                     or epoch == cfg.train.max_epochs
+                )
                 if on_eval is not None:
-                    on_eval(epoch, metrics, improved, checkpoint_path if improved else None, facts(last, mean_loss))
+                    on_eval(
+                        epoch,
+                        metrics,
+                        improved,
+                        checkpoint_path if improved else None,
+                        facts(last, mean_loss),
+                    )
             if last:
                 break
     except TrainingDiverged as exc:
@@ -466,7 +608,9 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
         raise
     finally:
         epochs.close()
-    if first_epoch > cfg.train.max_epochs and on_eval is not None:  # resumed after its final epoch: say it ended
+    if (
+        first_epoch > cfg.train.max_epochs and on_eval is not None
+    ):  # resumed after its final epoch: say it ended
         on_eval(state.best_epoch, state.best_valid, False, None, facts(True, state.history[-1]["loss"]))
     test = {}
     if evaluate_test:
@@ -481,12 +625,23 @@ def run_trial(cfg: Config, dataset: StoredDataset | None = None, on_eval: EvalCa
     return outcome(test)
 
 
-def rollout_metrics(model: Recommender, split, cfg: Config, max_len: int, device: torch.device) -> dict[str, float]:
+def rollout_metrics(
+    model: Recommender, split, cfg: Config, max_len: int, device: torch.device
+) -> dict[str, float]:
     """eval.generate_steps > 0: greedy rollouts from every test user's history (seeded by the trial's seed),
     never picking a seen item where the evaluation filters them (`--exclude auto` of modsar generate)."""
     if not cfg.eval.generate_steps:
         return {}
     from modsar.evaluation.rollouts import Sampler, generate, resolve_exclude
 
-    return generate(model, split, cfg.task, max_len, cfg.eval.generate_steps, Sampler("greedy"),
-                    resolve_exclude("auto", cfg.eval.filter_seen), seed=cfg.seed, device=device).metrics
+    return generate(
+        model,
+        split,
+        cfg.task,
+        max_len,
+        cfg.eval.generate_steps,
+        Sampler("greedy"),
+        resolve_exclude("auto", cfg.eval.filter_seen),
+        seed=cfg.seed,
+        device=device,
+    ).metrics

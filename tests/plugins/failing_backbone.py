@@ -31,5 +31,6 @@ class Failing(nn.Module):
         return "a backbone whose forward pass always raises"
 
 
-register(BackboneEntry("failing", f"{__name__}:Failing", tasks=("ar",), attention_maps=False,
-                       residual_sites=False))
+register(
+    BackboneEntry("failing", f"{__name__}:Failing", tasks=("ar",), attention_maps=False, residual_sites=False)
+)

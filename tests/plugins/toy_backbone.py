@@ -34,4 +34,6 @@ class CausalBag(nn.Module):
         return "the toy causal bag"
 
 
-register(BackboneEntry("toy", f"{__name__}:CausalBag", tasks=("ar",), attention_maps=False, residual_sites=False))
+register(
+    BackboneEntry("toy", f"{__name__}:CausalBag", tasks=("ar",), attention_maps=False, residual_sites=False)
+)
