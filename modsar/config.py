@@ -2,12 +2,15 @@
 
 Every key is addressable with a dotted name (``model.hidden_size``), the same name used in YAML design
 spaces, CLI overrides and Parquet result columns. An unknown key, a wrong type or a value outside the
-allowed choices is a one-line `ModsarError` that names the key and what is allowed.
+allowed choices is a one-line `ModsarError` that names the key and what is allowed. What one setting may
+hold (its choices, its range) is declared on its field; `validate` checks those ranges, then the rules that
+relate settings to one another.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +21,7 @@ import yaml
 
 from modsar.errors import ModsarError
 from modsar.limits import SIZE_LIMITS
+from modsar.task import Task
 
 FLOAT32_MAX = 3.4028234663852886e38
 MAX_THREADS = (
@@ -26,15 +30,86 @@ MAX_THREADS = (
 
 
 def choice(default: Any, *allowed: Any) -> Any:
-    """A field whose value must be one of `allowed` (checked in `validate`)."""
+    """A field whose value must be one of `allowed` (checked in `set_value`). An enum field (`task`) lists
+    its members: a name given as text is read into its member there."""
     return field(default=default, metadata={"choices": allowed})
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The range a number field (or every item of a list field, which must not be empty) must lie in, and
+    how its error says so: ``'<key>' <requirement>; got <value>``. The requirement is derived from the ends
+    ("must be >= 1", "must be in [0, 1)"), with `why` in parentheses after it, unless `says` words it."""
+
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False  # the low end itself is refused: > low
+    open_high: bool = False  # the high end itself is refused: < high
+    why: str = ""  # what the range (or its low end, when `high_why` is set) means
+    high_why: str = ""  # set: a value above `high` has its own message, with this reason
+    says: str = ""  # the whole requirement, where the derived wording would not say what the value means
+    # checked before every rule, which may compute with it (hidden_size // num_heads); the others after the
+    # backbone's checks, which refuse a setting the backbone does not read before its range is judged
+    first: bool = False
+
+    def admits(self, value: Any) -> bool:
+        """Whether `value` (a number, or a list of them) lies within both ends."""
+        if isinstance(value, list):
+            return bool(value) and all(self.admits(item) for item in value)
+        return self._above_low(value) and self._below_high(value)
+
+    def _above_low(self, value: float) -> bool:
+        if self.low is None:
+            return True
+        return value > self.low if self.open_low else value >= self.low
+
+    def _below_high(self, value: float) -> bool:
+        if self.high is None:
+            return True
+        return value < self.high if self.open_high else value <= self.high
+
+    def problem(self, value: Any) -> str | None:
+        """What `value` fails to be ("must be >= 0 (0 = off)"), or None when it is within the bounds."""
+        if self.high_why and not isinstance(value, list) and not self._below_high(value):
+            return f"must be {'<' if self.open_high else '<='} {self.high} ({self.high_why})"
+        if self.admits(value):
+            return None
+        return self.says or self._requirement()
+
+    def _requirement(self) -> str:
+        why = f" ({self.why})" if self.why else ""
+        if self.low is not None and self.high is not None and not self.high_why:
+            left, right = "(" if self.open_low else "[", ")" if self.open_high else "]"
+            return f"must be in {left}{self.low}, {self.high}{right}{why}"
+        if self.low is not None:
+            return f"must be {'>' if self.open_low else '>='} {self.low}{why}"
+        return f"must be {'<' if self.open_high else '<='} {self.high}{why}"
+
+
+def bounded(
+    default: Any = dataclasses.MISSING, *, factory: Callable[[], Any] | None = None, **bounds: Any
+) -> Any:
+    """A number field (or list of numbers, made by `factory`) with the range `bounds` (`Bounds`'s fields)
+    declared on it, which `validate` checks."""
+    metadata = {"bounds": Bounds(**bounds)}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+SIZE: dict[str, Any] = {"low": 1, "first": True}  # a width, count or batch size the other checks compute with
+RATE: dict[str, Any] = {"low": 0, "high": 1, "open_high": True}  # a probability or dropout rate: [0, 1)
+# numpy's and torch's seeds are unsigned 32-bit
+SEED: dict[str, Any] = {"low": 0, "high": 2**32, "open_high": True, "first": True}
+SEED["says"] = "must be between 0 and 2**32 - 1"
 
 
 @dataclass
 class DataConfig:
-    max_len: int = 0  # history items the model sees; 0 = the dataset's registry default (50; 200 for ML-1M)
-    batch_size: int = 128
-    eval_batch_size: int = 256
+    # history items the model sees; 0 = the dataset's registry default (50; 200 for ML-1M)
+    max_len: int = bounded(0, low=0, says="must be >= 1, or 0 for the dataset default")
+    batch_size: int = bounded(128, **SIZE)
+    eval_batch_size: int = bounded(256, **SIZE)
     padding_free: bool = (
         True  # batches only as wide as their longest row; output layer only at real positions
     )
@@ -59,31 +134,33 @@ class ModelConfig:
     backbone: str = (
         "modular"  # modular | duorec | bsarec | gru4rec | albert | llama | transfo_xl | hf:<model_type>
     )
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 1
-    ffn_size: int = 0  # 0 = 4 * hidden_size
+    hidden_size: int = bounded(64, **SIZE)
+    num_layers: int = bounded(2, **SIZE)
+    num_heads: int = bounded(1, **SIZE)
+    ffn_size: int = bounded(0, low=0, why="0 = 4 * hidden_size")
     activation: str = choice("gelu", "gelu", "relu")
-    norm: str = choice("auto", "auto", "pre", "post", "sasrec", "normed_skip")  # auto: the backbone's own
-    #   (modular: post); modular only: sasrec = SASRec's block, normed_skip = the ModSAR code's layernorm_first
+    # auto: the backbone's own (modular: post); modular only: sasrec = SASRec's block, normed_skip = the
+    # ModSAR code's layernorm_first
+    norm: str = choice("auto", "auto", "pre", "post", "sasrec", "normed_skip")
     positional: str = choice(
         "auto", "auto", "learned", "sinusoidal", "none", "target_aligned", "rope", "relative"
     )  # modular: learned; target_aligned: relative keys by distance to the target
-    pos_dim: int = 0  # learned/sinusoidal with pos_fusion concat|project: the position channel's width (< d);
-    #                   target_aligned: each head's query dimensions that meet the distance codes (0 = all)
-    pos_fusion: str = choice(
-        "add", "add", "concat", "project"
-    )  # absolute positions: added to the item vector,
-    #                   concatenated beside it (items get d - pos_dim), or [item; position] projected to d
-    dropout: float = 0.2  # embedding and hidden (residual branch) dropout
-    attn_dropout: float = 0.2  # dropout on attention probabilities
-    attn_output_dropout: bool = False  # `dropout` on the attention output before the sum (GPT, BERT and the
-    #   residual paper's SASRec and DuoRec code; not the original SASRec code, which drops attention weights only)
+    # learned/sinusoidal with pos_fusion concat|project: the position channel's width (< d); target_aligned:
+    # each head's query dimensions that meet the distance codes (0 = all)
+    pos_dim: int = bounded(0, low=0, why="0 = the hidden size, added")
+    # absolute positions: added to the item vector, concatenated beside it (items get d - pos_dim), or
+    # [item; position] projected to d
+    pos_fusion: str = choice("add", "add", "concat", "project")
+    dropout: float = bounded(0.2, **RATE)  # embedding and hidden (residual branch) dropout
+    attn_dropout: float = bounded(0.2, **RATE)  # dropout on attention probabilities
+    # `dropout` on the attention output before the sum (GPT, BERT and the residual paper's SASRec and DuoRec
+    # code; not the original SASRec code, which drops attention weights only)
+    attn_output_dropout: bool = False
     ffn_inner_dropout: bool = (
         True  # `dropout` between the FFN's two layers (SASRec, ModSAR code; BERT has none)
     )
     local_heads: int = 0  # LOCKER-style window heads (the last `local_heads` of `num_heads`)
-    local_window: int = 2  # AE: |i - j| <= w ; AR: 0 <= i - j <= w
+    local_window: int = bounded(2, low=0)  # AE: |i - j| <= w ; AR: 0 <= i - j <= w
     user_fusion: str = choice(
         "none", "none", "concat", "token", "bias"
     )  # how the user enters (modular only):
@@ -92,10 +169,10 @@ class ModelConfig:
     time_bias: str = choice("none", "none", "gap", "session")  # modular, timestamped data: a learned per-head
     #   attention bias by the time between query and key (gap: log2 buckets of the seconds apart) or by the
     #   session boundaries between them (session: pauses longer than session_gap); see modsar.model.modular
-    session_gap: float = 1800.0  # time_bias=session: seconds of inactivity that start a new session
-    user_size: int = (
-        0  # concat: the user vector's width; 0 = hidden_size // 2 (the item vector gets the rest)
-    )
+    # time_bias=session: seconds of inactivity that start a new session
+    session_gap: float = bounded(1800.0, low=0, open_low=True, says="must be > 0 seconds")
+    # concat: the user vector's width; 0 = hidden_size // 2 (the item vector gets the rest)
+    user_size: int = bounded(0, low=0, why="0 = hidden_size // 2")
     embedding_norm: bool = False  # LayerNorm on item + position embedding before dropout (BERT4Rec)
     scale_embedding: bool = True  # multiply item vectors by sqrt(d) (SASRec); BERT4Rec adds them unscaled
     head: str = choice("dot", "dot", "bert4rec")  # dot: h . E ; bert4rec: LN(GELU(W h + b)) . E + item bias
@@ -108,29 +185,37 @@ class ModelConfig:
         "xavier_uniform",
         "xavier_attention",
     )  # see ModularSAR.__init__
-    norm_eps: float = (
-        1e-5  # modular: the blocks' LayerNorm epsilon (BERT's code: 1e-12; its embedding and output
+    # modular: the blocks' LayerNorm epsilon (BERT's code: 1e-12; its embedding and output head LayerNorms use
+    # 1e-12 always); at least 1e-30, which float32 holds (1e-45 would be 0 there)
+    norm_eps: float = bounded(
+        1e-5, low=1e-30, says="must be > 0 (LayerNorm's epsilon, e.g. 1e-5 or BERT's 1e-12)"
     )
-    #                         head LayerNorms use 1e-12 always)
     positions_from: str = choice("end", "end", "start")  # position 0 = the most recent item, or the first one
-    item_sse_prob: float = 0.0  # SSE: probability p of replacing training-input items (see sse_style)
+    # SSE: probability p of replacing training-input items (see sse_style)
+    item_sse_prob: float = bounded(0.0, **RATE)
     sse_style: str = choice("token", "token", "paper")  # token: each item w.p. p; paper: a row w.p. p, then
     #                                                      each of its items w.p. 1 - p (rate p(1 - p))
-    user_sse_prob: float = 0.0  # SSE: replace the training user id with a random user with this prob.
-    gru_size: int = 0  # gru4rec: the GRU's state size; 0 = hidden_size
+    # SSE: replace the training user id with a random user with this prob.
+    user_sse_prob: float = bounded(0.0, **RATE)
+    gru_size: int = bounded(0, low=0, why="0 = hidden_size")  # gru4rec: the GRU's state size
     bsa_cutoff: int = (
         3  # bsarec: c, the low-pass keeps the lowest c // 2 + 1 frequencies of the max_len window
     )
-    bsa_alpha: float = 0.9  # bsarec (official default; 0.7 on Beauty/Toys): layer = alpha * frequency branch + (1 - alpha) * attention branch
+    # bsarec (official default; 0.7 on Beauty/Toys): layer = alpha * frequency branch + (1 - alpha) *
+    # attention branch
+    bsa_alpha: float = 0.9
 
 
 @dataclass
 class LossConfig:
     name: str = choice("ce", "ce", "sampled_ce", "bce", "bpr", "gbce")
-    num_negatives: int = 1  # sampled_ce: negatives shared by a batch; bce/bpr/gbce: negatives per position
-    gbce_t: float = 0.75  # gbce: calibration t in [0, 1] (0 = plain BCE), as gSASRec
-    cl_weight: float = 0.1  # duorec: lambda, the contrastive term's weight (0 = SASRec's loss alone)
-    cl_temperature: float = 1.0  # duorec: tau of the InfoNCE
+    # sampled_ce: negatives shared by a batch; bce/bpr/gbce: negatives per position
+    num_negatives: int = bounded(1, low=1)
+    # gbce: calibration t in [0, 1] (0 = plain BCE), as gSASRec
+    gbce_t: float = bounded(0.75, low=0, high=1, why="0 = plain BCE, 1 = fully calibrated")
+    # duorec: lambda, the contrastive term's weight (0 = SASRec's loss alone)
+    cl_weight: float = bounded(0.1, low=0, why="0 = no contrastive term")
+    cl_temperature: float = bounded(1.0, low=0, open_low=True)  # duorec: tau of the InfoNCE
     cl_views: str = choice(
         "us_x", "us_x", "un", "su", "us"
     )  # duorec: which views are contrasted (see duorec.py)
@@ -138,32 +223,43 @@ class LossConfig:
     normalize: str = choice(
         "batch", "batch", "epoch"
     )  # mean over the batch's positions, or over an average batch
-    fused: bool = (
-        True  # ce: chunked output layer + softmax with its gradient (false: the plain logits, to compare)
-    )
+    # ce: chunked output layer + softmax with its gradient (false: the plain logits, to compare)
+    fused: bool = True
 
 
 @dataclass
 class TrainConfig:
     optimizer: str = choice("adam", "adam", "adamw", "adamw_bert")  # adamw_bert: BERT's (no bias correction)
-    lr: float = 1e-3
-    weight_decay: float = 0.0
+    lr: float = bounded(1e-3, low=0, open_low=True)
+    weight_decay: float = bounded(0.0, low=0, why="0 = none")
     weight_decay_exclude: str = choice(
         "norm,bias", "norm,bias", "none", "norm,bias,embedding"
     )  # kept from decay
-    beta2: float = 0.999  # Adam's second-moment decay (SASRec's code: 0.98)
-    grad_clip: float = 0.0  # max global grad norm; 0 = off
-    warmup_steps: int = 0  # optimizer steps of linear warm-up from lr / warmup_steps to lr (BERT); 0 = none
-    lr_schedule: str = choice("constant", "constant", "linear")  # linear: decay to 0 at max_epochs (BERT's)
-    max_epochs: int = 200
-    eval_every: int = 1  # epochs between validation passes
-    patience: int = 10  # validation passes without improvement before stopping; 0 = never stop early
-    min_steps: int = (
-        0  # optimizer steps before patience may stop a run (a plateau is not a verdict); 0 = none
+    # Adam's second-moment decay (SASRec's code: 0.98); torch's Adam refuses one outside [0, 1) only once the
+    # data and model are built
+    beta2: float = bounded(
+        0.999, **RATE, says="(Adam's second-moment decay) must be in [0, 1), e.g. 0.999 or SASRec's 0.98"
     )
+    grad_clip: float = bounded(0.0, low=0, why="0 = off")  # max global grad norm
+    # optimizer steps of linear warm-up from lr / warmup_steps to lr (BERT)
+    warmup_steps: int = bounded(0, low=0, why="0 = no warm-up")
+    lr_schedule: str = choice("constant", "constant", "linear")  # linear: decay to 0 at max_epochs (BERT's)
+    max_epochs: int = bounded(200, **SIZE)
+    eval_every: int = bounded(1, **SIZE)  # epochs between validation passes
+    # validation passes without improvement before stopping
+    patience: int = bounded(10, low=0, why="0 = never stop early")
+    # optimizer steps before patience may stop a run (a plateau is not a verdict)
+    min_steps: int = bounded(0, low=0, why="0 = patience may stop at any step")
     monitor: str = "ndcg@10"  # validation metric for early stopping and model selection
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    threads: int = 0  # torch CPU threads; 0 = leave torch's default
+    # torch CPU threads; above MAX_THREADS torch fails to start (an ImportError deep in its import)
+    threads: int = bounded(
+        0,
+        low=0,
+        why="0 = torch's default",
+        high=MAX_THREADS,
+        high_why="more than any machine's cores; 0 = torch's default",
+    )
     precision: str = choice("fp32", "fp32", "bf16")  # bf16: the item-scoring products of the CE in bfloat16
 
     @property
@@ -174,32 +270,50 @@ class TrainConfig:
 
 @dataclass
 class EvalConfig:
-    ks: list[int] = field(default_factory=lambda: [1, 5, 10, 20, 50])
+    ks: list[int] = bounded(  # noqa: RUF009 (bounded is a field(), with a default_factory)
+        factory=lambda: [1, 5, 10, 20, 50], low=1, says="must be a non-empty list of positive integers"
+    )
     filter_seen: str = choice("none", "none", "history")  # remove the user's earlier items from the ranking
-    sampled_negatives: int = 0  # 0 = exact full ranking over all items; N = rank against N fixed negatives
-    sample_seed: int = 12345
-    generate_steps: int = 0  # > 0: greedy rollouts of this many steps from every test user's history after
-    #                          testing (modsar.evaluation.rollouts); their metrics become the row's generate.* columns
+    # 0 = exact full ranking over all items; N = rank against N fixed negatives
+    sampled_negatives: int = bounded(0, low=0)
+    sample_seed: int = bounded(12345, **SEED)
+    # > 0: greedy rollouts of this many steps from every test user's history after testing
+    # (modsar.evaluation.rollouts); their metrics become the row's generate.* columns
+    generate_steps: int = bounded(0, low=0, why="0 = no rollouts")
+
+
+def _plain_dict(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`asdict`'s dict maker: an enum value (`task`) is written as its text, so that checkpoints (read
+    with torch.load(weights_only=True), which refuses unknown classes), rows and JSON hold "ae", never
+    `Task.AE`."""
+    return {key: value.value if isinstance(value, enum.Enum) else value for key, value in items}
 
 
 @dataclass
 class Config:
     dataset: str = "synthetic"
-    task: str = choice("ar", "ar", "ae")  # the AE/AR switch: attention direction AND objective
-    mask_prob: float = 0.2  # AE cloze masking probability (ignored by AR)
-    seed: int = 0
+    # the AE/AR switch: attention direction AND objective
+    task: Task = choice(Task.AR, Task.AR, Task.AE)  # noqa: RUF009 (choice is a field(); Task is immutable)
+    # AE cloze masking probability (ignored by AR)
+    mask_prob: float = bounded(0.2, low=0, high=1, open_low=True, open_high=True)
+    seed: int = bounded(0, **SEED)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
+    def __post_init__(self) -> None:
+        if self.task in [t.value for t in Task]:  # Config(task="ae") holds the member too
+            self.task = Task(self.task)
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The tree of plain values (`task` as "ae" / "ar")."""
+        return dataclasses.asdict(self, dict_factory=_plain_dict)
 
     def stored(self) -> dict[str, Any]:
-        """What rows and checkpoints record: the modular backbone's `auto` norm is written as what it is, post,
-        because before 0.2 it meant pre; rows and checkpoints of the two never pass for one another."""
+        """What rows and checkpoints record: the modular backbone's `auto` norm is written as what it is,
+        post, because before 0.2 it meant pre; rows and checkpoints of the two never pass for one another."""
         tree = self.to_dict()
         if self.model.backbone == "modular" and self.model.norm == "auto":
             tree["model"]["norm"] = "post"
@@ -214,7 +328,8 @@ class Config:
         return cls.from_dict(tree, where)
 
     def flat(self) -> dict[str, Any]:
-        """Dotted-name view (``model.hidden_size``) of the stored form: the names used in YAML, CLI and Parquet."""
+        """Dotted-name view (``model.hidden_size``) of the stored form: the names used in YAML, CLI and
+        Parquet."""
         return flatten(self.stored())
 
     @classmethod
@@ -308,13 +423,16 @@ def set_value(cfg: Config, key: str, value: Any, where: str = "config") -> None:
             continue
         if dataclasses.is_dataclass(getattr(node, part)):
             raise ModsarError(f"{where}: '{key}' is a section; set one of its keys, e.g. '{key}.<name>'")
-        value = _coerce(value, str(f.type), key, where)  # annotations are strings (postponed evaluation)
+        # an enum field (task) is given as text, read into its member once allowed; annotations are strings
+        # (postponed evaluation)
+        enum_type = type(f.default) if isinstance(f.default, enum.Enum) else None
+        value = _coerce(value, "str" if enum_type else str(f.type), key, where)
         allowed = f.metadata.get("choices")
         if allowed and value not in allowed:
             raise ModsarError(
                 f"{where}: '{key}' must be one of {', '.join(map(str, allowed))}; got {value!r}"
             )
-        setattr(node, part, value)
+        setattr(node, part, enum_type(value) if enum_type else value)
 
 
 def apply_overrides(
@@ -363,83 +481,111 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return cfg
 
 
+Bad = Callable[[str], NoReturn]
+Check = Callable[[Config, Bad, bool], None]  # (config, how to refuse, stored): refuses what cannot hold
+
 # The backbone registry's checks (modsar.model.registry.check_config), added when it is imported, which the
 # package does on import (modsar/__init__.py): the registry sits above the config it checks, never below it.
-BACKBONE_CHECKS: list[Callable[[Config, Callable[[str], NoReturn], bool], None]] = []
+BACKBONE_CHECKS: list[Check] = []
 
 
-def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
-    """Cross-field checks a single field's type cannot express. `stored`: a record an earlier run wrote (a
-    checkpoint, a search's base), which keeps another backbone's settings: they were no-ops there, and refusing
-    them would make old results unreadable; what a user asks for now is refused instead."""
-    m = cfg.model
-
-    def bad(msg: str) -> NoReturn:
-        raise ModsarError(f"{where}: {msg}")
-
-    if cfg.train.precision == "bf16" and (cfg.loss.name != "ce" or not cfg.loss.fused):
-        bad(
-            "train.precision=bf16 runs the fused full-softmax CE's products in bfloat16, and this run has none "
-            f"(loss.name={cfg.loss.name}, loss.fused={str(cfg.loss.fused).lower()}); use train.precision=fp32"
-        )
+def _numbers_fit(cfg: Config, bad: Bad, stored: bool) -> None:
+    """Every number is finite in float32 (YAML reads .nan, .inf), fits a Parquet int64 column, and stays under
+    the size a model can be built with (`SIZE_LIMITS`)."""
     for key, value in cfg.flat().items():
         if isinstance(value, float) and not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
-            bad(f"'{key}' must be a finite number of float32 range; got {value}")  # YAML reads .nan, .inf
-        for number in value if isinstance(value, list) else [value]:  # Parquet columns are int64
+            bad(f"'{key}' must be a finite number of float32 range; got {value}")
+        for number in value if isinstance(value, list) else [value]:
             if isinstance(number, int) and not -(2**63) <= number < 2**63:
                 bad(f"'{key}' must fit in 64 bits; got {number}")
         limit = SIZE_LIMITS.get(key)
         if limit is not None and value > limit:
             bad(f"'{key}' must be <= {limit:,} (no model of that size fits in memory); got {value:,}")
-    for key, value in (("seed", cfg.seed), ("eval.sample_seed", cfg.eval.sample_seed)):
-        if not 0 <= value < 2**32:  # numpy and torch seeds are unsigned 32-bit
-            bad(f"'{key}' must be between 0 and 2**32 - 1; got {value}")
-    for key, value in [
-        ("model.hidden_size", m.hidden_size),
-        ("model.num_layers", m.num_layers),
-        ("model.num_heads", m.num_heads),
-        ("data.batch_size", cfg.data.batch_size),
-        ("data.eval_batch_size", cfg.data.eval_batch_size),
-        ("train.max_epochs", cfg.train.max_epochs),
-        ("train.eval_every", cfg.train.eval_every),
-    ]:
-        if value < 1:
-            bad(f"'{key}' must be >= 1; got {value}")
+
+
+def _bounded_values(node: Any, prefix: str = "") -> list[tuple[str, Bounds, Any]]:
+    """(dotted key, declared bounds, value) of every bounded field under `node`, in declaration order."""
+    found = []
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        if dataclasses.is_dataclass(value):
+            found += _bounded_values(value, f"{prefix}{f.name}.")
+        elif "bounds" in f.metadata:
+            found.append((f"{prefix}{f.name}", f.metadata["bounds"], value))
+    return found
+
+
+def _check_bounds(cfg: Config, bad: Bad, first: bool) -> None:
+    """The fields whose `Bounds.first` is `first` hold values in the range declared on them (`bounded`)."""
+    for key, bounds, value in _bounded_values(cfg):
+        problem = bounds.problem(value) if bounds.first == first else None
+        if problem is not None:
+            bad(f"'{key}' {problem}; got {value}")
+
+
+def _sizes_within_bounds(cfg: Config, bad: Bad, stored: bool) -> None:
+    _check_bounds(cfg, bad, first=True)
+
+
+def _values_within_bounds(cfg: Config, bad: Bad, stored: bool) -> None:
+    _check_bounds(cfg, bad, first=False)
+
+
+def _bf16_needs_the_fused_ce(cfg: Config, bad: Bad, stored: bool) -> None:
+    if cfg.train.precision == "bf16" and (cfg.loss.name != "ce" or not cfg.loss.fused):
+        bad(
+            "train.precision=bf16 runs the fused full-softmax CE's products in bfloat16, and this run has "
+            f"none (loss.name={cfg.loss.name}, loss.fused={str(cfg.loss.fused).lower()}); use "
+            "train.precision=fp32"
+        )
+
+
+def _heads_divide_the_hidden_size(cfg: Config, bad: Bad, stored: bool) -> None:
+    m = cfg.model
     if m.hidden_size % m.num_heads:
         bad(f"'model.hidden_size' ({m.hidden_size}) must be divisible by 'model.num_heads' ({m.num_heads})")
+
+
+def _backbone_accepts(cfg: Config, bad: Bad, stored: bool) -> None:
     for check in BACKBONE_CHECKS:  # the backbone exists, has the task and accepts these settings
         check(cfg, bad, stored)
+
+
+def _local_heads_are_heads(cfg: Config, bad: Bad, stored: bool) -> None:
+    m = cfg.model
     if not 0 <= m.local_heads <= m.num_heads:
         bad(f"'model.local_heads' must be between 0 and model.num_heads ({m.num_heads}); got {m.local_heads}")
-    if m.local_window < 0:
-        bad(f"'model.local_window' must be >= 0; got {m.local_window}")
-    for key in ("dropout", "attn_dropout", "item_sse_prob", "user_sse_prob"):
-        if not 0.0 <= getattr(m, key) < 1.0:
-            bad(f"'model.{key}' must be in [0, 1); got {getattr(m, key)}")
-    if m.user_sse_prob and m.user_fusion == "none":
+
+
+def _user_sse_needs_a_user(cfg: Config, bad: Bad, stored: bool) -> None:
+    if cfg.model.user_sse_prob and cfg.model.user_fusion == "none":
         bad("'model.user_sse_prob' needs a user in the model ('model.user_fusion' concat, token or bias)")
+
+
+def _user_size_is_concats(cfg: Config, bad: Bad, stored: bool) -> None:
+    """`user_size` is the width of concat's user vector, beside an item vector that keeps at least one."""
+    m = cfg.model
     if m.user_fusion == "concat":
         user = m.user_size or m.hidden_size // 2
         if not 0 < user < m.hidden_size:
             bad(f"'model.user_size' must be between 1 and hidden_size - 1; got {user}")
     elif m.user_size:
         bad(
-            f"'model.user_size' is the width of user_fusion=concat's vector; user_fusion={m.user_fusion} uses the "
-            "hidden size; leave it at 0"
+            "'model.user_size' is the width of user_fusion=concat's vector; "
+            f"user_fusion={m.user_fusion} uses the hidden size; leave it at 0"
         )
-    if not 0.0 < cfg.mask_prob < 1.0:
-        bad(f"'mask_prob' must be in (0, 1); got {cfg.mask_prob}")
-    if cfg.loss.num_negatives < 1:
-        bad(f"'loss.num_negatives' must be >= 1; got {cfg.loss.num_negatives}")
-    if not 0.0 <= cfg.loss.gbce_t <= 1.0:
-        bad(f"'loss.gbce_t' must be in [0, 1] (0 = plain BCE, 1 = fully calibrated); got {cfg.loss.gbce_t}")
-    if cfg.loss.cl_temperature <= 0:
-        bad(f"'loss.cl_temperature' must be > 0; got {cfg.loss.cl_temperature}")
+
+
+def _split_quantiles_in_order(cfg: Config, bad: Bad, stored: bool) -> None:
     if not 0.0 < cfg.data.split_valid < cfg.data.split_test < 1.0:
         bad(
             f"'data.split_valid' and 'data.split_test' must be quantiles with 0 < valid < test < 1; got "
             f"{cfg.data.split_valid} and {cfg.data.split_test}"
         )
+
+
+def _split_dates_parse(cfg: Config, bad: Bad, stored: bool) -> None:
+    """Two ISO dates, in order (the data module reads them, and says which rule a text breaks)."""
     if cfg.data.split_dates:
         from modsar.data.split import parse_dates
 
@@ -447,55 +593,60 @@ def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
             parse_dates(cfg.data.split_dates)
         except ValueError as exc:  # which rule: two dates, each ISO, in order
             bad(f"'data.split_dates' {exc} (e.g. \"2000-11-20,2000-12-01\"); got {cfg.data.split_dates!r}")
-    from modsar.devices import name_problem  # torch-free: whether a GPU is present is asked when a run starts
 
-    if not stored and (device := name_problem(cfg.train.device)):  # stored: the machine that ran it took it
+
+def _device_is_named_right(cfg: Config, bad: Bad, stored: bool) -> None:
+    """The device's name (whether a GPU is present is asked when a run starts); a stored config's device was
+    taken by the machine that ran it."""
+    from modsar.devices import name_problem  # torch-free
+
+    if not stored and (device := name_problem(cfg.train.device)):
         bad(device)
-    if m.session_gap <= 0:
-        bad(f"'model.session_gap' must be > 0 seconds; got {m.session_gap}")
-    if cfg.data.samples == "prefixes" and cfg.task != "ar":
+
+
+def _prefixes_are_causal(cfg: Config, bad: Bad, stored: bool) -> None:
+    if cfg.data.samples == "prefixes" and cfg.task is not Task.AR:
         bad(
-            "'data.samples=prefixes' labels each training prefix's next item, a causal objective; task=ae masks "
-            "whole windows: use data.samples=sequences, or task=ar"
+            "'data.samples=prefixes' labels each training prefix's next item, a causal objective; task=ae "
+            "masks whole windows: use data.samples=sequences, or task=ar"
         )
-    if cfg.data.max_len < 0:
-        bad(f"'data.max_len' must be >= 1, or 0 for the dataset default; got {cfg.data.max_len}")
-    if not cfg.eval.ks or min(cfg.eval.ks) < 1:
-        bad(f"'eval.ks' must be a non-empty list of positive integers; got {cfg.eval.ks}")
-    if cfg.train.lr <= 0:
-        bad(f"'train.lr' must be > 0; got {cfg.train.lr}")
-    if not 0.0 <= cfg.train.beta2 < 1.0:  # torch's Adam refuses it only once the data and model are built
-        bad(
-            f"'train.beta2' (Adam's second-moment decay) must be in [0, 1), e.g. 0.999 or SASRec's 0.98; got "
-            f"{cfg.train.beta2}"
-        )
-    if not m.norm_eps >= 1e-30:  # float32 holds it (1e-45 would be 0 there)
-        bad(
-            f"'model.norm_eps' must be > 0 (LayerNorm's epsilon, e.g. 1e-5 or BERT's 1e-12); got {m.norm_eps}"
-        )
-    for key, value, what in [
-        ("train.patience", cfg.train.patience, "0 = never stop early"),
-        ("train.warmup_steps", cfg.train.warmup_steps, "0 = no warm-up"),
-        ("train.min_steps", cfg.train.min_steps, "0 = patience may stop at any step"),
-        ("train.weight_decay", cfg.train.weight_decay, "0 = none"),
-        ("train.grad_clip", cfg.train.grad_clip, "0 = off"),
-        ("train.threads", cfg.train.threads, "0 = torch's default"),
-        ("model.ffn_size", m.ffn_size, "0 = 4 * hidden_size"),
-        ("model.user_size", m.user_size, "0 = hidden_size // 2"),
-        ("model.pos_dim", m.pos_dim, "0 = the hidden size, added"),
-        ("eval.generate_steps", cfg.eval.generate_steps, "0 = no rollouts"),
-        ("model.gru_size", m.gru_size, "0 = hidden_size"),
-        ("loss.cl_weight", cfg.loss.cl_weight, "0 = no contrastive term"),
-    ]:
-        if value < 0:
-            bad(f"'{key}' must be >= 0 ({what}); got {value}")
-    if cfg.train.threads > MAX_THREADS:  # torch fails to start that many (an ImportError deep in its import)
-        bad(
-            f"'train.threads' must be <= {MAX_THREADS} (more than any machine's cores; 0 = torch's default); got "
-            f"{cfg.train.threads}"
-        )
+
+
+def _monitor_is_reported(cfg: Config, bad: Bad, stored: bool) -> None:
     metric_names = {f"{name}@{k}" for name in ("recall", "ndcg", "mrr", "hr") for k in cfg.eval.ks}
     if cfg.train.monitor not in metric_names:
         bad(f"'train.monitor' must be a metric at one of eval.ks, e.g. ndcg@10; got {cfg.train.monitor!r}")
-    if cfg.eval.sampled_negatives < 0:
-        bad(f"'eval.sampled_negatives' must be >= 0; got {cfg.eval.sampled_negatives}")
+
+
+# What `validate` checks, in order; the first failure is the message. The sizes' bounds come before the rules
+# that compute with them; the other fields' bounds after the backbone's checks (a backbone refusing a setting
+# it does not read says more than the setting's range) and before the rules that read those fields.
+CHECKS: tuple[Check, ...] = (
+    _bf16_needs_the_fused_ce,
+    _numbers_fit,
+    _sizes_within_bounds,
+    _heads_divide_the_hidden_size,
+    _backbone_accepts,
+    _local_heads_are_heads,
+    _user_size_is_concats,
+    _values_within_bounds,
+    _user_sse_needs_a_user,
+    _split_quantiles_in_order,
+    _split_dates_parse,
+    _device_is_named_right,
+    _prefixes_are_causal,
+    _monitor_is_reported,
+)
+
+
+def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
+    """The checks a single field's type and choices cannot express (`CHECKS`); the first that fails is a
+    `ModsarError` prefixed with `where`. `stored`: a record an earlier run wrote (a checkpoint, a search's
+    base), which keeps another backbone's settings: they were no-ops there, and refusing them would make old
+    results unreadable; what a user asks for now is refused instead."""
+
+    def bad(msg: str) -> NoReturn:
+        raise ModsarError(f"{where}: {msg}")
+
+    for check in CHECKS:
+        check(cfg, bad, stored)

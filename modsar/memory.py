@@ -4,8 +4,8 @@ Some settings size a tensor in proportion to their value, and a value the machin
 that tensor is allocated: after a whole training run (the rollouts of eval.generate_steps), or once the data
 and model are built (a batch of sampled negatives). Each estimate here counts tensors the code holds at once,
 at sizes it certainly reaches: the labelled positions of an average training batch (the largest has at
-least as many; `batch_positions`), the narrowest item vectors a config can give. A refusal therefore never stops a run that
-could finish; a run that passes may still find too little memory on a busy machine.
+least as many; `batch_positions`), the narrowest item vectors a config can give. A refusal therefore never
+stops a run that could finish; a run that passes may still find too little memory on a busy machine.
 """
 
 from __future__ import annotations
@@ -95,26 +95,25 @@ def batch_positions(cfg: Config, split: Any, max_len: int) -> int:
     or max(1, round(length x mask_prob)) of them (AE), or its last (data.samples=prefixes); without
     data.padding_free the loss reads all max_len positions of each of batch_size rows. `max_len`: the model's
     window (0 when unknown: one position a row then)."""
-    import numpy as np
+    from modsar.data.batches import task_rows  # the rows TrainBatches lays out (loaded with any split)
 
-    d, ar = cfg.data, cfg.task == "ar"
+    d, layout = cfg.data, task_rows(cfg.task)
     lengths = (split.train_ends - split.starts)[split.train_ends - split.starts >= 2]  # a row: input + label
     if not len(lengths):
         return 1
     prefixes = d.samples == "prefixes"
     rows = int((lengths - 1).sum()) if prefixes else len(lengths)
     if not d.padding_free:  # dense batches: every position of batch_size rows, max_len wide
-        return max(1, min(d.batch_size, rows) * (max_len + (not ar) if max_len else 1))
+        return max(1, min(d.batch_size, rows) * (max_len + layout.extra_width if max_len else 1))
     if prefixes or not max_len:
         return max(1, min(d.batch_size, rows))
-    row_lengths = np.minimum(lengths - ar, max_len + (not ar))
-    labelled = row_lengths if ar else np.maximum(1, np.round(row_lengths * cfg.mask_prob))
+    labelled = layout.labelled(layout.row_lengths(lengths, max_len), cfg.mask_prob)
     if d.batching == "tokens":  # cut per chunk of 64 x batch_size rows at multiples of an average batch's
         # positions: each chunk gives at most (its positions / budget) + 1 batches, rows / batch_size + 1
         batches = rows // d.batch_size + -(-rows // (64 * d.batch_size))
     else:  # batch_size rows a batch
         batches = -(-rows // d.batch_size)
-    return max(1, int(labelled.sum()) // batches)
+    return max(1, labelled // batches)
 
 
 def training_needs(cfg: Config, num_items: int, positions: int) -> list[Need]:

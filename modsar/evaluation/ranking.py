@@ -22,6 +22,7 @@ from modsar.config import Config, EvalConfig
 from modsar.data.batches import eval_inputs, eval_times
 from modsar.data.split import LeaveOneOut, history_index
 from modsar.model.interface import Recommender, encode, trim_left_padding
+from modsar.task import Task
 
 SCORES_BUDGET = 1 << 24  # scores held at once (16M floats, 64 MiB): fewer users per batch on huge catalogues
 # (inputs (B, T), users (B,)) -> scores (B, N); an evaluation with `timed` also passes the times (B, T)
@@ -77,8 +78,8 @@ def metric_sums(ranks: torch.Tensor, ks: list[int]) -> dict[str, float]:
 def forbidden_keys(
     split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, targets: np.ndarray
 ) -> np.ndarray:
-    """Sorted distinct keys row * (N + 1) + item of the items `fixed_negatives` never draws for a row: those of
-    the user's history before the target (items[starts[u]:history_end]) and the target itself."""
+    """Sorted distinct keys row * (N + 1) + item of the items `fixed_negatives` never draws for a row: those
+    of the user's history before the target (items[starts[u]:history_end]) and the target itself."""
     n = split.num_items
     rows, items = history_index(split, users, history_end)
     return np.unique(np.concatenate([rows * (n + 1) + items, np.arange(len(users)) * (n + 1) + targets]))
@@ -136,7 +137,7 @@ def target_ranks(
     split: LeaveOneOut,
     which: str,
     cfg: EvalConfig,
-    task: str,
+    task: Task,
     max_len: int,
     batch_size: int,
     device: torch.device,
@@ -193,7 +194,7 @@ def evaluate(
     split: LeaveOneOut,
     which: str,
     cfg: EvalConfig,
-    task: str,
+    task: Task,
     max_len: int,
     batch_size: int,
     device: torch.device,
@@ -212,7 +213,7 @@ class Evaluator:
 
     split: LeaveOneOut
     cfg: EvalConfig
-    task: str
+    task: Task
     max_len: int
     batch_size: int
     device: torch.device

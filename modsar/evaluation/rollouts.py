@@ -37,14 +37,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from modsar import memory
-from modsar.data.batches import eval_inputs, eval_times
+from modsar.data.batches import TaskRows, history_times, history_windows, task_rows
 from modsar.data.split import LeaveOneOut, history_index, rollout_targets
 from modsar.errors import ModsarError
 from modsar.model.interface import Recommender, encode
+from modsar.task import Task
 
 STRATEGIES = ("greedy", "topk", "nucleus")
 EXCLUDE = (
@@ -116,7 +116,7 @@ class Sampler:
 @torch.no_grad()
 def rollout(
     model: Recommender,
-    task: str,
+    task: Task,
     windows: torch.Tensor,
     users: torch.Tensor,
     steps: int,
@@ -147,46 +147,77 @@ def rollout(
     bar = tqdm(
         total=len(windows) * steps, desc="generate", unit="item", disable=not progress, dynamic_ncols=True
     )
+    rollouts = BatchRollout(
+        model, task_rows(task), sampler, generator, mask_id, exclude_rollout, seen is not None, device, bar
+    )
     for lo in range(0, len(windows), batch_size):
         hi = min(lo + batch_size, len(windows))
-        window, user = windows[lo:hi].to(device), users[lo:hi].to(device)
-        clock = times[lo:hi].to(device) if times is not None else None
         banned = torch.zeros(hi - lo, model.num_items, dtype=torch.bool, device=device)
         if seen is not None:
             a, b = np.searchsorted(seen[0], [lo, hi])
             banned[
                 torch.from_numpy(seen[0][a:b] - lo).to(device), torch.from_numpy(seen[1][a:b]).to(device)
             ] = True
-        longest, picks = (
+        clock = times[lo:hi].to(device) if times is not None else None
+        picks = rollouts(
+            windows[lo:hi].to(device),
+            users[lo:hi].to(device),
+            clock,
+            banned,
             int(lengths[lo:hi].max()),
-            torch.zeros(hi - lo, steps, dtype=torch.long, device=device),
+            steps,
         )
+        out[lo:hi] = picks.cpu().numpy()
+    bar.close()
+    return out
+
+
+@dataclass
+class BatchRollout:
+    """`rollout`'s steps for one batch of rows: the model, how the task reads a history, the sampler and its
+    generator (shared by every batch of a run), and what a pick may not be."""
+
+    model: Recommender
+    layout: TaskRows
+    sampler: Sampler
+    generator: torch.Generator | None
+    mask_id: int
+    exclude_rollout: bool
+    exclude_history: bool
+    device: torch.device
+    bar: tqdm
+
+    def __call__(
+        self,
+        window: torch.Tensor,
+        user: torch.Tensor,
+        clock: torch.Tensor | None,
+        banned: torch.Tensor,
+        longest: int,
+        steps: int,
+    ) -> torch.Tensor:
+        """(B, steps) 1-based picks; `banned` (B, N) gains each pick under exclude_rollout, and the longest
+        history (`longest` items) bounds the columns read at each step."""
+        picks = torch.zeros(len(window), steps, dtype=torch.long, device=self.device)
         for step in range(steps):
-            inputs = window[
-                :, -min(window.size(1), longest + step) :
-            ]  # no column that is padding in every row
-            if task == "ae":
-                inputs = torch.cat([inputs, torch.full((len(inputs), 1), mask_id, device=device)], dim=1)
-            when = None if clock is None else clock[:, -min(window.size(1), longest + step) :]
-            if when is not None and task == "ae":
-                when = F.pad(when, (0, 1))  # the mask token: the last history item's time
-            scores = model.score(encode(model, inputs, user, when)[:, -1], user).float()
+            keep = -min(window.size(1), longest + step)  # no column that is padding in every row
+            inputs = self.layout.with_inference_slot(window[:, keep:], self.mask_id)
+            when = None if clock is None else self.layout.with_inference_time(clock[:, keep:])
+            scores = self.model.score(encode(self.model, inputs, user, when)[:, -1], user).float()
             scores = scores.nan_to_num(nan=float("-inf")).masked_fill(banned, float("-inf"))
-            if (seen is not None or exclude_rollout) and bool(torch.isinf(scores).all(1).any()):
+            if (self.exclude_history or self.exclude_rollout) and bool(torch.isinf(scores).all(1).any()):
                 raise ModsarError(
                     f"a user has no item left to pick at step {step + 1}: the excluded items cover the "
                     "catalogue; use fewer --steps or --exclude history (or none)"
                 )
-            picked = sampler.pick(scores, generator)
-            if exclude_rollout:
-                banned[torch.arange(len(picked), device=device), picked] = True
+            picked = self.sampler.pick(scores, self.generator)
+            if self.exclude_rollout:
+                banned[torch.arange(len(picked), device=self.device), picked] = True
             picks[:, step] = picked + 1
             window = torch.cat([window[:, 1:], (picked + 1)[:, None]], dim=1)  # the pick joins the history
             clock = torch.cat([clock[:, 1:], clock[:, -1:]], dim=1) if clock is not None else None
-            bar.update(hi - lo)
-        out[lo:hi] = picks.cpu().numpy()
-    bar.close()
-    return out
+            self.bar.update(len(window))
+        return picks
 
 
 def step_limit(
@@ -241,8 +272,8 @@ def check_steps(
 def true_future(
     split: LeaveOneOut, users: np.ndarray, history_end: np.ndarray, steps: int, novel: bool = False
 ) -> np.ndarray:
-    """(n, steps) each user's items from the test target on, 0 where the log ends first; `novel` keeps only items
-    not in the user's history (all a rollout that never repeats the history can produce)."""
+    """(n, steps) each user's items from the test target on, 0 where the log ends first; `novel` keeps only
+    items not in the user's history (all a rollout that never repeats the history can produce)."""
     counts = split.offsets[users + 1] - history_end
     rows = np.repeat(np.arange(len(users)), counts)
     first = np.repeat(np.cumsum(counts) - counts, counts)
@@ -283,7 +314,8 @@ def entropy_bits(items: np.ndarray, num_items: int) -> float:
 
 
 def unseen_transitions(chains: np.ndarray, pairs: np.ndarray, num_items: int) -> float:
-    """Share of consecutive pairs (two real, different items) in the rows of `chains` never adjacent in training."""
+    """Share of consecutive pairs (two real, different items) in the rows of `chains` never adjacent in
+    training."""
     a, b = chains[:, :-1].ravel(), chains[:, 1:].ravel()
     real = (a > 0) & (b > 0) & (a != b)
     if not real.any():
@@ -399,7 +431,7 @@ class Generation:
 def generate(
     model: Recommender,
     split: LeaveOneOut,
-    task: str,
+    task: Task,
     max_len: int,
     steps: int,
     sampler: Sampler,
@@ -419,28 +451,19 @@ def generate(
         raise ModsarError(f"--exclude must be one of {', '.join(EXCLUDE[1:])}; got {exclude!r}")
     sampler.check()
     users, history_end, targets = split.targets("test")
-    index = rollout_targets(history_end)  # the test target a rollout continues (a user has several: `every`)
-    if max_users and max_users < len(index):
-        index = np.sort(np.random.default_rng(seed).choice(index, max_users, replace=False))
-    if not len(index):
-        raise ModsarError("there are no test users to generate for")
+    index = chosen_targets(history_end, max_users, seed)
     check_steps(split, users[index], history_end[index], steps, exclude)
     memory.refuse(memory.rollout_needs(steps, len(index), batch_size, split.num_items), str(device or "cpu"))
     by_length = np.argsort(history_end[index] - split.starts[users[index]], kind="stable")
     order = index[by_length]  # the targets, users of similar history length next to each other
-    windows = eval_inputs(split, users[order], history_end[order], "ar", max_len)
-    times = (
-        eval_times(split, users[order], history_end[order], "ar", max_len)
-        if getattr(model, "timed", False)
-        else None
-    )
+    timed = getattr(model, "timed", False)
     history = exclude in ("history", "all")
     seen = history_index(split, users[order], history_end[order]) if history else None
     model.eval()
     generated = rollout(
         model,
         task,
-        windows,
+        history_windows(split, users[order], history_end[order], max_len),
         torch.from_numpy(users[order] + 1),
         steps,
         sampler,
@@ -451,7 +474,7 @@ def generate(
         batch_size=batch_size,
         device=device,
         progress=progress,
-        times=times,
+        times=history_times(split, users[order], history_end[order], max_len) if timed else None,
     )
     generated = generated[np.argsort(by_length)]  # back to the targets' order
     users, history_end, targets = users[index], history_end[index], targets[index]
@@ -460,7 +483,28 @@ def generate(
     metrics = rollout_metrics(
         generated, future, split.items[history_end - 1], popularity, pairs, split.num_items
     )
-    rollouts = pd.DataFrame(
+    table = rollout_table(users, index, targets, generated, future)
+    return Generation(metrics, table, per_step(generated, future, popularity, split.num_items))
+
+
+def chosen_targets(history_end: np.ndarray, max_users: int, seed: int) -> np.ndarray:
+    """The test targets to roll out from, as indices into `split.targets("test")`: each distinct history's
+    (a user has several under `every`), or a seeded sample of `max_users` of them when > 0."""
+    index = rollout_targets(history_end)
+    if max_users and max_users < len(index):
+        index = np.sort(np.random.default_rng(seed).choice(index, max_users, replace=False))
+    if not len(index):
+        raise ModsarError("there are no test users to generate for")
+    return index
+
+
+def rollout_table(
+    users: np.ndarray, index: np.ndarray, targets: np.ndarray, generated: np.ndarray, future: np.ndarray
+) -> pd.DataFrame:
+    """One row per rollout step: the 1-based user, the test target it continues (its index among the split's
+    test targets, and its item), the step, the pick and the true item at that step (0: none)."""
+    steps = generated.shape[1]
+    return pd.DataFrame(
         {
             "user": np.repeat(users + 1, steps),
             "target_index": np.repeat(index, steps),
@@ -470,7 +514,6 @@ def generate(
             "future_item": future.ravel(),
         }
     )
-    return Generation(metrics, rollouts, per_step(generated, future, popularity, split.num_items))
 
 
 def write(generation: Generation, out: str | Path, facts: dict) -> list[Path]:
