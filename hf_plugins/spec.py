@@ -49,11 +49,16 @@ BACKBONES: dict[str, Backbone] = {
 }
 
 
+NAMED = ("albert", "llama", "transfo_xl")  # backbones named without the hf: prefix
+# model types whose attention sub-layers the adapter knows (hf_plugins.adapter.SKIP_FINDERS), by backbone name
+SKIP_SITE_TYPES = ("llama", "gpt2", "bert", "roberta", "albert", "transfo_xl")
+
+
 def backbone_spec(name: str) -> Backbone | None:
     """The declared backbone, or for hf:<any other model type> a generic one that ModSAR knows only by the
     standard config names (sizes, layers, heads); its dropout and activation fields are unknown."""
     key = name[3:] if name.startswith("hf:") else name
-    if key in ("albert", "llama", "transfo_xl") or (name.startswith("hf:") and key in BACKBONES):
+    if key in NAMED or (name.startswith("hf:") and key in BACKBONES):
         return BACKBONES[key]
     if name.startswith("hf:") and key:
         from transformers import CONFIG_MAPPING
@@ -92,15 +97,17 @@ def check_config(cfg, bad: Callable[[str], NoReturn]) -> None:
     name = m.backbone
     spec = backbone_spec(name)
     if spec is None:
-        known = "modular, albert, llama, " + ", ".join(f"hf:{k}" for k in BACKBONES)
+        from modsar.model.registry import names  # torch-free
+
+        known = ", ".join([*(n for n in names() if not n.endswith(">")), *(f"hf:{k}" for k in BACKBONES)])
         bad(f"'model.backbone' {name!r} is unknown; choose one of {known}")
     generic = spec.norm == "auto"
     if generic and not spec.activation_field and m.activation != "gelu":
         bad(f"{name} has no activation field ModSAR knows; leave model.activation at gelu")
     if not spec.attn_dropout and m.attn_dropout:
         bad(
-            f"{name} has no attention dropout ModSAR knows, so 'model.attn_dropout={m.attn_dropout}' would do "
-            "nothing; set it to 0"
+            f"{name} has no attention dropout ModSAR knows, so 'model.attn_dropout={m.attn_dropout}' would "
+            "do nothing; set it to 0"
         )
     if m.norm not in ("auto", spec.norm) and not (
         name == "transfo_xl" and m.norm == "pre"
@@ -110,7 +117,8 @@ def check_config(cfg, bad: Callable[[str], NoReturn]) -> None:
         bad("transfo_xl's feed-forward is ReLU by design; set model.activation=relu")
     if m.positional not in ("auto", spec.positional):
         bad(
-            f"{name} uses {spec.positional} positions; leave 'model.positional' at auto (or set {spec.positional})"
+            f"{name} uses {spec.positional} positions; leave 'model.positional' at auto (or set "
+            f"{spec.positional})"
         )
     if not spec.dropout and m.dropout:
         bad(

@@ -127,10 +127,10 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
             self.r_w_bias = nn.Parameter(torch.zeros(c.n_head, c.d_head))
 
     def forward(self, w, r, attn_mask, mems, r_w_bias=None, r_r_bias=None, output_attentions: bool = False):
-        """The global biases come from the model when untie_r is False, else from this layer."""
+        """w (qlen, B, d); r (klen, 1, d) relative position embeddings; attn_mask (qlen, klen, B) True =
+        masked. The global biases come from the model when untie_r is False, else from this layer."""
         r_w_bias = self.r_w_bias if r_w_bias is None else r_w_bias
         r_r_bias = self.r_r_bias if r_r_bias is None else r_r_bias
-        """w (qlen, B, d); r (klen, 1, d) relative position embeddings; attn_mask (qlen, klen, B) True = masked."""
         qlen, bsz = w.size(0), w.size(1)
         cat = w if mems is None else torch.cat([mems, w], 0)
         heads = self.qkv_net(self.layer_norm(cat) if self.pre_lnorm else cat)

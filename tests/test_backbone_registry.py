@@ -44,8 +44,8 @@ def test_config_checks_import_no_model_code():
 def test_unknown_backbone_lists_the_registered_ones():
     with pytest.raises(
         ModsarError,
-        match=r"'model.backbone' 'nosuch' is unknown; choose one of modular, duorec, bsarec, gru4rec, albert, "
-        r"llama, transfo_xl, hf:<model_type>",
+        match=r"'model.backbone' 'nosuch' is unknown; choose one of modular, duorec, bsarec, gru4rec, "
+        r"albert, llama, transfo_xl, hf:<model_type>",
     ):
         load_config(None, ["model.backbone=nosuch"])
 
@@ -258,3 +258,65 @@ def test_the_core_never_imports_hf_plugins_which_registers_through_its_entry_poi
     assert importing == []
     assert "hf_plugins.backbones" in {point.value for point in entry_points(group="modsar.backbones")}
     assert registry.find("llama") is not None and "hf_plugins.backbones" in registry.load_plugins()
+
+
+DECLARING = Path(__file__).parent / "plugins" / "declared_backbone.py"
+
+
+@pytest.fixture()
+def declared():
+    registry.load_plugins([str(DECLARING)])
+    yield
+    for name in ("declared", "declared:"):
+        registry.unregister(name)
+
+
+def test_a_plugin_declares_every_backbone_fact_and_each_is_honoured(declared):
+    """Each field of a plugin's entry changes what the core does, without an edit to the core."""
+    from modsar.data.split import make_split
+    from modsar.data.store import load_dataset
+    from modsar.training.trainer import needs_partners, train_batches
+
+    # owned settings: the plugin may set DuoRec's knobs, the modular backbone still may not
+    load_config(None, ["model.backbone=declared", "task=ar", "loss.cl_weight=0.2"])
+    with pytest.raises(
+        ModsarError, match=r"'loss\.cl_weight=0\.2' is read by model\.backbone=duorec or declared"
+    ):
+        load_config(None, ["model.backbone=modular", "loss.cl_weight=0.2"])
+    # its paper name, in the column it declares: reports and analyses order and label models by it
+    assert registry.paper_name("declared", "ar") == "DeclaredRec"
+    assert [n.name for n in registry.paper_names()][:3] == ["DeclaredRec", "SASRec", "DuoRec"]
+    assert registry.named_by_paper("declared") and not registry.named_by_paper("declared:sites")
+    # training partners: its batches carry a same-target partner per row, as DuoRec's do
+    cfg = load_config(None, ["model.backbone=declared", "task=ar", "loss.cl_weight=0.2", "loss.cl_views=su"])
+    assert needs_partners(cfg)
+    split = make_split(cfg, load_dataset("synthetic"))
+    batch = next(iter(train_batches(split, cfg, 20)))
+    assert batch.partners is not None and batch.partners.shape[0] == batch.inputs.shape[0]
+    unsupervised = load_config(None, ["model.backbone=declared", "task=ar", "loss.cl_views=un"])
+    assert not needs_partners(unsupervised)
+    # time bias: accepted for the prefix entry that declares it, refused (naming who has it) elsewhere
+    load_config(None, ["model.backbone=declared:sites", "model.time_bias=gap"])
+    with pytest.raises(
+        ModsarError, match="attention bias of the modular and declared: backbone; backbone bsarec"
+    ):
+        load_config(None, ["model.backbone=bsarec", "model.time_bias=gap"])
+    # skip sites: the model types under its prefix whose attention skips it declares, and only those
+    known = registry.skip_site_backbones()
+    assert "declared:sites" in known and "declared:other" not in known and "declared" in known
+    assert registry.lookup("declared:sites").has_skip_sites("declared:sites")
+    assert not registry.lookup("declared:other").has_skip_sites("declared:other")
+
+
+def test_unregistering_the_plugin_takes_its_facts_away(declared):
+    registry.unregister("declared")
+    assert "DeclaredRec" not in [n.name for n in registry.paper_names()]
+    assert registry.owned_settings()["loss.cl_weight"] == ("duorec",)
+
+
+def test_the_analyze_help_lists_a_plugins_skip_sites(declared):
+    """`modsar analyze --help` names the backbones whose attention skips are known, from the registry."""
+    from modsar.cli.analyze import epilog
+
+    text = " ".join(epilog().split())
+    assert "declared:sites" in text and "declared:other" not in text and "hf:gpt2" in text

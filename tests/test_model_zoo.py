@@ -80,8 +80,9 @@ def test_ar_future_leak(name):
     ],
 )
 def test_ar_state_is_a_function_of_the_prefix(name, overrides, consistent):
-    """The state at t inside a sequence equals the last state of the prefix x_0..x_t encoded alone, exactly when
-    positions count from the first item (or there are none); BSARec's official end-aligned positions do not."""
+    """The state at t inside a sequence equals the last state of the prefix x_0..x_t encoded alone, exactly
+    when positions count from the first item (or there are none); BSARec's official end-aligned positions do
+    not."""
     model = make(AR_MODELS[name][0], "ar", **overrides)
     x, users = batch()
     full = model(x, users)
@@ -99,9 +100,9 @@ def test_ar_state_is_a_function_of_the_prefix(name, overrides, consistent):
     not torch.cuda.is_available(), reason="no CUDA device here: the zoo's CUDA check needs one"
 )
 def test_the_zoo_on_cuda_matches_cpu():
-    """On CUDA, every AR variant and BSARec-AE: the same outputs as on CPU, no future leak under AR, and a finite
-    training step with its own loss (DuoRec's regulariser, gBCE for the others) in float32, and with bf16
-    products in the fused CE."""
+    """On CUDA, every AR variant and BSARec-AE: the same outputs as on CPU, no future leak under AR, and a
+    finite training step with its own loss (DuoRec's regulariser, gBCE for the others) in float32, and with
+    bf16 products in the fused CE."""
     from modsar.training.trainer import batch_loss
 
     for name, task in [*((n, "ar") for n in sorted(AR_MODELS)), ("bsarec", "ae")]:
@@ -245,7 +246,8 @@ def duorec_batch() -> Batch:
 
 @pytest.mark.parametrize("views", ["un", "su", "us", "us_x"])
 def test_duorec_regularizer_contrasts_the_named_views(views):
-    """With dropout off, the dropout view equals the plain encoding, so each mode reduces to a known InfoNCE."""
+    """With dropout off, the dropout view equals the plain encoding, so each mode reduces to a known
+    InfoNCE."""
     model = make(DuoRec, "ar")
     b = duorec_batch()
     hidden = model(b.inputs, b.users)
@@ -264,8 +266,8 @@ def test_duorec_regularizer_contrasts_the_named_views(views):
 
 
 def test_duorec_training_loss_is_ce_plus_lambda_info_nce():
-    """The loss a DuoRec batch trains on (training.batch_loss): full-softmax CE over every labelled position plus
-    lambda times the InfoNCE of the last states, each written out here from the scores and states."""
+    """The loss a DuoRec batch trains on (training.batch_loss): full-softmax CE over every labelled position
+    plus lambda times the InfoNCE of the last states, each written out here from the scores and states."""
     from modsar.training.trainer import batch_loss
 
     model = make(DuoRec, "ar")
@@ -303,7 +305,8 @@ def test_partner_states_encoded_by_length_equal_one_padded_pass():
 
 
 def test_duorec_dropout_view_is_a_second_forward_pass():
-    """In training mode the unsupervised view is a fresh encoding (another dropout mask), not the first one."""
+    """In training mode the unsupervised view is a fresh encoding (another dropout mask), not the first
+    one."""
     model = make(DuoRec, "ar", dropout=0.5, attn_dropout=0.5).train()
     b = duorec_batch()
     torch.manual_seed(1)
@@ -435,7 +438,8 @@ def test_registry_refuses_what_the_models_cannot_do():
         load_config(None, ["model.backbone=bsarec", "model.init=xavier"])
     with pytest.raises(ModsarError, match="gbce_t"):
         load_config(None, ["loss.name=gbce", "loss.gbce_t=2"])
-    for setting, owner in registry.OWNED_SETTINGS.items():  # another backbone's knob: refused, not ignored
+    # another backbone's knob: refused, not ignored
+    for setting, (owner,) in registry.owned_settings().items():
         value = {
             "loss.cl_views": "un",
             "loss.cl_similarity": "cos",
@@ -459,7 +463,8 @@ def test_registry_refuses_what_the_models_cannot_do():
 @pytest.mark.parametrize("task", ["ar", "ae"])
 def test_bsarec_attention_branch_decomposes_exactly(task):
     """The residual analyses on BSARec's attention branch: sum_j c_ij + b_O is the real projection output,
-    c^LN rebuilds the branch's real LayerNorm, and under scaled skips the branch computes LN(alpha x + Attn)."""
+    c^LN rebuilds the branch's real LayerNorm, and under scaled skips the branch computes LN(alpha x +
+    Attn)."""
     from modsar.analysis.analyze import contributions
     from modsar.model.skips import scaled_skips
 
@@ -501,7 +506,8 @@ def test_bsarec_attention_branch_decomposes_exactly(task):
 
 @pytest.fixture(scope="module")
 def zoo_checkpoints(tmp_path_factory):
-    """GRU4Rec, DuoRec and BSARec (on gBCE) briefly trained on the synthetic data (one data root for the module)."""
+    """GRU4Rec, DuoRec and BSARec (on gBCE) briefly trained on the synthetic data (one data root for the
+    module)."""
     from modsar.training.trainer import run_trial
 
     root = tmp_path_factory.mktemp("zoo")
@@ -525,8 +531,9 @@ def zoo_checkpoints(tmp_path_factory):
 
 
 def test_diagnostics_on_the_zoo(zoo_checkpoints):
-    """Every model gets last-item reliance, shuffles, non-final predictions and recovery's set R; the attention
-    models also mixing, residual scaling and Rec(alpha); GRU4Rec says plainly why it has not those."""
+    """Every model gets last-item reliance, shuffles, non-final predictions and recovery's set R; the
+    attention models also mixing, residual scaling and Rec(alpha); GRU4Rec says plainly why it has not
+    those."""
     from modsar.analysis.analyze import run
 
     data, paths = zoo_checkpoints
@@ -553,10 +560,10 @@ def test_diagnostics_on_the_zoo(zoo_checkpoints):
                 "share of test users in R (miss at L, hit at L-1..3)"
             }  # R only: there is no skip to scale
             assert analysis.notes == [
-                f"{label}: mixing, residual-scaling not defined for recurrent models (gru4rec has no attention); "
-                "last-item reliance, shuffles and non-final predictions are",
-                f"{label}: recovery gives only its set R (misses at L that hit at L-1..3): Rec(alpha) scales the "
-                "layers' attention skip, and gru4rec has no attention skip",
+                f"{label}: mixing, residual-scaling not defined for recurrent models (gru4rec has no "
+                "attention); last-item reliance, shuffles and non-final predictions are",
+                f"{label}: recovery gives only its set R (misses at L that hit at L-1..3): Rec(alpha) scales "
+                "the layers' attention skip, and gru4rec has no attention skip",
             ]
         else:
             assert got == set(wanted) and not analysis.notes
@@ -565,7 +572,8 @@ def test_diagnostics_on_the_zoo(zoo_checkpoints):
 
 
 def test_cli_puts_the_models_side_by_side(zoo_checkpoints, tmp_path, capsys):
-    """Figure 2 (HRLI@1 vs HRL2I@1 per model) as a PNG, Table 2 as DuoRec's mixing row, models in the paper's order."""
+    """Figure 2 (HRLI@1 vs HRL2I@1 per model) as a PNG, Table 2 as DuoRec's mixing row, models in the paper's
+    order."""
     from modsar.cli import main
 
     data, paths = zoo_checkpoints

@@ -13,13 +13,14 @@ Conventions (each output row names the ones it depends on; definitions in docs/d
 - Shuffle: inference-time permutation of the history (partial: all but the last item; full: all), AE keeps
   its trailing mask; NDCG@10 under the checkpoint's own evaluation settings.
 - Residual scaling: z = alpha * x + Attn(...) on the attention sub-layer's skip in every layer, at inference.
-  Pre-norm: x <- alpha * x + Attn(LN(x)); post-norm: x <- LN(alpha * x + Attn(x)). One mechanism for the
-  modular blocks and HF llama, gpt2, bert, roberta, albert and transfo_xl: hooks on the attention output
+  Pre-norm: x <- alpha * x + Attn(LN(x)); post-norm: x <- LN(alpha * x + Attn(x)). One mechanism for every
+  backbone whose attention skips are known (registry.skip_site_backbones()): hooks on the attention output
   projection, from the same layer description the mixing decomposition uses (modsar/model/skips.py).
 - Mixing ratio (Kobayashi): c_ij = sum_h a^h_ij f^h(x_j), f^h(x) = (x' W_V^h + b_V^h) W_O^h with x' the
   attention's input (pre-norm: the normed x), b_O excluded; +Res adds alpha * x_i to c_ii; +LN (post-norm
   only, where a LayerNorm follows the sum) centres and scales by the real pre-LN vector's std (its bias and
-  b_O stay out of c_ij, so +LN sums to LN(z) minus those terms). Pooled over real positions of all users and layers
+  b_O stay out of c_ij, so +LN sums to LN(z) minus those terms). Pooled over real positions of all users and
+  layers
   (also without each sequence's first position), and per layer at positions L, L-1, L-2, where L is the
   position the prediction is read from (AR: the last item; AE: the [MASK]); a sequence counts at L-o only
   if it has more than o real positions.
@@ -62,6 +63,7 @@ from modsar.evaluation.ranking import Evaluator, model_scorer, target_ranks
 from modsar.model import registry
 from modsar.model.interface import trim_left_padding
 from modsar.model.skips import SkipSite, residual_scale, skip_input, skip_vector
+from modsar.task import Task
 from modsar.training.checkpoints import checkpoint_split, load_checkpoint
 
 DIAGNOSTICS = (
@@ -78,34 +80,33 @@ DIAGNOSTICS = (
 ALPHAS = tuple(round(a / 10, 1) for a in range(11))
 EPSILONS = (0.0, 0.005, 0.01, 0.02, 0.05)
 CONVENTIONS = {  # stored beside every figure, so a table read without this module still says what it is
-    "sparsity": "S=(L1/N)/L2 of the head-averaged last-W window, padding zero, N=W^2; mean over users (per layer, all)",
+    "sparsity": "S=(L1/N)/L2 of the head-averaged last-W window, padding zero, N=W^2; mean over users (per "
+    "layer, all)",
     "rank": "k=#{s_i > tau} of the head-averaged last-W window; tau by the named rule; mean over users",
-    "hrli": "probe (last / second-to-last history item) in the top k of final-position scores; mean over test users "
-    "(HRL2I: users with 2+ items); filtered = seen items removed except the probe",
+    "hrli": "probe (last / second-to-last history item) in the top k of final-position scores; mean over "
+    "test users (HRL2I: users with 2+ items); filtered = seen items removed except the probe",
     "shuffle": "NDCG@10 on test with the history permuted at inference (partial keeps the last item); "
     "drop = (original - shuffled) / original",
-    "mixing": "Kobayashi r_i = |sum_{j!=i} c_ij| / (|sum_{j!=i} c_ij| + |c_ii|); mean over real positions of all "
-    "test users (pooled: and layers); at L-o: sequences with more than o positions",
+    "mixing": "Kobayashi r_i = |sum_{j!=i} c_ij| / (|sum_{j!=i} c_ij| + |c_ii|); mean over real positions of "
+    "all test users (pooled: and layers); at L-o: sequences with more than o positions",
     "residual-scaling": "alpha scales the attention sub-layer skip in every layer at inference; test metrics",
-    "nonfinal": "joint proportion over test users: miss@10 at L and hit@10 from the state o positions earlier",
+    "nonfinal": "joint proportion over test users: miss@10 at L and hit@10 from the state o positions "
+    "earlier",
     "recovery": "Rec(alpha) over R = {miss@10 at L, hit@10 at L-1..3, alpha=1}; alpha* = best Rec with "
     "HR@10 >= (1-epsilon) HR@10(1), smallest on ties",
-    "user": "NDCG@10 on test with each user's id replaced by another test user's (a seeded cycle: nobody keeps "
-    "their own); drop = (own - swapped) / own. user_fusion=token: the attention probability on the user "
-    "token, mean over heads and real item positions of all test users",
+    "user": "NDCG@10 on test with each user's id replaced by another test user's (a seeded cycle: nobody "
+    "keeps their own); drop = (own - swapped) / own. user_fusion=token: the attention probability on the "
+    "user token, mean over heads and real item positions of all test users",
 }
-
-
-ZOO = ("gru4rec", "duorec", "bsarec")  # beside SASRec and BERT4Rec, the residual-dominance paper's models
 
 
 def model_label(cfg) -> str:
     """'Vanilla-AE', 'Local-AE', 'Vanilla-AR' as in the ModSAR paper; HF backbones carry their name; the
     residual-dominance paper's models their own ("GRU4Rec", "DuoRec", "BSARec", "BSARec-AE")."""
-    if cfg.model.backbone in ZOO:
+    if registry.named_by_paper(cfg.model.backbone):
         return registry.paper_name(cfg.model.backbone, cfg.task)
     kind = "Local" if cfg.model.local_heads else "Vanilla"
-    name = f"{kind}-{cfg.task.upper()}"
+    name = f"{kind}-{Task(cfg.task).label}"
     return name if cfg.model.backbone == "modular" else f"{cfg.model.backbone} {name}"
 
 
@@ -131,7 +132,7 @@ class Probe:
         self.attention_rows = np.sort(np.random.default_rng(0).permutation(len(self.users))[:attention_users])
         self.inputs = eval_inputs(self.split, self.users, self.end, self.cfg.task, self.max_len)
         self.user_ids = torch.from_numpy(self.users + 1)
-        self.history = self.inputs[:, :-1] if self.cfg.task == "ae" else self.inputs  # without the AE mask
+        self.history = self.inputs[:, :-1] if Task(self.cfg.task).masked else self.inputs  # without [MASK]
         self.lengths = (self.history > 0).sum(1).numpy()
 
     def batches(self, size: int = 256):
@@ -161,7 +162,8 @@ class Probe:
         return self.evaluate(_FixedInputs(self, inputs), in_order=True)
 
     def heatmap_row(self, window: int) -> int:
-        """The displayed user: first of a seeded permutation with >= `window` history items (else the longest);
+        """The displayed user: first of a seeded permutation with >= `window` history items (else the
+        longest);
         models trained on one dataset get the same user."""
         order = np.random.default_rng(0).permutation(len(self.users))
         long_enough = order[self.lengths[order] >= window]
@@ -200,7 +202,8 @@ def attention_windows(probe: Probe, rows: np.ndarray, window: int = 20):
 
 
 def attention_stats(probe: Probe, window: int = 20, sigma: float = 0.0) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per (user, layer): S, k under each rank rule, effective rank; and the mean sorted spectrum per layer."""
+    """Per (user, layer): S, k under each rank rule, effective rank; and the mean sorted spectrum per
+    layer."""
     rules = ["modsar_eq8", "gd_unknown_sigma"] + (["gd_known_sigma"] if sigma > 0 else [])
     rows, spectra = [], dict[int, list[np.ndarray]]()
     for row, layer, w in attention_windows(probe, probe.attention_rows, window):
@@ -294,7 +297,7 @@ def shuffled(probe: Probe, partial: bool, seed: int = 0) -> torch.Tensor:
     out = hist.gather(1, order)
     too_short = torch.from_numpy(probe.lengths < (3 if partial else 2))
     out[too_short] = hist[too_short]
-    if probe.cfg.task == "ae":
+    if Task(probe.cfg.task).masked:  # the appended [MASK] stays last
         out = torch.cat([out, probe.inputs[:, -1:]], dim=1)
     return out
 
@@ -404,7 +407,8 @@ def hits_at(probe: Probe, which: str, alpha: float = 1.0, offset: int = 0, k: in
 
 
 def recoverable_set(probe: Probe, which: str) -> tuple[np.ndarray, np.ndarray]:
-    """(miss@10 at L, hit@10 at L-1, L-2 or L-3) per user at alpha = 1: R is where both hold (docs/diagnostics.md#recovery)."""
+    """(miss@10 at L, hit@10 at L-1, L-2 or L-3) per user at alpha = 1: R is where both hold
+    (docs/diagnostics.md#recovery)."""
     miss = ~hits_at(probe, which, 1.0)
     return miss, hits_at(probe, which, 1.0, 1) | hits_at(probe, which, 1.0, 2) | hits_at(probe, which, 1.0, 3)
 
@@ -437,7 +441,7 @@ class Analysis:
 
     label: str  # unique among the analyses shown together ("SASRec (toys)")
     dataset: str
-    task: str
+    task: Task
     table: pd.DataFrame  # (diagnostic, quantity, layer, alpha, value, n) + model facts
     maps: pd.DataFrame = field(
         default_factory=pd.DataFrame
@@ -539,7 +543,8 @@ def _residual_scaling(run: _Run) -> None:
 
 
 class SwappedUsers:
-    """A scorer that hands the model another test user's id for every user (a seeded cycle over test users)."""
+    """A scorer that hands the model another test user's id for every user (a seeded cycle over test
+    users)."""
 
     def __init__(self, probe: Probe, seed: int = 0) -> None:
         ids = probe.user_ids.unique()
@@ -632,8 +637,9 @@ ATTENTION_ONLY = ("sparsity", "rank", "mixing", "residual-scaling")  # maps, or 
 
 
 def paper_labels(analyses: list[Analysis]) -> None:
-    """Beside a residual-dominance model, the modular Vanilla-AR and -AE are SASRec and BERT4Rec (in place)."""
-    if not any(a.table["backbone"].iloc[0] in ZOO for a in analyses if len(a.table)):
+    """Beside a residual-dominance model, the modular Vanilla-AR and -AE are SASRec and BERT4Rec (in
+    place)."""
+    if not any(registry.named_by_paper(a.table["backbone"].iloc[0]) for a in analyses if len(a.table)):
         return
     for a in analyses:
         if a.label in ("Vanilla-AR", "Vanilla-AE"):
@@ -646,7 +652,7 @@ def paper_labels(analyses: list[Analysis]) -> None:
 def _scalable(probe: Probe) -> bool:
     """Whether the model's layers have an attention skip the residual analyses can decompose and scale."""
     entry = registry.lookup(probe.cfg.model.backbone)
-    return bool(not entry.recurrent and entry.residual_sites and probe.model.skip_sites() is not None)
+    return entry.has_skip_sites(probe.cfg.model.backbone) and probe.model.skip_sites() is not None
 
 
 def _supported(
@@ -674,8 +680,7 @@ def _supported(
     if skipped and not scalable:
         notes.append(
             f"{label}: skipped {', '.join(skipped)}: they need the layers' attention skip, known for the "
-            f"modular, duorec and bsarec backbones and HF llama, gpt2, bert, roberta, albert, transfo_xl; not for "
-            f"{probe.cfg.model.backbone}"
+            f"backbones {', '.join(registry.skip_site_backbones())}; not for {probe.cfg.model.backbone}"
         )
         diagnostics = [d for d in diagnostics if d not in skipped]
     if "recovery" in diagnostics and not scalable:
@@ -760,4 +765,4 @@ def run(
     for frame in (state.maps, state.spectra):
         if len(frame):
             frame["model"] = label
-    return Analysis(label, probe.cfg.dataset, probe.cfg.task, table, state.maps, state.spectra, notes)
+    return Analysis(label, probe.cfg.dataset, Task(probe.cfg.task), table, state.maps, state.spectra, notes)

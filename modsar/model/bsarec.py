@@ -3,14 +3,17 @@ Self-Attention"), after the official code (yehjin-shin/BSARec), written for ModS
 
 Each layer mixes two post-LN branches of the same input x, then a post-LN feed-forward:
     frequency  F(x) = LN(x + Dropout(low(x) + beta^2 * (x - low(x))))   low: keep the lowest c // 2 + 1 rFFT
-                                                                         bins of the sequence, beta per channel
+                                                                         bins of the sequence, beta per
+                                                                         channel
     attention  A(x) = LN(x + Dropout(W_O Attn(x)))
     layer      y = alpha F(x) + (1 - alpha) A(x);  out = LN(y + Dropout(FFN(y)))
 with alpha = `model.bsa_alpha`, c = `model.bsa_cutoff`. Embedding: item + learned position -> LN -> dropout.
-Positions count back from the window's last slot, as the official left-padded code (`model.positions_from=end`),
+Positions count back from the window's last slot, as the official left-padded code
+(`model.positions_from=end`),
 or from each row's first item (`start`). Under AR only `start` makes a position's state a function of its own
 prefix alone: with `end` the same prefix gets other position vectors when more items follow it (the official
-code's train/inference offset, shared with SASRec's public code); the output never reads a later item either way.
+code's train/inference offset, shared with SASRec's public code); the output never reads a later item either
+way.
 
 The filter works on a fixed window of N = max_len positions (max_len + 1 under AE, which adds the mask token),
 as the official code's left-padded sequences. One deliberate difference: padding enters the FFT as zeros,
@@ -42,6 +45,7 @@ from modsar.model.modular import (
     tied_output,
 )
 from modsar.model.skips import SkipSite
+from modsar.task import Task
 
 EPS = 1e-12  # the official code's LayerNorm epsilon
 
@@ -109,13 +113,10 @@ class BSALayer(nn.Module):
 
 
 class BSARec(nn.Module):
-    def __init__(self, cfg: ModelConfig, num_items: int, num_users: int, max_len: int, task: str) -> None:
+    def __init__(self, cfg: ModelConfig, num_items: int, num_users: int, max_len: int, task: Task) -> None:
         super().__init__()
-        self.cfg, self.num_items, self.causal = cfg, num_items, task == "ar"
-        d, self.positions = (
-            cfg.hidden_size,
-            max_len + (task == "ae"),
-        )  # AE reads max_len items + the mask token
+        self.cfg, self.num_items, self.causal = cfg, num_items, Task(task).causal
+        d, self.positions = cfg.hidden_size, max_len + Task(task).masked  # AE reads max_len items + [MASK]
         self.item_emb = nn.Embedding(num_items + 2, d, padding_idx=0)  # 0 pad, N+1 mask
         self.pos_emb = nn.Embedding(self.positions, d)
         self.embed_norm, self.drop = nn.LayerNorm(d, eps=EPS), nn.Dropout(cfg.dropout)
@@ -128,7 +129,8 @@ class BSARec(nn.Module):
         self.item_emb.weight.data[0].zero_()
 
     def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
-        """inputs (B, T) left-padded item ids -> hidden states (B, T, d) [, per-layer attention (B, H, T, T)]."""
+        """inputs (B, T) left-padded item ids -> hidden states (B, T, d) [, per-layer attention (B, H, T,
+        T)]."""
         pos = position_ids(
             inputs, self.positions, self.cfg.positions_from == "start"
         )  # official: from the end

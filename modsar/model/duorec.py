@@ -58,7 +58,8 @@ PARTNER_GROUP = 64  # rows per length-sorted group of partner prefixes
 def final_states(
     model: ModularSAR, inputs: torch.Tensor, users: torch.Tensor | None, group: int = PARTNER_GROUP
 ) -> torch.Tensor:
-    """(B, d) states at the last position of left-padded rows of any lengths, encoded `group` rows at a time in
+    """(B, d) states at the last position of left-padded rows of any lengths, encoded `group` rows at a time
+    in
     order of length, each group only as wide as its longest row (a row's state does not depend on the padding
     beside it), then put back in row order."""
     order = (inputs > 0).sum(1).argsort()

@@ -5,7 +5,8 @@ Recurrent, so causal by construction: the state at position t has read items 0..
 (registry). ModSAR's rows are left-padded. The GRU has no biases
 (as RecBole's) and padding enters as exact zero vectors, so the zero state stays exactly zero through the
 padding (every gate acts on zeros: h = (1 - z) * tanh(0) + z * 0): each row starts from a zero state at its
-first real item whatever its batch's width, without packing. No attention: the attention diagnostics (maps, mixing,
+first real item whatever its batch's width, without packing. No attention: the attention diagnostics (maps,
+mixing,
 residual scaling) are not defined for it; last-item reliance, shuffles and non-final predictions are.
 """
 
@@ -17,10 +18,11 @@ from torch import nn
 from modsar.config import ModelConfig
 from modsar.model.modular import OutputLayer, item_scores, tied_output
 from modsar.model.skips import SkipSite
+from modsar.task import Task
 
 
 class GRU4Rec(nn.Module):
-    def __init__(self, cfg: ModelConfig, num_items: int, num_users: int, max_len: int, task: str) -> None:
+    def __init__(self, cfg: ModelConfig, num_items: int, num_users: int, max_len: int, task: Task) -> None:
         super().__init__()
         d, hidden = cfg.hidden_size, cfg.gru_size or cfg.hidden_size
         self.cfg, self.num_items = cfg, num_items
@@ -32,8 +34,8 @@ class GRU4Rec(nn.Module):
             d, hidden, num_layers=cfg.num_layers, bias=False, batch_first=True
         )  # RecBole: no bias
         self.proj = nn.Linear(hidden, d)
-        # RecBole's GRU4Rec init: xavier_normal on the embedding, xavier_uniform on the first layer's input and
-        # recurrent matrices; deeper layers and the projection keep torch's own init
+        # RecBole's GRU4Rec init: xavier_normal on the embedding, xavier_uniform on the first layer's input
+        # and recurrent matrices; deeper layers and the projection keep torch's own init
         nn.init.xavier_normal_(self.item_emb.weight)
         self.item_emb.weight.data[0].zero_()
         for name, param in self.gru.named_parameters():
@@ -41,7 +43,8 @@ class GRU4Rec(nn.Module):
                 nn.init.xavier_uniform_(param)
 
     def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
-        """inputs (B, T) left-padded item ids -> states (B, T, d); padding columns get the projected zero state."""
+        """inputs (B, T) left-padded item ids -> states (B, T, d); padding columns get the projected zero
+        state."""
         x = (
             self.drop(self.item_emb(inputs)) * (inputs > 0)[..., None]
         )  # padding: exact zeros, whatever the table

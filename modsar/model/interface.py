@@ -32,7 +32,8 @@ class Recommender(Protocol):
     ):
         """Left-padded ids (B, T) -> hidden states (B, T, d); with need_weights, also per-layer attention
         probabilities [(B, H, T, T)] (backbones whose entry says attention_maps=True). `context` carries what
-        only some models read (`times=` for the modular backbone's time_bias); callers pass it only to those."""
+        only some models read (`times=` for the modular backbone's time_bias); callers pass it only to
+        those."""
         ...
 
     def score(
@@ -63,7 +64,8 @@ class Recommender(Protocol):
 def encode(
     model: Recommender, inputs: torch.Tensor, users: torch.Tensor | None, times: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Hidden states; `times` go only to a model that reads them (model.time_bias): other backbones take none."""
+    """Hidden states; `times` go only to a model that reads them (model.time_bias): other backbones take
+    none."""
     return model(inputs, users) if times is None else model(inputs, users, times=times)
 
 

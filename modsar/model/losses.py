@@ -7,7 +7,8 @@
               not positions x K x d
   bce         sigmoid: target vs `num_negatives` uniform items per position
   bpr         -log sigmoid(target - negative), `num_negatives` per position
-  gbce        gSASRec's generalised BCE: the target's sigmoid raised to beta = alpha (t (1 - 1/alpha) + 1/alpha),
+  gbce        gSASRec's generalised BCE: the target's sigmoid raised to beta = alpha (t (1 - 1/alpha) +
+  1/alpha),
               alpha = k / (N - 1) the negative sampling rate, t = `gbce_t`; t = 0 is plain BCE. As gSASRec it
               is the mean over the 1 + k logits of a position (plain `bce` averages the negatives instead)
 With `padding_free` the output layer runs only at labelled positions; otherwise it runs at every slot of

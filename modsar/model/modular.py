@@ -4,7 +4,8 @@ Feature: item embedding * sqrt(d) + positions [+ the user] [-> LayerNorm, as BER
 (learned | sinusoidal: added, or a `pos_dim`-wide channel concatenated or projected in), none, or
 `target_aligned`: no absolute code at all; each attention query scores every key by the key's distance to the
 query's target (Shaw et al.'s relative keys, one learned table per layer), so under AR the item just before
-the predicted one always carries the same code, whichever slot the query sits in. `time_bias` (timestamped data) adds
+the predicted one always carries the same code, whichever slot the query sits in. `time_bias` (timestamped
+data) adds
 a learned per-head, per-layer bias to every attention score by how far apart in time query and key are: `gap`
 buckets |t_q - t_k| by powers of two from a minute, `session` counts the pauses longer than `session_gap`
 between them (TiSASRec's idea as a bias table). A query's time is its own item's: under AR the position that
@@ -36,6 +37,7 @@ from torch import nn
 
 from modsar.config import ModelConfig
 from modsar.model.skips import SkipSite, modular_sites
+from modsar.task import Task
 
 
 def attention_mask(
@@ -248,8 +250,9 @@ def item_scores(
     if items is None:
         rows = table.weight[1 : num_items + 1]
         if hidden.dim() == 2 and hidden.device.type == "cpu" and not torch.is_grad_enabled():
-            # evaluation on CPU: MKL runs the item-major product (N, d) @ (d, B) ~1.8x faster than (B, d) @ (d, N)
-            # at d = 64, with the same sums (benchmarks/eval_speed.py); the (B, N) scores are its transposed view
+            # evaluation on CPU: MKL runs the item-major product (N, d) @ (d, B) ~1.8x faster than (B, d) @
+            # (d, N) at d = 64, with the same sums (benchmarks/eval_speed.py); the (B, N) scores are its
+            # transposed view
             return (rows @ hidden.T).T
         return hidden @ rows.T
     if items.dim() == 1:
@@ -266,7 +269,8 @@ def tied_output(hidden: torch.Tensor, table: nn.Embedding, num_items: int) -> Ou
 
 
 class OutputHead(nn.Module):
-    """BERT4Rec's output layer: h -> LN(GELU(W h + b)), scored against the tied item table plus an item bias."""
+    """BERT4Rec's output layer: h -> LN(GELU(W h + b)), scored against the tied item table plus an item
+    bias."""
 
     def __init__(self, d: int, num_items: int) -> None:
         super().__init__()
@@ -284,9 +288,9 @@ class OutputHead(nn.Module):
 
 
 class ModularSAR(nn.Module):
-    def __init__(self, cfg: ModelConfig, num_items: int, num_users: int, max_len: int, task: str) -> None:
+    def __init__(self, cfg: ModelConfig, num_items: int, num_users: int, max_len: int, task: Task) -> None:
         super().__init__()
-        self.cfg, self.num_items, self.causal = cfg, num_items, task == "ar"
+        self.cfg, self.num_items, self.causal = cfg, num_items, Task(task).causal
         d = self.hidden_size = cfg.hidden_size
         self.fusion = cfg.user_fusion
         self.user_dim = (cfg.user_size or d // 2) if self.fusion == "concat" else 0  # SSE-PT's share of d
@@ -298,8 +302,8 @@ class ModularSAR(nn.Module):
         self.item_emb = nn.Embedding(num_items + 2, self.item_dim, padding_idx=0)  # 0 pad, N+1 mask
         self.user_emb = nn.Embedding(num_users + 1, self.user_dim or d) if self.fusion != "none" else None
         self.prefix_tokens = int(self.fusion == "token")  # columns before the items in every attention map
-        # token and bias users are scaled as item vectors are: a bias W u from two N(0, 0.02) factors would start
-        # ~1e-3 small, and its gradients (each a product with the other factor) would keep it there
+        # token and bias users are scaled as item vectors are: a bias W u from two N(0, 0.02) factors would
+        # start ~1e-3 small, and its gradients (each a product with the other factor) would keep it there
         self.user_scale = math.sqrt(self.item_dim) if cfg.scale_embedding else 1.0
         if self.positional == "learned":
             self.pos_emb = nn.Embedding(self.positions, pos_width)
@@ -328,11 +332,16 @@ class ModularSAR(nn.Module):
             else []
         )
         self.time_tables = nn.ModuleList(tables) if self.timed else None
-        # a zero-initialised bias moves about lr per Adam step, so ~250 steps (ML-100K's whole run) left it within
-        # 0.4 logits; scaled as item vectors are, it can reach a few logits in the same steps
+        # a zero-initialised bias moves about lr per Adam step, so ~250 steps (ML-100K's whole run) left it
+        # within 0.4 logits; scaled as item vectors are, it can reach a few logits in the same steps
         self.time_scale = math.sqrt(d)
+        self._initialise(cfg, blocks, tables)
+
+    def _initialise(self, cfg: ModelConfig, blocks: list[Block], tables: list[nn.Embedding]) -> None:
+        """The weights' start, by model.init (each scheme as the code it comes from)."""
         self.apply(partial(self._init, truncated=cfg.init == "truncated_normal"))
-        # init normal: N(0, 0.02) everywhere (GPT-2); truncated_normal: the same cut at 2 std (BERT's code). xavier: xavier_normal on every matrix, embeddings
+        # init normal: N(0, 0.02) everywhere (GPT-2); truncated_normal: the same cut at 2 std (BERT's code).
+        # xavier: xavier_normal on every matrix, embeddings
         # included (SASRec's PyTorch code); xavier_uniform: the same, uniform (the ModSAR code).
         # xavier_attention: q, k, v projections xavier_uniform over the stacked (3d, d) matrix and the rest
         # normal, as torch's MultiheadAttention keeps its own init: attention logits start ~20x larger than
@@ -352,8 +361,8 @@ class ModularSAR(nn.Module):
             and self.positional == "learned"
             and cfg.scale_embedding
         ):
-            # as the ModSAR code: beside sqrt(d)-scaled items, AE needs a strong position signal to find neighbours;
-            # unscaled (BERT4Rec) items keep positions at their own normal(0.02), as BERT4Rec does
+            # as the ModSAR code: beside sqrt(d)-scaled items, AE needs a strong position signal to find
+            # neighbours; unscaled (BERT4Rec) items keep positions at their own normal(0.02), as BERT4Rec does
             nn.init.xavier_uniform_(self.pos_emb.weight)
         for table in tables:  # zero, after every init above: training starts from the plain model
             nn.init.zeros_(table.weight)
@@ -384,7 +393,8 @@ class ModularSAR(nn.Module):
         return x + p if p is not None and self.cfg.pos_fusion == "add" else x
 
     def absolute_positions(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Position vectors (T, w) counted back from the most recent item, or (B, T, w) from each row's first."""
+        """Position vectors (T, w) counted back from the most recent item, or (B, T, w) from each row's
+        first."""
         pos = position_ids(inputs, self.positions, self.cfg.positions_from == "start")
         return self.pos_emb(pos) if self.positional == "learned" else self.get_buffer("pos_table")[pos]
 
@@ -401,7 +411,8 @@ class ModularSAR(nn.Module):
         times: torch.Tensor | None = None,
     ):
         """inputs (B, T) left-padded item ids [and their times (B, T), seconds] -> hidden states (B, T, d)
-        [, per-layer attention (B, H, T', T'), T' = T + `prefix_tokens`: a user token is column 0 of every map]."""
+        [, per-layer attention (B, H, T', T'), T' = T + `prefix_tokens`: a user token is column 0 of every
+        map]."""
         x, keys = self.embed(inputs, users), inputs
         if self.prefix_tokens:  # the user as a first token, scaled as item vectors are
             token = self.users(users) * self.user_scale

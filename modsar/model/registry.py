@@ -3,8 +3,12 @@
 As transformers' Auto classes dispatch by `model_type`, ModSAR dispatches by `model.backbone` through this
 table. It imports no model code: config checks import neither torch nor a model module (except that an
 `hf:<model_type>` check reads transformers' config table), and a backbone's module is imported only when a
-model is built. Adding a backbone is one module (a class with the `Recommender` interface of
-`modsar.model.interface`) and one `register(BackboneEntry(...))`; plugins outside this package register from
+model is built. Every fact about a backbone is a field of its entry (the tasks it implements, its
+diagnostics, the settings it owns, its names in the papers, what its training batches need), declared by the
+package that provides it (`modsar.model.backbones` for the core, `hf_plugins.backbones` for HuggingFace); the
+lists, messages and checks elsewhere are derived from the entries. Adding a backbone is one module (a class
+with the `Recommender` interface of `modsar.model.interface`) and one `register(BackboneEntry(...))`;
+plugins outside this package register from
 their own module, named in the `MODSAR_PLUGINS` environment variable (module names or .py paths, comma-
 separated) or in a `modsar.backbones` entry point. Search trials load the same plugins in their workers
 (a .py path must exist on every node of a cluster; a remote cluster needs an importable module).
@@ -24,14 +28,25 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from modsar.config import BACKBONE_CHECKS, Config, ModelConfig
+from modsar.config import BACKBONE_CHECKS, Config
 from modsar.errors import ModsarError
+from modsar.task import Task
 
 if TYPE_CHECKING:
     from modsar.model.interface import Recommender
 
 Bad = Callable[[str], NoReturn]
 PLUGINS_ENV = "MODSAR_PLUGINS"
+
+
+@dataclass(frozen=True)
+class PaperName:
+    """A backbone's name in the residual-dominance paper for one task, and its column in that paper's tables
+    (reports and analyses order models by it; a plugin's names follow the paper's)."""
+
+    task: Task
+    name: str
+    column: int = 100
 
 
 @dataclass(frozen=True)
@@ -43,15 +58,33 @@ class BackboneEntry:
         str  # "package.module:attr", called (cfg.model, num_items, num_users, max_len, task) -> Recommender
     )
     check: Callable[[Config, Bad], None] | None = None  # refuses what it cannot honour; must not import torch
-    tasks: tuple[str, ...] = ("ae", "ar")  # attention directions it implements
+    tasks: tuple[Task, ...] = (Task.AE, Task.AR)  # attention directions it implements
     attention_maps: bool = True  # forward(..., need_weights=True) gives per-layer maps (sparsity, rank)
     residual_sites: bool = True  # model.skip_sites() can list its attention skips (mixing, residual scaling)
     recurrent: bool = False  # no attention at all (GRU4Rec): attention diagnostics are not defined for it
+    # for a prefix entry: the model types under it whose attention skips are known (others have none)
+    skip_site_types: tuple[str, ...] = ()
+    # config keys (dotted) only this backbone reads: set under another backbone they are refused, not ignored
+    owned_settings: tuple[str, ...] = ()
+    paper_names: tuple[PaperName, ...] = ()
+    # the ModSAR paper's modular backbone: analyses name it by its design (Vanilla-/Local-AE/AR), by its
+    # paper names only beside models that have them
+    named_by_design: bool = False
+    # whether a training batch under this config carries a same-target partner for every row (DuoRec)
+    needs_partners: Callable[[Config], bool] | None = None
+    time_bias: bool = False  # implements model.time_bias (attention biased by the inputs' time gaps)
 
     def matches(self, name: str) -> bool:
         if self.name.endswith(":"):
             return name.startswith(self.name) and len(name) > len(self.name)
         return name == self.name
+
+    def has_skip_sites(self, name: str) -> bool:
+        """Whether backbone `name` (this entry's, or a type under its prefix) has attention skips ModSAR
+        knows."""
+        if self.recurrent or not self.residual_sites:
+            return False
+        return not self.name.endswith(":") or name[len(self.name) :] in self.skip_site_types
 
 
 _ENTRIES: dict[str, BackboneEntry] = {}
@@ -107,33 +140,76 @@ def lookup(name: str) -> BackboneEntry:
     return entry
 
 
-# settings only one backbone reads: changed elsewhere they would be a silent no-op, which misleads a search
-OWNED_SETTINGS = {
-    "model.gru_size": "gru4rec",
-    "model.bsa_cutoff": "bsarec",
-    "model.bsa_alpha": "bsarec",
-    "loss.cl_weight": "duorec",
-    "loss.cl_temperature": "duorec",
-    "loss.cl_views": "duorec",
-    "loss.cl_similarity": "duorec",
-}
+def entries() -> list[BackboneEntry]:
+    """Every registered backbone, in registration order (plugins loaded)."""
+    _load_configured()
+    return list(_ENTRIES.values())
+
+
+def owned_settings() -> dict[str, tuple[str, ...]]:
+    """Dotted config key -> the backbones that alone read it (a plugin may read a core backbone's knob)."""
+    owners: dict[str, tuple[str, ...]] = {}
+    for entry in entries():
+        for key in entry.owned_settings:
+            owners[key] = (*owners.get(key, ()), entry.name)
+    return owners
+
+
+def paper_names() -> list[PaperName]:
+    """Every declared paper name, in the paper's column order."""
+    named = [(n.column, i, n) for i, e in enumerate(entries()) for n in e.paper_names]
+    return [n for _, _, n in sorted(named, key=lambda x: x[:2])]
+
+
+def paper_name(backbone: str, task: str) -> str:
+    """ "SASRec", "GRU4Rec", ...; any other pair as "<backbone> <TASK>"."""
+    entry = find(backbone)
+    named = {n.task: n.name for n in entry.paper_names} if entry is not None else {}
+    return named.get(Task(task), f"{backbone} {task.upper()}")
+
+
+def named_by_paper(backbone: str) -> bool:
+    """Whether analyses name this backbone by its paper names (GRU4Rec, DuoRec, BSARec), not by its design."""
+    entry = find(backbone)
+    return bool(entry is not None and entry.paper_names and not entry.named_by_design)
+
+
+def needs_partners(cfg: Config) -> bool:
+    """Whether this config's training batches carry a same-target partner for every row."""
+    entry = lookup(cfg.model.backbone)
+    return bool(entry.needs_partners is not None and entry.needs_partners(cfg))
+
+
+def skip_site_backbones() -> list[str]:
+    """The backbones (and HF model types) whose attention skips the residual diagnostics know."""
+    found = []
+    for entry in entries():
+        if entry.name.endswith(":"):
+            found += [
+                entry.name + kind for kind in entry.skip_site_types if entry.has_skip_sites(entry.name + kind)
+            ]
+        elif entry.has_skip_sites(entry.name):
+            found.append(entry.name)
+    return found
 
 
 def _refuse_foreign(cfg: Config, bad: Bad) -> None:
     default = Config()
-    now, before = cfg.flat(), default.flat()  # dotted names, as OWNED_SETTINGS writes them
-    for key, owner in OWNED_SETTINGS.items():
-        if owner != cfg.model.backbone and now[key] != before[key]:
+    now, before = cfg.flat(), default.flat()  # dotted names, as owned_settings writes them
+    for key, owners in owned_settings().items():
+        if cfg.model.backbone not in owners and now[key] != before[key]:
             here = "modular (the default)" if cfg.model.backbone == "modular" else cfg.model.backbone
+            owner = " or ".join(owners)
             bad(
-                f"'{key}={now[key]}' is read by model.backbone={owner} only, and the backbone here is {here}: leave "
+                f"'{key}={now[key]}' is read by model.backbone={owner} only, and the backbone here is "
+                f"{here}: leave "
                 f"it at {before[key]!r} (in a space that varies the backbone, set it under when: "
                 f"{{model.backbone: {owner}}})"
             )
     if cfg.loss.name != "gbce" and cfg.loss.gbce_t != default.loss.gbce_t:
         bad(
-            f"'loss.gbce_t' calibrates loss.name=gbce only, and this run's loss is {cfg.loss.name}: leave it at "
-            f"{default.loss.gbce_t}"
+            f"'loss.gbce_t' calibrates loss.name=gbce only, and this run's loss is {cfg.loss.name}: leave it "
+            f"at {default.loss.gbce_t}"
         )
 
 
@@ -148,11 +224,13 @@ def check_config(cfg: Config, bad: Bad, stored: bool = False) -> None:
         _refuse_foreign(cfg, bad)
     if cfg.task not in entry.tasks:
         bad(
-            f"backbone {cfg.model.backbone} implements task {' and '.join(entry.tasks)} only; got task={cfg.task}"
+            f"backbone {cfg.model.backbone} implements task {' and '.join(entry.tasks)} only; got "
+            f"task={cfg.task}"
         )
-    if cfg.model.time_bias != "none" and cfg.model.backbone != "modular":
+    if cfg.model.time_bias != "none" and not entry.time_bias:
+        timed = " and ".join(e.name for e in entries() if e.time_bias) or "no backbone"
         bad(
-            f"'model.time_bias={cfg.model.time_bias}' is an attention bias of the modular backbone (SASRec / BERT4Rec); "
+            f"'model.time_bias={cfg.model.time_bias}' is an attention bias of the {timed} backbone; "
             f"backbone {cfg.model.backbone} has none: leave it at none"
         )
     if entry.check is not None:
@@ -283,153 +361,11 @@ def loaded_plugins() -> list[str]:
     return list(_LOADED)
 
 
-# the residual-dominance paper's names for (backbone, task): how reports and analyses label a comparison of models
-PAPER_NAMES = {
-    ("modular", "ar"): "SASRec",
-    ("duorec", "ar"): "DuoRec",
-    ("bsarec", "ar"): "BSARec",
-    ("modular", "ae"): "BERT4Rec",
-    ("gru4rec", "ar"): "GRU4Rec",
-    ("bsarec", "ae"): "BSARec-AE",
-}
-
-
-def paper_name(backbone: str, task: str) -> str:
-    """ "SASRec", "GRU4Rec", ...; any other pair as "<backbone> <TASK>"."""
-    return PAPER_NAMES.get((backbone, task), f"{backbone} {task.upper()}")
-
-
-def _check_modular(cfg: Config, bad: Bad) -> None:
-    m: ModelConfig = cfg.model
-    if m.positional in ("rope", "relative"):
-        bad(
-            f"'model.positional={m.positional}' exists only in HF backbones (llama, transfo_xl); the modular "
-            "backbone has learned, sinusoidal, none or target_aligned"
-        )
-    absolute = m.positional in ("auto", "learned", "sinusoidal")
-    if not absolute and m.pos_fusion != "add":
-        bad(
-            f"'model.pos_fusion={m.pos_fusion}' places an absolute position vector, and model.positional="
-            f"{m.positional} has none; leave pos_fusion at add"
-        )
-    if not absolute and m.positions_from != "end":
-        bad(
-            f"'model.positions_from' counts absolute positions, and model.positional={m.positional} has none; "
-            "leave it at end"
-        )
-    head = m.hidden_size // m.num_heads
-    if m.positional == "target_aligned" and m.pos_dim > head:
-        bad(
-            f"'model.pos_dim' ({m.pos_dim}) is each head's query channel that meets the distance codes under "
-            f"target_aligned: at most the head size hidden_size / num_heads = {head}"
-        )
-    if m.positional == "none" and m.pos_dim:
-        bad(
-            "'model.pos_dim' is the width of a position channel, and model.positional=none has none; leave it at 0"
-        )
-    if absolute and m.pos_fusion == "add" and m.pos_dim not in (0, m.hidden_size):
-        bad(
-            f"'model.pos_dim={m.pos_dim}' needs a position channel of its own: set model.pos_fusion=concat "
-            "(beside the item vector) or project ([item; position] projected to the hidden size)"
-        )
-    if absolute and m.pos_fusion != "add":
-        room = m.hidden_size - ((m.user_size or m.hidden_size // 2) if m.user_fusion == "concat" else 0)
-        if not 0 < m.pos_dim < (room if m.pos_fusion == "concat" else m.hidden_size + 1):
-            limit = (
-                f"below {room} (the item vector needs the rest)"
-                if m.pos_fusion == "concat"
-                else f"at most the hidden size {m.hidden_size}"
-            )
-            bad(f"'model.pos_dim' with pos_fusion={m.pos_fusion} must be >= 1 and {limit}; got {m.pos_dim}")
-
-
-def _refuse_unused(cfg: Config, bad: Bad, keys: tuple[str, ...], why: str) -> None:
-    """Refuse a changed model knob the backbone has no use for (a silent no-op would mislead a search)."""
-    default = ModelConfig()
-    changed = [k for k in keys if getattr(cfg.model, k) != getattr(default, k)]
-    if changed:
-        bad(
-            f"{cfg.model.backbone} has no 'model.{changed[0]}' ({why}); leave it at "
-            f"{getattr(default, changed[0])!r}"
-        )
-
-
-def _check_bsarec(cfg: Config, bad: Bad) -> None:
-    m: ModelConfig = cfg.model
-    _refuse_unused(
-        cfg,
-        bad,
-        (
-            "head",
-            "init",
-            "attn_output_dropout",
-            "ffn_inner_dropout",
-            "scale_embedding",
-            "local_heads",
-            "pos_dim",
-            "pos_fusion",
-            "norm_eps",
-        ),
-        "its layers, embedding LayerNorm, N(0, 0.02) init and dot-product output are fixed, as its code",
-    )
-    if m.norm not in ("auto", "post"):
-        bad(f"bsarec's layers are post-LN (as its code); 'model.norm={m.norm}' is not offered for it")
-    if m.positional not in ("auto", "learned"):
-        bad(
-            f"bsarec has learned positions (as its code); 'model.positional={m.positional}' is not offered for it"
-        )
-    if m.user_fusion != "none":
-        bad(f"bsarec has no user embedding; 'model.user_fusion={m.user_fusion}' is for the modular backbone")
-    if m.bsa_cutoff < 0:
-        bad(
-            f"'model.bsa_cutoff' must be >= 0 (the low-pass keeps the lowest c // 2 + 1 bins); got {m.bsa_cutoff}"
-        )
-    if not 0.0 <= m.bsa_alpha <= 1.0:
-        bad(f"'model.bsa_alpha' must be in [0, 1] (the frequency branch's weight); got {m.bsa_alpha}")
-
-
-def _check_gru4rec(cfg: Config, bad: Bad) -> None:
-    _refuse_unused(
-        cfg,
-        bad,
-        (
-            "norm",
-            "positional",
-            "local_heads",
-            "head",
-            "embedding_norm",
-            "positions_from",
-            "init",
-            "attn_output_dropout",
-            "ffn_inner_dropout",
-            "ffn_size",
-            "activation",
-            "pos_dim",
-            "pos_fusion",
-            "norm_eps",
-        ),
-        "a recurrent model: no attention, positions, norms or feed-forward layers",
-    )
-    if cfg.model.user_fusion != "none":
-        bad(
-            f"gru4rec has no user embedding; 'model.user_fusion={cfg.model.user_fusion}' is for the modular backbone"
-        )
-
-
-register(BackboneEntry("modular", "modsar.model.modular:ModularSAR", _check_modular))  # SASRec / BERT4Rec
-register(BackboneEntry("duorec", "modsar.model.duorec:DuoRec", _check_modular, tasks=("ar",)))
-register(BackboneEntry("bsarec", "modsar.model.bsarec:BSARec", _check_bsarec))
-register(
-    BackboneEntry(
-        "gru4rec",
-        "modsar.model.gru4rec:GRU4Rec",
-        _check_gru4rec,
-        tasks=("ar",),
-        attention_maps=False,
-        residual_sites=False,
-        recurrent=True,
-    )
-)
-# albert, llama, transfo_xl and hf:<model type> come from hf_plugins, through the modsar.backbones entry point
-
 BACKBONE_CHECKS.append(check_config)  # config.validate runs it from now on (modsar/__init__.py imports this)
+
+
+def __getattr__(name: str):  # TRANSITION: removed once callers use paper_names()/owned_settings()
+    if name == "PAPER_NAMES":
+        named = [(n.column, (e.name, n.task.value), n.name) for e in entries() for n in e.paper_names]
+        return {key: name for _, key, name in sorted(named)}
+    raise AttributeError(name)

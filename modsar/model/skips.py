@@ -1,7 +1,8 @@
 """Attention sub-layers as the residual-dominance analyses see them, for any backbone.
 
 Every layer the analyses support computes  y = [LN]( s(x) + drop(W_O . Attn(values(x))) + b_O )  with the skip
-s(x) entering unscaled: s(x) = x, or LN(x) in the SASRec code's block (its normed query is the skip). A SkipSite
+s(x) entering unscaled: s(x) = x, or LN(x) in the SASRec code's block (its normed query is the skip). A
+SkipSite
 names where x comes in (the module whose first input it is), the output projection, how to get the value
 vectors and the skip from x, and the LayerNorm that follows the sum in post-norm layers. That is all the
 Kobayashi decomposition (c_ij) and inference-time residual scaling (alpha s(x)) need.
@@ -77,8 +78,10 @@ def skip_input(args: tuple, kwargs: dict) -> torch.Tensor:
 
 @contextlib.contextmanager
 def scaled_skips(sites: list[SkipSite], alpha: float):
-    """Inference-time z = alpha s(x) + Attn(x) in every site: each projection's output gets -(1 - alpha) s(x) of
-    its container's input x, which the layer then adds to s(x) (exact in eval mode, where dropout is the identity)."""
+    """Inference-time z = alpha s(x) + Attn(x) in every site: each projection's output gets -(1 - alpha) s(x)
+    of
+    its container's input x, which the layer then adds to s(x) (exact in eval mode, where dropout is the
+    identity)."""
     skips: dict[int, torch.Tensor] = {}
 
     def keep(module, args, kwargs):

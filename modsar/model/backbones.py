@@ -1,0 +1,187 @@
+"""The core's backbones, declared: every fact the rest of ModSAR reads about them (tasks, diagnostics,
+owned settings, paper names, training partners, time bias) and the config checks each runs. Torch-free, as
+any plugin's declarations must be: config checks import no model code; a backbone's module (`modular.py`,
+`duorec.py`, `bsarec.py`, `gru4rec.py`) is imported only when a model is built. `modsar/__init__.py` imports
+this module, so every use of modsar has these entries; the HuggingFace backbones are declared the same way in
+`hf_plugins/backbones.py`."""
+
+from __future__ import annotations
+
+from modsar.config import Config, ModelConfig
+from modsar.model.registry import BackboneEntry, Bad, PaperName, register
+from modsar.task import Task
+
+AE, AR = Task.AE, Task.AR
+
+
+def _check_modular(cfg: Config, bad: Bad) -> None:
+    m: ModelConfig = cfg.model
+    if m.positional in ("rope", "relative"):
+        bad(
+            f"'model.positional={m.positional}' exists only in HF backbones (llama, transfo_xl); the modular "
+            "backbone has learned, sinusoidal, none or target_aligned"
+        )
+    absolute = m.positional in ("auto", "learned", "sinusoidal")
+    if not absolute and m.pos_fusion != "add":
+        bad(
+            f"'model.pos_fusion={m.pos_fusion}' places an absolute position vector, and model.positional="
+            f"{m.positional} has none; leave pos_fusion at add"
+        )
+    if not absolute and m.positions_from != "end":
+        bad(
+            f"'model.positions_from' counts absolute positions, and model.positional={m.positional} has "
+            "none; "
+            "leave it at end"
+        )
+    head = m.hidden_size // m.num_heads
+    if m.positional == "target_aligned" and m.pos_dim > head:
+        bad(
+            f"'model.pos_dim' ({m.pos_dim}) is each head's query channel that meets the distance codes under "
+            f"target_aligned: at most the head size hidden_size / num_heads = {head}"
+        )
+    if m.positional == "none" and m.pos_dim:
+        bad(
+            "'model.pos_dim' is the width of a position channel, and model.positional=none has none; leave "
+            "it at 0"
+        )
+    if absolute and m.pos_fusion == "add" and m.pos_dim not in (0, m.hidden_size):
+        bad(
+            f"'model.pos_dim={m.pos_dim}' needs a position channel of its own: set model.pos_fusion=concat "
+            "(beside the item vector) or project ([item; position] projected to the hidden size)"
+        )
+    if absolute and m.pos_fusion != "add":
+        room = m.hidden_size - ((m.user_size or m.hidden_size // 2) if m.user_fusion == "concat" else 0)
+        if not 0 < m.pos_dim < (room if m.pos_fusion == "concat" else m.hidden_size + 1):
+            limit = (
+                f"below {room} (the item vector needs the rest)"
+                if m.pos_fusion == "concat"
+                else f"at most the hidden size {m.hidden_size}"
+            )
+            bad(f"'model.pos_dim' with pos_fusion={m.pos_fusion} must be >= 1 and {limit}; got {m.pos_dim}")
+
+
+def _refuse_unused(cfg: Config, bad: Bad, keys: tuple[str, ...], why: str) -> None:
+    """Refuse a changed model knob the backbone has no use for (a silent no-op would mislead a search)."""
+    default = ModelConfig()
+    changed = [k for k in keys if getattr(cfg.model, k) != getattr(default, k)]
+    if changed:
+        bad(
+            f"{cfg.model.backbone} has no 'model.{changed[0]}' ({why}); leave it at "
+            f"{getattr(default, changed[0])!r}"
+        )
+
+
+def _check_bsarec(cfg: Config, bad: Bad) -> None:
+    m: ModelConfig = cfg.model
+    _refuse_unused(
+        cfg,
+        bad,
+        (
+            "head",
+            "init",
+            "attn_output_dropout",
+            "ffn_inner_dropout",
+            "scale_embedding",
+            "local_heads",
+            "pos_dim",
+            "pos_fusion",
+            "norm_eps",
+        ),
+        "its layers, embedding LayerNorm, N(0, 0.02) init and dot-product output are fixed, as its code",
+    )
+    if m.norm not in ("auto", "post"):
+        bad(f"bsarec's layers are post-LN (as its code); 'model.norm={m.norm}' is not offered for it")
+    if m.positional not in ("auto", "learned"):
+        bad(
+            f"bsarec has learned positions (as its code); 'model.positional={m.positional}' is not offered "
+            "for it"
+        )
+    if m.user_fusion != "none":
+        bad(f"bsarec has no user embedding; 'model.user_fusion={m.user_fusion}' is for the modular backbone")
+    if m.bsa_cutoff < 0:
+        bad(
+            "'model.bsa_cutoff' must be >= 0 (the low-pass keeps the lowest c // 2 + 1 bins); got "
+            f"{m.bsa_cutoff}"
+        )
+    if not 0.0 <= m.bsa_alpha <= 1.0:
+        bad(f"'model.bsa_alpha' must be in [0, 1] (the frequency branch's weight); got {m.bsa_alpha}")
+
+
+def _check_gru4rec(cfg: Config, bad: Bad) -> None:
+    _refuse_unused(
+        cfg,
+        bad,
+        (
+            "norm",
+            "positional",
+            "local_heads",
+            "head",
+            "embedding_norm",
+            "positions_from",
+            "init",
+            "attn_output_dropout",
+            "ffn_inner_dropout",
+            "ffn_size",
+            "activation",
+            "pos_dim",
+            "pos_fusion",
+            "norm_eps",
+        ),
+        "a recurrent model: no attention, positions, norms or feed-forward layers",
+    )
+    if cfg.model.user_fusion != "none":
+        bad(
+            f"gru4rec has no user embedding; 'model.user_fusion={cfg.model.user_fusion}' is for the modular "
+            "backbone"
+        )
+
+
+def _duorec_partners(cfg: Config) -> bool:
+    """DuoRec's supervised views need a same-target training prefix for every sequence of a batch."""
+    return cfg.loss.cl_weight > 0 and cfg.loss.cl_views != "un"
+
+
+register(  # SASRec (AR) / BERT4Rec (AE), and every design of the ModSAR paper
+    BackboneEntry(
+        "modular",
+        "modsar.model.modular:ModularSAR",
+        _check_modular,
+        paper_names=(PaperName(AR, "SASRec", 0), PaperName(AE, "BERT4Rec", 3)),
+        named_by_design=True,
+        time_bias=True,
+    )
+)
+register(
+    BackboneEntry(
+        "duorec",
+        "modsar.model.duorec:DuoRec",
+        _check_modular,
+        tasks=(AR,),
+        owned_settings=("loss.cl_weight", "loss.cl_temperature", "loss.cl_views", "loss.cl_similarity"),
+        paper_names=(PaperName(AR, "DuoRec", 1),),
+        needs_partners=_duorec_partners,
+    )
+)
+register(
+    BackboneEntry(
+        "bsarec",
+        "modsar.model.bsarec:BSARec",
+        _check_bsarec,
+        owned_settings=("model.bsa_cutoff", "model.bsa_alpha"),
+        paper_names=(PaperName(AR, "BSARec", 2), PaperName(AE, "BSARec-AE", 5)),
+    )
+)
+register(
+    BackboneEntry(
+        "gru4rec",
+        "modsar.model.gru4rec:GRU4Rec",
+        _check_gru4rec,
+        tasks=(AR,),
+        attention_maps=False,
+        residual_sites=False,
+        recurrent=True,
+        owned_settings=("model.gru_size",),
+        paper_names=(PaperName(AR, "GRU4Rec", 4),),
+    )
+)
+# albert, llama, transfo_xl and hf:<model type> come from hf_plugins, through the modsar.backbones entry point
