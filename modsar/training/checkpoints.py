@@ -1,7 +1,7 @@
-"""Saved checkpoints, loaded: a checkpoint file (or a search trial's folder, local or on an object store) back into
-the model, configuration and sizes that wrote it. Apart from the trainer, so that everything that only reads a
-checkpoint (`modsar evaluate`, `modsar analyze`, `modsar generate`, the Python API, a search's selection) needs no
-training code."""
+"""Saved checkpoints, loaded: a checkpoint file (or a search trial's folder, local or on an object store)
+back into the model, configuration and sizes that wrote it. Apart from the trainer, so that everything that
+only reads a checkpoint (`modsar evaluate`, `modsar analyze`, `modsar generate`, the Python API, a search's
+selection) needs no training code."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Whether a configuration can run on a dataset, here: the checks that need the dataset's sizes (sampled
 negatives, rollouts) and this machine's memory. `modsar train`, a search's space check and `modsar evaluate`
-run the same rule, before any model is trained; config.validate holds the checks that need no data."""
+run the same rule, before any model is trained; config.validate holds the checks that need no data.
+`validate_split` adds what training alone needs of the split."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from modsar import memory
 from modsar.config import Config
-from modsar.data.split import rollout_targets
+from modsar.data.split import LeaveOneOut, rollout_targets
 from modsar.errors import ModsarError
 from modsar.evaluation.ranking import negative_room
 from modsar.evaluation.rollouts import resolve_exclude, step_limit
@@ -61,3 +62,18 @@ def validate_for_dataset(
                 "eval.generate_steps=0 or eval.filter_seen=none"
             )
     memory.refuse(memory.dataset_needs(cfg, num_items, split, sizes, max_len), cfg.train.device, where)
+
+
+def validate_split(cfg: Config, split: LeaveOneOut) -> None:
+    """What training needs of the dataset's split besides its sizes: timestamps where the model reads times
+    (model.time_bias), and users with a validation and a test target."""
+    if cfg.model.time_bias != "none" and split.timestamp is None:
+        raise ModsarError(
+            f"model.time_bias={cfg.model.time_bias} needs timestamps, and dataset '{cfg.dataset}' has "
+            "none (its source gives only the order within each user); use a timestamped dataset or "
+            "model.time_bias=none"
+        )
+    if not len(split.eval_users):
+        raise ModsarError(
+            f"dataset '{cfg.dataset}' has no user with 3+ interactions: nothing to validate or test"
+        )

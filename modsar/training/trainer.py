@@ -1,15 +1,17 @@
 """A trial: config -> data -> model -> training with early stopping -> validation/test of the best epoch.
 
-`run_trial` is the single function behind `modsar train` and every Ray Tune trial. Model
-selection uses validation only: the best epoch is the one with the highest monitored validation metric,
-and test metrics are computed once, from that epoch's weights.
+`run_trial` is the single function behind `modsar train` and every Ray Tune trial; it runs a `Trainer`,
+whose steps are `setup` (data, model, optimizer, batches, resume state), `fit` (the epochs) and `test`.
+Model selection uses validation only: the best epoch is the one with the highest monitored validation
+metric, and test metrics are computed once, from that epoch's weights. What a run saves (checkpoint, resume
+state) lives in `modsar.training.state`, the optimizer and its learning rate in `modsar.training.optim`;
+the names that moved there are imported here as `name as name` (explicit re-exports), so every caller that
+imports them from this module still finds them.
 """
 
 from __future__ import annotations
 
-import copy
 import math
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ from tqdm.auto import tqdm
 from modsar import devices
 from modsar.config import Config
 from modsar.data.batches import Batch, TrainBatches
-from modsar.data.split import TemporalSplit, make_split
+from modsar.data.split import LeaveOneOut, TemporalSplit, make_split
 from modsar.data.store import StoredDataset, dataset_identity, load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
@@ -32,12 +34,17 @@ from modsar.memory import check_model
 from modsar.model import registry
 from modsar.model.interface import Recommender, encode
 from modsar.model.losses import training_loss
-from modsar.outputs import atomic_write
 from modsar.randomness import global_states, seed_everything, untouched
-from modsar.training.feasible import validate_for_dataset
+from modsar.task import Task
+from modsar.training.feasible import validate_for_dataset, validate_split
 from modsar.training.flops import epoch_flops, utilisation
 from modsar.training.heap import bound_heap, roomy_heap
-from modsar.training.optim import BertAdamW
+from modsar.training.optim import LearningRate, make_optimizer
+from modsar.training.optim import decay_groups as decay_groups
+from modsar.training.state import RESUME_FILE as RESUME_FILE
+from modsar.training.state import TrainState, save_checkpoint, save_resume_state
+from modsar.training.state import _atomic_save as _atomic_save
+from modsar.training.state import load_resume_state as load_resume_state
 
 # on_eval(epoch, valid metrics, improved, checkpoint or None, facts): facts has "last" (training stops after
 # this pass: patience or max epochs) and the mean epoch/eval times so far.
@@ -87,13 +94,14 @@ class TrialResult:
     escape_steps: int | None = None  # steps at the first validation clearly above it (None: never left it)
 
 
-PLATEAU_FACTOR = 1.25  # a run has left the popularity level once validation reaches 1.25 x the most-popular
-#   ranking's value: plateaus measured on Video and MovieLens sat within 0.9-1.2 x of it, trained models at 2-6 x
+# a run has left the popularity level once validation reaches 1.25 x the most-popular ranking's value:
+# plateaus measured on Video and MovieLens sat within 0.9-1.2 x of it, trained models at 2-6 x
+PLATEAU_FACTOR = 1.25
 
 
 def popularity_level(evaluator: Evaluator, split, device: torch.device, monitor: str) -> float:
-    """The validation `monitor` of the most-popular ranking: the level a run must clear before its ranking means
-    more than popularity (docs/training.md#plateau)."""
+    """The validation `monitor` of the most-popular ranking: the level a run must clear before its ranking
+    means more than popularity (docs/training.md#plateau)."""
     with untouched(device), roomy_heap():
         return evaluator(popularity_scorer(split, device), "valid")[monitor]
 
@@ -110,163 +118,14 @@ def escape_steps(history: list[dict[str, Any]], monitor: str, level: float) -> i
     )
 
 
-@dataclass
-class LearningRate:
-    """The learning rate of each optimizer step: `train.warmup_steps` of linear warm-up, then constant or linear
-    decay to 0 at the last step of `train.max_epochs` (BERT's schedule, whose decay also counts the warm-up steps).
-    The rate is a function of the step count alone, so a resumed run that restores `steps` restores it too."""
-
-    lr: float
-    warmup: int = 0
-    linear: bool = False
-    total: int = (
-        0  # steps in the whole run, set from the first epoch's batches (token batches vary by one or two)
-    )
-    steps: int = 0
-
-    def factor(self, step: int) -> float:
-        if step < self.warmup:
-            return (step + 1) / self.warmup
-        return max(0.0, 1.0 - step / self.total) if self.linear and self.total else 1.0
-
-    def set(self, optimizer: torch.optim.Optimizer) -> None:
-        """Give the next step its rate (a no-op at constant rate without warm-up: the optimizer keeps lr)."""
-        if self.warmup or self.linear:
-            for group in optimizer.param_groups:
-                group["lr"] = self.lr * self.factor(self.steps)
-
-
 def resolve_device(name: str, option: str = "train.device") -> torch.device:
     """`name` (auto, cpu, cuda, cuda:N) on this machine; `option` is where it was given, for the message."""
     return devices.resolve(name, option)
 
 
 def build_model(cfg: Config, num_items: int, num_users: int, max_len: int) -> Recommender:
-    """The configured backbone from the registry: every one has the same interface, training and evaluation."""
+    """The configured backbone from the registry: every one has the same interface, training, evaluation."""
     return registry.build(cfg, num_items, num_users, max_len)
-
-
-def _atomic_save(path: Path, payload: dict) -> None:
-    """torch.save, never a half file."""
-    with atomic_write(path) as tmp:
-        torch.save(payload, tmp)
-
-
-def _weights(model: Recommender) -> dict[str, torch.Tensor]:
-    """A detached copy of the state dict (the best epoch's weights, kept while training goes on)."""
-    return copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
-
-
-def save_checkpoint(path: Path, model: Recommender, cfg: Config, meta: dict) -> None:
-    """State dict + config, written atomically."""
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    _atomic_save(path, {"state_dict": state, "config": cfg.stored(), **meta})
-
-
-RESUME_FILE = "resume.pt"  # beside a resumable run's best.pt: what a retried trial needs besides the weights
-
-
-@dataclass
-class TrainState:
-    """What a run carries from one epoch to the next. `state_dict()` is the resume file (with the best weights
-    in best.pt beside it) and `load()` restores it, so a retried trial continues bit for bit."""
-
-    optimizer: torch.optim.Optimizer
-    batches: TrainBatches
-    device: torch.device
-    rate: LearningRate = field(default_factory=lambda: LearningRate(0.0))  # run_trial passes the run's own
-    best_value: float = -math.inf
-    best_epoch: int = 0
-    best_valid: dict[str, float] = field(default_factory=dict)
-    best_weights: dict[str, torch.Tensor] | None = None
-    stale: int = 0  # validation passes since the last improvement
-    history: list[dict[str, Any]] = field(default_factory=list)  # one entry per validation pass
-    epoch_times: list[float] = field(default_factory=list)
-    eval_times: list[float] = field(default_factory=list)
-
-    def record(
-        self, model: Recommender, epoch: int, metrics: dict[str, float], monitor: str, loss: float
-    ) -> bool:
-        """Add a validation pass; True (and the weights kept) when it beats the best so far."""
-        improved = metrics[monitor] > self.best_value
-        if improved:
-            self.best_value, self.best_epoch, self.best_valid, self.stale = (
-                metrics[monitor],
-                epoch,
-                metrics,
-                0,
-            )
-            self.best_weights = _weights(model)
-        else:
-            self.stale += 1
-        self.history.append(
-            {
-                "epoch": epoch,
-                "steps": self.rate.steps,
-                "loss": loss,
-                **{f"valid.{k}": v for k, v in metrics.items()},
-            }
-        )
-        return improved
-
-    def state_dict(self, wall_time_s: float, rng: dict[str, Any]) -> dict[str, Any]:
-        """`rng` is the global generators' state training continues from (taken before validation)."""
-        return {
-            "epoch": self.best_epoch,
-            "best_value": self.best_value,
-            "valid": self.best_valid,
-            "optimizer": self.optimizer.state_dict(),
-            "torch_rng": rng["torch"],
-            "batches_rng": self.batches.rng.bit_generator.state,
-            "cuda_rng": rng.get("cuda"),
-            # python's and numpy's too, as plain ints (weights_only loads them): built-in training draws
-            # neither, a plugin backbone might
-            "python_rng": rng["python"],
-            "numpy_rng": [*rng["numpy"][:1], rng["numpy"][1].tolist(), *rng["numpy"][2:]],
-            "history": self.history,
-            "epoch_times": self.epoch_times,
-            "eval_times": self.eval_times,
-            "wall_time_s": wall_time_s,
-            "steps": self.rate.steps,
-            "total_steps": self.rate.total,
-        }
-
-    def load(self, resume: dict[str, Any], model: Recommender) -> float:
-        """Restore a `state_dict` (and the model from its best weights); returns the wall time already spent."""
-        model.load_state_dict(resume["state_dict"])
-        self.optimizer.load_state_dict(resume["optimizer"])
-        torch.set_rng_state(resume["torch_rng"])
-        if "python_rng" in resume:  # earlier resume files hold torch's state only
-            random.setstate(resume["python_rng"])
-            name, keys, *rest = resume["numpy_rng"]
-            np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
-        if self.device.type == "cuda" and resume.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state(resume["cuda_rng"], self.device)
-        self.batches.rng.bit_generator.state = resume["batches_rng"]
-        self.best_value, self.best_epoch, self.best_valid = (
-            resume["best_value"],
-            resume["epoch"],
-            resume["valid"],
-        )
-        self.best_weights = _weights(model)
-        self.history, self.epoch_times, self.eval_times = (
-            resume["history"],
-            resume["epoch_times"],
-            resume["eval_times"],
-        )
-        # earlier resume files have no step count: a constant rate does not need one
-        self.rate.steps, self.rate.total = resume.get("steps", 0), resume.get("total_steps", 0)
-        return float(resume["wall_time_s"])
-
-
-def load_resume_state(folder: str | Path) -> dict | None:
-    """The training state a resumable `run_trial` left with its best checkpoint in `folder`, or None."""
-    folder = Path(folder)
-    if not (folder / RESUME_FILE).exists():
-        return None
-    state = torch.load(folder / RESUME_FILE, map_location="cpu", weights_only=True)
-    state["state_dict"] = torch.load(folder / "best.pt", map_location="cpu", weights_only=True)["state_dict"]
-    return state
 
 
 def output_dtype(cfg: Config) -> torch.dtype:
@@ -284,9 +143,8 @@ def batch_loss(model: Recommender, batch: Batch, cfg: Config, per_batch: float) 
     )
     if cfg.loss.normalize == "epoch":
         loss = loss * ((batch.labels > 0).sum() / per_batch)
-    regularizer = getattr(
-        model, "regularizer", None
-    )  # a backbone's own extra term (DuoRec's contrastive views)
+    # a backbone's own extra term (DuoRec's contrastive views)
+    regularizer = getattr(model, "regularizer", None)
     extra = regularizer(batch, hidden, cfg.loss) if regularizer is not None else None
     return loss if extra is None else loss + extra  # a mean over the batch's sequences: not rescaled
 
@@ -304,26 +162,31 @@ def split_facts(split) -> dict[str, Any]:
 
 
 def needs_partners(cfg: Config) -> bool:
-    """DuoRec's supervised views need a same-target training prefix for every sequence of a batch."""
-    return cfg.model.backbone == "duorec" and cfg.loss.cl_weight > 0 and cfg.loss.cl_views != "un"
+    """Whether the backbone asks for a same-target training prefix beside every row (DuoRec's supervised
+    views): a fact of its registry entry."""
+    return registry.needs_partners(cfg)
 
 
 def train_batches(split, cfg: Config, max_len: int) -> TrainBatches:
-    """The training batches of `cfg` (its task, batching, masking, SSE, DuoRec partners, times), seeded by it."""
+    """The training batches of `cfg`, seeded by it: every option named, grouped by the setting it comes from
+    (the one place a config becomes batches: the trainer and the search's cost estimate both call it)."""
     return TrainBatches(
         split,
-        cfg.task,
+        Task(cfg.task),
         max_len,
         cfg.data.batch_size,
-        cfg.mask_prob,
-        cfg.data.padding_free,
-        cfg.model.item_sse_prob,
-        cfg.model.user_sse_prob,
         seed=cfg.seed,
+        # data.*: how rows are cut and grouped
+        padding_free=cfg.data.padding_free,
         batching=cfg.data.batching,
-        sse_style=cfg.model.sse_style,
-        partners=needs_partners(cfg),
         samples=cfg.data.samples,
+        # the objective: AE's masks, DuoRec's same-target partners
+        mask_prob=cfg.mask_prob,
+        partners=needs_partners(cfg),
+        # model.*: stochastic shared embeddings, the times a time-biased model reads
+        item_sse_prob=cfg.model.item_sse_prob,
+        user_sse_prob=cfg.model.user_sse_prob,
+        sse_style=cfg.model.sse_style,
         times=cfg.model.time_bias != "none",
     )
 
@@ -376,37 +239,262 @@ def train_epoch(
     return total / max(count, 1)
 
 
-def decay_groups(
-    model: Recommender, exclude: str
-) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
-    """(decayed, not decayed) parameters; `exclude` names what weight decay must not touch (BERT and nanoGPT
-    keep it off norms and biases: shrinking a LayerNorm gain or a bias towards 0 is not regularisation)."""
-    skip = set(exclude.split(",")) - {"none"}
-    kept: dict[int, torch.nn.Parameter] = {}
-    for module in model.modules():
-        norm = "Norm" in type(module).__name__  # LayerNorm, RMSNorm, LlamaRMSNorm, ...
-        for name, param in module.named_parameters(recurse=False):
-            if (
-                ("norm" in skip and norm)
-                or ("bias" in skip and name.endswith("bias"))
-                or ("embedding" in skip and isinstance(module, torch.nn.Embedding))
-            ):
-                kept[id(param)] = param
-    params = list(dict.fromkeys(model.parameters()))  # tied weights once
-    return [p for p in params if id(p) not in kept], [p for p in params if id(p) in kept]
+class Trainer:
+    """One trial, one step per method: `setup` builds the run from its config, `fit` trains with early
+    stopping, `test` scores the best epoch once; `outcome` is what the run reached, as a TrialResult.
 
+    What one step leaves for the next lives here, on the trainer. The steps keep the order of every random
+    draw (seed, model, optimizer, batches, resume state, epochs), so one config and seed give one curve."""
 
-def make_optimizer(model: Recommender, cfg: Config) -> torch.optim.Optimizer:
-    decayed, kept = decay_groups(model, cfg.train.weight_decay_exclude)
-    groups: list[dict[str, Any]] = [{"params": decayed}, {"params": kept, "weight_decay": 0.0}]
-    groups = [g for g in groups if g["params"]]
-    lr, decay, betas = cfg.train.lr, cfg.train.weight_decay, (0.9, cfg.train.beta2)
-    if cfg.train.optimizer == "adamw_bert":
-        return BertAdamW(groups, lr=lr, weight_decay=decay, betas=betas)
-    optimizer_cls = torch.optim.AdamW if cfg.train.optimizer == "adamw" else torch.optim.Adam
-    # fused: one kernel over all parameters. On CPU torch's default is a Python loop per tensor, 7x slower
-    # (8 vs 1.1 ms a step on Video's 1.6M parameters, ~6% of a bf16 CE epoch); on CUDA fused beats foreach
-    return optimizer_cls(groups, lr=lr, weight_decay=decay, betas=betas, fused=True)
+    # set by setup(), read by fit(), test() and outcome()
+    device: torch.device
+    dataset: StoredDataset
+    split: LeaveOneOut
+    max_len: int
+    model: Recommender
+    optimizer: torch.optim.Optimizer
+    num_parameters: int
+    batches: TrainBatches
+    evaluator: Evaluator
+    rate: LearningRate
+    state: TrainState
+    popularity: float  # the monitored metric of a most-popular ranking on validation
+    meta: dict[str, Any]  # written into each checkpoint: what `modsar evaluate` checks the data against
+    first_epoch: int  # 1, or the epoch after a resumed run's best
+    epoch: int  # the last epoch trained so far
+    protocol: dict[str, Any]  # split_facts
+    output_flops: float  # of one training epoch, in the output layer
+    model_flops: float  # of one training epoch, the whole model
+
+    def __init__(
+        self,
+        cfg: Config,
+        on_eval: EvalCallback | None = None,
+        checkpoint_path: str | Path | None = None,
+        progress: bool = True,
+        resumable: bool = False,
+    ) -> None:
+        self.started = time.perf_counter()
+        self.cfg, self.on_eval, self.progress, self.resumable = cfg, on_eval, progress, resumable
+        self.checkpoint_path = Path(checkpoint_path) if checkpoint_path else None
+        self.monitor = cfg.train.monitor_key
+
+    def setup(
+        self,
+        dataset: StoredDataset | None = None,
+        data_root: str | Path | None = None,
+        resume: dict | None = None,
+    ) -> None:
+        """Seed, data and split, model, optimizer, batches, evaluator, then the resume state, in this order:
+        the model draws its weights from the seeded global generators, the batches seed their own, and a
+        resume state overwrites both last."""
+        cfg = self.cfg
+        bound_heap()
+        if cfg.train.threads > 0:
+            torch.set_num_threads(cfg.train.threads)
+        self.device = resolve_device(cfg.train.device)
+        seed_everything(cfg.seed)
+        self.dataset = dataset = viewed(dataset or load_dataset(cfg.dataset, data_root), cfg.data.view)
+        self.split = make_split(cfg, dataset)
+        self.max_len = max_len = cfg.data.max_len or dataset.default_max_len
+        validate_for_dataset(cfg, dataset.num_items, "config", self.split, max_len=max_len)
+        validate_split(cfg, self.split)
+        check_model(cfg, dataset.num_items, dataset.num_users, max_len)  # counted on the meta device first
+        self.model = build_model(cfg, dataset.num_items, dataset.num_users, max_len).to(self.device)
+        self.optimizer = make_optimizer(self.model, cfg)
+        self.num_parameters = sum(p.numel() for p in self.model.parameters())
+        self.batches = train_batches(self.split, cfg, max_len)
+        if not len(self.batches):
+            raise ModsarError(
+                f"dataset '{cfg.dataset}' has no user with 2+ training items: nothing to train on"
+            )
+        self.evaluator = Evaluator.of(self.split, cfg, max_len, self.device)
+        self.rate = LearningRate.of(cfg)
+        self.state = TrainState(self.optimizer, self.batches, self.device, self.rate)
+        self.popularity = popularity_level(self.evaluator, self.split, self.device, self.monitor)
+        self.meta = {
+            "num_items": dataset.num_items,
+            "num_users": dataset.num_users,
+            "max_len": max_len,
+            **dataset_identity(dataset.manifest),
+        }
+        self.first_epoch = 1
+        if resume is not None:  # a retried or resumed search trial: continue bit for bit after its best epoch
+            self.started -= self.state.load(resume, self.model)
+            self.first_epoch = self.state.best_epoch + 1
+        self.epoch = self.first_epoch - 1
+        self.protocol = split_facts(self.split)
+        self.output_flops, self.model_flops = epoch_flops(
+            self.model, cfg, int(self.batches.row_lengths.sum()), self.batches.num_targets, dataset.num_items
+        )
+
+    def fit(self) -> None:
+        """The epochs from `first_epoch` until patience or `train.max_epochs`. A TrainingDiverged leaves with
+        what the run had reached (`partial`: the best epoch so far, no test)."""
+        cfg = self.cfg
+        epochs = tqdm(
+            range(self.first_epoch, cfg.train.max_epochs + 1),
+            desc=f"{cfg.task.upper()} {cfg.dataset}",
+            unit="epoch",
+            disable=not self.progress,
+            dynamic_ncols=True,
+            initial=self.first_epoch - 1,
+            total=cfg.train.max_epochs,
+        )
+        self.model.train()
+        try:
+            for epoch in epochs:
+                self.epoch = epoch
+                if self._train_epoch(epoch, epochs):
+                    break
+        except TrainingDiverged as exc:
+            exc.partial = self.outcome({})
+            raise
+        finally:
+            epochs.close()
+        if self.first_epoch > cfg.train.max_epochs and self.on_eval is not None:
+            # resumed after its final epoch: say it ended
+            last_loss = self.state.history[-1]["loss"]
+            self.on_eval(
+                self.state.best_epoch, self.state.best_valid, False, None, self.facts(True, last_loss)
+            )
+
+    def _train_epoch(self, epoch: int, bar: tqdm) -> bool:
+        """Train one epoch and, where one is due, validate it; True when training stops after it."""
+        cfg = self.cfg
+        tick = time.perf_counter()
+        mean_loss = train_epoch(self.model, self.optimizer, self.batches, cfg, self.device, epoch, self.rate)
+        self.state.epoch_times.append(time.perf_counter() - tick)
+        if epoch % cfg.train.eval_every and epoch != cfg.train.max_epochs:
+            bar.set_postfix(loss=f"{mean_loss:.4f}")
+            return False
+        if not weights_finite(self.model):  # the last optimizer step can turn weights NaN after a finite loss
+            raise TrainingDiverged(
+                f"weights became NaN or infinite in epoch {epoch}; lower train.lr or set train.grad_clip"
+            )
+        training_rng = global_states(self.device)  # the next epoch continues from here, and so does a resume
+        with untouched(self.device):  # nothing below may shift the training stream (modsar.randomness)
+            return self._evaluate(epoch, mean_loss, training_rng, bar)
+
+    def _evaluate(self, epoch: int, mean_loss: float, training_rng: dict[str, Any], bar: tqdm) -> bool:
+        """Validate, keep and checkpoint an improvement, report it (`on_eval`); True when training stops."""
+        cfg, state = self.cfg, self.state
+        tick = time.perf_counter()
+        metrics = self._validate()
+        state.eval_times.append(time.perf_counter() - tick)
+        broken = sorted(k for k, v in metrics.items() if not math.isfinite(v))
+        if broken:
+            raise TrainingDiverged(f"validation {', '.join(broken)} not finite at epoch {epoch}")
+        improved = state.record(self.model, epoch, metrics, self.monitor, mean_loss)
+        if improved:
+            self._checkpoint(epoch, metrics, training_rng)
+        bar.set_postfix(
+            loss=f"{mean_loss:.4f}",
+            **{
+                cfg.train.monitor: f"{metrics[self.monitor]:.4f}",
+                "best": f"{state.best_value:.4f}@{state.best_epoch}",
+            },
+        )
+        last = self._stops(epoch)
+        if self.on_eval is not None:
+            checkpoint = self.checkpoint_path if improved else None
+            self.on_eval(epoch, metrics, improved, checkpoint, self.facts(last, mean_loss))
+        return last
+
+    def _validate(self) -> dict[str, float]:
+        """The validation metrics of the model as it stands (in eval mode, back to training mode after)."""
+        self.model.eval()
+        with roomy_heap():
+            metrics = self.evaluator(model_scorer(self.model), "valid")
+        self.model.train()
+        return metrics
+
+    def _checkpoint(self, epoch: int, metrics: dict[str, float], training_rng: dict[str, Any]) -> None:
+        """Save a new best epoch (where the run has a checkpoint path) and, if resumable, its resume state."""
+        if not self.checkpoint_path:
+            return
+        meta = {**self.meta, "epoch": epoch, "valid": metrics}
+        save_checkpoint(self.checkpoint_path, self.model, self.cfg, meta)
+        if self.resumable:
+            elapsed = time.perf_counter() - self.started
+            save_resume_state(self.checkpoint_path, self.state, elapsed, training_rng)
+
+    def _stops(self, epoch: int) -> bool:
+        """Whether training ends after this validation pass: `train.patience` passes without an improvement
+        (never before `train.min_steps` optimizer steps), or the last epoch."""
+        train = self.cfg.train
+        patient = self.rate.steps < train.min_steps  # no stop on a plateau before min_steps
+        stale = bool(train.patience and self.state.stale >= train.patience and not patient)
+        return stale or epoch == train.max_epochs
+
+    def test(self) -> TrialResult:
+        """Test the best epoch's weights once, and roll out from them (eval.generate_steps)."""
+        if self.state.best_weights is None:  # every run validates at its last epoch, so this cannot happen
+            raise RuntimeError("no validation pass ran: there is no best epoch to test")
+        self.model.load_state_dict(self.state.best_weights)
+        self.model.eval()
+        with roomy_heap(), untouched(self.device):
+            test = self.evaluator(model_scorer(self.model), "test")
+            generation = rollout_metrics(self.model, self.split, self.cfg, self.max_len, self.device)
+        return self.outcome(test, generation)
+
+    def facts(self, last: bool, loss: float) -> dict[str, Any]:
+        """What `on_eval` gets besides the metrics: whether this pass is the last, times, speed, progress."""
+        return {
+            "last": last,
+            "epoch_time_s": float(np.mean(self.state.epoch_times)),
+            "num_parameters": self.num_parameters,
+            "eval_time_s": float(np.mean(self.state.eval_times)),
+            "loss": loss,
+            **self.speed(),
+            **self.protocol,
+            **self.advance(),
+        }
+
+    def advance(self) -> dict[str, Any]:
+        """Steps taken, and whether validation has left the popularity level (PLATEAU_FACTOR)."""
+        epochs_done = len(self.state.epoch_times)  # restored with the rest on a resume
+        steps = self.rate.steps
+        return {
+            "steps": steps,
+            "steps_per_epoch": steps / epochs_done if epochs_done else math.nan,
+            "popularity_level": self.popularity,
+            "escape_steps": escape_steps(self.state.history, self.monitor, self.popularity),
+        }
+
+    def speed(self) -> dict[str, Any]:
+        """Model GFLOP per epoch, achieved GFLOP/s and MFU over the epochs so far."""
+        flops = {"epoch_gflop": self.model_flops / 1e9, "output_gflop": self.output_flops / 1e9}
+        if not self.state.epoch_times:
+            return {**flops, "gflops": math.nan, "mfu": math.nan}
+        seconds = float(np.mean(self.state.epoch_times))
+        return {
+            **flops,
+            "gflops": self.model_flops / seconds / 1e9,
+            "mfu": utilisation(self.model_flops, seconds, self.device, output_dtype(self.cfg)),
+        }
+
+    def outcome(self, test: dict[str, float], generation: dict[str, float] | None = None) -> TrialResult:
+        """The run so far as a TrialResult (`test` empty where the best epoch was not tested)."""
+        state = self.state
+        return TrialResult(
+            **self.speed(),
+            **self.advance(),
+            protocol=self.protocol,
+            generation=generation or {},
+            valid=state.best_valid,
+            test=test,
+            best_epoch=state.best_epoch,
+            epochs_run=self.epoch,
+            wall_time_s=time.perf_counter() - self.started,
+            epoch_time_s=float(np.mean(state.epoch_times)) if state.epoch_times else math.nan,
+            eval_time_s=float(np.mean(state.eval_times)) if state.eval_times else math.nan,
+            device=str(self.device),
+            num_parameters=self.num_parameters,
+            history=state.history,
+            checkpoint=str(self.checkpoint_path) if self.checkpoint_path else None,
+            monitor=self.monitor,
+        )
 
 
 def run_trial(
@@ -423,206 +511,14 @@ def run_trial(
     """Train `cfg`, select the best epoch on validation, and (unless told not to) test that epoch.
 
     `on_eval(epoch, valid_metrics, improved, checkpoint, facts)` (EvalCallback) runs after every validation
-    pass; a search reports from it. Searches pass evaluate_test=False: only the selected trials are ever tested.
-    `resumable` also writes RESUME_FILE (optimizer, RNG states, history) beside each best checkpoint;
+    pass; a search reports from it. Searches pass evaluate_test=False: only the selected trials are ever
+    tested. `resumable` also writes RESUME_FILE (optimizer, RNG states, history) beside each best checkpoint;
     `resume` (from load_resume_state) continues from there exactly as the interrupted run would have.
     """
-    started = time.perf_counter()
-    bound_heap()
-    if cfg.train.threads > 0:
-        torch.set_num_threads(cfg.train.threads)
-    device = resolve_device(cfg.train.device)
-    seed_everything(cfg.seed)
-    dataset = viewed(dataset or load_dataset(cfg.dataset, data_root), cfg.data.view)
-    split = make_split(cfg, dataset)
-    validate_for_dataset(
-        cfg, dataset.num_items, "config", split, max_len=cfg.data.max_len or dataset.default_max_len
-    )
-    if cfg.model.time_bias != "none" and split.timestamp is None:
-        raise ModsarError(
-            f"model.time_bias={cfg.model.time_bias} needs timestamps, and dataset '{cfg.dataset}' has "
-            "none (its source gives only the order within each user); use a timestamped dataset or "
-            "model.time_bias=none"
-        )
-    if not len(split.eval_users):
-        raise ModsarError(
-            f"dataset '{cfg.dataset}' has no user with 3+ interactions: nothing to validate or test"
-        )
-    max_len = cfg.data.max_len or dataset.default_max_len
-    check_model(cfg, dataset.num_items, dataset.num_users, max_len)  # counted on the meta device first
-    model = build_model(cfg, dataset.num_items, dataset.num_users, max_len).to(device)
-    optimizer = make_optimizer(model, cfg)
-    num_parameters = sum(p.numel() for p in model.parameters())
-    batches = train_batches(split, cfg, max_len)
-    if not len(batches):
-        raise ModsarError(f"dataset '{cfg.dataset}' has no user with 2+ training items: nothing to train on")
-
-    evaluator = Evaluator.of(split, cfg, max_len, device)
-
-    def validate() -> dict[str, float]:
-        model.eval()
-        with roomy_heap():
-            metrics = evaluator(model_scorer(model), "valid")
-        model.train()
-        return metrics
-
-    monitor = cfg.train.monitor_key
-    rate = LearningRate(cfg.train.lr, cfg.train.warmup_steps, cfg.train.lr_schedule == "linear")
-    state = TrainState(optimizer, batches, device, rate)
-    popularity = popularity_level(evaluator, split, device, monitor)
-    checkpoint_path = Path(checkpoint_path) if checkpoint_path else None
-    meta = {
-        "num_items": dataset.num_items,
-        "num_users": dataset.num_users,
-        "max_len": max_len,
-        **dataset_identity(dataset.manifest),
-    }  # what `modsar evaluate` checks the data against
-
-    def facts(last: bool, loss: float) -> dict:
-        return {
-            "last": last,
-            "epoch_time_s": float(np.mean(state.epoch_times)),
-            "num_parameters": num_parameters,
-            "eval_time_s": float(np.mean(state.eval_times)),
-            "loss": loss,
-            **speed(),
-            **protocol,
-            **advance(),
-        }
-
-    def advance() -> dict[str, Any]:
-        """Steps taken, and whether validation has left the popularity level (PLATEAU_FACTOR)."""
-        epochs_done = len(state.epoch_times)  # restored with the rest on a resume
-        return {
-            "steps": rate.steps,
-            "steps_per_epoch": rate.steps / epochs_done if epochs_done else math.nan,
-            "popularity_level": popularity,
-            "escape_steps": escape_steps(state.history, monitor, popularity),
-        }
-
-    first_epoch = 1
-    if resume is not None:  # a retried or resumed search trial: continue bit for bit after its best epoch
-        started -= state.load(resume, model)
-        first_epoch = state.best_epoch + 1
-    epochs = tqdm(
-        range(first_epoch, cfg.train.max_epochs + 1),
-        desc=f"{cfg.task.upper()} {cfg.dataset}",
-        unit="epoch",
-        disable=not progress,
-        dynamic_ncols=True,
-        initial=first_epoch - 1,
-        total=cfg.train.max_epochs,
-    )
-    protocol = split_facts(split)
-    output_flops, model_flops = epoch_flops(
-        model, cfg, int(batches.row_lengths.sum()), batches.num_targets, dataset.num_items
-    )
-    dtype = output_dtype(cfg)
-
-    def speed() -> dict[str, Any]:
-        """Model GFLOP per epoch, achieved GFLOP/s and MFU over the epochs so far."""
-        flops = {"epoch_gflop": model_flops / 1e9, "output_gflop": output_flops / 1e9}
-        if not state.epoch_times:
-            return {**flops, "gflops": math.nan, "mfu": math.nan}
-        seconds = float(np.mean(state.epoch_times))
-        return {
-            **flops,
-            "gflops": model_flops / seconds / 1e9,
-            "mfu": utilisation(model_flops, seconds, device, dtype),
-        }
-
-    def outcome(test: dict[str, float], generation: dict[str, float] | None = None) -> TrialResult:
-        return TrialResult(
-            **speed(),
-            **advance(),
-            protocol=protocol,
-            generation=generation or {},
-            valid=state.best_valid,
-            test=test,
-            best_epoch=state.best_epoch,
-            epochs_run=epoch,
-            wall_time_s=time.perf_counter() - started,
-            epoch_time_s=float(np.mean(state.epoch_times)) if state.epoch_times else math.nan,
-            eval_time_s=float(np.mean(state.eval_times)) if state.eval_times else math.nan,
-            device=str(device),
-            num_parameters=num_parameters,
-            history=state.history,
-            checkpoint=str(checkpoint_path) if checkpoint_path else None,
-            monitor=monitor,
-        )
-
-    model.train()
-    epoch = first_epoch - 1
-    try:
-        for epoch in epochs:
-            tick = time.perf_counter()
-            mean_loss = train_epoch(model, optimizer, batches, cfg, device, epoch, rate)
-            state.epoch_times.append(time.perf_counter() - tick)
-            if epoch % cfg.train.eval_every and epoch != cfg.train.max_epochs:
-                epochs.set_postfix(loss=f"{mean_loss:.4f}")
-                continue
-            if not weights_finite(model):  # the last optimizer step can turn weights NaN after a finite loss
-                raise TrainingDiverged(
-                    f"weights became NaN or infinite in epoch {epoch}; lower train.lr or set train.grad_clip"
-                )
-            training_rng = global_states(device)  # the next epoch continues from here, and so does a resume
-            with untouched(device):  # nothing below may shift the training stream (modsar.randomness)
-                tick = time.perf_counter()
-                metrics = validate()
-                state.eval_times.append(time.perf_counter() - tick)
-                broken = sorted(k for k, v in metrics.items() if not math.isfinite(v))
-                if broken:
-                    raise TrainingDiverged(f"validation {', '.join(broken)} not finite at epoch {epoch}")
-                improved = state.record(model, epoch, metrics, monitor, mean_loss)
-                if improved and checkpoint_path:
-                    save_checkpoint(checkpoint_path, model, cfg, {**meta, "epoch": epoch, "valid": metrics})
-                    if resumable:
-                        _atomic_save(
-                            checkpoint_path.with_name(RESUME_FILE),
-                            state.state_dict(time.perf_counter() - started, training_rng),
-                        )
-                epochs.set_postfix(
-                    loss=f"{mean_loss:.4f}",
-                    **{
-                        cfg.train.monitor: f"{metrics[monitor]:.4f}",
-                        "best": f"{state.best_value:.4f}@{state.best_epoch}",
-                    },
-                )
-                patient = rate.steps < cfg.train.min_steps  # no stop on a plateau before min_steps
-                last = (
-                    bool(cfg.train.patience and state.stale >= cfg.train.patience and not patient)
-                    or epoch == cfg.train.max_epochs
-                )
-                if on_eval is not None:
-                    on_eval(
-                        epoch,
-                        metrics,
-                        improved,
-                        checkpoint_path if improved else None,
-                        facts(last, mean_loss),
-                    )
-            if last:
-                break
-    except TrainingDiverged as exc:
-        exc.partial = outcome({})
-        raise
-    finally:
-        epochs.close()
-    if (
-        first_epoch > cfg.train.max_epochs and on_eval is not None
-    ):  # resumed after its final epoch: say it ended
-        on_eval(state.best_epoch, state.best_valid, False, None, facts(True, state.history[-1]["loss"]))
-    test = {}
-    if evaluate_test:
-        if state.best_weights is None:  # every run validates at its last epoch, so this cannot happen
-            raise RuntimeError("no validation pass ran: there is no best epoch to test")
-        model.load_state_dict(state.best_weights)
-        model.eval()
-        with roomy_heap(), untouched(device):
-            test = evaluator(model_scorer(model), "test")
-            generation = rollout_metrics(model, split, cfg, max_len, device)
-        return outcome(test, generation)
-    return outcome(test)
+    trainer = Trainer(cfg, on_eval, checkpoint_path, progress, resumable)
+    trainer.setup(dataset, data_root, resume)
+    trainer.fit()
+    return trainer.test() if evaluate_test else trainer.outcome({})
 
 
 def rollout_metrics(
@@ -637,7 +533,7 @@ def rollout_metrics(
     return generate(
         model,
         split,
-        cfg.task,
+        Task(cfg.task),
         max_len,
         cfg.eval.generate_steps,
         Sampler("greedy"),
