@@ -1,5 +1,7 @@
-"""`python -m modsar.cli`: the same as the `modsar` command."""
+"""`python -m modsar.cli`: the same as the `modsar` command, exit status included (a Ray job's entrypoint)."""
+
+import sys
 
 from modsar.cli import main
 
-main()
+sys.exit(main())

@@ -1,0 +1,84 @@
+"""What several commands share: how a sub-command is added, the --data-dir option, the checks of folder
+options before any work, the JSON output of --json, and the metrics table `train` and `evaluate` print.
+
+Only the standard library and modsar's light modules are imported here: `modsar --help` and `modsar spaces`
+must start without torch."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeAlias
+
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"  # what add_subparsers returns
+Handler: TypeAlias = Callable[[argparse.Namespace], int]
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose epilog may be a function, called only when the help is shown: a text that
+    reads the backbone registry (which imports plugins) costs nothing to a command that does not print it,
+    and a plugin's failure or output is met inside `main`, as for any command."""
+
+    def format_help(self) -> str:
+        if callable(self.epilog):
+            self.epilog = self.epilog()
+        return super().format_help()
+
+
+def add_command(
+    sub: Subparsers,
+    name: str,
+    help_text: str,
+    run: Handler,
+    epilog: str | Callable[[], str] | None = None,
+) -> argparse.ArgumentParser:
+    """A sub-command's parser, run by `run`. An epilog (its examples) keeps its line breaks as written."""
+    layout: dict[str, Any] = (
+        {"epilog": epilog, "formatter_class": argparse.RawDescriptionHelpFormatter} if epilog else {}
+    )
+    parser = sub.add_parser(name, help=help_text, **layout)
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def add_data_dir(parser: argparse.ArgumentParser) -> None:
+    """The --data-dir option of every command that reads (or, for `data prepare`, writes) datasets."""
+    parser.add_argument(
+        "--data-dir", help="prepared-datasets folder (default: $MODSAR_DATA or ~/.cache/modsar/datasets)"
+    )
+
+
+def print_json(args: argparse.Namespace, document: str) -> None:
+    """Print the JSON document of a --json command to the real stdout. `main` runs such a command with
+    sys.stdout pointing at stderr, so that whatever plugins or libraries print, stdout parses as JSON."""
+    print(document, file=getattr(args, "json_stdout", None) or sys.stdout, flush=True)
+
+
+def check_folders(args: argparse.Namespace) -> None:
+    """Refuse a folder option that names, or lies under, a file, or (where the command writes there) a folder
+    that cannot be written: --out, the --results of train and search, the --data-dir of data prepare."""
+    from modsar.outputs import ensure_writable_dir
+
+    if getattr(args, "data_dir", None):  # only `data prepare` must write there; the others may read a copy
+        ensure_writable_dir(
+            args.data_dir, "--data-dir", write=getattr(args, "data_command", None) == "prepare"
+        )
+    if getattr(args, "out", None):
+        ensure_writable_dir(args.out, "--out")
+    if args.command in ("train", "search") and not getattr(args, "list_keys", False):
+        ensure_writable_dir(args.results, "--results")
+        if args.experiment and "://" not in args.results:
+            ensure_writable_dir(Path(args.results) / args.experiment, "--results")
+
+
+def metrics_table(ks: list[int], splits: dict[str, dict[str, float]]) -> str:
+    """Recall, NDCG and MRR at every k, one line per split (what `train` and `evaluate` print)."""
+    names = [f"{m}@{k}" for m in ("recall", "ndcg", "mrr") for k in ks]
+    lines = ["split  " + "".join(name.rjust(11) for name in names)]
+    lines += [
+        f"{split:<7}" + "".join(f"{metrics[name]:>11.4f}" for name in names)
+        for split, metrics in splits.items()
+    ]
+    return "\n".join(lines)
