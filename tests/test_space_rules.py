@@ -1,5 +1,6 @@
-"""A space means what it says: one source per key, each grid value once, and grids counted (never built) before
-a search, with `modsar spaces --check` printing the trials the search's Tuners get. No Ray is started here."""
+"""A space means what it says: one source per key, each grid value once, and grids counted (never built)
+before a search, with `modsar spaces --check` printing the trials the search's Tuners get. No Ray is started
+here."""
 
 from __future__ import annotations
 
@@ -37,24 +38,27 @@ def _refused(capsys, *args: str) -> str:
         (
             "params:\n  model.dropout: {grid: [0.1, 0.3], also: [model.attn_dropout]}\n"
             "  model.attn_dropout: {grid: [0.0, 0.5]}\n",
-            "params.model.dropout: 'also' sets 'model.attn_dropout', which is searched itself (params.model.attn_dropout: "
-            "grid [0.0, 0.5]); the 'also' value would replace those values in every trial it is set, so they would never "
-            "run; remove 'model.attn_dropout' from 'also' or from params",
+            "params.model.dropout: 'also' sets 'model.attn_dropout', which is searched itself "
+            "(params.model.attn_dropout: "
+            "grid [0.0, 0.5]); the 'also' value would replace those values in every trial it is set, so they "
+            "would never run; remove 'model.attn_dropout' from 'also' or from params",
         ),
         (
-            "params:\n  task: {grid: [ae, ar]}\n  model.attn_dropout: {grid: [0.0], when: {task: ae}}\n"  # in a branch
+            # in a branch
+            "params:\n  task: {grid: [ae, ar]}\n  model.attn_dropout: {grid: [0.0], when: {task: ae}}\n"
             "  model.dropout: {grid: [0.1], also: [model.attn_dropout]}\n",
             "params.model.dropout: 'also' sets 'model.attn_dropout', which is searched itself",
         ),
         (
             "params:\n  model.dropout: {grid: [0.1], also: [model.attn_dropout]}\n"
             "  mask_prob: {grid: [0.2], also: [model.attn_dropout]}\n",
-            "params.mask_prob: 'also' sets 'model.attn_dropout', which the 'also' of params.model.dropout sets too; one "
-            "key takes one param's value: keep 'model.attn_dropout' in one 'also'",
+            "params.mask_prob: 'also' sets 'model.attn_dropout', which the 'also' of params.model.dropout "
+            "sets too; one key takes one param's value: keep 'model.attn_dropout' in one 'also'",
         ),
         (
             "params:\n  model.positional: {grid: [learned], also: [task]}\n",
-            "params.model.positional: 'also' cannot set 'task': the AE/AR switch is searched only as the 'task' param",
+            "params.model.positional: 'also' cannot set 'task': the AE/AR switch is searched only as the "
+            "'task' param",
         ),
         (
             "params:\n  model.dropout: {grid: [0.1], also: [model.dropout]}\n",
@@ -65,7 +69,8 @@ def _refused(capsys, *args: str) -> str:
             "params.model.dropout: 'also' names 'model.attn_dropout' twice; name each key once",
         ),
         (
-            "params:\n  model.dropout: {grid: [0.8], also: [data.split_valid]}\n",  # type-checks, but varies the split
+            # type-checks, but varies the split
+            "params:\n  model.dropout: {grid: [0.8], also: [data.split_valid]}\n",
             "a search cannot vary how the data is viewed or split",
         ),
     ],
@@ -85,8 +90,8 @@ def test_a_yaml_key_given_twice_is_refused(tmp_path, capsys):
         tmp_path, "params:\n  model.dropout: {grid: [0.1, 0.3]}\n  model.dropout: {grid: [0.0]}\n"
     )
     assert _refused(capsys, "spaces", path, "--check") == (
-        f"modsar: error: space file '{path}' gives the key 'model.dropout' twice in one mapping (lines 2 and 3); "
-        "YAML would keep only the last: remove one"
+        f"modsar: error: space file '{path}' gives the key 'model.dropout' twice in one mapping (lines 2 and "
+        "3); YAML would keep only the last: remove one"
     )
     anchored = _space_file(
         tmp_path,
@@ -110,7 +115,8 @@ def test_a_yaml_key_given_twice_is_refused(tmp_path, capsys):
             "grid value 0 is listed twice (as 0 and 0.0: one value of this key)",
         ),
         (
-            "train.lr: {grid: [0.001, 1e-3]}",  # YAML 1.1 reads 1e-3 (no dot) as a string; a float key reads it as 0.001
+            # YAML 1.1 reads 1e-3 (no dot) as a string; a float key reads it as 0.001
+            "train.lr: {grid: [0.001, 1e-3]}",
             "grid value 0.001 is listed twice (as 0.001 and '1e-3': one value of this key)",
         ),
         (
@@ -189,9 +195,10 @@ def test_samples_that_can_only_repeat_a_trial_are_refused(tmp_path, capsys):
     under random/optuna, trains the same model K times (and a grid's K copies escaped MAX_GRID_POINTS)."""
     grid = _space_file(tmp_path, "params:\n  train.lr: {grid: [0.1, 0.2]}\n")
     assert _refused(capsys, "spaces", grid, "--check", "--num-samples", "3") == (
-        f"modsar: error: space '{grid}': a grid search runs each point once, but --num-samples 3 would train each "
-        "point 3 times, identically (one --seed); use --num-samples 1: replicates of the selected configs on seeds "
-        "0..2 are --seeds 3"
+        f"modsar: error: space '{grid}': a grid search runs each point once, but --num-samples 3 would train "
+        "each "
+        "point 3 times, identically (one --seed); use --num-samples 1: replicates of the selected configs on "
+        "seeds 0..2 are --seeds 3"
     )
     out = tmp_path / "results"
     assert "each point 3 times" in _refused(
@@ -215,9 +222,10 @@ def test_samples_that_can_only_repeat_a_trial_are_refused(tmp_path, capsys):
         "  train.lr: {uniform: [0.1, 0.2], when: {task: ar}}\n",
     )
     assert _refused(capsys, "spaces", one, "--check", "--search", "random") == (
-        f"modsar: error: space '{one}': AE has one possible configuration, so the default 16 samples would train "
-        "it 16 times, identically (one --seed); use --num-samples 1: replicates of the selected configs on seeds "
-        "0..15 are --seeds 16"
+        f"modsar: error: space '{one}': AE has one possible configuration, so the default 16 samples would "
+        "train "
+        "it 16 times, identically (one --seed); use --num-samples 1: replicates of the selected configs on "
+        "seeds 0..15 are --seeds 16"
     )
     assert main(["spaces", one, "--check", "--search", "optuna", "--num-samples", "1"]) == 0
     two = _space_file(tmp_path, "params:\n  model.num_layers: {randint: [1, 3]}\n")
@@ -309,8 +317,7 @@ def test_a_large_space_is_sampled_by_random_search_and_described(tmp_path, capsy
     assert main(["spaces", path, "--check"]) == 0
     assert capsys.readouterr().out.strip() == (
         "space 's' (random search: AR 8 trials): all 40 configurations (a "
-        "seeded sample: the space has more than 100,000 combinations) are "
-        "valid"
+        "seeded sample: the space has more than 100,000 combinations) are valid"
     )
     assert main(["spaces", path]) == 0
     assert (
@@ -329,8 +336,10 @@ def test_the_bundled_listing_counts_without_building(capsys, no_points_built):
 
 def test_an_override_of_a_searched_key_is_refused(capsys):
     assert _refused(capsys, "spaces", "quickstart", "--check", "model.dropout=0.5") == (
-        "modsar: error: override 'model.dropout=0.5' sets a key the space searches (params.model.dropout), whose "
-        "values would replace it in every trial; drop the override, or copy the space file and change its params"
+        "modsar: error: override 'model.dropout=0.5' sets a key the space searches (params.model.dropout), "
+        "whose "
+        "values would replace it in every trial; drop the override, or copy the space file and change its "
+        "params"
     )
     assert "(the 'also' of params.model.dropout)" in _refused(
         capsys, "spaces", "quickstart", "--check", "model.attn_dropout=0.0"
@@ -355,33 +364,36 @@ _PROTOCOL_WHY = (
     [
         (
             "dataset: {grid: [synthetic, ml-100k]}",
-            "params.dataset: a search cannot vary 'dataset': every trial runs on the search's --dataset (another "
-            "dataset's trial would be selected and tested on the wrong data); remove it from params and run one "
-            "search per dataset",
+            "params.dataset: a search cannot vary 'dataset': every trial runs on the search's --dataset "
+            "(another "
+            "dataset's trial would be selected and tested on the wrong data); remove it from params and run "
+            "one search per dataset",
         ),
         (
             "seed: {grid: [0, 1]}",
-            "params.seed: a search cannot vary 'seed': --seed sets every trial's seed, and --seeds K re-runs the "
-            "selected configs on seeds 0..K-1 as replicates; remove it from params",
+            "params.seed: a search cannot vary 'seed': --seed sets every trial's seed, and --seeds K re-runs "
+            "the selected configs on seeds 0..K-1 as replicates; remove it from params",
         ),
         (
             "train.max_epochs: {grid: [50, 100]}",
-            "params.train.max_epochs: a search cannot vary 'train.max_epochs': the budget sets it for every trial "
+            "params.train.max_epochs: a search cannot vary 'train.max_epochs': the budget sets it for every "
+            "trial "
             "(budget.max_epochs, or --max-epochs) and ASHA's max_t counts from it; remove it from params",
         ),
         (
             "train.eval_every: {grid: [1, 2]}",
-            "params.train.eval_every: a search cannot vary 'train.eval_every': the budget sets it for every trial "
-            "(budget.eval_every) and ASHA counts in its validation passes; remove it from params",
+            "params.train.eval_every: a search cannot vary 'train.eval_every': the budget sets it for every "
+            "trial (budget.eval_every) and ASHA counts in its validation passes; remove it from params",
         ),
         (
             "train.monitor: {grid: [ndcg@10, recall@10]}",
-            "params.train.monitor: a search cannot vary 'train.monitor': trials are stopped early and selected by "
-            "one validation metric; set it in 'base' and run one search per metric",
+            "params.train.monitor: a search cannot vary 'train.monitor': trials are stopped early and "
+            "selected by one validation metric; set it in 'base' and run one search per metric",
         ),
         (
             "eval.ks: {grid: [[10], [5, 10]]}",
-            "params.eval.ks: a search cannot vary 'eval.ks': it only says which cutoffs are reported, so each value "
+            "params.eval.ks: a search cannot vary 'eval.ks': it only says which cutoffs are reported, so "
+            "each value "
             "would train the same model again and rows would report different metrics; set it in 'base'",
         ),
         (
@@ -397,7 +409,8 @@ _PROTOCOL_WHY = (
             f"params.eval.sample_seed: a search cannot vary 'eval.sample_seed': {_PROTOCOL_WHY}",
         ),
         (
-            "model.positional: {grid: [learned], also: [dataset]}",  # an `also` target: the same, said of the `also`
+            # an `also` target: the same, said of the `also`
+            "model.positional: {grid: [learned], also: [dataset]}",
             "params.model.positional: 'also' sets 'dataset': a search cannot vary 'dataset'",
         ),
         (
@@ -437,7 +450,7 @@ def test_a_key_every_trial_shares_is_refused_as_a_param(tmp_path, capsys, param,
 
 def test_every_protocol_key_the_report_compares_is_fixed():
     from modsar.config import Config
-    from modsar.report.render import PROTOCOL
+    from modsar.report import PROTOCOL
 
     config_keys = [k for k in PROTOCOL if k in Config().flat()]
     assert len(config_keys) == 9  # the others (dataset_sha256, dataset_preprocessing) are not config keys
@@ -519,11 +532,14 @@ def test_two_sources_of_a_key_that_never_meet_are_accepted(tmp_path, capsys, bod
             TWO_ALSO.replace(
                 "when: {model.backbone: [gru4rec]}", "when: {model.backbone: [gru4rec, modular]}"
             ),
-            "params.model.dropout: 'also' sets 'model.attn_dropout', which the 'also' of params.mask_prob sets too",
+            "params.model.dropout: 'also' sets 'model.attn_dropout', which the 'also' of params.mask_prob "
+            "sets too",
         ),
         (
-            "params:\n  task: {grid: [ae, ar]}\n  model.backbone: {grid: [modular, gru4rec], when: {task: ar}}\n"
-            "  model.attn_dropout: {grid: [0.1], when: {task: ar}}\n"  # two keys' conditions that hold together
+            "params:\n  task: {grid: [ae, ar]}\n  model.backbone: "
+            "{grid: [modular, gru4rec], when: {task: ar}}\n"
+            # two keys' conditions that hold together
+            "  model.attn_dropout: {grid: [0.1], when: {task: ar}}\n"
             "  model.dropout: {grid: [0.3], when: {model.backbone: gru4rec}, also: [model.attn_dropout]}\n",
             "params.model.dropout: 'also' sets 'model.attn_dropout', which is searched itself",
         ),
@@ -558,16 +574,18 @@ def test_a_condition_on_a_range_names_a_value_in_it(tmp_path, capsys, when, valu
     "kind,when", [("uniform", "0.005"), ("loguniform", "[0.001, 0.01]"), ("uniform", "0.5")]
 )
 def test_a_condition_on_a_continuous_param_is_refused(tmp_path, capsys, kind, when):
-    """A sampled float practically never equals the named value (sp/uwhen.yaml: num_heads was never searched)."""
+    """A sampled float practically never equals the named value (sp/uwhen.yaml: num_heads was never
+    searched)."""
     path = _space_file(
         tmp_path,
         f"params:\n  train.lr: {{{kind}: [0.001, 0.01]}}\n"
         f"  model.num_heads: {{grid: [2, 4], when: {{train.lr: {when}}}}}\n",
     )
     assert _refused(capsys, "spaces", path, "--check", "--search", "random") == (
-        f"modsar: error: space '{path}': params.model.num_heads: 'when' names a value of 'train.lr', a continuous "
-        f"param ({kind} [0.001, 0.01]) whose samples practically never equal it, so the param would almost never "
-        "be searched; make 'train.lr' a choice, grid or randint param, or drop the 'when'"
+        f"modsar: error: space '{path}': params.model.num_heads: 'when' names a value of 'train.lr', a "
+        "continuous "
+        f"param ({kind} [0.001, 0.01]) whose samples practically never equal it, so the param would almost "
+        "never be searched; make 'train.lr' a choice, grid or randint param, or drop the 'when'"
     )
     choice = _space_file(
         tmp_path,

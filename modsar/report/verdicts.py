@@ -1,0 +1,167 @@
+"""The verdict lines under the tables: who wins AE vs AR on each dataset (or which model leads a comparison),
+and the facts a reader needs to trust it: seed re-runs that failed, trials still improving at the end of
+their budget, the share of a planted optimum reached, cells stuck on the popularity plateau."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from modsar.config import TrainConfig
+from modsar.report.cells import Cell, CellKey, Cells, cell_at, improvement, models, short, where
+
+
+def verdicts(
+    rows: pd.DataFrame, cells: Cells, datasets: list[str], spaces: list[str], metric: str
+) -> list[str]:
+    """One line per dataset: AE or AR, on the best cells of the design choices `spaces`."""
+    return [_design_verdict(rows, cells, dataset, spaces, metric) for dataset in datasets]
+
+
+def _design_verdict(rows: pd.DataFrame, cells: Cells, dataset: str, spaces: list[str], metric: str) -> str:
+    """AE vs AR on one dataset over the design choices where both sides have a value."""
+    candidates = [
+        (cell_at(cells, metric, (dataset, s, "ae")), cell_at(cells, metric, (dataset, s, "ar")))
+        for s in spaces
+    ]
+    pairs = [
+        (ae, ar, ae.mean, ar.mean) for ae, ar in candidates if ae.mean is not None and ar.mean is not None
+    ]
+    failed_text = _failed_text(cells.get(metric, {}), dataset)
+    if not pairs:
+        return (
+            f"{dataset}: no design choice has both an AE and an AR result on test {short(metric)}"
+            + failed_text
+        )
+    ar_wins = sum(ar_mean > ae_mean for _, _, ae_mean, ar_mean in pairs)
+    best_ae, best_ar = max(p[2] for p in pairs), max(p[3] for p in pairs)
+    gain = improvement(best_ae, best_ar)
+    winner = "AR" if best_ar > best_ae else ("AE" if best_ae > best_ar else "neither")
+    trials = int(
+        ((rows["dataset"] == dataset) & (rows["role"] == "search") & rows["space"].isin(spaces)).sum()
+    )
+    seeds = max((max(ae.n, ar.n) for ae, ar, _, _ in pairs), default=0)
+    gain_text = "" if gain is None else f" ({100 * gain:+.1f}% AR over AE)"
+    leaders = {
+        "AE": max(pairs, key=lambda p: p[2])[0],
+        "AR": max(pairs, key=lambda p: p[3])[1],
+    }
+    best_text = _optimum_text(rows[rows["dataset"] == dataset], metric, best_ae, best_ar)
+    return (
+        f"{dataset}: {winner} wins on test {short(metric)}: best AR {best_ar:.4f} vs best AE "
+        f"{best_ae:.4f}{gain_text}; AR ahead in {ar_wins} of {len(pairs)} design choices; "
+        f"{trials} search trials, {seeds} seed(s) per cell{best_text}{_unfinished_text(rows, leaders)}"
+        f"{failed_text}"
+    )
+
+
+def _failed_text(cells: dict[CellKey, Cell], dataset: str) -> str:
+    """The cells of `dataset` with seed re-runs that gave no value (their † mark), or ""."""
+    failed = [
+        f"{s} {t.upper()} {len(c.failed)} of {c.n + len(c.failed)}"
+        for (d, s, t), c in sorted(cells.items())
+        if d == dataset and c.failed
+    ]
+    if not failed:
+        return ""
+    return "; † seed re-runs that diverged or failed have no value in their cell: " + ", ".join(failed)
+
+
+def _unfinished_text(rows: pd.DataFrame, leaders: dict[str, Cell]) -> str:
+    """Which leading cell (AE, AR) rests on a run still improving when its budget ended, or ""."""
+    unfinished = [
+        f"{name} ({epochs})" for name, cell in leaders.items() if (epochs := improving_at_end(rows, cell))
+    ]
+    if not unfinished:
+        return ""
+    return (
+        f"; still improving at the last epoch of its budget: {', '.join(unfinished)}, so more "
+        "epochs may change this verdict"
+    )
+
+
+def _optimum_text(rows: pd.DataFrame, metric: str, best_ae: float, best_ar: float) -> str:
+    """How close the best AE and AR come to a planted optimum, where the rows know one, or ""."""
+    best = optimum(rows, metric)
+    if best is None:
+        return ""
+    return (
+        f"; of the Bayes-optimal {best:.4f}, best AR reaches "
+        f"{100 * best_ar / best:.0f}% and best AE {100 * best_ae / best:.0f}%"
+    )
+
+
+def model_verdicts(cells: Cells, datasets: list[str], space: str, metric: str) -> list[str]:
+    """One line per dataset of a comparison space: the model that leads on `metric`, beside the others."""
+    lines = []
+    for dataset in datasets:
+        scored = [
+            (arm, c, c.mean)
+            for arm in models(cells, dataset, space)
+            if (c := cell_at(cells, metric, (dataset, space, arm))).mean is not None
+        ]
+        if not scored:
+            continue
+        leader = max(scored, key=lambda scores: scores[2])
+        seeds = max(c.n for _, c, _ in scored)
+        lines.append(
+            f"{dataset} / {space}: {leader[0]} leads on test {short(metric)} ({leader[2]:.4f}); "
+            + ", ".join(f"{arm} {mean:.4f}" for arm, _, mean in scored)
+            + f"; {seeds} seed(s) per cell"
+        )
+    return lines
+
+
+def improving_at_end(rows: pd.DataFrame, cell: Cell) -> str | None:
+    """ "60 of 60" when a row behind `cell` had its best validation epoch at the last epoch of its budget:
+    it had not converged, and a verdict resting on it says so."""
+    if not {"best_epoch", "train.max_epochs"} <= set(rows):
+        return None
+    behind = rows[rows["trial_id"].isin(cell.trials) & (rows["best_epoch"] >= rows["train.max_epochs"])]
+    if not len(behind):
+        return None
+    return f"{int(behind['best_epoch'].iloc[0])} of {int(behind['train.max_epochs'].iloc[0])} epochs"
+
+
+def optimum(rows: pd.DataFrame, metric: str) -> float | None:
+    """The best achievable test `metric` of a generated dataset with a planted model (rows carry it), when
+    every row was evaluated the way it was computed: full ranking, no seen-item filter."""
+    needed = ("dataset_optimum", "eval.filter_seen", "eval.sampled_negatives")
+    if not len(rows) or any(c not in rows for c in needed) or rows["dataset_optimum"].isna().any():
+        return None
+    if (rows["eval.filter_seen"] != "none").any() or (rows["eval.sampled_negatives"] != 0).any():
+        return None
+    values = {json.loads(text).get(metric) for text in rows["dataset_optimum"]}
+    return values.pop() if len(values) == 1 and None not in values else None
+
+
+def plateau_line(rows: pd.DataFrame, cells: dict[CellKey, Cell]) -> str | None:
+    """Names the cells whose trials never left the popularity level (rows record `escape_steps`, empty when
+    validation never reached train.PLATEAU_FACTOR x the most-popular ranking's value): a verdict that rests on
+    them ranks plateaus (docs/training.md#plateau). Rows written before steps were recorded are not judged."""
+    if not {"escape_steps", "popularity_level"} <= set(rows):
+        return None
+    stuck = []
+    for key, cell in sorted(cells.items()):
+        behind = rows[rows["trial_id"].isin(cell.trials) & rows["popularity_level"].notna()]
+        never = behind[behind["escape_steps"].isna()]
+        if len(never):
+            row = never.iloc[0]
+            monitor = f"valid.{TrainConfig(monitor=row['train.monitor']).monitor_key}"
+            best = (
+                f"best valid {short(row['train.monitor'])} {row[monitor]:.4f} vs " if monitor in row else ""
+            )
+            stuck.append(
+                f"{where(key)} ({len(never)} of {len(behind)} runs; {best}most-popular "
+                f"{row['popularity_level']:.4f})"
+            )
+    if not stuck:
+        return None
+    return (
+        "on the popularity plateau: "
+        + ", ".join(stuck)
+        + ": validation never reached 1.25x the most-popular "
+        "ranking's, so a verdict resting on these compares plateaus; give them more optimizer steps "
+        "(train.min_steps, a scheduler in steps: docs/training.md#plateau)"
+    )
