@@ -42,15 +42,7 @@ VARIANTS = {"plain": ["loss.fused=false"], "fused": [], "fused_bf16": ["train.pr
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--dataset", default="video")
-    parser.add_argument("--variants", default="plain,fused,fused_bf16")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--batches", type=int, default=0, help="batches timed per round (0 = whole epoch)")
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+    args = _arguments()
     torch.set_num_threads(args.threads)
     names = args.variants.split(",")
     dataset = load_dataset(args.dataset)
@@ -65,36 +57,65 @@ def main() -> None:
     flop = 6.0 * positions * dataset.num_items * first.model.hidden_size  # output layer, fwd + bwd
     scale = len(plan) / len(timed)
     print(
-        f"{args.dataset}: {len(plan)} batches per epoch, timing {len(timed)} ({positions:,} labelled positions, "
-        f"output layer {flop / 1e12:.3f} TFLOP), {args.threads} threads"
+        f"{args.dataset}: {len(plan)} batches per epoch, timing {len(timed)} ({positions:,} labelled "
+        f"positions, output layer {flop / 1e12:.3f} TFLOP), {args.threads} threads"
     )
     step_s: dict[str, list[float]] = {n: [] for n in names}
     head_s: dict[str, list[float]] = {n: [] for n in names}
     for r in range(args.rounds):
         for name in names if r % 2 == 0 else names[::-1]:
-            cfg = cfgs[name]
-            seed_everything(0)
-            model = build_model(cfg, dataset.num_items, dataset.num_users, 50).train()
-            optimizer = make_optimizer(model, cfg)
-            dtype = output_dtype(cfg)
-            tick = time.perf_counter()
-            for b in made:
-                loss = batch_loss(model, b, cfg, 1.0)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-            step_s[name].append((time.perf_counter() - tick) * scale)
-            head = 0.0
-            for b in made:
-                with torch.no_grad():
-                    hidden = model(b.inputs, b.users)
-                hidden.requires_grad_()
-                tick = time.perf_counter()
-                training_loss(model, hidden, b.labels, b.users, cfg.loss, dtype=dtype).backward()
-                head += time.perf_counter() - tick  # the output layer alone
+            step, head = _time_variant(cfgs[name], dataset, made)
+            step_s[name].append(step * scale)
             head_s[name].append(head)
+    _print_table(names, step_s, head_s, flop)
+
+
+def _arguments() -> argparse.Namespace:
+    """The command line: which dataset and variants, how many rounds, batches and threads."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--dataset", default="video")
+    parser.add_argument("--variants", default="plain,fused,fused_bf16")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--batches", type=int, default=0, help="batches timed per round (0 = whole epoch)")
+    parser.add_argument("--threads", type=int, default=2)
+    return parser.parse_args()
+
+
+def _time_variant(cfg, dataset, made: list) -> tuple[float, float]:
+    """(seconds of the training steps over `made`, seconds of the output layer's forward and backward alone)
+    for a fresh model of one variant, seeded the same for every variant and round."""
+    seed_everything(0)
+    model = build_model(cfg, dataset.num_items, dataset.num_users, 50).train()
+    optimizer = make_optimizer(model, cfg)
+    dtype = output_dtype(cfg)
+    tick = time.perf_counter()
+    for b in made:
+        loss = batch_loss(model, b, cfg, 1.0)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    step = time.perf_counter() - tick
+    head = 0.0
+    for b in made:
+        with torch.no_grad():
+            hidden = model(b.inputs, b.users)
+        hidden.requires_grad_()
+        tick = time.perf_counter()
+        training_loss(model, hidden, b.labels, b.users, cfg.loss, dtype=dtype).backward()
+        head += time.perf_counter() - tick  # the output layer alone
+    return step, head
+
+
+def _print_table(
+    names: list[str], step_s: dict[str, list[float]], head_s: dict[str, list[float]], flop: float
+) -> None:
+    """Seconds per epoch of each variant per round, their mean and ratio to the first variant, and the output
+    layer's seconds and GFLOP/s."""
     print(
-        f"{'variant':<12} {'s / epoch (rounds)':<34} {'mean':>6} {'ratio':>6}   output layer s (timed) GFLOP/s"
+        f"{'variant':<12} {'s / epoch (rounds)':<34} {'mean':>6} {'ratio':>6}   "
+        "output layer s (timed) GFLOP/s"
     )
     base = statistics.mean(step_s[names[0]])
     for n in names:

@@ -46,22 +46,14 @@ def synchronize(device: torch.device) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--users", type=int, default=31013)
-    parser.add_argument("--items", type=int, default=23715)
-    parser.add_argument("--devices", default="cuda,cpu")
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--backbones", default=",".join(BACKBONES))
-    parser.add_argument("overrides", nargs="*", help="config overrides applied to every backbone")
-    args = parser.parse_args()
+    args = _arguments()
     devices = [torch.device(d) for d in args.devices.split(",") if d != "cuda" or torch.cuda.is_available()]
     log = generate(num_users=args.users, num_items=args.items, min_len=5, max_len=14, seed=0)
     split = LeaveOneOut.from_log(log.user, log.item, args.users, args.items)
     print(
         f"synthetic log: {args.users:,} users, {args.items:,} items, {len(log.item):,} interactions; "
-        f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, devices {[str(d) for d in devices]}"
+        f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, "
+        f"devices {[str(d) for d in devices]}"
     )
     if any(d.type == "cuda" for d in devices):
         print(f"GPU: {torch.cuda.get_device_name(0)}")
@@ -84,44 +76,64 @@ def main() -> None:
         seed_everything(cfg.seed)
         base = build_model(cfg, args.items, args.users, cfg.data.max_len)
         for device in devices:
-            model = copy.deepcopy(base).to(device).train()
-            optimizer = make_optimizer(model, cfg)
-            batches = TrainBatches(
-                split,
-                cfg.task,
-                cfg.data.max_len,
-                cfg.data.batch_size,
-                cfg.mask_prob,
-                cfg.data.padding_free,
-                seed=cfg.seed,
-            )
-            times, loss = [], float("nan")
-            for epoch in range(1, args.epochs + 1):
-                synchronize(device)
-                tick = time.perf_counter()
-                loss = train_epoch(model, optimizer, batches, cfg, device, epoch)
-                synchronize(device)
-                times.append(time.perf_counter() - tick)
-            model.eval()
-            tick = time.perf_counter()
-            metrics = evaluate(
-                model_scorer(model),
-                split,
-                "valid",
-                cfg.eval,
-                cfg.task,
-                cfg.data.max_len,
-                cfg.data.eval_batch_size,
-                device,
-            )
-            synchronize(device)
-            eval_s = time.perf_counter() - tick
-            steady = np.mean(times[1:]) if len(times) > 1 else times[0]
-            print(
-                f"{name:<28} {device.type:<7} {times[0]:>11.2f} {steady:>8.2f} {eval_s:>7.2f} {loss:>7.3f} "
-                f"{metrics['ndcg@10']:>10.4f}",
-                flush=True,
-            )
+            _time_on(name, cfg, base, split, device, args.epochs)
+
+
+def _arguments() -> argparse.Namespace:
+    """The command line: the log's size, the devices, epochs and backbones, and overrides for every one."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--users", type=int, default=31013)
+    parser.add_argument("--items", type=int, default=23715)
+    parser.add_argument("--devices", default="cuda,cpu")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--backbones", default=",".join(BACKBONES))
+    parser.add_argument("overrides", nargs="*", help="config overrides applied to every backbone")
+    return parser.parse_args()
+
+
+def _time_on(name: str, cfg, base: torch.nn.Module, split, device: torch.device, epochs: int) -> None:
+    """Train a copy of `base` (the same initial weights on every device) for `epochs` epochs on `device`,
+    then one full-ranking validation pass, and print its line: first-epoch, steady-state and eval seconds."""
+    model = copy.deepcopy(base).to(device).train()
+    optimizer = make_optimizer(model, cfg)
+    batches = TrainBatches(
+        split,
+        cfg.task,
+        cfg.data.max_len,
+        cfg.data.batch_size,
+        cfg.mask_prob,
+        cfg.data.padding_free,
+        seed=cfg.seed,
+    )
+    times, loss = [], float("nan")
+    for epoch in range(1, epochs + 1):
+        synchronize(device)
+        tick = time.perf_counter()
+        loss = train_epoch(model, optimizer, batches, cfg, device, epoch)
+        synchronize(device)
+        times.append(time.perf_counter() - tick)
+    model.eval()
+    tick = time.perf_counter()
+    metrics = evaluate(
+        model_scorer(model),
+        split,
+        "valid",
+        cfg.eval,
+        cfg.task,
+        cfg.data.max_len,
+        cfg.data.eval_batch_size,
+        device,
+    )
+    synchronize(device)
+    eval_s = time.perf_counter() - tick
+    steady = np.mean(times[1:]) if len(times) > 1 else times[0]
+    print(
+        f"{name:<28} {device.type:<7} {times[0]:>11.2f} {steady:>8.2f} {eval_s:>7.2f} {loss:>7.3f} "
+        f"{metrics['ndcg@10']:>10.4f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

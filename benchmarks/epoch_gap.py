@@ -1,4 +1,5 @@
-"""How much a model learns per epoch: validation NDCG@10 after each of the first epochs, one variant at a time.
+"""How much a model learns per epoch: validation NDCG@10 after each of the first epochs, one variant at a
+time.
 
 Issue 12 measured SASRec+ (RecSys'23) learning ~20% more per epoch than ModSAR at the same settings. This
 script runs named variants of one base setup (the issue's: max length 50, hidden 64, 2 blocks, 1 head,
@@ -10,8 +11,8 @@ same seeds, one after another in one process, and prints per-epoch validation ND
     python benchmarks/epoch_gap.py --time-rounds 3 --variants base,token_batches   # s/epoch only, alternating
 
 Learning curves are deterministic (same seed, same numbers under any load); seconds are not, so
-`--time-rounds R` times training epochs only, alternating one epoch of each variant per round in one process (order reversed every other round),
-and reports the mean and the ratio to the first variant.
+`--time-rounds R` times training epochs only, alternating one epoch of each variant per round in one process
+(order reversed every other round), and reports the mean and the ratio to the first variant.
 
 Each finished run is appended to `--out` (JSON lines) as it ends, so a long background run keeps its figures.
 """
@@ -189,25 +190,7 @@ def run(name: str, overrides: list[str], dataset, epochs: int, seed: int, thread
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--dataset", default="video")
-    parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--seeds", default="0", help="comma-separated seeds")
-    parser.add_argument("--variants", default="base", help="comma-separated names (see --list)")
-    parser.add_argument(
-        "--extra",
-        action="append",
-        default=[],
-        metavar="NAME:KEY=V[,KEY=V]",
-        help="an ad-hoc variant, e.g. --extra 'lr2:train.lr=0.002'",
-    )
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default="results/epoch_gap.jsonl")
-    parser.add_argument("--list", action="store_true")
-    parser.add_argument("--time-rounds", type=int, default=0, help="only time training epochs, R rounds")
-    args = parser.parse_args(argv)
+    args = _arguments(argv)
     variants = dict(VARIANTS)
     for text in args.extra:
         name, _, body = text.partition(":")
@@ -240,18 +223,48 @@ def main(argv: list[str] | None = None) -> int:
                 + f"  {row['epoch_time_s']:.1f} s/epoch",
                 flush=True,
             )
+    _print_table(variants, names, rows, args.epochs)
+    return 0
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    """The command line: dataset, epochs, seeds and variants (named or ad hoc), threads, output, and the
+    --list and --time-rounds modes."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--dataset", default="video")
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds")
+    parser.add_argument("--variants", default="base", help="comma-separated names (see --list)")
+    parser.add_argument(
+        "--extra",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=V[,KEY=V]",
+        help="an ad-hoc variant, e.g. --extra 'lr2:train.lr=0.002'",
+    )
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default="results/epoch_gap.jsonl")
+    parser.add_argument("--list", action="store_true")
+    parser.add_argument("--time-rounds", type=int, default=0, help="only time training epochs, R rounds")
+    return parser.parse_args(argv)
+
+
+def _print_table(variants: dict[str, list[str]], names: list[str], rows: list[dict], epochs: int) -> None:
+    """The Markdown table: per variant, its overrides, the mean validation NDCG@10 after each epoch over the
+    seeds, and the mean seconds per epoch."""
     print(
-        f"\n| variant | overrides | valid NDCG@10 after epoch {' / '.join(map(str, range(1, args.epochs + 1)))} "
+        f"\n| variant | overrides | valid NDCG@10 after epoch {' / '.join(map(str, range(1, epochs + 1)))} "
         "| s / epoch |\n|---|---|---|---|"
     )
     for name in names:
         mine = [r for r in rows if r["variant"] == name]
-        curve = [statistics.mean(r["valid_ndcg@10"][e] for r in mine) for e in range(args.epochs)]
+        curve = [statistics.mean(r["valid_ndcg@10"][e] for r in mine) for e in range(epochs)]
         print(
             f"| {name} | `{' '.join(variants[name]) or '-'}` | {' / '.join(f'{v:.4f}' for v in curve)} | "
             f"{statistics.mean(r['epoch_time_s'] for r in mine):.1f} |"
         )
-    return 0
 
 
 if __name__ == "__main__":

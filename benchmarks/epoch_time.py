@@ -33,7 +33,8 @@ COMMON = [
     "train.patience=0",
 ]
 VARIANTS = {
-    # the trainer before issue 12: length-bucketed batches, pre-LN, N(0, 0.02), attention-output dropout, plain CE
+    # the trainer before issue 12: length-bucketed batches, pre-LN, N(0, 0.02), attention-output dropout,
+    # plain CE
     "base": [
         "data.batching=length",
         "model.norm=pre",
@@ -104,7 +105,8 @@ def main() -> None:
             print(f"round {r + 1} {name}: {row['epoch_time_s']:.1f} s/epoch", flush=True)
     print(f"\n{args.dataset}, {args.threads} threads, {args.rounds} rounds, alternated")
     print(
-        f"{'variant':<16} {'s / epoch':<28} {'mean':>6} {'ratio':>6} {'GFLOP/s':>8} {'MFU':>5}  valid N@10 (1 epoch)"
+        f"{'variant':<16} {'s / epoch':<28} {'mean':>6} {'ratio':>6} {'GFLOP/s':>8} {'MFU':>5}  "
+        "valid N@10 (1 epoch)"
     )
     base = statistics.mean(times[names[0]])
     for n in names:
@@ -112,7 +114,8 @@ def main() -> None:
         row = facts[n]
         print(
             f"{n:<16} {', '.join(f'{t:.1f}' for t in times[n]):<28} {mean:6.1f} {mean / base:6.2f} "
-            f"{row['epoch_gflop'] / mean:8.0f} {row['epoch_gflop'] / mean / row['gflops'] * row['mfu']:5.0%}  "
+            f"{row['epoch_gflop'] / mean:8.0f} "
+            f"{row['epoch_gflop'] / mean / row['gflops'] * row['mfu']:5.0%}  "
             f"{row['valid.ndcg@10']:.4f}"
         )
 

@@ -62,7 +62,8 @@ def main() -> None:
     print(f"{args.dataset}: {users:,} validation users x {dataset.num_items:,} items, {args.threads} threads")
     for b in sizes:
         print(
-            f"eval batch {b:>5}: {', '.join(f'{t:.2f}' for t in times[b])} s (mean {statistics.mean(times[b]):.2f})"
+            f"eval batch {b:>5}: {', '.join(f'{t:.2f}' for t in times[b])} s "
+            f"(mean {statistics.mean(times[b]):.2f})"
             f"  N@10 {metrics[b]['ndcg@10']:.6f}"
         )
     assert len({m["ndcg@10"] for m in metrics.values()}) == 1, "metrics differ between batch sizes"

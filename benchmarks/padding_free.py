@@ -25,15 +25,7 @@ from modsar.training.trainer import build_model, make_optimizer, seed_everything
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--dataset", default="video")
-    parser.add_argument("--config", default=None)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args()
+    args = _arguments()
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = load_config(args.config, [f"dataset={args.dataset}", *args.overrides])
@@ -71,6 +63,24 @@ def main() -> None:
             loss = train_epoch(run["model"], run["opt"], run["batches"], run["cfg"], device, r + 1)
             run["times"].append(time.perf_counter() - tick)
             print(f"round {r + 1} {mode:<13} {run['times'][-1]:7.1f} s  loss {loss:.4f}", flush=True)
+    _print_summary(cfg, runs)
+
+
+def _arguments() -> argparse.Namespace:
+    """The command line: dataset, config and overrides, rounds and threads."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--dataset", default="video")
+    parser.add_argument("--config", default=None)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("overrides", nargs="*")
+    return parser.parse_args()
+
+
+def _print_summary(cfg, runs: dict[str, dict]) -> None:
+    """Seconds per epoch and batch slots (with their share of padding) of both modes, and their ratio."""
     free, dense = (np.mean(runs[m]["times"]) for m in ("padding-free", "dense"))
     targets = runs["padding-free"]["batches"].num_targets
     print(

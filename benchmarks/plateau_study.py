@@ -1,10 +1,11 @@
 """Steps to escape the popularity plateau: the ModSAR paper's Table 4 model (BERT4Rec-env configs) under the
 optimizer, warm-up, weight decay, norm placement and init of its code, one factor at a time.
 
-Each run is one `modsar train` of `benchmarks/configs/video_table4_{ar,ae}.yaml` with the variant's overrides. Its
-row records the validation curve, the optimizer steps per epoch, the most-popular ranking's validation value
-(`popularity_level`) and `escape_steps`: the steps at the first validation pass at 1.25x that level or above
-(docs/training.md). Rows go to results/published/plateau/<experiment>/trials (committed; checkpoints are not).
+Each run is one `modsar train` of `benchmarks/configs/video_table4_{ar,ae}.yaml` with the variant's overrides.
+Its row records the validation curve, the optimizer steps per epoch, the most-popular ranking's validation
+value (`popularity_level`) and `escape_steps`: the steps at the first validation pass at 1.25x that level or
+above (docs/training.md). Rows go to results/published/plateau/<experiment>/trials (committed; checkpoints are
+not).
 
     python benchmarks/plateau_study.py run --datasets ml-100k,ml-latest-small --tasks ar,ae --max-steps 600
     python benchmarks/plateau_study.py table            # the markdown table of benchmarks/RESULTS.md
@@ -24,11 +25,12 @@ from pathlib import Path
 
 ROOT = "results/published/plateau"
 CONFIGS = {"ar": "benchmarks/configs/video_table4_ar.yaml", "ae": "benchmarks/configs/video_table4_ae.yaml"}
-# The paper's ML-1M settings where they differ from Video's (AR dropout 0.2, AE mask 0.2); the history length is
-# the dataset's registry default (ML-100K 50, ML-1M 200), as the configs and the vanilla space leave it
+# The paper's ML-1M settings where they differ from Video's (AR dropout 0.2, AE mask 0.2); the history length
+# is the dataset's registry default (ML-100K 50, ML-1M 200), as the configs and the vanilla space leave it
 MOVIELENS = {"ar": ["model.dropout=0.2", "model.attn_dropout=0.2"], "ae": ["mask_prob=0.2"]}
 # Every variant names all five factors; the configs' own values (since issue 29: BERT-TF AdamW with a 100-step
-# warm-up, wd 0.1, post-LN, N(0, 0.02)) are not relied on, so the rows mean the same whatever the configs hold.
+# warm-up, wd 0.1, post-LN, N(0, 0.02)) are not relied on, so the rows mean the same whatever the configs
+# hold.
 FACTORS = {
     "train.optimizer": "adamw_bert",
     "train.warmup_steps": "0",
@@ -94,8 +96,8 @@ def table() -> None:
 
     rows = read_rows(ROOT)
     print(
-        "| dataset | task | variant | seed | steps/epoch | popularity R@10 | escape (steps) | best valid R@10 "
-        "(epoch) | test N@10 |"
+        "| dataset | task | variant | seed | steps/epoch | popularity R@10 | escape (steps) | "
+        "best valid R@10 (epoch) | test N@10 |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     rows = rows.assign(variant=[_variant(r) for _, r in rows.iterrows()])

@@ -6,8 +6,8 @@ L-1, L-2), mean ± std over seeds, beside the paper's figures, from an analysis 
     python benchmarks/residual_tables.py results/published/residual-table2 toys residual-toys-40epochs
 
 The paper does not state over which positions Table 2 averages, so it is given pooled (every real position of
-every layer, position 1 included), without each sequence's first position, and at L (the final position, mean of
-the two layers). Layers are numbered from 1 here (the analysis numbers them from 0).
+every layer, position 1 included), without each sequence's first position, and at L (the final position, mean
+of the two layers). Layers are numbered from 1 here (the analysis numbers them from 0).
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ def main(root: str, dataset: str, experiment: str = "") -> None:
             paper = PAPER_TABLE3.get(dataset, {}).get(int(layer) + 1) if backbone == "modular" else None
             paper_text = " / ".join(f"{v:.4f}" for v in paper) if paper else ""
             print(
-                f"| {NAMES.get(backbone, backbone)} | {int(layer) + 1} | {' | '.join(values)} | {paper_text} |"
+                f"| {NAMES.get(backbone, backbone)} | {int(layer) + 1} | {' | '.join(values)} | "
+                f"{paper_text} |"
             )
 
 

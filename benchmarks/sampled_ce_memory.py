@@ -189,32 +189,7 @@ def run_variant(spec: dict, steps: int, threads: int) -> dict | str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--variants",
-        nargs="+",
-        default=DEFAULT_VARIANTS,
-        metavar="TASK:LOSS:K:BATCH:PATH",
-        help="variants to run, each in its own subprocess (default: the table in RESULTS.md)",
-    )
-    parser.add_argument("--steps", type=int, default=6, help="training steps per variant (first = warm-up)")
-    parser.add_argument(
-        "--max-gb",
-        type=float,
-        default=2.0,
-        help="skip a broadcast variant whose (positions x K x d) tensor exceeds this many "
-        "GB; the old path holds about 3 of them at once",
-    )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=0,
-        help="torch threads per child (0 = torch's default); 1 is steadier on a busy machine",
-    )
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = _arguments()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.child:
@@ -253,6 +228,37 @@ def main() -> None:
         )
     extrapolate(rows)
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
+
+
+def _arguments() -> argparse.Namespace:
+    """The command line: the variants, steps, memory cap and threads; --child runs one variant in this
+    process (how the parent measures each in its own)."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=DEFAULT_VARIANTS,
+        metavar="TASK:LOSS:K:BATCH:PATH",
+        help="variants to run, each in its own subprocess (default: the table in RESULTS.md)",
+    )
+    parser.add_argument("--steps", type=int, default=6, help="training steps per variant (first = warm-up)")
+    parser.add_argument(
+        "--max-gb",
+        type=float,
+        default=2.0,
+        help="skip a broadcast variant whose (positions x K x d) tensor exceeds this many "
+        "GB; the old path holds about 3 of them at once",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads per child (0 = torch's default); 1 is steadier on a busy machine",
+    )
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    return parser.parse_args()
 
 
 def extrapolate(rows: list[dict]) -> None:

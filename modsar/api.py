@@ -7,8 +7,8 @@
     modsar.search("quickstart", "synthetic")
 
 Each function is the command of the same name without its printing: it calls the functions the CLI calls
-(modsar.records.run, modsar.training.checkpoints, modsar.records.rows, modsar.sweep), so a row written here is the row `modsar train`
-would write, and a failure is the same one-line ModsarError the CLI prints."""
+(modsar.records.run, modsar.training.checkpoints, modsar.records.rows, modsar.sweep), so a row written here is
+the row `modsar train` would write, and a failure is the same one-line ModsarError the CLI prints."""
 
 from __future__ import annotations
 
@@ -73,7 +73,8 @@ def train(
     <results>/<experiment>/trials/, so `modsar results` and `modsar report` see it.
 
     `config`: a mapping of dotted keys ({"task": "ae", "model.hidden_size": 64}), a YAML path, a Config, or
-    ["key=value", ...]; None is the defaults (an AR SASRec-style model). `dataset` names a prepared dataset."""
+    ["key=value", ...]; None is the defaults (an AR SASRec-style model). `dataset` names a prepared
+    dataset."""
     from modsar.records.run import train_and_record
 
     run = train_and_record(
@@ -170,8 +171,9 @@ def search(
 
     `options` are SearchRequest's fields, as the CLI's options with dashes as underscores: experiment,
     results, search, num_samples, max_epochs, time_budget_s, max_t, grace_period, reduction_factor,
-    cpus_per_trial, gpus_per_trial, max_concurrent, max_failures, fresh_actors, seed, seeds, address, data_dir,
-    quiet, resume, overwrite, dashboard, mlflow. A search that selects nothing for a model it trained raises."""
+    cpus_per_trial, gpus_per_trial, max_concurrent, max_failures, fresh_actors, seed, seeds, address,
+    data_dir, quiet, resume, overwrite, dashboard, mlflow. A search that selects nothing for a model it
+    trained raises."""
     import dataclasses
 
     from modsar.errors import ModsarError

@@ -61,9 +61,9 @@ def pyplot():
 
 def ensure_writable_dir(path: str | Path, flag: str, *, write: bool = True) -> None:
     """Refuse, in one line naming `flag`, a folder path that cannot be one: it is, or lies under, an existing
-    file; with `write`, also a local folder (the path or its nearest existing parent) that this user cannot write.
-    Commands call it before any work, so that no result is computed and then lost. URIs (s3://...) are left
-    to their filesystem."""
+    file; with `write`, also a local folder (the path or its nearest existing parent) that this user cannot
+    write. Commands call it before any work, so that no result is computed and then lost. URIs (s3://...) are
+    left to their filesystem."""
     if "://" in str(path):
         return
     given = Path(path).expanduser()

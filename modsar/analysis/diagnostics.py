@@ -46,12 +46,12 @@ def hard_threshold_rank(
 ) -> tuple[int, float, np.ndarray]:
     """(k, tau, singular values of Y) for Y = A + N(0, sigma^2) noise, with the threshold of `rule`:
 
-    modsar_eq8        tau = sqrt(2 log(2n)) * sqrt(sigma^2 + ||Y||_F^2 / n^2)   (ModSAR Eq. 8, square restored)
-    gd_known_sigma    tau = (4 / sqrt 3) sqrt(n) sigma                          (Gavish-Donoho 2014, square)
-    gd_unknown_sigma  tau = omega(beta) * median(s)
+    modsar_eq8        tau = sqrt(2 log(2n)) * sqrt(sigma^2 + ||Y||_F^2 / n^2)   (ModSAR Eq. 8, square
+    restored) gd_known_sigma    tau = (4 / sqrt 3) sqrt(n) sigma                          (Gavish-Donoho 2014,
+    square) gd_unknown_sigma  tau = omega(beta) * median(s)
 
-    Singular values below numpy's matrix_rank tolerance never count (a zero-padded window has exact zeros
-    that SVD returns as ~1e-17, which tau = 0 would otherwise count).
+    Singular values below numpy's matrix_rank tolerance never count (a zero-padded window has exact zeros that
+    SVD returns as ~1e-17, which tau = 0 would otherwise count).
     """
     if rule not in RANK_RULES:
         raise ValueError(f"rule must be one of {RANK_RULES}, got {rule!r}")

@@ -1,10 +1,11 @@
-"""`modsar data profile`: the entropy structure of a log, measured before any model (the data-first paper, §1).
+"""`modsar data profile`: the entropy structure of a log, measured before any model (the data-first paper,
+§1).
 
 A corpus is the chronological item sequences of a prepared dataset (one per user, or any integer-id corpus
 imported as sessions: one document per line). Every measure is vectorised over the whole corpus and seeded:
-- rank-frequency: the Zipf exponent s of c_r ~ r^-s by OLS of log c_r on log r over the head (ranks 1 to 10% of
-  the distinct items, at least 10), and by the discrete power-law MLE on the item counts (Clauset, Shalizi and
-  Newman 2009: exact likelihood with the Hurwitz zeta, x_min by the smallest KS distance), whose exponent
+- rank-frequency: the Zipf exponent s of c_r ~ r^-s by OLS of log c_r on log r over the head (ranks 1 to 10%
+  of the distinct items, at least 10), and by the discrete power-law MLE on the item counts (Clauset, Shalizi
+  and Newman 2009: exact likelihood with the Hurwitz zeta, x_min by the smallest KS distance), whose exponent
   alpha of P(c) ~ c^-alpha gives s = 1 / (alpha - 1); the top-1% mass (share of interactions of the most
   frequent 1% of items);
 - permutation entropy (Bandt and Pompe 2002) of the popularity-rank series, orders m = 3..6, delay 1, ties by
@@ -12,13 +13,15 @@ imported as sessions: one document per line). Every measure is vectorised over t
   users with at least m items;
 - compressibility: lzma and zlib bits per item of the sequences as fixed-width integers (uint16, or uint32 for
   catalogs of 65,535+ items) with a 0 between users, beside the unigram entropy of the item distribution;
-- mutual-information decay: I(x_t; x_t+g) in bits over the pairs g steps apart inside a user, g = 1..G. On item
-  catalogs the plug-in estimate is mostly bias (most pairs are seen once), which the Miller-Madow correction
-  (each entropy + (K - 1) / 2n) removes only in part. `mi_decay` subtracts the plug-in of the same pairs with
-  their second items permuted among them (same marginals and n, pairing broken: pure estimation bias, seeded),
-  so independent positions give ~0 whatever the catalog; the plug-in and Miller-Madow values come beside it.
-Each measure has a shuffled baseline: every user's items permuted (same items, order destroyed), seeded. Its MI
-keeps what a user's items share regardless of order; the real curve's excess over it is what order carries.
+- mutual-information decay: I(x_t; x_t+g) in bits over the pairs g steps apart inside a user, g = 1..G. On
+  item catalogs the plug-in estimate is mostly bias (most pairs are seen once), which the Miller-Madow
+  correction (each entropy + (K - 1) / 2n) removes only in part. `mi_decay` subtracts the plug-in of the same
+  pairs with their second items permuted among them (same marginals and n, pairing broken: pure estimation
+  bias, seeded), so independent positions give ~0 whatever the catalog; the plug-in and Miller-Madow values
+  come beside it.
+Each measure has a shuffled baseline: every user's items permuted (same items, order destroyed), seeded. Its
+MI keeps what a user's items share regardless of order; the real curve's excess over it is what order
+carries.
 """
 
 from __future__ import annotations
@@ -94,8 +97,8 @@ ALPHA_BOUNDS = (1.0001, 8.0)  # s = 1 / (alpha - 1) from 0.14 to 10^4; a fit at 
 
 
 def powerlaw_mle(values: np.ndarray, min_tail: int = 50) -> dict[str, float]:
-    """Discrete power law P(x) = x^-alpha / zeta(alpha, x_min) for x >= x_min, fitted by exact likelihood; x_min
-    minimises the KS distance between the tail's empirical CDF and the fitted one (Clauset et al. 2009).
+    """Discrete power law P(x) = x^-alpha / zeta(alpha, x_min) for x >= x_min, fitted by exact likelihood;
+    x_min minimises the KS distance between the tail's empirical CDF and the fitted one (Clauset et al. 2009).
     Candidates are the distinct values leaving at least `min_tail` points in the tail. `at_bound` is 1 when
     the chosen alpha sits at a search bound (then it is a bound, not an estimate)."""
     from scipy.optimize import minimize_scalar
@@ -180,8 +183,8 @@ def bits_per_symbol(corpus: Corpus) -> dict[str, float]:
 
 
 def mutual_information(corpus: Corpus, gap: int, seed: int = 0) -> dict[str, float]:
-    """I(x_t; x_t+gap) in bits over the pairs inside one sequence: plug-in, Miller-Madow, and the plug-in of the
-    same pairs with their second items permuted (the bias of an independent pairing)."""
+    """I(x_t; x_t+gap) in bits over the pairs inside one sequence: plug-in, Miller-Madow, and the plug-in of
+    the same pairs with their second items permuted (the bias of an independent pairing)."""
     owner = corpus.owner
     first = np.flatnonzero(owner[: len(owner) - gap] == owner[gap:]) if gap < len(owner) else np.zeros(0, int)
     if not len(first):
@@ -211,20 +214,41 @@ def profile(
     seed: int = 0,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Every measure of `corpus` and of its shuffled copy, as one JSON-able dict (names fixed for scripts)."""
+    """Every measure of `corpus` and of its shuffled copy, as one JSON-able dict (names fixed for
+    scripts)."""
     started = time.perf_counter()
     shuffled = corpus.shuffled(seed)
     steps = 3 + len(orders) + max_gap
     bar = tqdm(
         total=steps, desc=f"profile {corpus.name}", unit="measure", disable=not progress, dynamic_ncols=True
     )
+    out = _rank_frequency(corpus)
+    bar.update()
+    out |= _permutation_entropies(corpus, shuffled, orders, bar)
+    compressed, compressed_shuffled = bits_per_symbol(corpus), bits_per_symbol(shuffled)
+    out |= {
+        "bits_per_symbol_lzma": compressed["lzma"],
+        "bits_per_symbol_zlib": compressed["zlib"],
+        "bits_per_symbol_lzma_shuffled": compressed_shuffled["lzma"],
+        "bits_per_symbol_zlib_shuffled": compressed_shuffled["zlib"],
+    }
+    bar.update()
+    out |= _mi_decays(corpus, shuffled, max_gap, seed, bar)
+    bar.update()
+    bar.close()
+    out["seed"], out["seconds"] = seed, time.perf_counter() - started
+    return out
+
+
+def _rank_frequency(corpus: Corpus) -> dict[str, Any]:
+    """The corpus's size and its item counts' shape: Zipf exponents (OLS over the head, power-law MLE),
+    the top 1%'s share and the unigram entropy."""
     counts = np.bincount(corpus.items, minlength=corpus.num_items + 1)[1:]
     ranked = np.sort(counts[counts > 0])[::-1]
     r_max = min(len(ranked), max(10, math.ceil(0.1 * len(ranked))))
     mle = powerlaw_mle(ranked)
     top = max(1, math.ceil(0.01 * len(ranked)))
-    bar.update()
-    out: dict[str, Any] = {
+    return {
         "dataset": corpus.name,
         "symbols": len(corpus.items),
         "sequences": len(corpus.offsets) - 1,
@@ -240,13 +264,21 @@ def profile(
         "top1pct_mass": float(ranked[:top].sum() / ranked.sum()),
         "unigram_entropy_bits": _entropy(ranked) / math.log(2),
     }
+
+
+def _permutation_entropies(
+    corpus: Corpus, shuffled: Corpus, orders: tuple[int, ...], bar: tqdm
+) -> dict[str, dict[str, Any]]:
+    """Permutation entropy of the popularity ranks at each order, pooled and per user, real and shuffled
+    (short sequences alone pull the per-user mean down, so the users counted come beside it)."""
     ranks, ranks_shuffled = (
         popularity_ranks(corpus.items, corpus.num_items),
         popularity_ranks(shuffled.items, corpus.num_items),
     )
+    out: dict[str, dict[str, Any]] = {}
     out["permutation_entropy"], out["permutation_entropy_per_user"] = {}, {}
     out["permutation_entropy_shuffled"], out["permutation_entropy_users"] = {}, {}
-    out["permutation_entropy_per_user_shuffled"] = {}  # short sequences alone pull the per-user mean down
+    out["permutation_entropy_per_user_shuffled"] = {}
     for m in orders:
         pooled, per_user, users = permutation_entropy(ranks, corpus.offsets, m)
         out["permutation_entropy"][str(m)], out["permutation_entropy_per_user"][str(m)] = pooled, per_user
@@ -255,14 +287,13 @@ def profile(
         out["permutation_entropy_shuffled"][str(m)] = pooled_shuffled
         out["permutation_entropy_per_user_shuffled"][str(m)] = per_user_shuffled
         bar.update()
-    compressed, compressed_shuffled = bits_per_symbol(corpus), bits_per_symbol(shuffled)
-    out |= {
-        "bits_per_symbol_lzma": compressed["lzma"],
-        "bits_per_symbol_zlib": compressed["zlib"],
-        "bits_per_symbol_lzma_shuffled": compressed_shuffled["lzma"],
-        "bits_per_symbol_zlib_shuffled": compressed_shuffled["zlib"],
-    }
-    bar.update()
+    return out
+
+
+def _mi_decays(corpus: Corpus, shuffled: Corpus, max_gap: int, seed: int, bar: tqdm) -> dict[str, list]:
+    """[gap, bits] curves of mutual information for gaps 1..max_gap: bias-corrected (plug-in minus the
+    permuted pairing's) real and shuffled, and the real plug-in and Miller-Madow values beside them."""
+    out: dict[str, list] = {}
     for key in ("mi_decay", "mi_decay_shuffled", "mi_decay_plugin", "mi_decay_miller_madow"):
         out[key] = []
     for gap in range(1, max_gap + 1):
@@ -272,7 +303,4 @@ def profile(
         out["mi_decay_plugin"].append([gap, real["plugin"]])
         out["mi_decay_miller_madow"].append([gap, real["miller_madow"]])
         bar.update()
-    bar.update()
-    bar.close()
-    out["seed"], out["seconds"] = seed, time.perf_counter() - started
     return out

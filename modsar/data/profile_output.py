@@ -30,58 +30,7 @@ def _signed(value: float) -> str:
 
 def summary(profiles: list[dict[str, Any]]) -> str:
     """The printed profile: one column per corpus, each measure beside its shuffled baseline."""
-
-    def pair(p: dict[str, Any], key: str, digits: int = 3) -> str:
-        value, shuffled = p[key], p.get(f"{key}_shuffled")
-        return f"{value:.{digits}f}" + (f" ({shuffled:.{digits}f})" if shuffled is not None else "")
-
-    lines: list[tuple[str, list[str]]] = [
-        (
-            "symbols / sequences / distinct items",
-            [f"{p['symbols']:,} / {p['sequences']:,} / {p['distinct_items']:,}" for p in profiles],
-        ),
-        (
-            "Zipf s, OLS (ranks)",
-            [
-                f"{p['zipf_exponent_ols']:.3f} ({p['zipf_ols_ranks'][0]}-{p['zipf_ols_ranks'][1]})"
-                for p in profiles
-            ],
-        ),
-        (
-            "Zipf s, power-law MLE (alpha, x_min, KS)",
-            [
-                f"{p['zipf_exponent_mle']:.3f} ({p['powerlaw_alpha']:.3f}, {p['powerlaw_x_min']:g}, {p['powerlaw_ks']:.3f})"
-                + (" alpha at its search bound" if p.get("powerlaw_alpha_at_bound") else "")
-                for p in profiles
-            ],
-        ),
-        ("top-1% mass", [f"{p['top1pct_mass']:.3f}" for p in profiles]),
-        ("unigram entropy, bits", [f"{p['unigram_entropy_bits']:.3f}" for p in profiles]),
-        ("lzma bits / symbol (shuffled)", [pair(p, "bits_per_symbol_lzma") for p in profiles]),
-        ("zlib bits / symbol (shuffled)", [pair(p, "bits_per_symbol_zlib") for p in profiles]),
-    ]
-    for m in profiles[0]["permutation_entropy"]:
-        lines.append(
-            (
-                f"permutation entropy m={m}: pooled / per user (shuffled)",
-                [
-                    f"{p['permutation_entropy'][m]:.4f} ({p['permutation_entropy_shuffled'][m]:.4f}) / "
-                    f"{p['permutation_entropy_per_user'][m]:.4f} ({p['permutation_entropy_per_user_shuffled'][m]:.4f})"
-                    for p in profiles
-                ],
-            )
-        )
-    for i, (gap, _) in enumerate(profiles[0]["mi_decay"]):
-        if gap in (1, 2, 3, 5, 10, 20) or i == len(profiles[0]["mi_decay"]) - 1:
-            lines.append(
-                (
-                    f"MI at gap {gap}, bits (shuffled)",
-                    [
-                        f"{_signed(p['mi_decay'][i][1])} ({_signed(p['mi_decay_shuffled'][i][1])})"
-                        for p in profiles
-                    ],
-                )
-            )
+    lines = [*_distribution_lines(profiles), *_order_lines(profiles)]
     width = max(len(name) for name, _ in lines)
     columns = [
         max(len(p["dataset"]), *(len(values[j]) for _, values in lines)) for j, p in enumerate(profiles)
@@ -101,6 +50,72 @@ def summary(profiles: list[dict[str, Any]]) -> str:
             f"(shuffled: every sequence's items permuted, seed {profiles[0]['seed']}; profiled in {seconds})",
         ]
     )
+
+
+def _distribution_lines(profiles: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """The summary's rows on what the items are, whatever their order: sizes, Zipf fits, mass, entropy and
+    compressibility (the last beside the shuffled baseline)."""
+
+    def pair(p: dict[str, Any], key: str, digits: int = 3) -> str:
+        value, shuffled = p[key], p.get(f"{key}_shuffled")
+        return f"{value:.{digits}f}" + (f" ({shuffled:.{digits}f})" if shuffled is not None else "")
+
+    return [
+        (
+            "symbols / sequences / distinct items",
+            [f"{p['symbols']:,} / {p['sequences']:,} / {p['distinct_items']:,}" for p in profiles],
+        ),
+        (
+            "Zipf s, OLS (ranks)",
+            [
+                f"{p['zipf_exponent_ols']:.3f} ({p['zipf_ols_ranks'][0]}-{p['zipf_ols_ranks'][1]})"
+                for p in profiles
+            ],
+        ),
+        (
+            "Zipf s, power-law MLE (alpha, x_min, KS)",
+            [
+                f"{p['zipf_exponent_mle']:.3f} ({p['powerlaw_alpha']:.3f}, {p['powerlaw_x_min']:g}, "
+                f"{p['powerlaw_ks']:.3f})"
+                + (" alpha at its search bound" if p.get("powerlaw_alpha_at_bound") else "")
+                for p in profiles
+            ],
+        ),
+        ("top-1% mass", [f"{p['top1pct_mass']:.3f}" for p in profiles]),
+        ("unigram entropy, bits", [f"{p['unigram_entropy_bits']:.3f}" for p in profiles]),
+        ("lzma bits / symbol (shuffled)", [pair(p, "bits_per_symbol_lzma") for p in profiles]),
+        ("zlib bits / symbol (shuffled)", [pair(p, "bits_per_symbol_zlib") for p in profiles]),
+    ]
+
+
+def _order_lines(profiles: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """The summary's rows on what the order carries: permutation entropy per order, and MI at a few gaps
+    (and the last), each beside the shuffled baseline."""
+    lines = []
+    for m in profiles[0]["permutation_entropy"]:
+        lines.append(
+            (
+                f"permutation entropy m={m}: pooled / per user (shuffled)",
+                [
+                    f"{p['permutation_entropy'][m]:.4f} ({p['permutation_entropy_shuffled'][m]:.4f}) / "
+                    f"{p['permutation_entropy_per_user'][m]:.4f} "
+                    f"({p['permutation_entropy_per_user_shuffled'][m]:.4f})"
+                    for p in profiles
+                ],
+            )
+        )
+    for i, (gap, _) in enumerate(profiles[0]["mi_decay"]):
+        if gap in (1, 2, 3, 5, 10, 20) or i == len(profiles[0]["mi_decay"]) - 1:
+            lines.append(
+                (
+                    f"MI at gap {gap}, bits (shuffled)",
+                    [
+                        f"{_signed(p['mi_decay'][i][1])} ({_signed(p['mi_decay_shuffled'][i][1])})"
+                        for p in profiles
+                    ],
+                )
+            )
+    return lines
 
 
 def long_table(profiles: list[dict[str, Any]]):
@@ -177,7 +192,15 @@ def plot(profiles: list[dict[str, Any]], corpora: list[Corpus], out: Path) -> li
     from modsar.outputs import pyplot
 
     plt = pyplot()
-    written = []
+    return [
+        _plot_rank_frequency(plt, profiles, corpora, out),
+        _plot_mi_decay(plt, profiles, out),
+        _plot_permutation_entropy(plt, profiles, out),
+    ]
+
+
+def _plot_rank_frequency(plt: Any, profiles: list[dict[str, Any]], corpora: list[Corpus], out: Path) -> Path:
+    """rank_frequency.png: each corpus's counts by rank, log-log, with its OLS and MLE Zipf lines."""
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for i, (p, corpus) in enumerate(zip(profiles, corpora, strict=True)):
         counts = np.bincount(corpus.items, minlength=corpus.num_items + 1)[1:]
@@ -203,8 +226,11 @@ def plot(profiles: list[dict[str, Any]], corpora: list[Corpus], out: Path) -> li
                 lw=1,
                 label=f"MLE s = {p['zipf_exponent_mle']:.2f} (counts >= {p['powerlaw_x_min']:g})",
             )
-    written.append(_finish(fig, ax, "rank", "count", out / "rank_frequency.png", 6))
+    return _finish(fig, ax, "rank", "count", out / "rank_frequency.png", 6)
 
+
+def _plot_mi_decay(plt: Any, profiles: list[dict[str, Any]], out: Path) -> Path:
+    """mi_decay.png: bias-corrected MI against the gap, each corpus beside its shuffled baseline."""
     fig, ax = plt.subplots(figsize=(5, 3.4))
     for i, p in enumerate(profiles):
         gaps = [g for g, _ in p["mi_decay"]]
@@ -213,44 +239,21 @@ def plot(profiles: list[dict[str, Any]], corpora: list[Corpus], out: Path) -> li
             gaps, [v for _, v in p["mi_decay_shuffled"]], ":", color=f"C{i}", label=f"{p['dataset']} shuffled"
         )
     ax.axhline(0, color="grey", lw=0.6)
-    written.append(
-        _finish(fig, ax, "gap g", "I(x_t; x_t+g), bits (minus permuted pairs)", out / "mi_decay.png")
-    )
+    return _finish(fig, ax, "gap g", "I(x_t; x_t+g), bits (minus permuted pairs)", out / "mi_decay.png")
 
+
+def _plot_permutation_entropy(plt: Any, profiles: list[dict[str, Any]], out: Path) -> Path:
+    """permutation_entropy.png: pooled and mean-per-user entropy by order, real and shuffled."""
     fig, ax = plt.subplots(figsize=(5, 3.4))
     for i, p in enumerate(profiles):
         orders = [int(m) for m in p["permutation_entropy"]]
-        ax.plot(
-            orders,
-            list(p["permutation_entropy"].values()),
-            "o-",
-            color=f"C{i}",
-            label=f"{p['dataset']} pooled",
-        )
-        ax.plot(
-            orders,
-            list(p["permutation_entropy_per_user"].values()),
-            "s--",
-            ms=3,
-            color=f"C{i}",
-            label=f"{p['dataset']} mean per user",
-        )
-        ax.plot(
-            orders,
-            list(p["permutation_entropy_shuffled"].values()),
-            ":",
-            color=f"C{i}",
-            label=f"{p['dataset']} shuffled",
-        )
-        ax.plot(
-            orders,
-            list(p["permutation_entropy_per_user_shuffled"].values()),
-            "-.",
-            lw=0.8,
-            color=f"C{i}",
-            label=f"{p['dataset']} per user, shuffled",
-        )
-    written.append(
-        _finish(fig, ax, "order m", "normalised permutation entropy", out / "permutation_entropy.png", 6)
-    )
-    return written
+        for key, style, label, extra in (
+            ("permutation_entropy", "o-", "pooled", {}),
+            ("permutation_entropy_per_user", "s--", "mean per user", {"ms": 3}),
+            ("permutation_entropy_shuffled", ":", "shuffled", {}),
+            ("permutation_entropy_per_user_shuffled", "-.", "per user, shuffled", {"lw": 0.8}),
+        ):
+            ax.plot(
+                orders, list(p[key].values()), style, **extra, color=f"C{i}", label=f"{p['dataset']} {label}"
+            )
+    return _finish(fig, ax, "order m", "normalised permutation entropy", out / "permutation_entropy.png", 6)

@@ -73,7 +73,8 @@ class LeaveOneOut:
         return np.arange(len(self.items)) < self.train_ends[self.owner]
 
     def targets(self, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(users, history_end, target) for `split` in {valid, test}; history = items[starts[u]:history_end]."""
+        """(users, history_end, target) for `split` in {valid, test}; history =
+        items[starts[u]:history_end]."""
         users = self.eval_users
         shift = {"valid": 2, "test": 1}[split]
         end = self.offsets[users + 1] - shift
@@ -152,7 +153,8 @@ class TemporalSplit(LeaveOneOut):
         return np.unique(np.concatenate([self.targets("valid")[0], self.targets("test")[0]]))
 
     def _history_ends(self) -> np.ndarray:
-        """For every position, the index of its user's first event with the same timestamp (its history end)."""
+        """For every position, the index of its user's first event with the same timestamp (its history
+        end)."""
         owner, ts = self.owner, self.stamps
         index = np.arange(len(ts))
         new_run = np.ones(len(ts), dtype=bool)
@@ -260,7 +262,8 @@ def when(seconds: float) -> str:
 
 
 def cut_times(data_cfg, timestamp: np.ndarray) -> tuple[float, float]:
-    """(validation cut, test cut) in seconds: ISO dates when `split_dates` is set, else timestamp quantiles."""
+    """(validation cut, test cut) in seconds: ISO dates when `split_dates` is set, else timestamp
+    quantiles."""
     if data_cfg.split_dates:
         first, second = parse_dates(data_cfg.split_dates)
         return first.timestamp(), second.timestamp()

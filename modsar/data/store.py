@@ -161,45 +161,21 @@ def prepare_dataset(
     (`sources`) the one detected from that file, the registry's format only breaking a tie (detect_format).
     """
     _check_name(name)
-    limit = SIZE_LIMITS["data.max_len"]
-    if max_len is not None and not 1 <= max_len <= limit:
-        raise ModsarError(
-            f"--max-len must be between 1 and {limit:,} (the history items a model sees); got {max_len}"
-        )
+    _check_max_len(max_len)
     root = data_root(root)
     remove_stale_staging(root, name)  # what a killed prepare of this name left behind
     spec = spec or get_spec(name)
     generated = is_generated(name) and not sources
-    if is_generated(name) and sources:  # a generator's name, but the user's own file: no generator defaults
-        spec = None
-    if spec is not None:
-        options = options or PrepareOptions(**spec.options())
-        max_len = max_len or spec.max_len
-        if not sources:  # the registry's own file (download) or generator: its format is known
-            fmt = spec.format if fmt == "auto" else fmt
-    options = options or PrepareOptions()
-
+    spec, options, max_len, fmt = _registry_defaults(name, spec, sources, options, max_len, fmt)
     if generated:
+        paths: list[Path] = []
         source_facts, formats = [synthetic.GENERATORS[name].facts()], ["synthetic"]
     else:
-        if not sources:
-            if spec is None:
-                raise ModsarError(f"'{name}' is not a known benchmark, so it needs --source PATH")
-            if not download_missing:
-                raise ModsarError(
-                    f"no --source given for '{name}'; pass --source PATH to a local copy, or "
-                    f"--download to fetch it from {spec.url or 'its source'}"
-                )
-            sources = [download(spec, root, url)]
-        paths = [Path(s).expanduser() for s in sources]
-        for path in paths:
-            if not path.is_file():
-                raise ModsarError(f"source file '{path}' does not exist")
+        paths = _source_paths(name, spec, sources, root, download_missing, url)
         source_facts = [{"path": str(p.resolve()), "sha256": file_sha256(p)} for p in paths]
         # a user's file under a registry name is read in the format it is in (SASRec's pairs for ml-1m, say)
         formats = [resolve_format(p, fmt, spec.format if spec is not None else None) for p in paths]
     max_len = max_len or 50
-
     existing = read_manifest(name, root)
     request = {
         "sources": [{k: v for k, v in s.items() if k != "path"} for s in source_facts],
@@ -214,37 +190,121 @@ def prepare_dataset(
             f"dataset '{name}' already exists in {root} with other sources or options; "
             "pass --force to replace it, or choose another name"
         )
-
-    if generated:
-        raw = synthetic.GENERATORS[name].generate(**synthetic.GENERATORS[name].options)
-    else:
-        parts = []
-        for path, used in zip(paths, formats, strict=True):
-            parts.append(read_interactions(path, used)[0])
-        raw = Interactions.concat(parts) if len(parts) > 1 else parts[0]
-        if "sessions" in formats and len(parts) > 1:  # session ids restart per file: make them distinct
-            offset, users = 0, []
-            for part in parts:
-                users.append(part.user + offset)
-                offset += int(part.user.max())
-            raw.user = np.concatenate(users)
+    raw = _raw_interactions(name, generated, paths, formats)
     where = ", ".join(str(s.get("path", f"the '{name}' generator")) for s in source_facts)
+    _refuse_unrated(name, spec, options, raw, where, formats)
+    log = prepare_log(raw, options, source=where)
+    stats = _trainable_statistics(log, where)
+    manifest = _manifest(name, source_facts, formats, options, max_len, stats, len(raw), request, log)
+    if generated and options == PrepareOptions():  # filtering would break the planted structure's optimum
+        generator = synthetic.GENERATORS[name]
+        manifest["optimum"] = synthetic.optimum(generator.model(**generator.options), log)
+    _write(root, name, log, manifest)
+    return manifest, False
+
+
+def _check_max_len(max_len: int | None) -> None:
+    """A stated history length must be one a model can use: refused before anything is read or written."""
+    limit = SIZE_LIMITS["data.max_len"]
+    if max_len is not None and not 1 <= max_len <= limit:
+        raise ModsarError(
+            f"--max-len must be between 1 and {limit:,} (the history items a model sees); got {max_len}"
+        )
+
+
+def _registry_defaults(
+    name: str,
+    spec: DatasetSpec | None,
+    sources: list[str | Path] | None,
+    options: PrepareOptions | None,
+    max_len: int | None,
+    fmt: str,
+) -> tuple[DatasetSpec | None, PrepareOptions, int | None, str]:
+    """(spec, options, max_len, fmt) with the registry's preprocessing, max length and format filled in where
+    not given: a benchmark name promises the benchmark's preparation unless the caller says otherwise."""
+    if is_generated(name) and sources:  # a generator's name, but the user's own file: no generator defaults
+        spec = None
+    if spec is not None:
+        options = options or PrepareOptions(**spec.options())
+        max_len = max_len or spec.max_len
+        if not sources:  # the registry's own file (download) or generator: its format is known
+            fmt = spec.format if fmt == "auto" else fmt
+    return spec, options or PrepareOptions(), max_len, fmt
+
+
+def _source_paths(
+    name: str,
+    spec: DatasetSpec | None,
+    sources: list[str | Path] | None,
+    root: Path,
+    download_missing: bool,
+    url: str | None,
+) -> list[Path]:
+    """The files to read: the given ones, else the registry's download (only when asked for); each must
+    exist, so a typo fails before anything is hashed or read."""
+    if not sources:
+        if spec is None:
+            raise ModsarError(f"'{name}' is not a known benchmark, so it needs --source PATH")
+        if not download_missing:
+            raise ModsarError(
+                f"no --source given for '{name}'; pass --source PATH to a local copy, or "
+                f"--download to fetch it from {spec.url or 'its source'}"
+            )
+        sources = [download(spec, root, url)]
+    paths = [Path(s).expanduser() for s in sources]
+    for path in paths:
+        if not path.is_file():
+            raise ModsarError(f"source file '{path}' does not exist")
+    return paths
+
+
+def _raw_interactions(name: str, generated: bool, paths: list[Path], formats: list[str]) -> Interactions:
+    """The log before any filtering: the generator's output, or the files read and joined into one."""
+    if generated:
+        return synthetic.GENERATORS[name].generate(**synthetic.GENERATORS[name].options)
+    parts = []
+    for path, used in zip(paths, formats, strict=True):
+        parts.append(read_interactions(path, used)[0])
+    raw = Interactions.concat(parts) if len(parts) > 1 else parts[0]
+    if "sessions" in formats and len(parts) > 1:  # session ids restart per file: make them distinct
+        offset, users = 0, []
+        for part in parts:
+            users.append(part.user + offset)
+            offset += int(part.user.max())
+        raw.user = np.concatenate(users)
+    return raw
+
+
+def _refuse_unrated(
+    name: str,
+    spec: DatasetSpec | None,
+    options: PrepareOptions,
+    raw: Interactions,
+    where: str,
+    formats: list[str],
+) -> None:
+    """A benchmark's rating filter on a file without ratings is refused rather than skipped.
+
+    A benchmark name promises the benchmark's preprocessing, and a file without ratings (say SASRec's pairs)
+    cannot say which rows the filter would have dropped; skipping it would store another dataset under the
+    benchmark's name, compared with papers as if it were theirs."""
     if (
         spec is not None
         and options.min_rating is not None
         and options.min_rating == spec.min_rating
         and raw.rating is None
     ):
-        # Refused rather than skipped: a benchmark name promises the benchmark's preprocessing, and a file
-        # without ratings (say SASRec's pairs) cannot say which rows the filter would have dropped; skipping
-        # it would store another dataset under the benchmark's name, compared with papers as if it were theirs.
         raise ModsarError(
             f"'{name}' keeps only ratings >= {spec.min_rating:g} (its registry preprocessing), but "
             f"{where} ({', '.join(dict.fromkeys(formats))}) has no rating column; pass a file with "
             "ratings (or --download), or prepare this file under a name of your own, which has "
             "no rating filter"
         )
-    log = prepare_log(raw, options, source=where)
+
+
+def _trainable_statistics(log: PreparedLog, where: str) -> dict:
+    """The prepared log's statistics, once it is known to leave leave-one-out something to validate, test
+    and train on: a dataset that cannot be trained is refused before it is stored."""
     stats = statistics(log.user, log.num_users, log.num_items)
     if not stats["evaluable_users"]:
         who = f"{stats['users']:,} user{'s' * (stats['users'] != 1)}"
@@ -261,9 +321,26 @@ def prepare_dataset(
             "items of each user are held out for validation and test, so there is nothing to "
             "train on; the data needs some users with 4+ interactions"
         )
+    return stats
+
+
+def _manifest(
+    name: str,
+    source_facts: list[dict],
+    formats: list[str],
+    options: PrepareOptions,
+    max_len: int,
+    stats: dict,
+    raw_interactions: int,
+    request: dict,
+    log: PreparedLog,
+) -> dict:
+    """What manifest.json records of a preparation: where it came from (each source with the format it was
+    read in), how, and what it holds; `request` is what a later prepare of the same name is compared with
+    (_same_preparation)."""
     for fact, used in zip(source_facts, formats, strict=True):
         fact["format"] = used
-    manifest = {
+    return {
         "name": name,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "modsar_version": __version__,
@@ -271,15 +348,10 @@ def prepare_dataset(
         "options": options.to_dict(),
         "max_len": max_len,
         "statistics": stats,
-        "raw_interactions": len(raw),
+        "raw_interactions": raw_interactions,
         "request": request,
         "has_timestamp": log.timestamp is not None,
     }
-    if generated and options == PrepareOptions():  # filtering would break the planted structure's optimum
-        generator = synthetic.GENERATORS[name]
-        manifest["optimum"] = synthetic.optimum(generator.model(**generator.options), log)
-    _write(root, name, log, manifest)
-    return manifest, False
 
 
 def _same_preparation(existing: dict, request: dict, formats: list[str]) -> bool:
@@ -318,7 +390,8 @@ def _temp_folder(root: Path, prefix: str) -> Path:
 
 
 def _owner_gone(folder: Path) -> bool:
-    """Whether the process that made `folder` has ended: known only for one on this host that recorded itself."""
+    """Whether the process that made `folder` has ended: known only for one on this host that recorded
+    itself."""
     try:
         owner = json.loads((folder / ".owner").read_text())
         if owner["host"] != socket.gethostname():

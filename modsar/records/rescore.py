@@ -2,9 +2,9 @@
 
 A checkpoint stores its configuration and sizes, so the split, window and evaluation protocol of the run that
 wrote it are rebuilt exactly. Scored with that stored protocol, on the device its row was tested on, a
-checkpoint gives its row's test.* values to the last digit: the same Evaluator over the same split as `modsar train` and
-a search's selection use. Any evaluation setting given here that differs from the stored one is named in the
-result, since those metrics are no longer comparable with the row's."""
+checkpoint gives its row's test.* values to the last digit: the same Evaluator over the same split as
+`modsar train` and a search's selection use. Any evaluation setting given here that differs from the stored
+one is named in the result, since those metrics are no longer comparable with the row's."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from modsar import devices
-from modsar.config import apply_overrides
+from modsar.config import Config, apply_overrides
 from modsar.data.split import make_split
-from modsar.data.store import dataset_identity, load_dataset
+from modsar.data.store import StoredDataset, dataset_identity, load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
 from modsar.evaluation.ranking import Evaluator, model_scorer
@@ -112,7 +112,8 @@ class CheckpointScores:
 
 def tested_on(row: dict[str, Any] | None) -> str:
     """Where a row's test.* values were computed: a search tests its selected trials on the CPU after the
-    search (sweep.tuner.select_and_test); `modsar train` and seed re-runs test on the device they trained on."""
+    search (sweep.tuner.select_and_test); `modsar train` and seed re-runs test on the device they trained
+    on."""
     if row is None or row.get("role") == "search" or not isinstance(row.get("device"), str):
         return "cpu"
     return str(row["device"])
@@ -135,51 +136,13 @@ def evaluate_checkpoint(
     if split not in ("valid", "test"):
         raise ModsarError(f"split '{split}' is not one of: valid, test")
     row = checkpoint_row(checkpoint)
-    note = ""
-    if device is None:
-        device = tested_on(row)
-        try:
-            devices.resolve(device, option)
-        except ModsarError:  # a GPU row scored on a machine without that GPU
-            note = f"its row was tested on {device}, which is not here: scored on the CPU, the last digits may differ"
-            device = "cpu"
+    device, note = _scoring_device(device, row, option)
     torch_device = devices.resolve(device, option)
     with local_checkpoint(checkpoint) as path:
         model, cfg, payload = load_checkpoint(path, str(torch_device))
-    stored = {key: value for key, value in cfg.flat().items() if key in PROTOCOL_KEYS}
-    given: dict[str, Any] = {
-        "eval.ks": ks,
-        "eval.filter_seen": filter_seen,
-        "eval.sampled_negatives": sampled_negatives,
-    }
-    metric, _, monitor_k = cfg.train.monitor.partition("@")
-    if (
-        ks is not None and int(monitor_k) not in ks
-    ):  # the monitor chose the training epoch; nothing here reads it
-        given["train.monitor"] = f"{metric}@{ks[0]}"
-    # stored=True: a stored config keeps settings of other backbones (no-ops there), as a row may
-    apply_overrides(cfg, {k: v for k, v in given.items() if v is not None}, "evaluate option", stored=True)
-    used = {key: value for key, value in cfg.flat().items() if key in PROTOCOL_KEYS}
+    stored, used = _apply_protocol(cfg, ks, filter_seen, sampled_negatives)
     dataset = viewed(load_dataset(cfg.dataset, data_dir), cfg.data.view)
-    fix = (
-        "prepare it from the same source and options (its row's dataset_sha256 and dataset_preprocessing), or "
-        "pass --data-dir"
-    )
-    if (dataset.num_items, dataset.num_users) != (payload["num_items"], payload["num_users"]):
-        raise ModsarError(
-            f"checkpoint '{checkpoint}' was trained on '{cfg.dataset}' with {payload['num_items']:,} "
-            f"items and {payload['num_users']:,} users; the '{cfg.dataset}' prepared here has "
-            f"{dataset.num_items:,} and {dataset.num_users:,}: {fix}"
-        )
-    here = dataset_identity(dataset.manifest)
-    recorded = {k: payload.get(k, (row or {}).get(k)) for k in here}  # checkpoints before 0.3: the row's
-    differs = [k for k in here if isinstance(recorded[k], str) and recorded[k] != here[k]]
-    if differs:
-        what = " and ".join("its sources" if k == "dataset_sha256" else "its preprocessing" for k in differs)
-        raise ModsarError(
-            f"checkpoint '{checkpoint}' was trained on another '{cfg.dataset}' than the one prepared "
-            f"here ({what} differ, with the same numbers of items and users): {fix}"
-        )
+    _check_same_data(checkpoint, cfg, dataset, payload, row)
     data_split = make_split(cfg, dataset)
     validate_for_dataset(cfg, dataset.num_items, "evaluate option", data_split, max_len=payload["max_len"])
     evaluator = Evaluator.of(data_split, cfg, payload["max_len"], torch_device)
@@ -199,12 +162,75 @@ def evaluate_checkpoint(
     )
     if row is not None:
         scores.row_trial_id = str(row.get("trial_id"))
-        values = {
-            k: row.get(f"{split}.{k}") for k in metrics
-        }  # NaN where the row holds none (an untested trial)
+        # NaN where the row holds none (an untested trial)
+        values = {k: row.get(f"{split}.{k}") for k in metrics}
         scores.row_metrics = {
             k: float(v)
             for k, v in values.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
         }
     return scores
+
+
+def _scoring_device(device: str | None, row: dict[str, Any] | None, option: str) -> tuple[str, str]:
+    """(device, note): the one asked for, else the one the row was tested on, or the CPU where that one is
+    not here, with a note saying so (its last digits may then differ from the row's)."""
+    if device is not None:
+        return device, ""
+    device = tested_on(row)
+    try:
+        devices.resolve(device, option)
+    except ModsarError:  # a GPU row scored on a machine without that GPU
+        note = (
+            f"its row was tested on {device}, which is not here: scored on the CPU, the last digits may "
+            "differ"
+        )
+        return "cpu", note
+    return device, ""
+
+
+def _apply_protocol(
+    cfg: Config, ks: list[int] | None, filter_seen: str | None, sampled_negatives: int | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The evaluation settings given as options set on the checkpoint's config; returns the protocol keys'
+    values (stored, used), so that whatever differs is named beside the metrics."""
+    stored = {key: value for key, value in cfg.flat().items() if key in PROTOCOL_KEYS}
+    given: dict[str, Any] = {
+        "eval.ks": ks,
+        "eval.filter_seen": filter_seen,
+        "eval.sampled_negatives": sampled_negatives,
+    }
+    metric, _, monitor_k = cfg.train.monitor.partition("@")
+    # the monitor chose the training epoch; nothing here reads it
+    if ks is not None and int(monitor_k) not in ks:
+        given["train.monitor"] = f"{metric}@{ks[0]}"
+    # stored=True: a stored config keeps settings of other backbones (no-ops there), as a row may
+    apply_overrides(cfg, {k: v for k, v in given.items() if v is not None}, "evaluate option", stored=True)
+    used = {key: value for key, value in cfg.flat().items() if key in PROTOCOL_KEYS}
+    return stored, used
+
+
+def _check_same_data(
+    checkpoint: str | Path, cfg: Config, dataset: StoredDataset, payload: dict, row: dict[str, Any] | None
+) -> None:
+    """The dataset prepared here must be the one the checkpoint was trained on (its sizes, sources and
+    preprocessing): another one's scores would be taken for the checkpoint's."""
+    fix = (
+        "prepare it from the same source and options (its row's dataset_sha256 and dataset_preprocessing), "
+        "or pass --data-dir"
+    )
+    if (dataset.num_items, dataset.num_users) != (payload["num_items"], payload["num_users"]):
+        raise ModsarError(
+            f"checkpoint '{checkpoint}' was trained on '{cfg.dataset}' with {payload['num_items']:,} "
+            f"items and {payload['num_users']:,} users; the '{cfg.dataset}' prepared here has "
+            f"{dataset.num_items:,} and {dataset.num_users:,}: {fix}"
+        )
+    here = dataset_identity(dataset.manifest)
+    recorded = {k: payload.get(k, (row or {}).get(k)) for k in here}  # checkpoints before 0.3: the row's
+    differs = [k for k in here if isinstance(recorded[k], str) and recorded[k] != here[k]]
+    if differs:
+        what = " and ".join("its sources" if k == "dataset_sha256" else "its preprocessing" for k in differs)
+        raise ModsarError(
+            f"checkpoint '{checkpoint}' was trained on another '{cfg.dataset}' than the one prepared "
+            f"here ({what} differ, with the same numbers of items and users): {fix}"
+        )

@@ -101,8 +101,8 @@ def result_row(
 
 PROTOCOL_FACTS = ("valid_targets", "test_targets", "split_valid_cut", "split_test_cut")  # train.split_facts
 SPEED_FACTS = ("epoch_gflop", "output_gflop", "gflops", "mfu")  # TrialResult fields (modsar.training.flops)
-# TrialResult fields: optimizer steps, and the most-popular ranking's validation value with the steps at which the
-# run first cleared it (train.PLATEAU_FACTOR; None: it never left that level)
+# TrialResult fields: optimizer steps, and the most-popular ranking's validation value with the steps at which
+# the run first cleared it (train.PLATEAU_FACTOR; None: it never left that level)
 PROGRESS_FACTS = ("steps", "steps_per_epoch", "popularity_level", "escape_steps")
 
 
@@ -210,9 +210,10 @@ def read_rows(root: str, experiment: str | None = None):
 
 
 def _local_files(path: str) -> list[str]:
-    """Every file under a local folder, each real file once: a symlinked folder is followed (an experiment kept
-    on another disk), but a folder already listed under another name (an alias `latest -> exp`, a loop
-    `loop -> ..`) is not listed again; of two names of one file, the one without a symlinked folder is kept."""
+    """Every file under a local folder, each real file once: a symlinked folder is followed (an experiment
+    kept on another disk), but a folder already listed under another name (an alias `latest -> exp`, a loop
+    `loop -> ..`) is not listed again; of two names of one file, the one without a symlinked folder is
+    kept."""
     if not os.path.isdir(path):
         return []
     real_base = os.path.realpath(path)
@@ -263,8 +264,8 @@ def _drop_copies(tables: dict[str, pa.Table]) -> tuple[dict[str, pa.Table], list
         f"{experiment!r}): {kept} holds the same trials, read once from there; move the copy out of the "
         "results root"
         if not copy.endswith(".parquet")
-        else f"skipped {copy}: it holds trial {ids[0]} of experiment {experiment!r}, as {kept} does, read once "
-        "from there; move the copy out of the results root"
+        else f"skipped {copy}: it holds trial {ids[0]} of experiment {experiment!r}, as {kept} does, read "
+        "once from there; move the copy out of the results root"
         for (kept, copy, experiment), ids in pairs.items()
     ]
     return {f: t for f, t in tables.items() if f not in skip}, lines

@@ -1,4 +1,5 @@
-"""`modsar search` (the package modsar.sweep): a design space searched by Ray Tune, every trial one Parquet row.
+"""`modsar search` (the package modsar.sweep): a design space searched by Ray Tune, every trial one Parquet
+row.
 
 Each trial runs `training.run_trial` (the same function as `modsar train`) inside a Ray Tune function
 trainable and reports validation metrics at every evaluation, with a checkpoint whenever the monitored
@@ -20,7 +21,8 @@ Parquet row per trial), `tuner` (Ray, the Tuners, selection, testing and seed re
 from modsar.sweep.plan import Plan, SearchRequest, make_plan, trial_config
 
 # the Tune callbacks are re-exported at the package's top, where a search started before the package split
-# pickled them (as modsar.search.<name>); --resume finds them there under that name (tuner.modules_under_earlier_names)
+# pickled them (as modsar.search.<name>); --resume finds them there under that name
+# (tuner.modules_under_earlier_names)
 from modsar.sweep.rows import LiveTable, ResultRows, SchedulerState, reconcile_rows, row_from_results
 from modsar.sweep.trial import make_trainable, trainable
 from modsar.sweep.tuner import check_resources, connect_ray, rerun_seeds, run_search, select_and_test

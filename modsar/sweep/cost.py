@@ -2,11 +2,11 @@
 the epochs of the whole search, and a wall-clock from a few seconds' timed probe of each model size.
 
 A search of hundreds of trials is sized by numbers nobody multiplies by hand: a grace period in validation
-passes of `eval_every` epochs of a dataset's steps, rungs that keep 1/reduction_factor of the trials, trials in
-parallel on the CPUs a trial takes. `estimate` multiplies them, and times 1 warm-up + PROBE_STEPS real training
-steps and a validation pass (or its first batches) of one configuration per model size (COST_KEYS), so
-`modsar spaces NAME --dataset D` and the first lines of `modsar search` say what a search costs before any of
-it runs.
+passes of `eval_every` epochs of a dataset's steps, rungs that keep 1/reduction_factor of the trials, trials
+in parallel on the CPUs a trial takes. `estimate` multiplies them, and times 1 warm-up + PROBE_STEPS real
+training steps and a validation pass (or its first batches) of one configuration per model size (COST_KEYS),
+so `modsar spaces NAME --dataset D` and the first lines of `modsar search` say what a search costs before any
+of it runs.
 
 The epochs are an estimate: patience may end a trial before ASHA does, and asynchronous ASHA lets a few more
 than 1/reduction_factor of the early trials through a rung. Every trial runs to the first rung
@@ -115,7 +115,8 @@ class Schedule:
 
     def first_decision(self, steps_per_epoch: int) -> tuple[int, int]:
         """(optimizer steps, epochs) before ASHA's first decision: at the first validation pass at or past the
-        grace period (in steps: 2,000 on Video's 121 steps an epoch, validated every 5, is epoch 20, 2,420 steps)."""
+        grace period (in steps: 2,000 on Video's 121 steps an epoch, validated every 5, is epoch 20, 2,420
+        steps)."""
         epochs = self.epochs_at(self.grace, steps_per_epoch)
         return epochs * steps_per_epoch, epochs
 
@@ -275,7 +276,8 @@ class CostEstimate:
             wall = f", {self._wall(self.seconds())} (one direction after the other)" if parallel else ""
             lines.append(f"  in all: <= {_int(sum(d.epochs() for d in self.directions))} epochs{wall}")
         lines.append(
-            "  (an estimate: patience may end a trial before ASHA does; async ASHA lets a few more through early)"
+            "  (an estimate: patience may end a trial before ASHA does; async ASHA lets a few more through "
+            "early)"
         )
         budget = p.request.time_budget_s
         if budget and parallel and sum(d.seconds(parallel) for d in self.directions) > budget:
@@ -559,7 +561,8 @@ def run_probes(directions: list[Direction], dataset, split, device: torch.device
 
 def pick_probes(directions: list[Direction], max_probes: int) -> list[list[Group]]:
     """Per direction, the sizes to time: all of them while at most `max_probes` are needed in all; else an
-    even share of `max_probes` per direction, spread from the smallest to the largest size (by FLOPs per step)."""
+    even share of `max_probes` per direction, spread from the smallest to the largest size (by FLOPs per
+    step)."""
     quota = [len(d.groups) for d in directions]
     while sum(quota) > max_probes and max(quota) > 1:
         quota[quota.index(max(quota))] -= 1

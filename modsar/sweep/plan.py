@@ -14,9 +14,8 @@ from modsar.errors import ModsarError
 from modsar.sweep.space_check import SpaceCheck, check_space, dataset_sizes
 from modsar.sweep.spaces import Param, SearchSpace, load_space
 
-STEPS_MAX_T = (
-    2**62
-)  # ASHA's max_t where a space counts optimizer steps and names none: max_epochs ends trials
+# ASHA's max_t where a space counts optimizer steps and names none: max_epochs ends trials
+STEPS_MAX_T = 2**62
 
 
 @dataclass
@@ -83,79 +82,19 @@ class Plan:
 
 
 def make_plan(req: SearchRequest, check: bool = True) -> Plan:
-    """Everything the search will do, derived and checked before Ray starts: with `check`, every configuration
-    of the space is validated against the dataset (modsar.sweep.space_check) and all problems are raised at once.
-    An empty `req.dataset` plans without data (`modsar spaces NAME --check` without --dataset)."""
+    """Everything the search will do, derived and checked before Ray starts: with `check`, every
+    configuration of the space is validated against the dataset (modsar.sweep.space_check) and all problems
+    are raised at once. An empty `req.dataset` plans without data (`modsar spaces NAME --check` without
+    --dataset)."""
     _check_request_numbers(req)
     space = load_space(req.space)
-    overrides = dict(parse_override(o) for o in req.overrides)
-    # An override of a searched key is the value where no param sets it (a conditional param's condition does
-    # not hold): refused only where some param sets it in every trial, so that it could never take effect.
-    if clash := next((k for k in overrides if space.sets_everywhere(k)), None):
-        searched = " and ".join(
-            f"params.{p.key}" if p.key == clash else f"the 'also' of params.{p.key}"
-            for p in space.sources(clash)
-        )
-        raise ModsarError(
-            f"override '{clash}={overrides[clash]}' sets a key the space searches "
-            f"({searched}), whose values would replace it in every trial; drop the override, "
-            "or copy the space file and change its params"
-        )
-    if req.dataset:
-        overrides["dataset"] = req.dataset
-    budget = space.budget
-    if req.max_epochs is not None:
-        overrides["train.max_epochs"] = req.max_epochs
-    overrides.setdefault("train.max_epochs", budget.get("max_epochs", Config().train.max_epochs))
-    overrides.setdefault("train.eval_every", budget.get("eval_every", 1))
-    overrides.setdefault("seed", req.seed)
+    overrides = _base_overrides(req, space)
     cfg = space.base_config(overrides)
     if "task" in overrides:  # a space without a task param runs the overridden direction: count it as that
-        space.base = {**space.base, "task": cfg.task}
-    search = req.search or budget.get("search", "grid")
-    if search not in ("grid", "random", "optuna"):
-        raise ModsarError(f"--search must be grid, random or optuna; got {search!r}")
-    default_samples = budget.get("num_samples") if search == budget.get("search", "grid") else None
-    if req.num_samples is not None and req.num_samples < 1:
-        raise ModsarError(f"--num-samples must be >= 1; got {req.num_samples}")
-    num_samples = req.num_samples or default_samples or (1 if search == "grid" else 16)
-    _check_repeats(
-        space,
-        search,
-        num_samples,
-        f"--num-samples {num_samples}"
-        if req.num_samples
-        else f"its budget.num_samples: {num_samples}"
-        if default_samples
-        else f"the default {num_samples} samples",
-    )
-    unit = str(space.scheduler.get("unit", "passes"))
-    if unit == "steps":  # the trial's epochs end it first wherever max_t is larger than its steps
-        max_t = req.max_t or space.scheduler.get("max_t", STEPS_MAX_T)
-    else:
-        evals = max(1, math.ceil(cfg.train.max_epochs / cfg.train.eval_every))
-        max_t = req.max_t or min(space.scheduler.get("max_t", evals), evals)
-    grace = req.grace_period or space.scheduler.get("grace_period", 1)
-    if (
-        unit == "steps" and grace > max_t
-    ):  # in passes the grace shrinks to a shorter budget; a stated one does not
-        raise ModsarError(
-            f"space '{space.path}': ASHA's grace period ({grace:,} steps) is past its max_t "
-            f"({max_t:,} steps), so no trial could reach a first rung; lower the grace (--grace-period) "
-            "or raise max_t (--max-t)"
-        )
-    grace = min(grace, max_t)
-    factor = req.reduction_factor or space.scheduler.get("reduction_factor", 2)
-    if factor < 2:
-        raise ModsarError(f"--reduction-factor must be >= 2; got {factor}")
-    if not 0 < req.cpus_per_trial < math.inf:  # NaN fails both
-        raise ModsarError(f"--cpus-per-trial must be > 0; got {req.cpus_per_trial}")
-    if not 0 <= req.gpus_per_trial < math.inf or (
-        req.gpus_per_trial > 1 and req.gpus_per_trial != int(req.gpus_per_trial)
-    ):
-        raise ModsarError(
-            f"--gpus-per-trial must be a fraction in (0, 1] or a whole number; got {req.gpus_per_trial}"
-        )
+        space.base = {**space.base, "task": cfg.task.value}
+    search, num_samples = _search_and_samples(req, space)
+    unit, max_t, grace, factor = _asha_settings(req, space, cfg)
+    _check_resources(req)
     if req.mlflow is not None:
         _check_mlflow(req.mlflow)
     # unknown or unprepared dataset: refused here
@@ -178,6 +117,93 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
     if check:
         plan.check().raise_if_invalid()
     return plan
+
+
+def _base_overrides(req: SearchRequest, space: SearchSpace) -> dict[str, Any]:
+    """The dotted keys every trial shares on top of the space's base: the KEY=VALUE overrides, the dataset,
+    the seed and the budget's epochs. An override of a searched key is the value where no param sets it (a
+    conditional param's condition does not hold): refused only where some param sets it in every trial, so
+    that it could never take effect."""
+    overrides = dict(parse_override(o) for o in req.overrides)
+    if clash := next((k for k in overrides if space.sets_everywhere(k)), None):
+        searched = " and ".join(
+            f"params.{p.key}" if p.key == clash else f"the 'also' of params.{p.key}"
+            for p in space.sources(clash)
+        )
+        raise ModsarError(
+            f"override '{clash}={overrides[clash]}' sets a key the space searches "
+            f"({searched}), whose values would replace it in every trial; drop the override, "
+            "or copy the space file and change its params"
+        )
+    if req.dataset:
+        overrides["dataset"] = req.dataset
+    budget = space.budget
+    if req.max_epochs is not None:
+        overrides["train.max_epochs"] = req.max_epochs
+    overrides.setdefault("train.max_epochs", budget.get("max_epochs", Config().train.max_epochs))
+    overrides.setdefault("train.eval_every", budget.get("eval_every", 1))
+    overrides.setdefault("seed", req.seed)
+    return overrides
+
+
+def _search_and_samples(req: SearchRequest, space: SearchSpace) -> tuple[str, int]:
+    """(search, num_samples): the flags' or the space budget's, checked so that no configuration would be
+    trained twice identically."""
+    budget = space.budget
+    search = req.search or budget.get("search", "grid")
+    if search not in ("grid", "random", "optuna"):
+        raise ModsarError(f"--search must be grid, random or optuna; got {search!r}")
+    default_samples = budget.get("num_samples") if search == budget.get("search", "grid") else None
+    if req.num_samples is not None and req.num_samples < 1:
+        raise ModsarError(f"--num-samples must be >= 1; got {req.num_samples}")
+    num_samples = req.num_samples or default_samples or (1 if search == "grid" else 16)
+    _check_repeats(
+        space,
+        search,
+        num_samples,
+        f"--num-samples {num_samples}"
+        if req.num_samples
+        else f"its budget.num_samples: {num_samples}"
+        if default_samples
+        else f"the default {num_samples} samples",
+    )
+    return search, num_samples
+
+
+def _asha_settings(req: SearchRequest, space: SearchSpace, cfg: Config) -> tuple[str, int, int, int]:
+    """(unit, max_t, grace period, reduction factor) of ASHA: the flags' or the space scheduler's, fitted to
+    the trial's budget, and refused where no trial could reach a first rung."""
+    unit = str(space.scheduler.get("unit", "passes"))
+    if unit == "steps":  # the trial's epochs end it first wherever max_t is larger than its steps
+        max_t = req.max_t or space.scheduler.get("max_t", STEPS_MAX_T)
+    else:
+        evals = max(1, math.ceil(cfg.train.max_epochs / cfg.train.eval_every))
+        max_t = req.max_t or min(space.scheduler.get("max_t", evals), evals)
+    grace = req.grace_period or space.scheduler.get("grace_period", 1)
+    # in passes the grace shrinks to a shorter budget; a stated one does not
+    if unit == "steps" and grace > max_t:
+        raise ModsarError(
+            f"space '{space.path}': ASHA's grace period ({grace:,} steps) is past its max_t "
+            f"({max_t:,} steps), so no trial could reach a first rung; lower the grace (--grace-period) "
+            "or raise max_t (--max-t)"
+        )
+    grace = min(grace, max_t)
+    factor = req.reduction_factor or space.scheduler.get("reduction_factor", 2)
+    if factor < 2:
+        raise ModsarError(f"--reduction-factor must be >= 2; got {factor}")
+    return unit, max_t, grace, factor
+
+
+def _check_resources(req: SearchRequest) -> None:
+    """A trial's CPUs and GPUs must be amounts Ray can reserve: refused here rather than by Ray's asserts."""
+    if not 0 < req.cpus_per_trial < math.inf:  # NaN fails both
+        raise ModsarError(f"--cpus-per-trial must be > 0; got {req.cpus_per_trial}")
+    if not 0 <= req.gpus_per_trial < math.inf or (
+        req.gpus_per_trial > 1 and req.gpus_per_trial != int(req.gpus_per_trial)
+    ):
+        raise ModsarError(
+            f"--gpus-per-trial must be a fraction in (0, 1] or a whole number; got {req.gpus_per_trial}"
+        )
 
 
 def _check_request_numbers(req: SearchRequest) -> None:
@@ -212,8 +238,7 @@ def _check_repeats(space: SearchSpace, search: str, num_samples: int, source: st
     if search == "grid":
         raise ModsarError(
             f"space '{space.path}': a grid search runs each point once, but {source} would train "
-            f"each point {num_samples} times, identically (one --seed); use --num-samples 1: "
-            f"{replicas}"
+            f"each point {num_samples} times, identically (one --seed); use --num-samples 1: {replicas}"
         )
     for task in space.tasks():
         if space.for_task(task).count_points(_distinct_values, 2)[0] == 1:
@@ -225,8 +250,8 @@ def _check_repeats(space: SearchSpace, search: str, num_samples: int, source: st
 
 
 def _distinct_values(p: Param) -> list:
-    """A param's distinct values, as far as telling one configuration from several needs (a continuous range or
-    a wide randint stands as two values that no `when` names)."""
+    """A param's distinct values, as far as telling one configuration from several needs (a continuous range
+    or a wide randint stands as two values that no `when` names)."""
     if p.categorical:
         return p.values  # duplicates are refused when the space loads
     if p.kind == "randint" and p.values[1] - p.values[0] <= 2:

@@ -45,6 +45,8 @@ def row_from_results(
     role: str = "search",
     tag: str = "",
 ) -> dict[str, Any]:
+    """The Parquet row of one trial, from what Tune recorded of it: its config, its reports in order, its
+    error and its best checkpoint."""
     sampled = plan.space.expand(sampled_values(config))
     try:
         cfg = trial_config(plan.base, plan.space, sampled)
@@ -60,32 +62,7 @@ def row_from_results(
     # best.* without a best epoch is the 0.0 floor a trial that diverged before validating reports to Tune
     valid = {k[5:]: v for k, v in last.items() if k.startswith("best.")} if "best_epoch" in last else {}
     test = {k[5:]: v for k, v in last.items() if k.startswith("test.")}
-    points: dict[int, float] = {}  # epoch -> validation value; a resumed trial's redone epochs report again
-    for reported in results:
-        if isinstance(reported.get("restored_curve"), str):
-            points.update({int(e): v for e, v in json.loads(reported["restored_curve"])})
-        if not _missing(reported.get(f"valid.{plan.monitor}")):
-            points[int(reported["epoch"])] = _plain(reported[f"valid.{plan.monitor}"])
-    curve = [[epoch, points[epoch]] for epoch in sorted(points)]
-    facts = {
-        "best_epoch": _count(last.get("best_epoch")),
-        "epochs_run": _count(last.get("epoch")),
-        "wall_time_s": last.get("wall_time_s"),
-        "epoch_time_s": last.get("epoch_time_s"),
-        "eval_time_s": last.get("eval_time_s"),
-        "device": last.get("device"),
-        **{k: last.get(k) for k in (*SPEED_FACTS, *PROGRESS_FACTS)},
-        **{k: last[k] for k in PROTOCOL_FACTS if k in last},
-        "num_parameters": _count(last.get("num_parameters")),
-        "node_id": last.get("node_id"),
-        "torch_threads": _count(last.get("torch_threads")),
-        "checkpoint": checkpoint,
-        "curve": json.dumps(curve),
-        "reports": len(results),
-        "search_algorithm": plan.search,
-        "space_arms": json.dumps(plan.space.arms) if plan.space.arms else None,
-        "trial_index": int(tag.split("_")[0]) if tag.split("_")[0].isdigit() else None,
-    }  # creation order
+    facts = _trial_facts(plan, last, results, checkpoint, tag)
     row = result_row(
         cfg,
         experiment=plan.request.experiment_name,
@@ -104,6 +81,44 @@ def row_from_results(
     if last.get("host"):
         row["host"] = last["host"]
     return row
+
+
+def _trial_facts(
+    plan: Plan, last: dict[str, Any], results: list[dict], checkpoint: str | None, tag: str
+) -> dict[str, Any]:
+    """The row's facts of a trial (in the order rows have always had them): its epochs, times, device and
+    sizes as last reported, its validation curve, checkpoint and place in the search."""
+    return {
+        "best_epoch": _count(last.get("best_epoch")),
+        "epochs_run": _count(last.get("epoch")),
+        "wall_time_s": last.get("wall_time_s"),
+        "epoch_time_s": last.get("epoch_time_s"),
+        "eval_time_s": last.get("eval_time_s"),
+        "device": last.get("device"),
+        **{k: last.get(k) for k in (*SPEED_FACTS, *PROGRESS_FACTS)},
+        **{k: last[k] for k in PROTOCOL_FACTS if k in last},
+        "num_parameters": _count(last.get("num_parameters")),
+        "node_id": last.get("node_id"),
+        "torch_threads": _count(last.get("torch_threads")),
+        "checkpoint": checkpoint,
+        "curve": json.dumps(_validation_curve(results, plan.monitor)),
+        "reports": len(results),
+        "search_algorithm": plan.search,
+        "space_arms": json.dumps(plan.space.arms) if plan.space.arms else None,
+        "trial_index": int(tag.split("_")[0]) if tag.split("_")[0].isdigit() else None,
+    }
+
+
+def _validation_curve(results: list[dict], monitor: str) -> list[list]:
+    """[[epoch, monitored validation value], ...] in epoch order: a resumed trial's earlier curve comes
+    back in its first report, and its redone epochs report again (the later value wins)."""
+    points: dict[int, float] = {}
+    for reported in results:
+        if isinstance(reported.get("restored_curve"), str):
+            points.update({int(e): v for e, v in json.loads(reported["restored_curve"])})
+        if not _missing(reported.get(f"valid.{monitor}")):
+            points[int(reported["epoch"])] = _plain(reported[f"valid.{monitor}"])
+    return [[epoch, points[epoch]] for epoch in sorted(points)]
 
 
 def _error_message(trial) -> str:

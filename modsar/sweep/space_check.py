@@ -1,11 +1,11 @@
 """Every configuration a search could run, validated before Ray starts (`modsar spaces NAME --check`).
 
-A space can be well-formed YAML whose grid still mixes values that cannot go together (LLaMA with local
-heads, a hidden size not divisible by the heads). Run one trial at a time, that shows up as error rows
-after hours of compute; here every grid point, and for random/Optuna every categorical combination with
-each continuous parameter at its bounds (a small randint range at every value), goes through the same validation as `modsar train`, and the
-model is built on PyTorch's meta device (no memory, no compute) to catch what only its constructor knows.
-All problems are reported at once, each with the keys and values that cause it.
+A space can be well-formed YAML whose grid still mixes values that cannot go together (LLaMA with local heads,
+a hidden size not divisible by the heads). Run one trial at a time, that shows up as error rows after hours of
+compute; here every grid point, and for random/Optuna every categorical combination with each continuous
+parameter at its bounds (a small randint range at every value), goes through the same validation as
+`modsar train`, and the model is built on PyTorch's meta device (no memory, no compute) to catch what only its
+constructor knows. All problems are reported at once, each with the keys and values that cause it.
 """
 
 from __future__ import annotations
@@ -115,7 +115,8 @@ def check_points(space: SearchSpace) -> tuple[list[dict[str, Any]], bool]:
     """What random/Optuna can sample, as far as it can be enumerated: every categorical combination, each
     continuous parameter at its bounds and at the values other params' `when` conditions name, and small
     randint ranges at every value (when that stays under MAX_POINTS points); and whether they are a seeded
-    sample of CHECK_SAMPLE of them, as they are when there are more than MAX_GRID_POINTS (counted, not built)."""
+    sample of CHECK_SAMPLE of them, as they are when there are more than MAX_GRID_POINTS (counted, not
+    built)."""
     named: dict[str, set] = {}  # values a `when` condition names: those points must exist to check its param
     for p in space.params:
         for key, allowed in p.when.items():

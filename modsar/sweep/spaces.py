@@ -13,8 +13,8 @@ Schema (every key is checked; nothing is evaluated as code, YAML is read with ``
       train.lr: {loguniform: [1.0e-4, 1.0e-2]}         # also: choice [..], uniform [lo, hi], randint [lo, hi)
       mask_prob: {grid: [0.2, 0.4], when: {task: ae}}  # only sampled when the condition holds
     scheduler: {max_t: 40, grace_period: 5, reduction_factor: 2}   # ASHA, in validation passes, or with
-                               # unit: steps in optimizer steps (a small dataset then gets as many steps before
-                               # a decision as a large one)
+                               # unit: steps in optimizer steps (a small dataset then gets as many steps
+                               # before a decision as a large one)
     budget: {search: grid, num_samples: 1, max_epochs: 200, eval_every: 5}
     arms: [model.positional]   # optional: params whose values are models compared with each other: the search
                                # selects (and tests) the best trial of every task x backbone x arms value
@@ -46,9 +46,9 @@ from modsar.errors import ModsarError
 
 
 def _bundled_folder() -> Path:
-    """Where the bundled spaces are. An installed ModSAR (a wheel, an image, an editable checkout) carries them
-    as the package data `modsar.search_spaces`, built from the top-level search_spaces/ folder; a source tree
-    on the path but never installed (a Ray job's working_dir on a bare node) has only that folder."""
+    """Where the bundled spaces are. An installed ModSAR (a wheel, an image, an editable checkout) carries
+    them as the package data `modsar.search_spaces`, built from the top-level search_spaces/ folder; a source
+    tree on the path but never installed (a Ray job's working_dir on a bare node) has only that folder."""
     try:
         found = importlib.resources.files("modsar.search_spaces")
     except ModuleNotFoundError:
@@ -70,8 +70,9 @@ SEARCHES = ("grid", "random", "optuna")
 # is built; random/Optuna search samples --num-samples points of any space.
 MAX_GRID_POINTS = 100_000
 # Keys every trial of a search shares: a search selects across its trials by their validation values, so
-# what is compared (the data and its cut, modsar.report.render.PROTOCOL's evaluation keys, the monitored metric) and
-# the budget are fixed for the search; none may be a param or an `also` target. Key -> why, and what instead.
+# what is compared (the data and its cut, modsar.report.protocol.PROTOCOL's evaluation keys, the monitored
+# metric) and the budget are fixed for the search; none may be a param or an `also` target. Key -> why, and
+# what instead.
 _PROTOCOL = (
     "validation values measured under different evaluation protocols are not comparable (modsar "
     "report keeps them apart), so no trial could be selected over the others; set it in 'base' and "
@@ -328,8 +329,9 @@ def _check_keys(where: str, given: dict, allowed: set[str], what: str) -> None:
 
 
 def _refuse_repeated_values(at: str, key: str, kind: str, values: list) -> None:
-    """A value listed twice would run its trials twice (grid) or weigh them double (random): refused, comparing
-    the values as the config stores them, so 1 and 1.0, or 0.001 and "1e-3", are one value of a float key."""
+    """A value listed twice would run its trials twice (grid) or weigh them double (random): refused,
+    comparing the values as the config stores them, so 1 and 1.0, or 0.001 and "1e-3", are one value of a
+    float key."""
     seen: dict[Any, Any] = {}
     for value in values:
         cfg = Config()
@@ -351,9 +353,29 @@ def _refuse_repeated_values(at: str, key: str, kind: str, values: list) -> None:
 
 
 def _parse_param(where: str, key: str, spec: Any) -> Param:
+    """One entry of `params`, checked: its one distribution, its `also` keys and its `when` condition (whose
+    names parse_space checks against the other params)."""
     at = f"{where}: params.{key}"
     if not isinstance(spec, dict):
         _fail(at, f"must be a mapping like {{grid: [..]}}, got {spec!r}")
+    kind, values, samples = _parse_distribution(at, spec)
+    also = _parse_also(at, key, spec)
+    for target in [key, *also]:
+        for value in samples:
+            set_value(Config(), target, value, at)  # the key exists and the value has the right type
+    if kind in ("grid", "choice"):
+        _refuse_repeated_values(at, key, kind, values)
+    when = spec.get("when", {})
+    if not isinstance(when, dict):
+        _fail(at, f"'when' must map a param to a value or list of values, got {when!r}")
+    return Param(
+        key, kind, list(values), {k: v if isinstance(v, list) else [v] for k, v in when.items()}, list(also)
+    )
+
+
+def _parse_distribution(at: str, spec: dict) -> tuple[str, list, list]:
+    """(kind, values, samples) of a param's one distribution; `samples` are the values whose type the
+    config must accept (a range's bounds as floats, a randint's low bound)."""
     kinds = [k for k in spec if k in DISTRIBUTIONS]
     extra = sorted(set(spec) - set(DISTRIBUTIONS) - {"when", "also"})
     if extra:
@@ -363,20 +385,21 @@ def _parse_param(where: str, key: str, spec: Any) -> Param:
     kind, values = kinds[0], spec[kinds[0]]
     if not isinstance(values, list) or not values:
         _fail(at, f"'{kind}' needs a non-empty list, got {values!r}")
-    if kind in ("uniform", "loguniform", "randint"):
-        if len(values) != 2 or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
-        ):
-            _fail(at, f"'{kind}' needs [low, high] numbers, got {values!r}")
-        if not values[0] < values[1]:
-            _fail(at, f"'{kind}' needs low < high, got {values!r}")
-        if kind == "loguniform" and values[0] <= 0:
-            _fail(at, f"'loguniform' needs low > 0, got {values!r}")
-        if kind == "randint" and not all(isinstance(v, int) for v in values):
-            _fail(at, f"'randint' needs integer bounds, got {values!r}")
-        samples = [values[0]] if kind == "randint" else [float(values[0]), float(values[1])]
-    else:
-        samples = values
+    if kind not in ("uniform", "loguniform", "randint"):
+        return kind, values, values
+    if len(values) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        _fail(at, f"'{kind}' needs [low, high] numbers, got {values!r}")
+    if not values[0] < values[1]:
+        _fail(at, f"'{kind}' needs low < high, got {values!r}")
+    if kind == "loguniform" and values[0] <= 0:
+        _fail(at, f"'loguniform' needs low > 0, got {values!r}")
+    if kind == "randint" and not all(isinstance(v, int) for v in values):
+        _fail(at, f"'randint' needs integer bounds, got {values!r}")
+    return kind, values, [values[0]] if kind == "randint" else [float(values[0]), float(values[1])]
+
+
+def _parse_also(at: str, key: str, spec: dict) -> list:
+    """A param's `also` keys: a list naming each key once, never the param's own key nor `task`."""
     also = spec.get("also", [])
     if not isinstance(also, list):
         _fail(at, f"'also' must be a list of keys, got {also!r}")
@@ -391,17 +414,7 @@ def _parse_param(where: str, key: str, spec: Any) -> Param:
     twice = next((t for i, t in enumerate(also) if t in also[:i]), None)
     if twice is not None:
         _fail(at, f"'also' names '{twice}' twice; name each key once")
-    for target in [key, *also]:
-        for value in samples:
-            set_value(Config(), target, value, at)  # the key exists and the value has the right type
-    if kind in ("grid", "choice"):
-        _refuse_repeated_values(at, key, kind, values)
-    when = spec.get("when", {})
-    if not isinstance(when, dict):
-        _fail(at, f"'when' must map a param to a value or list of values, got {when!r}")
-    return Param(
-        key, kind, list(values), {k: v if isinstance(v, list) else [v] for k, v in when.items()}, list(also)
-    )
+    return also
 
 
 def _takes(p: Param, value: Any) -> bool:
@@ -437,9 +450,9 @@ def _check_conditions(where: str, params: list[Param], keys: list[str]) -> None:
                 _fail(
                     f"{where}: params.{p.key}",
                     f"'when' names a value of '{cond_key}', a continuous param "
-                    f"({cond.kind} {cond.values}) whose samples practically never equal it, so the param would "
-                    f"almost never be searched; make '{cond_key}' a choice, grid or randint param, or drop the "
-                    "'when'",
+                    f"({cond.kind} {cond.values}) whose samples practically never equal it, so the param "
+                    f"would almost never be searched; make '{cond_key}' a choice, grid or randint param, or "
+                    "drop the 'when'",
                 )
             bad = [v for v in allowed if not _takes(cond, v)]
             if bad and cond.categorical:
@@ -453,20 +466,41 @@ def _check_conditions(where: str, params: list[Param], keys: list[str]) -> None:
 
 
 def parse_space(data: Any, name: str, path: str) -> SearchSpace:
+    """A space's YAML document, every key checked and every rule of the module docstring enforced; the
+    first problem found is raised, naming where it is."""
     where = f"space '{path}'"
-    if not isinstance(data, dict):
-        _fail(where, "must be a mapping with description, base, params, scheduler, budget")
-    _check_keys(where, data, TOP_KEYS, "top-level")
-    for section in ("base", "params", "scheduler", "budget"):
-        if not isinstance(data.get(section, {}) or {}, dict):
-            _fail(where, f"'{section}' must be a mapping")
+    _check_sections(where, data)
     base = dict(data.get("base") or {})
     apply_overrides(Config(), base, f"{where}: base")
     params_raw = data.get("params") or {}
     if not params_raw:
         _fail(where, "'params' is empty: a search space needs at least one searched key")
     params = [_parse_param(where, key, spec) for key, spec in params_raw.items()]
-    keys = [p.key for p in params]
+    _check_fixed_targets(where, params)
+    _check_conditions(where, params, [p.key for p in params])
+    _check_one_source(where, params)
+    scheduler, budget = _parse_schedule(where, data)
+    arms = _parse_arms(where, data, params)
+    text = _parse_text(where, data)
+    space = SearchSpace(
+        name, path, text["description"], text["paper"], base, params, scheduler, budget, list(arms)
+    )
+    _check_base(where, space)
+    return space
+
+
+def _check_sections(where: str, data: Any) -> None:
+    """The document is a mapping of the known top-level keys, its sections mappings themselves."""
+    if not isinstance(data, dict):
+        _fail(where, "must be a mapping with description, base, params, scheduler, budget")
+    _check_keys(where, data, TOP_KEYS, "top-level")
+    for section in ("base", "params", "scheduler", "budget"):
+        if not isinstance(data.get(section, {}) or {}, dict):
+            _fail(where, f"'{section}' must be a mapping")
+
+
+def _check_fixed_targets(where: str, params: list[Param]) -> None:
+    """No param, nor any `also` target, sets what the search keeps fixed (FIXED_KEYS, FIXED_PREFIXES)."""
     for p in params:
         for target in [p.key, *p.also]:
             at, sets = f"{where}: params.{p.key}", "" if target == p.key else f"'also' sets '{target}': "
@@ -479,17 +513,21 @@ def parse_space(data: Any, name: str, path: str) -> SearchSpace:
                 )
             if target in FIXED_KEYS:
                 _fail(at, f"{sets}a search cannot vary '{target}': {FIXED_KEYS[target]}")
-    _check_conditions(where, params, keys)
-    for p in params:  # one key, one source in any one point: two sources that never meet are fine
+
+
+def _check_one_source(where: str, params: list[Param]) -> None:
+    """One key, one source in any one point: an `also` target is neither searched itself nor in another
+    param's `also`, where the two can be active together (two sources that never meet are fine)."""
+    for p in params:
         for target in p.also:
             searched = next((q for q in params if q.key == target), None)
             if searched is not None and _can_meet(params, p, searched):
                 _fail(
                     f"{where}: params.{p.key}",
                     f"'also' sets '{target}', which is searched itself "
-                    f"(params.{target}: {searched.kind} {searched.values}); the 'also' value would replace those "
-                    f"values in every trial it is set, so they would never run; remove '{target}' from 'also' or "
-                    "from params",
+                    f"(params.{target}: {searched.kind} {searched.values}); the 'also' value would replace "
+                    f"those values in every trial it is set, so they would never run; remove '{target}' "
+                    "from 'also' or from params",
                 )
             other = next(
                 (q for q in params[: params.index(p)] if target in q.also and _can_meet(params, p, q)), None
@@ -501,6 +539,10 @@ def parse_space(data: Any, name: str, path: str) -> SearchSpace:
                     f"params.{other.key} sets too; one key takes one param's value: keep '{target}' in one "
                     "'also'",
                 )
+
+
+def _parse_schedule(where: str, data: dict) -> tuple[dict, dict]:
+    """(scheduler, budget): known keys only, a known search and unit, every count a positive integer."""
     scheduler = dict(data.get("scheduler") or {})
     _check_keys(where, scheduler, SCHEDULER_KEYS, "scheduler")
     budget = dict(data.get("budget") or {})
@@ -517,6 +559,11 @@ def parse_space(data: Any, name: str, path: str) -> SearchSpace:
     for key, value in [*numbers, *((k, v) for k, v in budget.items() if k != "search")]:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             _fail(where, f"'{key}' must be a positive integer; got {value!r}")
+    return scheduler, budget
+
+
+def _parse_arms(where: str, data: dict, params: list[Param]) -> list:
+    """The `arms`: names of grid or choice params, never task or model.backbone (always selected apart)."""
     arms = data.get("arms") or []
     if not isinstance(arms, list) or not all(isinstance(a, str) for a in arms):
         _fail(where, f"'arms' must be a list of param names, e.g. [model.positional]; got {arms!r}")
@@ -528,8 +575,13 @@ def parse_space(data: Any, name: str, path: str) -> SearchSpace:
                 f"'{arm}' must be a grid or choice param other than task and model.backbone "
                 "(a search always selects per task and backbone)",
             )
+    return arms
+
+
+def _parse_text(where: str, data: dict) -> dict[str, str]:
+    """`description` and `paper`, one line each in `modsar spaces`: text, never a list or mapping."""
     text = {}
-    for key in ("description", "paper"):  # one line each in `modsar spaces`: text, never a list or mapping
+    for key in ("description", "paper"):
         value = data.get(key)
         if isinstance(value, (list, dict)):
             _fail(
@@ -538,10 +590,12 @@ def parse_space(data: Any, name: str, path: str) -> SearchSpace:
                 "holds brackets or a colon",
             )
         text[key] = "" if value is None else str(value).strip()
-    space = SearchSpace(
-        name, path, text["description"], text["paper"], base, params, scheduler, budget, list(arms)
-    )
-    for key in base:  # one source per key holds for 'base' too: a base value that never runs is refused
+    return text
+
+
+def _check_base(where: str, space: SearchSpace) -> None:
+    """One source per key holds for 'base' too: a base value that never runs is refused."""
+    for key in space.base:
         if key in BASE_FIXED:
             _fail(f"{where}: base.{key}", f"'{key}' is not a base setting: {BASE_FIXED[key]}")
         if space.sets_everywhere(key):
@@ -553,7 +607,6 @@ def parse_space(data: Any, name: str, path: str) -> SearchSpace:
                 f"{where}: base.{key}",
                 f"{sources} sets '{key}' in every trial, so the base value never runs; remove it from base",
             )
-    return space
 
 
 class _RepeatedKey(yaml.YAMLError):

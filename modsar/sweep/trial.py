@@ -7,13 +7,18 @@ import shutil
 import socket
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray import tune
 
 from modsar.sweep.plan import Plan, sampled_values, trial_config
 from modsar.sweep.spaces import SearchSpace
+
+if TYPE_CHECKING:
+    from modsar.config import Config
+    from modsar.training.trainer import TrainingDiverged, TrialResult
 
 
 def trainable(
@@ -25,68 +30,30 @@ def trainable(
     test: bool = False,
     plugins: tuple[str, ...] = (),
 ) -> None:
-    import ray
-    import torch
-
+    """One trial of a search: the sampled point trained by `run_trial` on the worker's share of the node,
+    every validation pass reported to Tune (with the best checkpoint so far), continued from the trial's
+    last checkpoint when Tune restores or retries it."""
     from modsar.model import registry
     from modsar.records.rows import PROGRESS_FACTS, PROTOCOL_FACTS, SPEED_FACTS
     from modsar.training.trainer import TrainingDiverged, load_resume_state, resolve_device, run_trial
 
     registry.load_plugins(list(plugins))  # the driver's plugin backbones, registered in this worker too
     cfg = trial_config(base, space, sampled_values(config))
-    assigned = ray.get_runtime_context().get_assigned_resources()
-    torch.set_num_threads(max(1, int(assigned.get("CPU", 1))))
-    if assigned.get("GPU", 0) > 0:
-        cfg.train.device = "cuda"  # Ray restricts CUDA_VISIBLE_DEVICES to the trial's GPU
-    monitor = cfg.train.monitor_key
-    node = {"host": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id()}
-    started = time.perf_counter()
-    best: dict[str, Any] = {}
+    _use_assigned_resources(cfg)
+    facts = (*SPEED_FACTS, *PROTOCOL_FACTS, *PROGRESS_FACTS)
+    reports = _TrialReports(cfg.train.monitor_key, facts, _node_facts())
     folder = Path(tempfile.mkdtemp(prefix="modsar-trial-"))
-    resume, restored = None, {}
+    resume = None
     if (checkpoint := tune.get_checkpoint()) is not None:  # a resumed search or a retried trial
         with checkpoint.as_directory() as directory:
             resume = load_resume_state(directory)
     if resume is not None:  # run_trial continues after the checkpointed epoch; the reports continue with it
-        best.update({f"best.{k}": v for k, v in resume["valid"].items()}, best_epoch=resume["epoch"])
-        started -= resume["wall_time_s"]
-        # this driver may not have seen the earlier reports (a killed one did), but the row's curve needs them
-        restored = {
-            "restored_curve": json.dumps([[h["epoch"], h[f"valid.{monitor}"]] for h in resume["history"]])
-        }
-
-    def on_eval(epoch: int, metrics: dict, improved: bool, checkpoint: Path | None, facts: dict) -> None:
-        if improved:
-            best.clear()
-            best.update({f"best.{k}": v for k, v in metrics.items()}, best_epoch=epoch)
-        report = {
-            "epoch": epoch,
-            **{f"valid.{k}": v for k, v in metrics.items()},
-            **best,
-            **restored,
-            "trial_done": facts["last"],
-            "epoch_time_s": facts["epoch_time_s"],
-            "eval_time_s": facts["eval_time_s"],
-            "loss": facts["loss"],
-            **{k: facts[k] for k in (*SPEED_FACTS, *PROTOCOL_FACTS, *PROGRESS_FACTS) if k in facts},
-            "num_parameters": facts["num_parameters"],
-            "torch_threads": torch.get_num_threads(),
-            "wall_time_s": time.perf_counter() - started,
-            "monitor": monitor,
-            "device": str(device),
-            **node,
-        }
-        if checkpoint is not None:
-            tune.report(report, checkpoint=tune.Checkpoint.from_directory(str(checkpoint.parent)))
-        else:
-            tune.report(report)
-        restored.clear()  # the first report after a resume carries the earlier curve; once is enough
-
-    device = resolve_device(cfg.train.device)
+        reports.resume_from(resume)
+    reports.device = str(resolve_device(cfg.train.device))
     try:  # Tune copies each reported checkpoint into storage, so the local folder is scratch
         result = run_trial(
             cfg,
-            on_eval=on_eval,
+            on_eval=reports.on_eval,
             checkpoint_path=folder / "best.pt",
             progress=False,
             data_root=data_dir,
@@ -95,34 +62,118 @@ def trainable(
             resume=resume,
         )
     except TrainingDiverged as exc:
-        # A diverged trial ends normally (Tune would retry an error) with one last report naming the reason.
-        # Tune needs the metric in it: the best value so far, or, if no validation ran, 0.0, which is what
-        # the evaluator gives a model whose scores are all NaN. The row records no valid.* in that case.
-        floor = {} if best else {f"best.{monitor}": 0.0}
-        steps = {"steps": exc.partial.steps} if exc.partial else {}  # a scheduler in steps reads it
-        tune.report(
-            {
-                "epoch": exc.partial.epochs_run if exc.partial else 0,
-                **best,
-                **floor,
-                **steps,
-                "diverged": str(exc),
-                "trial_done": True,
-                "monitor": monitor,
-                **node,
-            }
-        )
+        reports.diverged(exc)
         return
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     if test:  # seed re-runs of selected configs (no scheduler): one more report carries the test metrics
+        reports.tested(result)
+
+
+def _use_assigned_resources(cfg: Config) -> None:
+    """Torch threads as many as the CPUs Ray gave the trial, and the GPU where it gave one (Ray restricts
+    CUDA_VISIBLE_DEVICES to the trial's GPU), so trials sharing a node do not oversubscribe it."""
+    import ray
+    import torch
+
+    assigned = ray.get_runtime_context().get_assigned_resources()
+    torch.set_num_threads(max(1, int(assigned.get("CPU", 1))))
+    if assigned.get("GPU", 0) > 0:
+        cfg.train.device = "cuda"
+
+
+def _node_facts() -> dict[str, str]:
+    """Where the trial runs, carried by every report so the row says which machine measured it."""
+    import ray
+
+    return {"host": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id()}
+
+
+@dataclass
+class _TrialReports:
+    """What a trial tells Tune: the state its reports share (the best validation so far, the wall clock,
+    the earlier curve of a resumed trial) and the report of each validation pass, divergence or test."""
+
+    monitor: str
+    facts: tuple[str, ...]  # the trainer's facts a report carries where the trainer gives them
+    node: dict[str, str]
+    started: float = field(default_factory=time.perf_counter)
+    best: dict[str, Any] = field(default_factory=dict)
+    restored: dict[str, Any] = field(default_factory=dict)
+    device: str = ""
+
+    def resume_from(self, resume: dict) -> None:
+        """Continue a restored trial's best value, clock and curve where its checkpoint left them."""
+        self.best.update({f"best.{k}": v for k, v in resume["valid"].items()}, best_epoch=resume["epoch"])
+        self.started -= resume["wall_time_s"]
+        # this driver may not have seen the earlier reports (a killed one did), but the row's curve needs them
+        self.restored = {
+            "restored_curve": json.dumps(
+                [[h["epoch"], h[f"valid.{self.monitor}"]] for h in resume["history"]]
+            )
+        }
+
+    def on_eval(
+        self, epoch: int, metrics: dict, improved: bool, checkpoint: Path | None, facts: dict
+    ) -> None:
+        """run_trial's callback after each validation pass: one report, with the checkpoint when it is the
+        best so far (ASHA stops trials on these)."""
+        import torch
+
+        if improved:
+            self.best.clear()
+            self.best.update({f"best.{k}": v for k, v in metrics.items()}, best_epoch=epoch)
+        report = {
+            "epoch": epoch,
+            **{f"valid.{k}": v for k, v in metrics.items()},
+            **self.best,
+            **self.restored,
+            "trial_done": facts["last"],
+            "epoch_time_s": facts["epoch_time_s"],
+            "eval_time_s": facts["eval_time_s"],
+            "loss": facts["loss"],
+            **{k: facts[k] for k in self.facts if k in facts},
+            "num_parameters": facts["num_parameters"],
+            "torch_threads": torch.get_num_threads(),
+            "wall_time_s": time.perf_counter() - self.started,
+            "monitor": self.monitor,
+            "device": self.device,
+            **self.node,
+        }
+        if checkpoint is not None:
+            tune.report(report, checkpoint=tune.Checkpoint.from_directory(str(checkpoint.parent)))
+        else:
+            tune.report(report)
+        self.restored.clear()  # the first report after a resume carries the earlier curve; once is enough
+
+    def diverged(self, exc: TrainingDiverged) -> None:
+        """A diverged trial ends normally (Tune would retry an error) with one last report naming the reason.
+        Tune needs the metric in it: the best value so far, or, if no validation ran, 0.0, which is what the
+        evaluator gives a model whose scores are all NaN. The row records no valid.* in that case."""
+        floor = {} if self.best else {f"best.{self.monitor}": 0.0}
+        steps = {"steps": exc.partial.steps} if exc.partial else {}  # a scheduler in steps reads it
+        tune.report(
+            {
+                "epoch": exc.partial.epochs_run if exc.partial else 0,
+                **self.best,
+                **floor,
+                **steps,
+                "diverged": str(exc),
+                "trial_done": True,
+                "monitor": self.monitor,
+                **self.node,
+            }
+        )
+
+    def tested(self, result: TrialResult) -> None:
+        """The last report of a seed re-run: the test (and generation) metrics of the finished trial."""
         tune.report(
             {
                 "epoch": result.epochs_run,
-                **best,
+                **self.best,
                 "trial_done": True,
-                "monitor": monitor,
-                **node,
+                "monitor": self.monitor,
+                **self.node,
                 "num_parameters": result.num_parameters,
                 **{f"test.{k}": v for k, v in result.test.items()},
                 **{f"generate.{k}": v for k, v in result.generation.items()},
@@ -131,6 +182,8 @@ def trainable(
 
 
 def make_trainable(plan: Plan, test: bool = False):
+    """`trainable` bound to the plan's base config, space and data, with the plan's resources per trial:
+    what Tune pickles and ships to every worker."""
     from modsar.model import registry
 
     return tune.with_resources(

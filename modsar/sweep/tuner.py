@@ -286,9 +286,9 @@ class _RestoreFailed(Exception):
 
 
 class _RefuseRestart(logging.Filter):
-    """On Tune's controller logger while a search is restored. When Tune cannot read the search's state back it
-    logs "Failed to restore the run state." and runs the search as if it were new (unless fail_fast, which a
-    search cannot set: it would also end the search at its first trial error); from a restored searcher that
+    """On Tune's controller logger while a search is restored. When Tune cannot read the search's state back
+    it logs "Failed to restore the run state." and runs the search as if it were new (unless fail_fast, which
+    a search cannot set: it would also end the search at its first trial error); from a restored searcher that
     ran a few trials, or none, and exited 0: a resumed search that silently lost trials. This turns that log
     record into an exception, before any trial runs."""
 
@@ -359,7 +359,8 @@ def modules_under_earlier_names() -> Iterator[None]:
     """While a search started by an earlier ModSAR is restored: its tuner.pkl names the Tune callbacks by the
     package's earlier names (modsar.search.<name>, modsar.search.rows.<name>) and the space by its module's
     earlier place (modsar.spaces), so those names are made to resolve to today's modules, in sys.modules only
-    (the `modsar` package's attributes, the Python API, stay as they are), and are removed again afterwards."""
+    (the `modsar` package's attributes, the Python API, stay as they are), and are removed again
+    afterwards."""
     from modsar import sweep
 
     modules = {}
@@ -388,37 +389,13 @@ def run_search(req: SearchRequest, plan: Plan | None = None) -> dict[str, Any]:
     storage = _storage(plan)
     ensure_writable_dir(storage, "--results")  # before Ray starts: search.json and the rows are written there
     search_json = f"{storage}/search.json"
-    if req.resume and not _fs_exists(search_json):
-        raise ModsarError(f"nothing to resume: no search in {storage}; run without --resume")
-    if not req.resume and not req.overwrite and _fs_exists(search_json):
-        raise ModsarError(
-            f"experiment '{req.experiment_name}' already exists in {req.results}; pass --resume to "
-            "continue it, --overwrite to replace it, or choose another --experiment"
-        )
-    device = plan.base["train"]["device"]
-    if (
-        device.startswith("cuda") and not req.gpus_per_trial
-    ):  # Ray hides every GPU from a trial that holds none
-        raise ModsarError(
-            f"train.device={device}, but a trial sees a GPU only when --gpus-per-trial gives it one; "
-            "pass --gpus-per-trial (e.g. 1, or 0.5 to share), or leave train.device=auto"
-        )
+    _check_start(req, plan, storage, search_json)
     connect_ray(req)
     total = check_resources(req)
     if req.overwrite and not req.resume and _fs_exists(storage):
         fs, path = filesystem(storage)
         fs.delete_dir(path)
-    settings = {
-        "base": plan.base,
-        "search": plan.search,
-        "num_samples": plan.num_samples,
-        "asha": {
-            "max_t": plan.max_t,
-            "grace_period": plan.grace_period,
-            "reduction_factor": plan.reduction_factor,
-            "unit": plan.unit,
-        },
-    }
+    settings = _search_settings(plan)
     if req.resume:
         _check_same_search(plan, _read_json(search_json), settings)
         remove_partial_rows(rows_dir(plan), req.experiment_name)  # a row the killed driver was writing
@@ -426,21 +403,8 @@ def run_search(req: SearchRequest, plan: Plan | None = None) -> dict[str, Any]:
         _write_json(
             search_json, {"request": asdict(req), "space_file": plan.space.path, **settings, "argv": sys.argv}
         )
-    started, trials, errors = time.perf_counter(), 0, 0
-    for task in plan.space.tasks():  # one Tuner (and ASHA bracket) per direction, as the original experiments
-        fn = make_trainable(plan)
-        ray_path = f"{storage}/{RAY_DIR}-{task}"
-        if req.resume and tune.Tuner.can_restore(ray_path):  # checked before a fresh Tuner writes tuner.pkl
-            with modules_under_earlier_names(), restore_or_refuse(ray_path):
-                tuner = tune.Tuner.restore(
-                    ray_path, trainable=fn, resume_unfinished=True, resume_errored=True
-                )
-                grid = tuner.fit()
-        else:
-            grid = build_tuner(plan, total, task, fn).fit()
-        reconcile_rows(plan, grid)
-        drop_resume_state(grid)
-        trials, errors = trials + len(grid), errors + grid.num_errors
+    started = time.perf_counter()
+    trials, errors = _run_directions(req, plan, storage, total)
     selected = select_and_test(plan)
     if req.seeds:
         rerun_seeds(plan, selected)
@@ -460,13 +424,69 @@ def run_search(req: SearchRequest, plan: Plan | None = None) -> dict[str, Any]:
     }
 
 
+def _check_start(req: SearchRequest, plan: Plan, storage: str, search_json: str) -> None:
+    """Refused before Ray starts: resuming what is not there, replacing what is there unasked, and a CUDA
+    device for trials that hold no GPU."""
+    if req.resume and not _fs_exists(search_json):
+        raise ModsarError(f"nothing to resume: no search in {storage}; run without --resume")
+    if not req.resume and not req.overwrite and _fs_exists(search_json):
+        raise ModsarError(
+            f"experiment '{req.experiment_name}' already exists in {req.results}; pass --resume to "
+            "continue it, --overwrite to replace it, or choose another --experiment"
+        )
+    device = plan.base["train"]["device"]
+    if (
+        device.startswith("cuda") and not req.gpus_per_trial
+    ):  # Ray hides every GPU from a trial that holds none
+        raise ModsarError(
+            f"train.device={device}, but a trial sees a GPU only when --gpus-per-trial gives it one; "
+            "pass --gpus-per-trial (e.g. 1, or 0.5 to share), or leave train.device=auto"
+        )
+
+
+def _search_settings(plan: Plan) -> dict[str, Any]:
+    """What search.json records of the plan, and what a resumed search must share with it."""
+    return {
+        "base": plan.base,
+        "search": plan.search,
+        "num_samples": plan.num_samples,
+        "asha": {
+            "max_t": plan.max_t,
+            "grace_period": plan.grace_period,
+            "reduction_factor": plan.reduction_factor,
+            "unit": plan.unit,
+        },
+    }
+
+
+def _run_directions(req: SearchRequest, plan: Plan, storage: str, total: dict[str, float]) -> tuple[int, int]:
+    """One Tuner (and ASHA bracket) per direction, as the original experiments, restored where a resumed
+    search left one; each direction's rows are written as it ends. Returns (trials, errors)."""
+    trials, errors = 0, 0
+    for task in plan.space.tasks():
+        fn = make_trainable(plan)
+        ray_path = f"{storage}/{RAY_DIR}-{task}"
+        if req.resume and tune.Tuner.can_restore(ray_path):  # checked before a fresh Tuner writes tuner.pkl
+            with modules_under_earlier_names(), restore_or_refuse(ray_path):
+                tuner = tune.Tuner.restore(
+                    ray_path, trainable=fn, resume_unfinished=True, resume_errored=True
+                )
+                grid = tuner.fit()
+        else:
+            grid = build_tuner(plan, total, task, fn).fit()
+        reconcile_rows(plan, grid)
+        drop_resume_state(grid)
+        trials, errors = trials + len(grid), errors + grid.num_errors
+    return trials, errors
+
+
 MODEL = ["task", "model.backbone"]  # what a selection picks one trial of: a direction of one backbone
 
 
 def model_key(task: str, backbone: str, backbones: int, arms: tuple = ()) -> str:
     """The name of a selection: the task alone ("ae", "ar") when the experiment has one backbone, as every
-    AE-vs-AR space; "<backbone>/<task>" when it compares backbones (the residual_models space); then the values
-    of the space's `arms`, if any ("ar/target_aligned/token")."""
+    AE-vs-AR space; "<backbone>/<task>" when it compares backbones (the residual_models space); then the
+    values of the space's `arms`, if any ("ar/target_aligned/token")."""
     return "/".join([task if backbones == 1 else f"{backbone}/{task}", *map(str, arms)])
 
 
@@ -475,15 +495,8 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
     epoch; test it from its best checkpoint; mark it selected.
 
     Exactly one row per task (and backbone) is selected afterwards: a resumed or retried search may pick
-    another trial than an earlier run did, so earlier selections are unmarked (and their test metrics dropped)
-    first. A diverged or errored trial is never a candidate."""
-    import torch
-
-    from modsar.data.split import LeaveOneOut, make_split
-    from modsar.evaluation.ranking import Evaluator, model_scorer
-    from modsar.training.checkpoints import load_checkpoint, local_checkpoint
-    from modsar.training.trainer import rollout_metrics
-
+    another trial than an earlier run did, so earlier selections are unmarked (and their test metrics
+    dropped) first. A diverged or errored trial is never a candidate."""
     every = read_rows(rows_dir(plan), plan.request.experiment_name)
     column = f"valid.{plan.monitor}"
     if not len(every) or column not in every:
@@ -491,22 +504,43 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
     rows = every[every["role"] == "search"]
     candidates = rows[rows["status"].isin(["finished", "stopped"]) & rows[column].notna()]
     by = MODEL + plan.space.arms
+    # (task, backbone, *arms) -> the best row
     winners = {
         key: group.sort_values([column, "trial_id"], ascending=[False, True]).iloc[0].to_dict()
         for key, group in candidates.groupby(by)
-    }  # (task, backbone, *arms) -> the best row
-    for earlier in rows[rows["selected"].astype(bool)].to_dict("records"):  # unmark before marking: a crash
-        earlier.update(
-            {k: None for k in earlier if k.startswith(("test.", "generate."))}, selected=False
-        )  # leaves none
+    }
+    _unmark_earlier(plan, every, rows, winners, by)
+    if not winners:
+        return {}
+    return _test_winners(plan, rows, winners, column)
+
+
+def _unmark_earlier(
+    plan: Plan, every: pd.DataFrame, rows: pd.DataFrame, winners: dict[Any, dict], by: list[str]
+) -> None:
+    """Before the winners are marked, earlier selections lose their mark and test metrics (unmarking first,
+    a crash leaves none selected rather than two), and seed re-runs of a winner that is no longer one, or
+    whose config now differs, are kept as superseded: no report cell uses them."""
+    for earlier in rows[rows["selected"].astype(bool)].to_dict("records"):
+        earlier.update({k: None for k in earlier if k.startswith(("test.", "generate."))}, selected=False)
         rewrite_row(plan, earlier)
     for key, seeds in every[every["role"] == "seed"].groupby(by):  # re-runs of an earlier winner
         winner = rows[rows["trial_id"] == winners[key]["trial_id"]] if key in winners else rows.iloc[:0]
         for seed_row in seeds.to_dict("records"):
             if not len(winner) or differing_keys(pd.concat([winner, pd.DataFrame([seed_row])])):
-                rewrite_row(plan, {**seed_row, "role": "superseded"})  # kept, but no report cell uses it
-    if not winners:
-        return {}
+                rewrite_row(plan, {**seed_row, "role": "superseded"})
+
+
+def _test_winners(plan: Plan, rows: pd.DataFrame, winners: dict[Any, dict], column: str) -> dict[str, dict]:
+    """Each winner tested on the CPU from its best checkpoint (and its rollouts measured), its row rewritten
+    as selected; returns model_key -> its trial, validation and main test values."""
+    import torch
+
+    from modsar.data.split import LeaveOneOut, make_split
+    from modsar.evaluation.ranking import Evaluator, model_scorer
+    from modsar.training.checkpoints import load_checkpoint, local_checkpoint
+    from modsar.training.trainer import rollout_metrics
+
     stored = load_dataset(plan.request.dataset, plan.request.data_dir)
     splits: dict[tuple, LeaveOneOut] = {}  # one protocol per search (spaces cannot vary it); keyed to be sure
     selected = {}
