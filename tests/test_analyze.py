@@ -128,8 +128,8 @@ def test_nonfinal_and_recovery_follow_their_definitions(checkpoints):
 
 def test_states_further_back_than_every_history_count_as_misses(checkpoints):
     """Users are evaluated in batches of similar history length, each trimmed to its longest row: a batch of
-    3-item histories has no state 3 positions back. Those users are misses (not an IndexError), and a state that
-    exists is still ranked."""
+    3-item histories has no state 3 positions back. Those users are misses (not an IndexError), and a state
+    that exists is still ranked."""
     data, paths = checkpoints
     probe = Probe(paths["pre"], str(data))
     n = probe.model.num_items
@@ -610,8 +610,8 @@ def test_figure_2_puts_five_datasets_on_a_three_by_two_grid(tmp_path):
 def test_a_window_past_the_maps_and_cutoffs_without_10_are_handled(
     checkpoints, tmp_path, capsys, monkeypatch
 ):
-    """--window beyond the model's positions would build W x W matrices of zeros (1e6 asked for 7 TiB): refused
-    in one line. A model trained without 10 in eval.ks still gets the diagnostics' @10 metrics."""
+    """--window beyond the model's positions would build W x W matrices of zeros (1e6 asked for 7 TiB):
+    refused in one line. A model trained without 10 in eval.ks still gets the diagnostics' @10 metrics."""
     data, paths = checkpoints
     assert (
         main(

@@ -296,7 +296,8 @@ def test_cli_refuses_data_nothing_can_be_trained_on(tmp_path, isolated_data_root
 
 def test_density_counts_interactions_so_repeats_can_exceed_100_percent():
     """The papers' interactions / (users x items): 4 users who each rate 5 items 40 times over fill the matrix
-    40 times (4000%), the figure `data stats` shows; the definition no longer promises a fraction in [0, 1]."""
+    40 times (4000%), the figure `data stats` shows; the definition no longer promises a fraction in [0,
+    1]."""
     from modsar.data.prepare import density, statistics
 
     assert density(800, 4, 5) == 40.0

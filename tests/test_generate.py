@@ -201,7 +201,8 @@ def test_rollout_metrics_by_hand():
     assert m["coverage"] == pytest.approx(6 / 100) and m["coverage_future"] == pytest.approx(6 / 100)
     assert m["top1pct_share_generated"] == pytest.approx(2 / 8) and m["top1pct_share_future"] == 0.0
     assert m["top1pct_share_generated_matched"] == pytest.approx(2 / 6)  # the first |F| picks: 5 5 | 1 2 3 4
-    # transitions with the last history item: 4-5 seen, 5-5 same, 5-7 new, 7-2 new | 9-1 new, 1-2 seen, 2-3, 3-4 new
+    # transitions with the last history item: 4-5 seen, 5-5 same, 5-7 new, 7-2 new | 9-1 new, 1-2 seen, 2-3,
+    # 3-4 new
     assert m["unseen_transition_rate"] == pytest.approx(5 / 7)
     # future: 4-7, 7-9 | 9-3, 3-8, 8-1, 1-6: none seen
     assert m["unseen_transition_rate_future"] == 1.0
@@ -466,8 +467,8 @@ def test_generate_cli_says_histories_under_split_targets_every(tmp_path, capsys)
         == 0
     )
     assert capsys.readouterr().out.startswith(
-        "AR daily (temporal split), greedy rollouts of 2 steps for 8 test histories of 4 users (1.50 true future "
-        "items each; the users_* and *_per_user figures count histories):\n"
+        "AR daily (temporal split), greedy rollouts of 2 steps for 8 test histories of 4 users (1.50 true "
+        "future items each; the users_* and *_per_user figures count histories):\n"
     )
     with pytest.raises(SystemExit):
         main(["generate", "--help"])

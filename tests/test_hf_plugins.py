@@ -150,7 +150,8 @@ def test_residual_scaling_is_identity_at_one_and_acts_below(backbone):
 
 
 def test_residual_scaling_matches_the_sublayer_written_out():
-    """Post-norm BERT: LN(alpha x + W_O ctx); pre-norm LLaMA: z = alpha x + Attn(RMSNorm x), then z + MLP(...)."""
+    """Post-norm BERT: LN(alpha x + W_O ctx); pre-norm LLaMA: z = alpha x + Attn(RMSNorm x), then z +
+    MLP(...)."""
     alpha, h = 0.3, torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(1))
     bert = make("hf:bert", "ae")
     attention = bert.model.encoder.layer[0].attention

@@ -172,22 +172,24 @@ def test_a_sane_config_passes_and_the_counts_come_from_the_split(ram_16gib):
         (
             "loss.num_negatives=100000000",
             "config: 'loss.num_negatives=100000000' needs at least 44.8 TiB for "
-            "each position's negatives and their item vectors (1,864 positions x 100,000,000 negatives x 64 floats), "
-            "more than this machine's 16.0 GiB of RAM; use fewer loss.num_negatives or a smaller data.batch_size "
+            "each position's negatives and their item vectors (1,864 positions x 100,000,000 negatives x 64 "
+            "floats), more than this machine's 16.0 GiB of RAM; use fewer loss.num_negatives or a smaller "
+            "data.batch_size "
             "(or loss.name=sampled_ce, whose negatives the batch shares)",
         ),
         (
             "eval.generate_steps=100000",
             "config: 'eval.generate_steps=100000' needs at least 9.1 TiB for the "
-            "rollouts and their comparison with the true future (1,000 rollouts x 100,000 x 100,000 steps), more "
-            "than this machine's 16.0 GiB of RAM; use fewer eval.generate_steps",
+            "rollouts and their comparison with the true future (1,000 rollouts x 100,000 x 100,000 steps), "
+            "more than this machine's 16.0 GiB of RAM; use fewer eval.generate_steps",
         ),
-        # d = 16384, FFN 4d: 2 layers of qkv 3d^2 + 3d, proj d^2 + d, FFN 8d^2 + 5d, two norms 4d; 302 item and
-        # 31 position vectors (max_len 30): 6,448,332,800 parameters, 16 bytes each
+        # d = 16384, FFN 4d: 2 layers of qkv 3d^2 + 3d, proj d^2 + d, FFN 8d^2 + 5d, two norms 4d; 302 item
+        # and 31 position vectors (max_len 30): 6,448,332,800 parameters, 16 bytes each
         (
             "model.hidden_size=16384",
             "config: the model (modular, model.hidden_size=16384, model.num_layers=2) "
-            "needs at least 96.1 GiB for its 6,448,332,800 parameters with their gradients and Adam's two moments, "
+            "needs at least 96.1 GiB for its 6,448,332,800 parameters with their gradients and Adam's two "
+            "moments, "
             "more than this machine's 16.0 GiB of RAM; use a smaller model.hidden_size, model.ffn_size, "
             "model.num_layers or data.max_len",
         ),
@@ -302,8 +304,8 @@ def test_sampled_negatives_with_nothing_left_to_draw_are_refused_before_training
         ModsarError,
         match=re.escape(
             "config: 'eval.sampled_negatives' draws each target's negatives from the items its user has not "
-            "seen, and user 1's history before its validation target, with the target, holds all 2 items: there "
-            "is nothing to draw; use eval.sampled_negatives=0 (full ranking)"
+            "seen, and user 1's history before its validation target, with the target, holds all 2 items: "
+            "there is nothing to draw; use eval.sampled_negatives=0 (full ranking)"
         ),
     ):
         training.run_trial(load_config(None, over), two, progress=False)

@@ -220,8 +220,8 @@ def test_scores_held_at_once_stay_within_the_budget(monkeypatch):
 
 
 def test_evaluation_scores_equal_the_training_product_and_rank_alike():
-    """Without gradients on CPU, item scores come from the item-major product as a (B, N) view: the same values
-    as the row-major product training uses, and the same pessimistic ranks."""
+    """Without gradients on CPU, item scores come from the item-major product as a (B, N) view: the same
+    values as the row-major product training uses, and the same pessimistic ranks."""
     from modsar.model.modular import item_scores
 
     g = torch.Generator().manual_seed(0)

@@ -152,7 +152,8 @@ def test_scores_cover_only_real_items():
 
 
 def test_bert4rec_head_scores_by_hand():
-    """head=bert4rec: LN(GELU(W h + b)) . E + item bias, the same for all items, shared and per-row candidates."""
+    """head=bert4rec: LN(GELU(W h + b)) . E + item bias, the same for all items, shared and per-row
+    candidates."""
     model = make("ar", head="bert4rec", embedding_norm=True, scale_embedding=False)
     with torch.no_grad():
         model.head.item_bias.copy_(torch.randn(N_ITEMS + 2))

@@ -1,5 +1,5 @@
-"""Folder options that cannot be folders (a file, or a path under one; an unwritable folder) are refused in one
-line before any work; a killed `data prepare` leaves no staging folder behind for good."""
+"""Folder options that cannot be folders (a file, or a path under one; an unwritable folder) are refused in
+one line before any work; a killed `data prepare` leaves no staging folder behind for good."""
 
 from __future__ import annotations
 

@@ -148,9 +148,9 @@ def modsar_command(python: Path, args: list[str], cwd: Path, timeout: int = 300)
 
 @pytest.mark.slow
 def test_the_wheel_and_sdist_carry_everything_and_the_wheel_runs_a_search(tmp_path):
-    """Built as a release is (the sdist, then the wheel from it), both pass `twine check`; the wheel holds every
-    module of the tree and every bundled space. Installed (not editable) into a fresh venv, from an empty
-    folder it lists and checks the spaces, runs a one-trial search and reports it."""
+    """Built as a release is (the sdist, then the wheel from it), both pass `twine check`; the wheel holds
+    every module of the tree and every bundled space. Installed (not editable) into a fresh venv, from an
+    empty folder it lists and checks the spaces, runs a one-trial search and reports it."""
     source = tmp_path / "source"
     shutil.copytree(CHECKOUT, source, ignore=NOT_SHIPPED, symlinks=True)
     dist = tmp_path / "dist"
@@ -219,7 +219,8 @@ def docker_runs(dockerfile: Path) -> list[str]:
 def test_an_image_install_passes_the_check_its_build_ends_with(dockerfile, tmp_path):
     """No Docker engine here, so the build is reproduced: exactly the paths the Dockerfile COPYs are installed
     as it installs them (`pip install .`, not editable) into a fresh venv, and its last RUN (the space check
-    and a one-epoch training, which fail the image's build when they fail) runs as the Dockerfile writes it."""
+    and a one-epoch training, which fail the image's build when they fail) runs as the Dockerfile writes
+    it."""
     copied = [
         word
         for line in dockerfile.read_text().splitlines()

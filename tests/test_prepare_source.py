@@ -102,8 +102,9 @@ def test_an_explicit_format_is_kept_for_a_registry_name(tmp_path, isolated_data_
 
 
 def test_the_registrys_own_download_is_read_in_the_registrys_format(isolated_data_root):
-    """Sessions whose first items never repeat look like `user i1 i2 ...` lines to the detector; the registry's
-    own file (already downloaded and checksum-verified here) is read as the registry says: sessions."""
+    """Sessions whose first items never repeat look like `user i1 i2 ...` lines to the detector; the
+    registry's own file (already downloaded and checksum-verified here) is read as the registry says:
+    sessions."""
     text = "".join(f"{s} {s + 40} {s + 80} {s + 120}\n" for s in range(1, 7))
     spec = DatasetSpec(
         "clicks",
@@ -171,7 +172,8 @@ def test_a_registry_rating_filter_needs_ratings_in_the_file(tmp_path):
 
 def test_sessions_whose_first_items_differ_stay_sessions_under_a_session_registry(tmp_path, capsys):
     """Distinct first ids look like one line per user; read so, each session would lose its first item. Under
-    diginetica (a registry of sessions) such a file is sessions; under a name of your own it stays user-lines."""
+    diginetica (a registry of sessions) such a file is sessions; under a name of your own it stays
+    user-lines."""
     src = write(
         tmp_path / "train.txt", "".join(f"{s} {s + 1} {s + 2} {s + 3} {s + 4}\n" for s in range(1, 41))
     )

@@ -115,7 +115,8 @@ def test_truncation_keeps_whole_sequences_and_cuts_the_last():
 
 
 def test_cli_json_compare_and_outputs(tmp_path, capsys):
-    """A text-like corpus imported through the session importer is profiled beside a log at a matched budget."""
+    """A text-like corpus imported through the session importer is profiled beside a log at a matched
+    budget."""
     rng = np.random.default_rng(3)
     text = tmp_path / "tokens.txt"
     text.write_text("\n".join(" ".join(map(str, rng.zipf(1.3, 40) % 5000 + 1)) for _ in range(300)) + "\n")

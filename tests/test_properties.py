@@ -43,10 +43,10 @@ def make_split(seqs: list[list[int]], num_items: int) -> LeaveOneOut:
     return LeaveOneOut.from_log(user, items, len(seqs), num_items)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# 1. Split and batches: held-out positions never reach a training row; AR labels are the next items; evaluation
-#    inputs hold only the items before their target.
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
+# --- 1. Split and batches: held-out positions never reach a training row; AR labels are the next items;
+# evaluation    inputs hold only the items before their target. ----------------------------------------------
+# -----------------------------------------------------------------
 
 
 @st.composite
@@ -198,9 +198,9 @@ def test_training_rows_use_only_training_positions(case):
                 assert x[r, -1] == mask
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # 2. The evaluator against a brute-force reference.
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 SCORE_VALUES = [-2.0, -1.0, 0.0, 0.5, 1.0, 3.0, NAN, INF, -INF]  # few values: many ties
 
@@ -320,7 +320,8 @@ def test_evaluator_matches_brute_force_reference(case):
 
 
 def test_reference_rank_semantics_hand_computed():
-    """The reference itself, on the docstring's cases (so a wrong reference cannot agree with a wrong evaluator)."""
+    """The reference itself, on the docstring's cases (so a wrong reference cannot agree with a wrong
+    evaluator)."""
     assert reference_rank(0.5, [0.9, 0.5, 0.1]) == 2  # a tie counts against the target
     assert reference_rank(0.5, [NAN, NAN, 0.1]) == 0  # NaN candidates rank below a finite target
     assert reference_rank(0.5, [INF, -INF]) == 1  # +inf counts, -inf does not
@@ -342,9 +343,9 @@ def test_reference_rank_semantics_hand_computed():
     assert reference({**case, "filter_seen": "history"}, "test")[:2] == ([0], [2])
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # 3. Relabelling items changes nothing (full ranking).
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @given(eval_cases(sampled=False), st.data())
@@ -365,9 +366,9 @@ def test_metrics_invariant_to_item_relabelling(case, data):
         assert ranks == reference(case, which)[0]
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # 4. A NaN model never beats a finite one.
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 @given(eval_cases(), st.data())
@@ -401,9 +402,9 @@ def test_all_nan_scorer_scores_exactly_zero(case):
         assert all(value == 0.0 for value in metrics.values()), metrics
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # 5. Same seed, same CPU: identical trials; another seed: different numbers.
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 TINY = [
     "train.max_epochs=2",

@@ -247,8 +247,7 @@ def test_verdict_states_the_fraction_of_a_planted_optimum(tmp_path, capsys):
     verdict = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("- synthetic:"))
     assert verdict.endswith(
         "of the Bayes-optimal 0.8000, best AR reaches 75% and best AE 50%; still improving "
-        "at the last epoch of its budget: AE (60 of 60 epochs), so more epochs may change "
-        "this verdict"
+        "at the last epoch of its budget: AE (60 of 60 epochs), so more epochs may change this verdict"
     )
     write_row(
         root, row("ar", "synthetic", "quickstart", "ar", 0.60, **{**known, "eval.filter_seen": "history"})
@@ -415,8 +414,8 @@ def test_a_temporal_split_is_stated_and_never_blended_with_leave_one_out(tmp_pat
     text = capsys.readouterr().out
     assert "each experiment is reported on its own: on ml-100k they differ in data.split" in text
     assert (
-        "time: protocol: data.split=temporal (one global cut at timestamp quantiles 0.8 / 0.9; targets: first "
-        "event(s) after each cut per user)"
+        "time: protocol: data.split=temporal (one global cut at timestamp quantiles 0.8 / 0.9; targets: "
+        "first event(s) after each cut per user)"
     ) in text
     # rows that record their cut times and target counts (every row since they exist) show them
     facts = {
@@ -459,8 +458,8 @@ def test_rows_from_before_the_split_keys_read_as_leave_one_out(tmp_path, capsys)
 
 
 def test_the_verdict_names_models_that_never_left_the_popularity_level(tmp_path, capsys):
-    """AE's selected trial never reached 1.25x the most-popular ranking on validation (escape_steps empty), AR's
-    did: the report names the AE cell, with its best validation value beside the popularity level."""
+    """AE's selected trial never reached 1.25x the most-popular ranking on validation (escape_steps empty),
+    AR's did: the report names the AE cell, with its best validation value beside the popularity level."""
     root = str(tmp_path / "results")
     write_row(
         root,

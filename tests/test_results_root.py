@@ -204,8 +204,8 @@ def test_a_file_whose_column_types_conflict_is_skipped_and_the_good_rows_are_sho
     assert captured.err.splitlines() == [
         f"modsar: warning: skipped {folder / 'a-odd.parquet'}: its column 'valid.ndcg@10' holds string where "
         "the other rows hold double; move it out of the trials folder",
-        f"modsar: warning: skipped {folder / '0-int.parquet'}: its column 'status' holds int64 where the other "
-        "rows hold string; move it out of the trials folder",
+        f"modsar: warning: skipped {folder / '0-int.parquet'}: its column 'status' holds int64 where the "
+        "other rows hold string; move it out of the trials folder",
     ]
 
 
@@ -235,15 +235,15 @@ def test_an_unmarked_file_without_every_row_column_is_no_row(tmp_path, capsys):
 
 @pytest.mark.parametrize("command", [["report"], ["report", "--space", "tiny"], ["report", "--dataset", "x"]])
 def test_report_on_rows_lacking_a_column_is_one_line(tmp_path, capsys, command):
-    """Marked rows without a column the report reads (hand-made, or from a tool of one's own) are refused in one
-    line naming the column, not a KeyError."""
+    """Marked rows without a column the report reads (hand-made, or from a tool of one's own) are refused in
+    one line naming the column, not a KeyError."""
     root = tmp_path / "results"
     write_row(str(root), trial("t1", **{"test.ndcg@10": 0.3}))
     assert main([*command, "--results", str(root)]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.splitlines() == [
-        f"modsar: error: the trial rows under {root} have no 'role' column, which a report reads (nor selected, "
-        "dataset, space, seed); move the files that lack them out of the trials folders"
+        f"modsar: error: the trial rows under {root} have no 'role' column, which a report reads (nor "
+        "selected, dataset, space, seed); move the files that lack them out of the trials folders"
     ]
 
 
@@ -256,8 +256,8 @@ def test_a_results_root_that_is_a_file_is_one_line(tmp_path, capsys, command):
     assert main([*command, "--results", path]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.splitlines() == [
-        f"modsar: error: the results root {path} is a file; pass the results folder (the one `modsar train` or "
-        "`modsar search` wrote to, which holds <experiment>/trials/)"
+        f"modsar: error: the results root {path} is a file; pass the results folder (the one `modsar train` "
+        "or `modsar search` wrote to, which holds <experiment>/trials/)"
     ]
 
 
@@ -354,7 +354,8 @@ def test_results_flags_that_cannot_mean_anything_and_queries_without_an_answer(t
 
 def test_symlinks_and_copies_under_the_root_count_each_trial_once(tmp_path, capsys):
     """A loop `loop -> ..` read every row ~41 times; an alias `latest -> e` or a backup copy of `e` doubled
-    each trial (report: "2 selected rows, run --resume"). A symlinked experiment kept elsewhere still counts."""
+    each trial (report: "2 selected rows, run --resume"). A symlinked experiment kept elsewhere still
+    counts."""
     import os
     import shutil
 
@@ -380,6 +381,6 @@ def test_symlinks_and_copies_under_the_root_count_each_trial_once(tmp_path, caps
     shutil.copy(root / "e" / "trials" / "t1.parquet", root / "e" / "trials" / "t1 (copy).parquet")
     assert sorted(read_rows(str(root), "e")["trial_id"]) == ["t1", "t2"]
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"modsar: warning: skipped {root}/e/trials/t1 (copy).parquet: it holds trial t1 of experiment 'e', as "
-        f"{root}/e/trials/t1.parquet does, read once from there; move the copy out of the results root"
+        f"modsar: warning: skipped {root}/e/trials/t1 (copy).parquet: it holds trial t1 of experiment 'e', "
+        f"as {root}/e/trials/t1.parquet does, read once from there; move the copy out of the results root"
     ]

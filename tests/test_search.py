@@ -353,11 +353,12 @@ def test_invalid_space_is_refused_before_ray_with_every_problem(tmp_path, capsys
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        "modsar: error: space 'mixed' (grid search: AE 8, AR 8 trials): 10 of 16 configurations are invalid on "
-        "dataset synthetic; nothing was run:",
-        "  8 configurations with model.num_heads=3, model.dropout=0.0: 'model.hidden_size' (16) must be divisible "
-        "by 'model.num_heads' (3)",
-        "  2 configurations with model.backbone=llama, model.num_heads=1, model.local_heads=1, model.dropout=0.0: "
+        "modsar: error: space 'mixed' (grid search: AE 8, AR 8 trials): 10 of 16 configurations are invalid "
+        "on dataset synthetic; nothing was run:",
+        "  8 configurations with model.num_heads=3, model.dropout=0.0: 'model.hidden_size' (16) must be "
+        "divisible by 'model.num_heads' (3)",
+        "  2 configurations with model.backbone=llama, model.num_heads=1, model.local_heads=1, "
+        "model.dropout=0.0: "
         "'model.local_heads' (local window heads) exists only in the modular backbone, not in llama",
     ]
     assert not out.exists()
@@ -369,7 +370,8 @@ def test_invalid_space_is_refused_before_ray_with_every_problem(tmp_path, capsys
         (
             "  model.num_heads: {randint: [1, 5]}\n",
             "random",  # 3 lies between the bounds: checked too
-            "  model.dropout=0.0, model.num_heads=3: 'model.hidden_size' (16) must be divisible by 'model.num_heads' (3)",
+            "  model.dropout=0.0, model.num_heads=3: 'model.hidden_size' (16) must be divisible by "
+            "'model.num_heads' (3)",
         ),
         (
             "  train.lr: {loguniform: [1.0e-4, 1.0e+39]}\n",
@@ -726,7 +728,8 @@ def test_a_plugin_backbone_runs_a_trial_in_a_ray_worker(local_ray, data_dir, tmp
     reason="no CUDA device here: the fractional-GPU placement test needs one",
 )
 def test_fractional_gpus_share_one_device(data_dir, tmp_path):
-    """Four trials with --gpus-per-trial 0.25 run at the same time on one GPU, each on the device Ray gave it."""
+    """Four trials with --gpus-per-trial 0.25 run at the same time on one GPU, each on the device Ray gave
+    it."""
     import torch
 
     ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
@@ -910,8 +913,8 @@ else:  # the control: Ray's default
 ray.get(ray.remote(lambda: 1).remote())  # a worker is up
 print("LISTEN", listening(), ray.util.get_node_ip_address(), flush=True)
 if sys.argv[1] == "modsar":
-    code = main(["search", "--quiet", "--space", sys.argv[2], "--dataset", "synthetic", "--results", sys.argv[3],
-                 "--experiment", "loopback"])
+    code = main(["search", "--quiet", "--space", sys.argv[2], "--dataset", "synthetic",
+                 "--results", sys.argv[3], "--experiment", "loopback"])
     print("AFTER", listening(), flush=True)  # the trial's and Tune's processes too
     sys.exit(code)
 """
@@ -943,10 +946,10 @@ def _own_network_namespace() -> bool:
     "address, and this user cannot (`unshare -rn` with a veth pair is refused here)",
 )
 def test_a_local_search_binds_only_to_loopback(tmp_path):
-    """In a network namespace that also has a routable non-loopback address (where Ray's default listens on all
-    interfaces and takes that address as the node's), the cluster `modsar search` starts listens on 127.0.0.1
-    only, and a trial runs on it. So the main job needs no private namespace (and no root). The namespace is the
-    test's own (`unshare -rn`), so an ordinary user runs it too."""
+    """In a network namespace that also has a routable non-loopback address (where Ray's default listens on
+    all interfaces and takes that address as the node's), the cluster `modsar search` starts listens on
+    127.0.0.1 only, and a trial runs on it. So the main job needs no private namespace (and no root). The
+    namespace is the test's own (`unshare -rn`), so an ordinary user runs it too."""
     space = tmp_path / "one.yaml"
     space.write_text(
         "description: one trial\nbase:\n  model.hidden_size: 8\nparams:\n  task: {grid: [ar]}\n"
@@ -1061,7 +1064,7 @@ budget: {search: grid, max_epochs: 2, eval_every: 1}
     printed = capsys.readouterr().out
     assert "AR positional=learned" in printed and "AR positional=target_aligned" in printed
     assert "Generative evaluation" in printed and "top1% gen" in printed
-    from modsar.cli import _best_checkpoints  # analyze --experiment: one checkpoint per arm
+    from modsar.records.selection import best_checkpoints as _best_checkpoints  # analyze --experiment
 
     assert sorted(arm for _, arm in _best_checkpoints(rows)) == [
         "positional=learned",
@@ -1134,8 +1137,8 @@ def test_the_residual_models_space_runs_the_five_models(local_ray, data_dir, tmp
 @pytest.mark.slow
 def test_a_scheduler_in_optimizer_steps_decides_on_steps(local_ray, data_dir, tmp_path):
     """unit: steps counts ASHA's rungs in optimizer steps: synthetic at batch 256 takes 4 steps an epoch, so
-    max_t 10 steps stops every trial at its first validation at or past 10 steps, epoch 3 (12 steps), of its 6;
-    the rows record the steps, the popularity level and whether each trial left it."""
+    max_t 10 steps stops every trial at its first validation at or past 10 steps, epoch 3 (12 steps), of its
+    6; the rows record the steps, the popularity level and whether each trial left it."""
     space = tmp_path / "steps.yaml"
     space.write_text(
         (SPACES / "asha.yaml")

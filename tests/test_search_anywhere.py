@@ -20,8 +20,8 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 def test_a_search_from_the_folder_above_a_checkout_named_modsar(tmp_path):
     """From X, with a checkout at X/modsar, `import modsar` in a worker would find the folder X/modsar (an
     empty namespace package) before the installed package: every trial died on its first import. The trial's
-    backbone is a plugin module found through a relative PYTHONPATH, and another plugin is a relative .py path:
-    both must mean X for workers too (Tune runs each trial in a folder of its own)."""
+    backbone is a plugin module found through a relative PYTHONPATH, and another plugin is a relative .py
+    path: both must mean X for workers too (Tune runs each trial in a folder of its own)."""
     above = tmp_path / "work"
     (above / "mine").mkdir(parents=True)
     (above / "modsar").symlink_to(CHECKOUT, target_is_directory=True)  # a clone named as the project

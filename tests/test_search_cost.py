@@ -48,7 +48,8 @@ def test_asha_epochs_of_hand_counted_cases():
     assert asha_epochs(8, schedule, steps_per_epoch=10) == 80
     assert schedule.per_trial(10) == (10.0, 2.0)
     assert schedule.first_decision(10) == (50, 5)  # grace x eval_every x steps/epoch
-    # train.max_epochs 12 cuts the last stretch at epoch 12: 8 x 5 + 4 x 5 + 2 x 2 = 64 epochs, 8 + 4 + 2 x 1 passes
+    # train.max_epochs 12 cuts the last stretch at epoch 12: 8 x 5 + 4 x 5 + 2 x 2 = 64 epochs, 8 + 4 + 2 x 1
+    # passes
     capped = Schedule(grace=1, reduction_factor=2, max_t=4, unit="passes", eval_every=5, max_epochs=12)
     assert asha_epochs(8, capped, 10) == 64 and capped.per_trial(10)[1] * 8 == 14
     # a max_t between rungs (rf 3: rungs 1, 3, then max_t 5): 9 x 1 + 3 x 2 + 1 x 2 = 17 epochs

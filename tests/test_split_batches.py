@@ -117,7 +117,8 @@ def test_ae_eval_input_is_history_plus_mask():
 
 
 def test_paper_sse_gates_rows_then_replaces_each_item_with_one_minus_p():
-    """sse_style=paper (the ModSAR code): rows picked w.p. p, then items w.p. 1 - p; the overall rate is p(1 - p)."""
+    """sse_style=paper (the ModSAR code): rows picked w.p. p, then items w.p. 1 - p; the overall rate is p(1 -
+    p)."""
     split = synthetic_split()
     p = 0.2
     clean = next(iter(TrainBatches(split, "ar", 20, 100_000, padding_free=False, seed=3)))
@@ -189,9 +190,9 @@ def test_prefix_samples_are_every_training_prefix_once_labelled_at_the_end():
 
 
 def test_prefix_samples_cover_the_same_positions_as_sequences():
-    """With windows wide enough for every history and no absolute positions (which count back from a row's last
-    item, so they do differ: a prefix row puts its last item where evaluation does), a causal model's states are
-    the same either way: the summed CE over prefix rows equals that over whole-sequence rows."""
+    """With windows wide enough for every history and no absolute positions (which count back from a row's
+    last item, so they do differ: a prefix row puts its last item where evaluation does), a causal model's
+    states are the same either way: the summed CE over prefix rows equals that over whole-sequence rows."""
     from modsar.config import ModelConfig
     from modsar.model.modular import ModularSAR
 

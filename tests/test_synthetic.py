@@ -179,14 +179,13 @@ def test_bayes_optimal_ranker_realises_the_expected_optimum(name, isolated_data_
         assert realised["ndcg@10"] == pytest.approx(gains.mean())
 
 
-# Test NDCG@10 as a fraction of the Bayes-optimal test NDCG@10, quickstart base (hidden 32, 2 layers, lr 0.003,
-# batch 64, patience 5) with 1 head and dropout 0.1; AE with mask_prob 0.4. Measured on 2 CPU threads for
-# seeds 0 / 1 / 2 (the test runs seed 0):
-#   synthetic (optimum 0.693), quickstart budget of 60 epochs, eval every 3 (AE ~12 s, AR ~11 s):
-#     AE 0.68 / 0.69 / 0.70 (still rising at epoch 60)      AR 0.96 / 0.98 / 0.97 (early stop at 42-54)
-#     (AE with mask_prob 0.2: 0.63 / 0.67 / 0.64)
-#   synthetic-clusters (optimum 0.424), 30 epochs (~6 s each):
-#     AE 0.97 / 0.98 / 0.97                                  AR 0.98 / 0.97 / 0.98
+# Test NDCG@10 as a fraction of the Bayes-optimal test NDCG@10, quickstart base (hidden 32, 2 layers, lr
+# 0.003, batch 64, patience 5) with 1 head and dropout 0.1; AE with mask_prob 0.4. Measured on 2 CPU threads
+# for seeds 0 / 1 / 2 (the test runs seed 0):   synthetic (optimum 0.693), quickstart budget of 60 epochs,
+# eval every 3 (AE ~12 s, AR ~11 s):     AE 0.68 / 0.69 / 0.70 (still rising at epoch 60)      AR 0.96 / 0.98
+# / 0.97 (early stop at 42-54)     (AE with mask_prob 0.2: 0.63 / 0.67 / 0.64)   synthetic-clusters (optimum
+# 0.424), 30 epochs (~6 s each):     AE 0.97 / 0.98 / 0.97                                  AR 0.98 / 0.97 /
+# 0.98
 TRAINED = {"synthetic": (60, {"ae": 0.5, "ar": 0.85}), "synthetic-clusters": (30, {"ae": 0.85, "ar": 0.85})}
 
 

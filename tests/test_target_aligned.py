@@ -1,4 +1,5 @@
-"""Target-aligned positions, position channels and user fusion in the modular backbone (data-first paper §3-4).
+"""Target-aligned positions, position channels and user fusion in the modular backbone (data-first paper
+§3-4).
 
 Future leak, bidirectionality and padding invariance of every variant are in test_model.py (VARIANTS).
 """
@@ -33,7 +34,8 @@ def make(task: str, **overrides) -> ModularSAR:
 
 
 def test_ar_codes_are_the_distance_to_the_target():
-    """Query t predicts t + 1: key j gets code t + 1 - j (1 = the item just before the target), 0 for the future."""
+    """Query t predicts t + 1: key j gets code t + 1 - j (1 = the item just before the target), 0 for the
+    future."""
     codes = target_codes(6, 0, causal=True, positions=11, device=torch.device("cpu"))
     for t in range(6):
         for j in range(6):

@@ -1,5 +1,5 @@
-"""data.split=temporal: one global time cut; context strictly before every target; nothing after the validation
-cut in training; refused without timestamps; recorded in rows."""
+"""data.split=temporal: one global time cut; context strictly before every target; nothing after the
+validation cut in training; refused without timestamps; recorded in rows."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from modsar.data.split import TemporalSplit, cut_times, make_split
 from modsar.data.store import load_dataset
 from modsar.errors import ModsarError
 
-# user 1: items 1 2 3 4 at t = 1 2 5 8; user 2: items 5 6 7 at t = 3 6 6 (a tie); user 3: items 8 9 at t = 7 9;
-# user 4: item 10 at t = 4. Cuts: validation at t = 5, test at t = 7.
+# user 1: items 1 2 3 4 at t = 1 2 5 8; user 2: items 5 6 7 at t = 3 6 6 (a tie); user 3: items 8 9 at t = 7
+# 9; user 4: item 10 at t = 4. Cuts: validation at t = 5, test at t = 7.
 USER = np.array([1, 1, 1, 1, 2, 2, 2, 3, 3, 4])
 ITEM = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
 TIME = np.array([1, 2, 5, 8, 3, 6, 6, 7, 9, 4], dtype=float)
@@ -37,8 +37,8 @@ def test_first_event_after_each_cut():
     assert got == {0: ([1, 2], 3), 1: ([5], 6)}
     users, ends, targets = s.targets("test")
     got = {int(u): (history(s, u, e), int(t)) for u, e, t in zip(users, ends, targets, strict=True)}
-    # user 1: item 4 (t=8) with the validation event in its history; user 3: item 8 (t=7) has no earlier event,
-    # so its first test target is item 9 (t=9) after 8
+    # user 1: item 4 (t=8) with the validation event in its history; user 3: item 8 (t=7) has no earlier
+    # event, so its first test target is item 9 (t=9) after 8
     assert got == {0: ([1, 2, 3], 4), 2: ([8], 9)}
     assert s.eval_users.tolist() == [0, 1, 2]
 
@@ -186,7 +186,8 @@ def test_config_quantiles_dates_and_refusals():
     [("data.split=temporal", "data.split=temporal needs"), ("data.view=item", "data.view=item needs")],
 )
 def test_search_refuses_a_protocol_that_needs_timestamps_before_any_trial(capsys, override, named):
-    """`modsar spaces --check` (the check `modsar search` runs before Ray) refuses it with one line, exit 2."""
+    """`modsar spaces --check` (the check `modsar search` runs before Ray) refuses it with one line, exit
+    2."""
     from modsar.cli import main
 
     assert main(["spaces", "vanilla", "--check", "--dataset", "synthetic", override]) == 2

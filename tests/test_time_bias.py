@@ -1,6 +1,6 @@
-"""model.time_bias (data-first paper §3): attention biased by the time between query and key, or by the session
-boundaries between them. Buckets by hand, the bias as the only score, a query's time is its own item's (never
-the target's), AE masks hide their own times, times are relative, refusals without timestamps.
+"""model.time_bias (data-first paper §3): attention biased by the time between query and key, or by the
+session boundaries between them. Buckets by hand, the bias as the only score, a query's time is its own item's
+(never the target's), AE masks hide their own times, times are relative, refusals without timestamps.
 
 Future leak, bidirectionality and padding invariance of the time variants are in test_model.py (VARIANTS).
 """
@@ -46,7 +46,8 @@ def test_session_buckets_count_pauses_between_items():
 
 def biased_only(task: str, kind: str) -> ModularSAR:
     """One layer, one head, q = k = 0: the attention probabilities are the softmax of the time bias alone;
-    bucket b of the table is worth b / 8 (gap), times the table's scale sqrt(d), so the query prefers far keys."""
+    bucket b of the table is worth b / 8 (gap), times the table's scale sqrt(d), so the query prefers far
+    keys."""
     cfg = ModelConfig(hidden_size=8, num_layers=1, num_heads=1, dropout=0.0, attn_dropout=0.0, time_bias=kind)
     model = ModularSAR(cfg, 20, 3, 10, task).eval()
     with torch.no_grad():
@@ -169,7 +170,8 @@ def test_time_bias_is_refused_where_it_cannot_hold():
 
 @pytest.mark.parametrize("init", ["sasrec_plus", "normal", "xavier", "xavier_uniform", "xavier_attention"])
 def test_time_tables_start_at_zero_under_every_init(init):
-    """Training starts from the plain model whatever init the rest gets (xavier re-initialises every Embedding)."""
+    """Training starts from the plain model whatever init the rest gets (xavier re-initialises every
+    Embedding)."""
     model = ModularSAR(ModelConfig(time_bias="gap", init=init), 10, 2, 5, "ar")
     assert all(float(table.weight.detach().abs().max()) == 0.0 for table in model.time_tables)
 
@@ -187,8 +189,8 @@ def test_evaluating_a_timed_model_without_timestamps_is_one_clear_error():
 
 @pytest.fixture(scope="module")
 def timed_checkpoint(tmp_path_factory):
-    """A session-bias AR model briefly trained on a generated timestamped MovieLens-format log (60 users, sessions
-    of 3-6 items an hour to a week apart) with rollouts in its rows."""
+    """A session-bias AR model briefly trained on a generated timestamped MovieLens-format log (60 users,
+    sessions of 3-6 items an hour to a week apart) with rollouts in its rows."""
     from modsar.data.store import prepare_dataset
     from modsar.training.trainer import run_trial
 
@@ -222,7 +224,8 @@ def timed_checkpoint(tmp_path_factory):
 
 
 def shaken(model: ModularSAR) -> ModularSAR:
-    """The model with its time tables drawn N(0, 2): a few training steps move them too little for checks to bite."""
+    """The model with its time tables drawn N(0, 2): a few training steps move them too little for checks to
+    bite."""
     torch.manual_seed(4)
     for table in model.time_tables:
         torch.nn.init.normal_(table.weight, std=2.0)

@@ -351,7 +351,8 @@ def test_epoch_normalised_loss_weighs_every_position_the_same(batching):
 
 
 def test_modular_auto_norm_is_stored_as_post_and_old_auto_checkpoints_load_as_pre(tmp_path):
-    """0.2 made post-LN the modular default; a checkpoint of an older `auto` (pre-LN) model still loads as pre."""
+    """0.2 made post-LN the modular default; a checkpoint of an older `auto` (pre-LN) model still loads as
+    pre."""
     assert (
         load_config(None, []).flat()["model.norm"] == "post"
         and not ModularSAR(load_config(None, []).model, 30, 5, 10, "ar").blocks[0].pre_norm
@@ -432,7 +433,8 @@ def test_each_optimizer_step_gets_its_scheduled_rate():
 
 def test_min_steps_keeps_patience_from_stopping_a_run_early(monkeypatch):
     """A flat validation curve stops after `patience` passes, but not before train.min_steps optimizer steps:
-    16 steps per epoch (1,000 users, batch 64) and min_steps 100 give the first stop at epoch 7 (112 steps)."""
+    16 steps per epoch (1,000 users, batch 64) and min_steps 100 give the first stop at epoch 7 (112
+    steps)."""
     import modsar.training.trainer as train_module
 
     monkeypatch.setattr(train_module, "popularity_level", lambda *a: 0.05)
@@ -447,7 +449,8 @@ def test_min_steps_keeps_patience_from_stopping_a_run_early(monkeypatch):
 
 
 def test_escape_steps_count_to_the_first_pass_clear_of_the_popularity_level(monkeypatch):
-    """Popularity level 0.1: passes of .10, .12, .13 and .2 clear 1.25 x .1 first at epoch 3, after 48 steps."""
+    """Popularity level 0.1: passes of .10, .12, .13 and .2 clear 1.25 x .1 first at epoch 3, after 48
+    steps."""
     import modsar.training.trainer as train_module
 
     monkeypatch.setattr(train_module, "popularity_level", lambda *a: 0.1)

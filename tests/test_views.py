@@ -9,8 +9,9 @@ from modsar.data.store import load_dataset, prepare_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
 
-# userId,movieId,rating,timestamp: item 10 is seen by users 2 (t=5), 1 (t=7), 3 (t=9); item 20 by 3 (t=1), 1 (t=2),
-# 2 (t=2, later in the file: ties keep the log order); item 30 by 1, 2, 3 (t = 30, 31, 32); item 40 by 3, 2
+# userId,movieId,rating,timestamp: item 10 is seen by users 2 (t=5), 1 (t=7), 3 (t=9); item 20 by 3 (t=1), 1
+# (t=2), 2 (t=2, later in the file: ties keep the log order); item 30 by 1, 2, 3 (t = 30, 31, 32); item 40 by
+# 3, 2
 LOG = """userId,movieId,rating,timestamp
 1,10,4,7
 1,20,4,2
