@@ -11,7 +11,7 @@ import pandas as pd
 
 from modsar.analysis.analyze import Analysis
 from modsar.errors import ModsarError
-from modsar.model.registry import PAPER_NAMES
+from modsar.model.registry import paper_names
 from modsar.outputs import pyplot, save_figure, write_parquet
 from modsar.task import Task
 
@@ -44,7 +44,7 @@ def model_name(a: Analysis) -> str:
 def paper_order(a: Analysis) -> tuple:
     """ModSAR's order (Vanilla-AE, Local-AE, Vanilla-AR, Local-AR), or the residual paper's (SASRec, DuoRec,
     BSARec, BERT4Rec, GRU4Rec), then the dataset."""
-    names = list(PAPER_NAMES.values())
+    names = [n.name for n in paper_names()]
     name = model_name(a)
     return (names.index(name) if name in names else len(names), a.task, "Vanilla" not in name, a.dataset)
 

@@ -165,7 +165,7 @@ def paper_name(backbone: str, task: str) -> str:
     """ "SASRec", "GRU4Rec", ...; any other pair as "<backbone> <TASK>"."""
     entry = find(backbone)
     named = {n.task: n.name for n in entry.paper_names} if entry is not None else {}
-    return named.get(Task(task), f"{backbone} {task.upper()}")
+    return named.get(Task(task), f"{backbone} {Task(task).label}")
 
 
 def named_by_paper(backbone: str) -> bool:
@@ -362,10 +362,3 @@ def loaded_plugins() -> list[str]:
 
 
 BACKBONE_CHECKS.append(check_config)  # config.validate runs it from now on (modsar/__init__.py imports this)
-
-
-def __getattr__(name: str):  # TRANSITION: removed once callers use paper_names()/owned_settings()
-    if name == "PAPER_NAMES":
-        named = [(n.column, (e.name, n.task.value), n.name) for e in entries() for n in e.paper_names]
-        return {key: name for _, key, name in sorted(named)}
-    raise AttributeError(name)

@@ -12,6 +12,9 @@ import pandas as pd
 
 from modsar.outputs import pyplot, save_figure
 from modsar.report.cells import Cells, cell_at, improvement, short
+from modsar.task import Task
+
+TASK_COLOURS = {Task.AE: "tab:blue", Task.AR: "tab:orange"}  # the same in bars and curves
 
 
 def plot_all(
@@ -31,14 +34,15 @@ def _bars(cells: Cells, dataset: str, spaces: list[str], metric: str, out: Path)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(4, 1.4 * len(spaces)), 3.2))
     x = np.arange(len(spaces))
-    for offset, task in ((-0.2, "ae"), (0.2, "ar")):
+    for offset, task in ((-0.2, Task.AE), (0.2, Task.AR)):
         vals = [cell_at(cells, metric, (dataset, s, task)) for s in spaces]
         ax.bar(
             x + offset,
             [v.mean if v.mean is not None else math.nan for v in vals],
             0.4,
-            label=task.upper(),
+            label=task.label,
             yerr=[v.std or 0 for v in vals],
+            color=TASK_COLOURS[task],
         )
     ax.set_xticks(x, spaces, rotation=20, ha="right")
     ax.set_ylabel(f"test {short(metric)}")
@@ -57,7 +61,7 @@ def _curves(experiment: str, group: pd.DataFrame, out: Path) -> Path:
         if curve:
             xs, ys = zip(*curve, strict=True)
             style = "-" if r["status"] == "finished" else ":"
-            ax.plot(xs, ys, style, color="tab:orange" if r["task"] == "ar" else "tab:blue", alpha=0.7)
+            ax.plot(xs, ys, style, color=TASK_COLOURS[Task(r["task"])], alpha=0.7)
     ax.set_xlabel("epoch")
     ax.set_ylabel("validation metric")
     ax.set_title(f"{experiment} (blue AE, orange AR; dotted: stopped by ASHA)", fontsize=8)

@@ -334,7 +334,7 @@ class Trainer:
         cfg = self.cfg
         epochs = tqdm(
             range(self.first_epoch, cfg.train.max_epochs + 1),
-            desc=f"{cfg.task.upper()} {cfg.dataset}",
+            desc=f"{cfg.task.label} {cfg.dataset}",
             unit="epoch",
             disable=not self.progress,
             dynamic_ncols=True,
