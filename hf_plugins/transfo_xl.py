@@ -140,9 +140,8 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
         k, v = (t.view(klen, bsz, self.n_head, self.d_head) for t in (k, v))
         r_k = self.r_net(r).view(r.size(0), self.n_head, self.d_head)
 
-        content = torch.einsum(
-            "ibnd,jbnd->ijbn", q + r_w_bias, k
-        )  # (a) + (c): content and global content bias
+        # (a) + (c): content and global content bias
+        content = torch.einsum("ibnd,jbnd->ijbn", q + r_w_bias, k)
         by_distance = torch.einsum("ibnd,jnd->ijbn", q + r_r_bias, r_k)  # (b) + (d), per relative distance
         if r.size(0) == klen:  # causal (4.x): distances klen-1..0, aligned to keys by the relative shift
             position = rel_shift(by_distance)

@@ -1,11 +1,10 @@
 """One typed configuration tree for a trial, validated at load.
 
-Every key is addressable with a dotted name (``model.hidden_size``), the same name used in YAML design
-spaces, CLI overrides and Parquet result columns. An unknown key, a wrong type or a value outside the
-allowed choices is a one-line `ModsarError` that names the key and what is allowed. What one setting may
-hold (its choices, its range) is declared on its field; `validate` checks those ranges, then the rules that
-relate settings to one another.
-"""
+Every key is addressable with a dotted name (``model.hidden_size``), the same name used in YAML design spaces,
+CLI overrides and Parquet result columns. An unknown key, a wrong type or a value outside the allowed choices
+is a one-line `ModsarError` that names the key and what is allowed. What one setting may hold (its choices,
+its range) is declared on its field; `validate` checks those ranges, then the rules that relate settings to
+one another."""
 
 from __future__ import annotations
 
@@ -24,9 +23,8 @@ from modsar.limits import SIZE_LIMITS
 from modsar.task import Task
 
 FLOAT32_MAX = 3.4028234663852886e38
-MAX_THREADS = (
-    1024  # train.threads: torch CPU threads (a trial may run on a larger machine than the one checking)
-)
+# train.threads: torch CPU threads (a trial may run on a larger machine than the one checking)
+MAX_THREADS = 1024
 
 
 def choice(default: Any, *allowed: Any) -> Any:
@@ -110,30 +108,25 @@ class DataConfig:
     max_len: int = bounded(0, low=0, says="must be >= 1, or 0 for the dataset default")
     batch_size: int = bounded(128, **SIZE)
     eval_batch_size: int = bounded(256, **SIZE)
-    padding_free: bool = (
-        True  # batches only as wide as their longest row; output layer only at real positions
-    )
-    batching: str = choice(
-        "tokens", "tokens", "length", "random"
-    )  # who shares a batch: see modsar.data.batches
-    samples: str = choice(
-        "sequences", "sequences", "prefixes"
-    )  # a row: a user's window, or one prefix (RecBole)
+    # batches only as wide as their longest row; output layer only at real positions
+    padding_free: bool = True
+    # who shares a batch: see modsar.data.batches
+    batching: str = choice("tokens", "tokens", "length", "random")
+    # a row: a user's window, or one prefix (RecBole)
+    samples: str = choice("sequences", "sequences", "prefixes")
     view: str = choice("user", "user", "item")  # item: each item's users in time order (modsar.data.views)
     split: str = choice("loo", "loo", "temporal")  # leave-one-out, or one global time cut (modsar.data.split)
     split_valid: float = 0.8  # temporal: the validation cut, a quantile of all timestamps
     split_test: float = 0.9  # temporal: the test cut, a quantile of all timestamps
     split_dates: str = ""  # temporal: "YYYY-MM-DD,YYYY-MM-DD" cuts instead of the quantiles (UTC)
-    split_targets: str = choice(
-        "first", "first", "every"
-    )  # temporal: each user's first event after a cut, or all
+    # temporal: each user's first event after a cut, or all
+    split_targets: str = choice("first", "first", "every")
 
 
 @dataclass
 class ModelConfig:
-    backbone: str = (
-        "modular"  # modular | duorec | bsarec | gru4rec | albert | llama | transfo_xl | hf:<model_type>
-    )
+    # a registered backbone (modsar.model.registry.names(); modsar.model.backbones declares the core's)
+    backbone: str = "modular"
     hidden_size: int = bounded(64, **SIZE)
     num_layers: int = bounded(2, **SIZE)
     num_heads: int = bounded(1, **SIZE)
@@ -156,14 +149,12 @@ class ModelConfig:
     # `dropout` on the attention output before the sum (GPT, BERT and the residual paper's SASRec and DuoRec
     # code; not the original SASRec code, which drops attention weights only)
     attn_output_dropout: bool = False
-    ffn_inner_dropout: bool = (
-        True  # `dropout` between the FFN's two layers (SASRec, ModSAR code; BERT has none)
-    )
+    # `dropout` between the FFN's two layers (SASRec, ModSAR code; BERT has none)
+    ffn_inner_dropout: bool = True
     local_heads: int = 0  # LOCKER-style window heads (the last `local_heads` of `num_heads`)
     local_window: int = bounded(2, low=0)  # AE: |i - j| <= w ; AR: 0 <= i - j <= w
-    user_fusion: str = choice(
-        "none", "none", "concat", "token", "bias"
-    )  # how the user enters (modular only):
+    # how the user enters (modular only):
+    user_fusion: str = choice("none", "none", "concat", "token", "bias")
     #   concat = SSE-PT's vector beside every item vector, token = a first token every position attends to,
     #   bias = a per-layer projection of the user vector added to every attention query
     time_bias: str = choice("none", "none", "gap", "session")  # modular, timestamped data: a learned per-head
@@ -198,12 +189,11 @@ class ModelConfig:
     # SSE: replace the training user id with a random user with this prob.
     user_sse_prob: float = bounded(0.0, **RATE)
     gru_size: int = bounded(0, low=0, why="0 = hidden_size")  # gru4rec: the GRU's state size
-    bsa_cutoff: int = (
-        3  # bsarec: c, the low-pass keeps the lowest c // 2 + 1 frequencies of the max_len window
-    )
+    # bsarec: c, the low-pass keeps the lowest c // 2 + 1 frequencies of the max_len window
+    bsa_cutoff: int = bounded(3, low=0, why="the low-pass keeps the lowest c // 2 + 1 bins")
     # bsarec (official default; 0.7 on Beauty/Toys): layer = alpha * frequency branch + (1 - alpha) *
     # attention branch
-    bsa_alpha: float = 0.9
+    bsa_alpha: float = bounded(0.9, low=0, high=1, why="the frequency branch's weight")
 
 
 @dataclass
@@ -216,13 +206,11 @@ class LossConfig:
     # duorec: lambda, the contrastive term's weight (0 = SASRec's loss alone)
     cl_weight: float = bounded(0.1, low=0, why="0 = no contrastive term")
     cl_temperature: float = bounded(1.0, low=0, open_low=True)  # duorec: tau of the InfoNCE
-    cl_views: str = choice(
-        "us_x", "us_x", "un", "su", "us"
-    )  # duorec: which views are contrasted (see duorec.py)
+    # duorec: which views are contrasted (see duorec.py)
+    cl_views: str = choice("us_x", "us_x", "un", "su", "us")
     cl_similarity: str = choice("dot", "dot", "cos")  # duorec: similarity of two sequence representations
-    normalize: str = choice(
-        "batch", "batch", "epoch"
-    )  # mean over the batch's positions, or over an average batch
+    # mean over the batch's positions, or over an average batch
+    normalize: str = choice("batch", "batch", "epoch")
     # ce: chunked output layer + softmax with its gradient (false: the plain logits, to compare)
     fused: bool = True
 
@@ -232,9 +220,8 @@ class TrainConfig:
     optimizer: str = choice("adam", "adam", "adamw", "adamw_bert")  # adamw_bert: BERT's (no bias correction)
     lr: float = bounded(1e-3, low=0, open_low=True)
     weight_decay: float = bounded(0.0, low=0, why="0 = none")
-    weight_decay_exclude: str = choice(
-        "norm,bias", "norm,bias", "none", "norm,bias,embedding"
-    )  # kept from decay
+    # kept from decay
+    weight_decay_exclude: str = choice("norm,bias", "norm,bias", "none", "norm,bias,embedding")
     # Adam's second-moment decay (SASRec's code: 0.98); torch's Adam refuses one outside [0, 1) only once the
     # data and model are built
     beta2: float = bounded(
@@ -587,8 +574,6 @@ def _split_quantiles_in_order(cfg: Config, bad: Bad, stored: bool) -> None:
 def _split_dates_parse(cfg: Config, bad: Bad, stored: bool) -> None:
     """Two ISO dates, in order (the data module reads them, and says which rule a text breaks)."""
     if cfg.data.split_dates:
-        from modsar.data.split import parse_dates
-
         try:
             parse_dates(cfg.data.split_dates)
         except ValueError as exc:  # which rule: two dates, each ISO, in order
@@ -650,3 +635,28 @@ def validate(cfg: Config, where: str = "config", stored: bool = False) -> None:
 
     for check in CHECKS:
         check(cfg, bad, stored)
+
+
+def parse_dates(text: str):
+    """Two comma-separated ISO dates as timezone-aware datetimes (UTC unless they say otherwise); ValueError
+    saying which rule is broken (not two, one is no date, the first is not earlier) for config.validate."""
+    import datetime as dt
+
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if len(parts) != 2:
+        count = {0: "none", 1: "one"}.get(len(parts), str(len(parts)))
+        raise ValueError(f"needs two ISO dates, the validation cut then the test cut, and has {count}")
+    dates = []
+    for part in parts:
+        try:
+            date = dt.datetime.fromisoformat(part)
+        except ValueError:
+            raise ValueError(
+                f"needs two ISO dates, and {part!r} is not one (YYYY-MM-DD or YYYY-MM-DDTHH:MM[+HH:MM])"
+            ) from None
+        dates.append(date if date.tzinfo else date.replace(tzinfo=dt.timezone.utc))
+    if not dates[0] < dates[1]:
+        raise ValueError(
+            f"needs the validation cut before the test cut, and {parts[0]} is not before {parts[1]}"
+        )
+    return dates[0], dates[1]

@@ -19,9 +19,8 @@ from modsar.errors import ModsarError
 if TYPE_CHECKING:
     from modsar.config import Config
 
-ROLLOUT_BATCH = (
-    512  # users per rollout batch of eval.generate_steps (modsar.evaluation.rollouts.generate's default)
-)
+# users per rollout batch of eval.generate_steps (modsar.evaluation.rollouts.generate's default)
+ROLLOUT_BATCH = 512
 
 
 @dataclass(frozen=True)

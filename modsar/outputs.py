@@ -25,7 +25,8 @@ PARTIAL_PREFIX = ".tmp-"  # a write in progress, or one a killed process left: l
 def atomic_write(path: str | Path, fs: pafs.FileSystem | None = None) -> Iterator[str]:
     """The name to write `path` under: a hidden temporary name beside it (".tmp-<random>-<name>", so the
     extension, which savefig reads, is kept), renamed onto `path` when the block ends and deleted when it
-    raises. Every file ModSAR writes goes through here. `fs` is a pyarrow filesystem for an object store
+    raises. Every file ModSAR writes goes through here, except a prepared dataset's, which are written into a
+    hidden staging folder renamed whole (data/store.py). `fs` is a pyarrow filesystem for an object store
     (its path without the scheme); local paths need none."""
     if fs is None:
         import pyarrow.fs as pafs

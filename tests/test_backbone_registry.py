@@ -320,3 +320,38 @@ def test_the_analyze_help_lists_a_plugins_skip_sites(declared):
 
     text = " ".join(epilog().split())
     assert "declared:sites" in text and "declared:other" not in text and "hf:gpt2" in text
+
+
+def test_reports_and_analyses_name_and_order_a_plugin_by_its_declared_paper_name(declared):
+    """The entry's paper name reaches the report's arms and order, and the analyses' model label."""
+    import pandas as pd
+
+    from modsar.analysis.analyze import model_label
+    from modsar.report.arms import in_paper_order, with_arms
+
+    rows = pd.DataFrame(
+        {
+            "dataset": ["toys"] * 3,
+            "space": ["residual_models"] * 3,
+            "task": ["ar", "ar", "ar"],
+            "model.backbone": ["duorec", "declared", "modular"],
+        }
+    )
+    arms = list(with_arms(rows)["arm"])
+    assert arms == ["DuoRec", "DeclaredRec", "SASRec"]
+    assert in_paper_order(set(arms)) == ["DeclaredRec", "SASRec", "DuoRec"]
+    assert model_label(load_config(None, ["model.backbone=declared", "task=ar"])) == "DeclaredRec"
+    # a backbone named by its design keeps the ModSAR paper's labels; others carry their name before them
+    assert model_label(load_config(None, ["model.backbone=declared:sites"])) == "declared:sites Vanilla-AR"
+    assert model_label(load_config(None, [])) == "Vanilla-AR"
+
+
+def test_the_hf_adapter_finds_skips_for_exactly_the_types_its_spec_declares():
+    """hf_plugins declares its skip-site types torch-free (spec) for the registry; the adapter's table of
+    finders must hold the same names, or the registry would promise diagnostics the adapter cannot give."""
+    from hf_plugins.adapter import SKIP_FINDERS
+    from hf_plugins.spec import SKIP_SITE_TYPES
+
+    assert set(SKIP_FINDERS) == set(SKIP_SITE_TYPES)
+    assert registry.lookup("hf:gpt2").has_skip_sites("hf:gpt2")
+    assert not registry.lookup("hf:electra").has_skip_sites("hf:electra")

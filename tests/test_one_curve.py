@@ -27,6 +27,7 @@ from modsar.data.batches import TrainBatches
 from modsar.data.split import make_split
 from modsar.data.store import load_dataset
 from modsar.evaluation.ranking import Evaluator, model_scorer
+from modsar.evaluation.rollouts import trial_rollouts
 from modsar.memory import check_model
 from modsar.randomness import global_states, same_states, seed_everything
 from modsar.records.rows import differing_keys, read_rows
@@ -36,7 +37,6 @@ from modsar.training.trainer import (
     TrainState,
     build_model,
     make_optimizer,
-    rollout_metrics,
     run_trial,
     save_checkpoint,
 )
@@ -72,7 +72,7 @@ def test_helpers_a_trial_calls_between_epochs_draw_nothing(tmp_path):
         "sampled evaluation",
         lambda: Evaluator.of(split, sampled_cfg, 30, torch.device("cpu"))(model_scorer(model), "valid"),
     )
-    _draws_nothing("greedy rollouts", lambda: rollout_metrics(model, split, cfg, 30, torch.device("cpu")))
+    _draws_nothing("greedy rollouts", lambda: trial_rollouts(model, split, cfg, 30, torch.device("cpu")))
     from modsar.evaluation.rollouts import Sampler, generate
 
     _draws_nothing(

@@ -49,7 +49,7 @@ def test_the_version_is_defined_once_and_installed_as_written():
     assert not re.search(r"^version\s*=", project, re.M) and re.search(
         r'^dynamic\s*=\s*\["version"\]', project, re.M
     )
-    assert 'version = { attr = "modsar.__version__" }' in text
+    assert 'version = { attr = "modsar.version.__version__" }' in text
     assert importlib.metadata.version("modsar") == modsar.__version__
 
 

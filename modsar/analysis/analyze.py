@@ -20,15 +20,14 @@ Conventions (each output row names the ones it depends on; definitions in docs/d
   attention's input (pre-norm: the normed x), b_O excluded; +Res adds alpha * x_i to c_ii; +LN (post-norm
   only, where a LayerNorm follows the sum) centres and scales by the real pre-LN vector's std (its bias and
   b_O stay out of c_ij, so +LN sums to LN(z) minus those terms). Pooled over real positions of all users and
-  layers
-  (also without each sequence's first position), and per layer at positions L, L-1, L-2, where L is the
+  layers (also without each sequence's first position), and per layer at positions L, L-1, L-2, where L is the
   position the prediction is read from (AR: the last item; AE: the [MASK]); a sequence counts at L-o only
   if it has more than o real positions.
 - A user token (model.user_fusion=token) is column 0 of every map: attention windows read the item-to-item
   block (rows then sum to 1 minus the token's share), mixing counts the token as one of the "others" j != i
   but never as a position i; `user` reports the token's share itself.
 - HF backbones: everything; mixing, residual scaling and recovery need the layers' skip and value/output
-  weights, known for the six architectures above (any other hf:<type> skips them with a note).
+  weights, known for the backbones registry.skip_site_backbones() lists (any other skips them with a note).
 """
 
 from __future__ import annotations
@@ -107,7 +106,7 @@ def model_label(cfg) -> str:
         return registry.paper_name(cfg.model.backbone, cfg.task)
     kind = "Local" if cfg.model.local_heads else "Vanilla"
     name = f"{kind}-{Task(cfg.task).label}"
-    return name if cfg.model.backbone == "modular" else f"{cfg.model.backbone} {name}"
+    return name if registry.lookup(cfg.model.backbone).named_by_design else f"{cfg.model.backbone} {name}"
 
 
 class Probe:
@@ -124,9 +123,8 @@ class Probe:
         self.model, self.cfg, payload = load_checkpoint(checkpoint, str(self.device))
         self.max_len = payload["max_len"]
         self.split = checkpoint_split(self.cfg, data_dir)
-        self.users, self.end, self.targets = self.split.targets(
-            "test"
-        )  # every test user, in evaluation order
+        # every test user, in evaluation order
+        self.users, self.end, self.targets = self.split.targets("test")
         if not len(self.users):
             raise ModsarError(f"{checkpoint}: dataset '{self.cfg.dataset}' has no test users to analyse")
         self.attention_rows = np.sort(np.random.default_rng(0).permutation(len(self.users))[:attention_users])
@@ -163,8 +161,7 @@ class Probe:
 
     def heatmap_row(self, window: int) -> int:
         """The displayed user: first of a seeded permutation with >= `window` history items (else the
-        longest);
-        models trained on one dataset get the same user."""
+        longest); models trained on one dataset get the same user."""
         order = np.random.default_rng(0).permutation(len(self.users))
         long_enough = order[self.lengths[order] >= window]
         return int(long_enough[0]) if len(long_enough) else int(np.argmax(self.lengths))
@@ -192,9 +189,8 @@ def attention_windows(probe: Probe, rows: np.ndarray, window: int = 20):
         inputs, users = probe.batch(probe.inputs, chunk)
         _, maps = probe.model(inputs, users, need_weights=True)
         real = (inputs > 0).sum(1).cpu().numpy()
-        prefix = getattr(
-            probe.model, "prefix_tokens", 0
-        )  # a user token: the item-to-item block is the window
+        # a user token: the item-to-item block is the window
+        prefix = getattr(probe.model, "prefix_tokens", 0)
         for layer, probs in enumerate(maps):
             mean = probs[..., prefix:, prefix:].float().mean(1).cpu().numpy()  # head average
             for b, row in enumerate(chunk):
@@ -261,9 +257,8 @@ def hrli(probe: Probe, ks=(1, 10), filtered: bool = True) -> dict[str, float]:
 
     for sl in probe.batches():
         scores = probe.final_scores(probe.inputs, sl)
-        depth = min(
-            max(ks), scores.shape[1]
-        )  # a catalogue under k items: the whole ranking (every item is a hit)
+        # a catalogue under k items: the whole ranking (every item is a hit)
+        depth = min(max(ks), scores.shape[1])
         top = (scores.topk(depth, dim=1).indices + 1).cpu().numpy()
         for name, items in probes.items():
             for k in ks:
@@ -443,9 +438,8 @@ class Analysis:
     dataset: str
     task: Task
     table: pd.DataFrame  # (diagnostic, quantity, layer, alpha, value, n) + model facts
-    maps: pd.DataFrame = field(
-        default_factory=pd.DataFrame
-    )  # displayed user's windows: layer, query, key, value
+    # displayed user's windows: layer, query, key, value
+    maps: pd.DataFrame = field(default_factory=pd.DataFrame)
     spectra: pd.DataFrame = field(default_factory=pd.DataFrame)  # displayed user's + mean singular values
     notes: list[str] = field(default_factory=list)
 
@@ -643,7 +637,7 @@ def paper_labels(analyses: list[Analysis]) -> None:
         return
     for a in analyses:
         if a.label in ("Vanilla-AR", "Vanilla-AE"):
-            a.label = registry.paper_name("modular", a.task)
+            a.label = registry.paper_name(a.table["backbone"].iloc[0], a.task)
             for frame in (a.table, a.maps, a.spectra):
                 if len(frame):
                     frame["model"] = a.label

@@ -67,9 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     except ModsarError as exc:
         print(f"modsar: error: {exc}", file=sys.stderr)
         return 2
-    except (
-        KeyboardInterrupt
-    ) as exc:  # Ctrl-C has no message; one raised where it struck says where (a plugin)
+    except KeyboardInterrupt as exc:  # Ctrl-C has no message; one raised by a plugin says where
         print(f"modsar: interrupted{f' {exc}' if str(exc) else ''}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into `head` and closed early

@@ -46,9 +46,8 @@ class Batch:
     inputs: torch.Tensor  # (B, T) item ids, 0 = padding, N + 1 = mask
     labels: torch.Tensor  # (B, T) target item per position, 0 = no loss here
     users: torch.Tensor  # (B,) 1-based user ids (SSE-replaced during training when asked)
-    partners: torch.Tensor | None = (
-        None  # (B, T') AR: per row, another training prefix with the same next item
-    )
+    # (B, T') AR: per row, another training prefix with the same next item
+    partners: torch.Tensor | None = None
     partner_users: torch.Tensor | None = None  # (B,) their users
     times: torch.Tensor | None = None  # (B, T) float64 seconds before each row's last item (time_bias models)
 
@@ -368,9 +367,8 @@ class SameTarget:
         )
         order = np.argsort(split.items[self.positions], kind="stable")  # grouped by next item
         self.by_target, self.owners = self.positions[order], owners[order]
-        self.rank = np.empty(
-            len(order), dtype=np.int64
-        )  # prefix i of `positions` sits at rank[i] in by_target
+        # prefix i of `positions` sits at rank[i] in by_target
+        self.rank = np.empty(len(order), dtype=np.int64)
         self.rank[order] = np.arange(len(order))
         self.first = np.searchsorted(split.items[self.by_target], np.arange(split.num_items + 2))  # per item
         self.items, self.starts = split.items, split.starts

@@ -20,8 +20,7 @@ imported as sessions: one document per line). Every measure is vectorised over t
   bias, seeded), so independent positions give ~0 whatever the catalog; the plug-in and Miller-Madow values
   come beside it.
 Each measure has a shuffled baseline: every user's items permuted (same items, order destroyed), seeded. Its
-MI keeps what a user's items share regardless of order; the real curve's excess over it is what order
-carries.
+MI keeps what a user's items share regardless of order; the real curve's excess over it is what order carries.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from modsar.config import parse_dates
+
 
 @dataclass
 class LeaveOneOut:
@@ -170,9 +172,8 @@ class TemporalSplit(LeaveOneOut):
             positions = positions[np.unique(owner[positions], return_index=True)[1]]
         users, history_end = owner[positions], ends[positions]
         if len(positions) and not (self.stamps[history_end - 1] < self.stamps[positions]).all():
-            raise AssertionError(
-                "temporal split: a history reaches the time of its target"
-            )  # never, by construction
+            # never, by construction
+            raise AssertionError("temporal split: a history reaches the time of its target")
         return users, history_end, self.items[positions]
 
 
@@ -219,31 +220,6 @@ def make_split(cfg, dataset) -> LeaveOneOut:
         test_cut,
         cfg.data.split_targets == "every",
     )
-
-
-def parse_dates(text: str):
-    """Two comma-separated ISO dates as timezone-aware datetimes (UTC unless they say otherwise); ValueError
-    saying which rule is broken (not two, one is no date, the first is not earlier) for config.validate."""
-    import datetime as dt
-
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    if len(parts) != 2:
-        count = {0: "none", 1: "one"}.get(len(parts), str(len(parts)))
-        raise ValueError(f"needs two ISO dates, the validation cut then the test cut, and has {count}")
-    dates = []
-    for part in parts:
-        try:
-            date = dt.datetime.fromisoformat(part)
-        except ValueError:
-            raise ValueError(
-                f"needs two ISO dates, and {part!r} is not one (YYYY-MM-DD or YYYY-MM-DDTHH:MM[+HH:MM])"
-            ) from None
-        dates.append(date if date.tzinfo else date.replace(tzinfo=dt.timezone.utc))
-    if not dates[0] < dates[1]:
-        raise ValueError(
-            f"needs the validation cut before the test cut, and {parts[0]} is not before {parts[1]}"
-        )
-    return dates[0], dates[1]
 
 
 def when(seconds: float) -> str:

@@ -26,7 +26,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from modsar import __version__
 from modsar.data import synthetic
 from modsar.data.importers import Interactions, read_interactions, resolve_format
 from modsar.data.prepare import PreparedLog, PrepareOptions, prepare_log, statistics
@@ -35,6 +34,7 @@ from modsar.data.split import LeaveOneOut
 from modsar.errors import ModsarError
 from modsar.limits import SIZE_LIMITS
 from modsar.outputs import atomic_write, to_json
+from modsar.version import __version__
 
 
 def data_root(override: str | Path | None = None) -> Path:

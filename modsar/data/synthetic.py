@@ -139,9 +139,8 @@ class ClusterMixture:
 
     def posterior(self, counts: np.ndarray) -> np.ndarray:
         """(U, K) P(cluster | history) from (U, M) item counts: exact Bayes in log space."""
-        log_probs = np.log(
-            np.maximum(self.item_probs, 1e-300)
-        )  # noise = 0: unseen items stay finite (0 * log)
+        # noise = 0: unseen items stay finite (0 * log)
+        log_probs = np.log(np.maximum(self.item_probs, 1e-300))
         log_like = counts @ log_probs.T + np.log(self.prior)
         log_like -= log_like.max(1, keepdims=True)
         post = np.exp(log_like)

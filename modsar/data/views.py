@@ -27,9 +27,8 @@ def viewed(dataset: StoredDataset, view: str) -> StoredDataset:
             "format gives only the order within each user); prepare a timestamped log (ml-csv, "
             "ml-dat, inter with a timestamp column, pairs with a third column)"
         )
-    order = np.lexsort(
-        (np.arange(len(dataset.item)), dataset.timestamp, dataset.item)
-    )  # by item, time, log order
+    # by item, time, log order
+    order = np.lexsort((np.arange(len(dataset.item)), dataset.timestamp, dataset.item))
     return StoredDataset(
         dataset.name,
         dataset.item[order],

@@ -117,9 +117,8 @@ def fixed_negatives(
     rows = np.nonzero(clash)[0]
     room = negative_room(split, users, history_end, targets)
     if (room[rows] == 0).any():
-        raise RuntimeError(
-            "could not draw clean negatives: a user has seen every item"
-        )  # refused before training
+        # refused before training
+        raise RuntimeError("could not draw clean negatives: a user has seen every item")
     # the j-th allowed item (1-based) of a row is j plus the number of its forbidden items f_i (i-th, 1-based)
     # with f_i - i < j: below f_i lie f_i - i allowed items. f_i - i is non-decreasing within a row
     owner = forbidden // (n + 1)

@@ -40,6 +40,7 @@ import torch
 from tqdm import tqdm
 
 from modsar import memory
+from modsar.config import Config
 from modsar.data.batches import TaskRows, history_times, history_windows, task_rows
 from modsar.data.split import LeaveOneOut, history_index, rollout_targets
 from modsar.errors import ModsarError
@@ -555,3 +556,24 @@ def write(generation: Generation, out: str | Path, facts: dict) -> list[Path]:
     fig.tight_layout()
     paths.append(save_figure(fig, folder / "generate.png"))
     return paths
+
+
+def trial_rollouts(
+    model: Recommender, split: LeaveOneOut, cfg: Config, max_len: int, device: torch.device
+) -> dict[str, float]:
+    """A trial's rollout metrics (its test's `gen.*`): where eval.generate_steps > 0, greedy rollouts from
+    every test user's history (seeded by the trial's seed), never picking a seen item where the evaluation
+    filters them (`--exclude auto` of modsar generate)."""
+    if not cfg.eval.generate_steps:
+        return {}
+    return generate(
+        model,
+        split,
+        Task(cfg.task),
+        max_len,
+        cfg.eval.generate_steps,
+        Sampler("greedy"),
+        resolve_exclude("auto", cfg.eval.filter_seen),
+        seed=cfg.seed,
+        device=device,
+    ).metrics

@@ -18,8 +18,8 @@ def _check_modular(cfg: Config, bad: Bad) -> None:
     m: ModelConfig = cfg.model
     if m.positional in ("rope", "relative"):
         bad(
-            f"'model.positional={m.positional}' exists only in HF backbones (llama, transfo_xl); the modular "
-            "backbone has learned, sinusoidal, none or target_aligned"
+            f"'model.positional={m.positional}' exists only in HF backbones; the modular backbone has "
+            "learned, sinusoidal, none or target_aligned"
         )
     absolute = m.positional in ("auto", "learned", "sinusoidal")
     if not absolute and m.pos_fusion != "add":
@@ -98,13 +98,6 @@ def _check_bsarec(cfg: Config, bad: Bad) -> None:
         )
     if m.user_fusion != "none":
         bad(f"bsarec has no user embedding; 'model.user_fusion={m.user_fusion}' is for the modular backbone")
-    if m.bsa_cutoff < 0:
-        bad(
-            "'model.bsa_cutoff' must be >= 0 (the low-pass keeps the lowest c // 2 + 1 bins); got "
-            f"{m.bsa_cutoff}"
-        )
-    if not 0.0 <= m.bsa_alpha <= 1.0:
-        bad(f"'model.bsa_alpha' must be in [0, 1] (the frequency branch's weight); got {m.bsa_alpha}")
 
 
 def _check_gru4rec(cfg: Config, bad: Bad) -> None:
@@ -160,6 +153,7 @@ register(
         owned_settings=("loss.cl_weight", "loss.cl_temperature", "loss.cl_views", "loss.cl_similarity"),
         paper_names=(PaperName(AR, "DuoRec", 1),),
         needs_partners=_duorec_partners,
+        cost_settings=("loss.cl_weight", "loss.cl_views"),  # partners double a batch's forward passes
     )
 )
 register(

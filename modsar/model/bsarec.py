@@ -69,18 +69,16 @@ def low_pass_matrix(window: int, keep: int, causal: bool) -> torch.Tensor:
 class FrequencyBranch(nn.Module):
     def __init__(self, d: int, cutoff: int, window: int, dropout: float, causal: bool) -> None:
         super().__init__()
-        self.sqrt_beta = nn.Parameter(
-            torch.randn(1, 1, d)
-        )  # the official init: standard normal, squared in use
+        # the official init: standard normal, squared in use
+        self.sqrt_beta = nn.Parameter(torch.randn(1, 1, d))
         self.register_buffer("low_pass", low_pass_matrix(window, cutoff // 2 + 1, causal), persistent=False)
         self.drop, self.norm = nn.Dropout(dropout), nn.LayerNorm(d, eps=EPS)
 
     def forward(self, x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         T = x.size(1)
         signal = x * real[..., None]  # padding is zero, as in the official left-padded window
-        low = (
-            self.get_buffer("low_pass")[-T:, -T:] @ signal
-        )  # the window's last T positions: the rest is padding
+        # the window's last T positions: the rest is padding
+        low = self.get_buffer("low_pass")[-T:, -T:] @ signal
         return self.norm(x + self.drop(low + self.sqrt_beta**2 * (signal - low)))
 
 
@@ -131,9 +129,8 @@ class BSARec(nn.Module):
     def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
         """inputs (B, T) left-padded item ids -> hidden states (B, T, d) [, per-layer attention (B, H, T,
         T)]."""
-        pos = position_ids(
-            inputs, self.positions, self.cfg.positions_from == "start"
-        )  # official: from the end
+        # official: from the end
+        pos = position_ids(inputs, self.positions, self.cfg.positions_from == "start")
         x = self.drop(self.embed_norm(self.item_emb(inputs) + self.pos_emb(pos)))
         real = inputs > 0
         mask = attention_mask(

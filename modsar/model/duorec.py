@@ -59,9 +59,8 @@ def final_states(
     model: ModularSAR, inputs: torch.Tensor, users: torch.Tensor | None, group: int = PARTNER_GROUP
 ) -> torch.Tensor:
     """(B, d) states at the last position of left-padded rows of any lengths, encoded `group` rows at a time
-    in
-    order of length, each group only as wide as its longest row (a row's state does not depend on the padding
-    beside it), then put back in row order."""
+    in order of length, each group only as wide as its longest row (a row's state does not depend on the
+    padding beside it), then put back in row order."""
     order = (inputs > 0).sum(1).argsort()
     parts = []
     for rows in order.split(group):

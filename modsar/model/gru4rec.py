@@ -2,13 +2,11 @@
 item embedding -> dropout -> GRU layers -> linear projection back to the embedding size -> tied item scores.
 
 Recurrent, so causal by construction: the state at position t has read items 0..t only; `task=ae` is refused
-(registry). ModSAR's rows are left-padded. The GRU has no biases
-(as RecBole's) and padding enters as exact zero vectors, so the zero state stays exactly zero through the
-padding (every gate acts on zeros: h = (1 - z) * tanh(0) + z * 0): each row starts from a zero state at its
-first real item whatever its batch's width, without packing. No attention: the attention diagnostics (maps,
-mixing,
-residual scaling) are not defined for it; last-item reliance, shuffles and non-final predictions are.
-"""
+(registry). ModSAR's rows are left-padded. The GRU has no biases (as RecBole's) and padding enters as exact
+zero vectors, so the zero state stays exactly zero through the padding (every gate acts on zeros: h = (1 - z)
+* tanh(0) + z * 0): each row starts from a zero state at its first real item whatever its batch's width,
+without packing. No attention: the attention diagnostics (maps, mixing, residual scaling) are not defined for
+it; last-item reliance, shuffles and non-final predictions are."""
 
 from __future__ import annotations
 
@@ -26,13 +24,11 @@ class GRU4Rec(nn.Module):
         super().__init__()
         d, hidden = cfg.hidden_size, cfg.gru_size or cfg.hidden_size
         self.cfg, self.num_items = cfg, num_items
-        self.item_emb = nn.Embedding(
-            num_items + 2, d, padding_idx=0
-        )  # rows as every backbone: 0 pad, N+1 mask
+        # rows as every backbone: 0 pad, N+1 mask
+        self.item_emb = nn.Embedding(num_items + 2, d, padding_idx=0)
         self.drop = nn.Dropout(cfg.dropout)
-        self.gru = nn.GRU(
-            d, hidden, num_layers=cfg.num_layers, bias=False, batch_first=True
-        )  # RecBole: no bias
+        # RecBole: no bias
+        self.gru = nn.GRU(d, hidden, num_layers=cfg.num_layers, bias=False, batch_first=True)
         self.proj = nn.Linear(hidden, d)
         # RecBole's GRU4Rec init: xavier_normal on the embedding, xavier_uniform on the first layer's input
         # and recurrent matrices; deeper layers and the projection keep torch's own init
@@ -45,9 +41,8 @@ class GRU4Rec(nn.Module):
     def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
         """inputs (B, T) left-padded item ids -> states (B, T, d); padding columns get the projected zero
         state."""
-        x = (
-            self.drop(self.item_emb(inputs)) * (inputs > 0)[..., None]
-        )  # padding: exact zeros, whatever the table
+        # padding: exact zeros, whatever the table
+        x = self.drop(self.item_emb(inputs)) * (inputs > 0)[..., None]
         h = self.proj(self.gru(x)[0])
         return (h, []) if need_weights else h
 

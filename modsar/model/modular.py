@@ -5,21 +5,19 @@ Feature: item embedding * sqrt(d) + positions [+ the user] [-> LayerNorm, as BER
 `target_aligned`: no absolute code at all; each attention query scores every key by the key's distance to the
 query's target (Shaw et al.'s relative keys, one learned table per layer), so under AR the item just before
 the predicted one always carries the same code, whichever slot the query sits in. `time_bias` (timestamped
-data) adds
-a learned per-head, per-layer bias to every attention score by how far apart in time query and key are: `gap`
-buckets |t_q - t_k| by powers of two from a minute, `session` counts the pauses longer than `session_gap`
-between them (TiSASRec's idea as a bias table). A query's time is its own item's: under AR the position that
-predicts item t + 1 reads item t's time, never the target's; an AE mask reads the time of the item before it.
-The user enters by
-`user_fusion`: concat (SSE-PT's vector beside every item), token (a first token every position may attend to)
-or bias (a per-layer projection of the user added to every query: which keys matter depends on the user).
-Modeling: `num_layers` transformer blocks, whose attention is bidirectional
+data) adds a learned per-head, per-layer bias to every attention score by how far apart in time query and key
+are: `gap` buckets |t_q - t_k| by powers of two from a minute, `session` counts the pauses longer than
+`session_gap` between them (TiSASRec's idea as a bias table). A query's time is its own item's: under AR the
+position that predicts item t + 1 reads item t's time, never the target's; an AE mask reads the time of the
+item before it. The user enters by `user_fusion`: concat (SSE-PT's vector beside every item), token (a first
+token every position may attend to) or bias (a per-layer projection of the user added to every query: which
+keys matter depends on the user). Modeling: `num_layers` transformer blocks, whose attention is bidirectional
 (`ae`) or causal (`ar`): post-norm (default), pre-norm, or one of two blocks whose skip is the normed input
 (`norm=normed_skip`, the ModSAR code's layernorm_first: LN(x) + Attn(LN(x)); `norm=sasrec`, the SASRec code:
 queries from LN(x), keys and values from x); the last `local_heads` heads only see a LOCKER-style window
-(past-only under AR).
-Output: tied item embedding, scores only for real items 1..N; `head=bert4rec` puts BERT4Rec's transform
-(Linear, GELU, LayerNorm) before the dot product and adds a learned item bias (the paper's Table 4 model).
+(past-only under AR). Output: tied item embedding, scores only for real items 1..N; `head=bert4rec` puts
+BERT4Rec's transform (Linear, GELU, LayerNorm) before the dot product and adds a learned item bias (the
+paper's Table 4 model).
 
 Inputs are left-padded; column c of a width-T batch gets position index P - T + c, so positions count back
 from the most recent item and padding never moves them (`positions_from=start`: counted from each row's first

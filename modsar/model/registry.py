@@ -54,9 +54,8 @@ class BackboneEntry:
     """One backbone. `name` is exact ("modular") or a prefix ending in ":" ("hf:" covers "hf:bert", ...)."""
 
     name: str
-    build: (
-        str  # "package.module:attr", called (cfg.model, num_items, num_users, max_len, task) -> Recommender
-    )
+    # "package.module:attr", called (cfg.model, num_items, num_users, max_len, task) -> Recommender
+    build: str
     check: Callable[[Config, Bad], None] | None = None  # refuses what it cannot honour; must not import torch
     tasks: tuple[Task, ...] = (Task.AE, Task.AR)  # attention directions it implements
     attention_maps: bool = True  # forward(..., need_weights=True) gives per-layer maps (sparsity, rank)
@@ -73,6 +72,8 @@ class BackboneEntry:
     # whether a training batch under this config carries a same-target partner for every row (DuoRec)
     needs_partners: Callable[[Config], bool] | None = None
     time_bias: bool = False  # implements model.time_bias (attention biased by the inputs' time gaps)
+    # its own settings that change what a training step costs: a search's cost estimate probes each value
+    cost_settings: tuple[str, ...] = ()
 
     def matches(self, name: str) -> bool:
         if self.name.endswith(":"):
@@ -198,13 +199,13 @@ def _refuse_foreign(cfg: Config, bad: Bad) -> None:
     now, before = cfg.flat(), default.flat()  # dotted names, as owned_settings writes them
     for key, owners in owned_settings().items():
         if cfg.model.backbone not in owners and now[key] != before[key]:
-            here = "modular (the default)" if cfg.model.backbone == "modular" else cfg.model.backbone
+            here = cfg.model.backbone
+            here += " (the default)" if here == default.model.backbone else ""
             owner = " or ".join(owners)
             bad(
                 f"'{key}={now[key]}' is read by model.backbone={owner} only, and the backbone here is "
-                f"{here}: leave "
-                f"it at {before[key]!r} (in a space that varies the backbone, set it under when: "
-                f"{{model.backbone: {owner}}})"
+                f"{here}: leave it at {before[key]!r} (in a space that varies the backbone, set it under "
+                f"when: {{model.backbone: {owners[0]}}})"
             )
     if cfg.loss.name != "gbce" and cfg.loss.gbce_t != default.loss.gbce_t:
         bad(
@@ -298,9 +299,7 @@ def load_plugins(specs: list[str] | None = None) -> list[str]:
             _ENTRIES.clear()
             _ENTRIES.update(before)
             raise KeyboardInterrupt(f"while importing backbone plugin {spec!r}") from None
-        except (
-            BaseException
-        ) as exc:  # anything else its module code raises: SystemExit, BaseException subclasses
+        except BaseException as exc:  # anything its module code raises: SystemExit, BaseException subclasses
             _ENTRIES.clear()
             _ENTRIES.update(before)
             why = _why(spec, exc)

@@ -2,11 +2,9 @@
 
 Every layer the analyses support computes  y = [LN]( s(x) + drop(W_O . Attn(values(x))) + b_O )  with the skip
 s(x) entering unscaled: s(x) = x, or LN(x) in the SASRec code's block (its normed query is the skip). A
-SkipSite
-names where x comes in (the module whose first input it is), the output projection, how to get the value
-vectors and the skip from x, and the LayerNorm that follows the sum in post-norm layers. That is all the
-Kobayashi decomposition (c_ij) and inference-time residual scaling (alpha s(x)) need.
-"""
+SkipSite names where x comes in (the module whose first input it is), the output projection, how to get the
+value vectors and the skip from x, and the LayerNorm that follows the sum in post-norm layers. That is all the
+Kobayashi decomposition (c_ij) and inference-time residual scaling (alpha s(x)) need."""
 
 from __future__ import annotations
 
@@ -23,9 +21,8 @@ from modsar.errors import ModsarError
 @dataclass
 class SkipSite:
     container: nn.Module  # its first input is the skip x (the layer input, or the normed input's source)
-    projection: (
-        nn.Module
-    )  # W_O (and b_O): its output is the attention sub-layer's contribution before the sum
+    # W_O (and b_O): its output is the attention sub-layer's contribution before the sum
+    projection: nn.Module
     values: Callable[[torch.Tensor], torch.Tensor]  # x (B, T, d) -> value vectors (B, T, d), b_V included
     w_o: Callable[[], torch.Tensor]  # (d_in, d) so that out = ctx @ w_o + b_o; rows grouped by head
     b_o: Callable[[], torch.Tensor | None]
@@ -79,8 +76,7 @@ def skip_input(args: tuple, kwargs: dict) -> torch.Tensor:
 @contextlib.contextmanager
 def scaled_skips(sites: list[SkipSite], alpha: float):
     """Inference-time z = alpha s(x) + Attn(x) in every site: each projection's output gets -(1 - alpha) s(x)
-    of
-    its container's input x, which the layer then adds to s(x) (exact in eval mode, where dropout is the
+    of its container's input x, which the layer then adds to s(x) (exact in eval mode, where dropout is the
     identity)."""
     skips: dict[int, torch.Tensor] = {}
 
@@ -107,9 +103,11 @@ def residual_scale(model, alpha: float):
     (ModsarError for a backbone whose layers ModSAR does not know)."""
     sites = model.skip_sites()
     if sites is None:
+        from modsar.model.registry import skip_site_backbones
+
         raise ModsarError(
             f"residual scaling is not defined for {model.describe()}: its attention layers are not "
-            "ones ModSAR knows (modular, duorec, bsarec, albert, llama, hf:bert, hf:gpt2, transfo_xl)"
+            f"ones ModSAR knows ({', '.join(skip_site_backbones())})"
         )
     with scaled_skips(sites, alpha):
         yield

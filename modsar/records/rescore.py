@@ -22,6 +22,7 @@ from modsar.data.views import viewed
 from modsar.errors import ModsarError
 from modsar.evaluation.ranking import Evaluator, model_scorer
 from modsar.records.rows import read_rows
+from modsar.task import Task
 from modsar.training.checkpoints import CHECKPOINT_FILE, load_checkpoint, local_checkpoint
 from modsar.training.feasible import validate_for_dataset
 
@@ -64,7 +65,7 @@ class CheckpointScores:
     metrics: dict[str, float]
     protocol: dict[str, Any]  # eval.ks, eval.filter_seen, eval.sampled_negatives as used
     changed: dict[str, tuple[Any, Any]]  # key -> (stored, used), for every protocol setting given otherwise
-    task: str
+    task: Task
     dataset: str
     backbone: str
     epoch: int | None  # the best validation epoch the checkpoint holds

@@ -226,9 +226,8 @@ def _local_files(path: str) -> list[str]:
             subfolders[:] = []
             continue
         seen.add(real)
-        subfolders.sort(
-            key=lambda name: (os.path.islink(os.path.join(folder, name)), name)
-        )  # real folders first
+        # real folders first
+        subfolders.sort(key=lambda name: (os.path.islink(os.path.join(folder, name)), name))
         for name in names:
             file = os.path.join(folder, name)
             real_file = os.path.realpath(file)

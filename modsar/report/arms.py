@@ -11,6 +11,7 @@ import json
 
 import pandas as pd
 
+from modsar.config import ModelConfig
 from modsar.model.registry import paper_name, paper_names
 
 TASKS = ("ae", "ar")
@@ -29,7 +30,8 @@ def with_arms(rows: pd.DataFrame) -> pd.DataFrame:
     user_fusion=token"."""
     if not len(rows):
         return rows.assign(arm=pd.Series(dtype=str))
-    backbone = rows.get("model.backbone", pd.Series("modular", index=rows.index)).fillna("modular")
+    default = ModelConfig().backbone  # rows from before the backbone was a setting
+    backbone = rows.get("model.backbone", pd.Series(default, index=rows.index)).fillna(default)
     several = backbone.groupby([rows["dataset"], rows["space"]]).transform("nunique") > 1
     names = [
         paper_name(b, t) if many else t for b, t, many in zip(backbone, rows["task"], several, strict=True)

@@ -2,20 +2,21 @@
 row.
 
 Each trial runs `training.run_trial` (the same function as `modsar train`) inside a Ray Tune function
-trainable and reports validation metrics at every evaluation, with a checkpoint whenever the monitored
-metric improves. ASHA stops weak trials early; grid enumerates the conditional grid exactly; random and
-Optuna sample through Ray's OptunaSearch (RandomSampler / TPE, both seeded). A driver-side callback
-writes one row per trial as it ends (finished, stopped by ASHA, or error); after the search the best AE
-and best AR trial (best validation epoch) are tested from their best checkpoints and marked selected.
+trainable and reports validation metrics at every evaluation, with a checkpoint whenever the monitored metric
+improves. ASHA stops weak trials early; grid enumerates the conditional grid exactly; random and Optuna sample
+through Ray's OptunaSearch (RandomSampler / TPE, both seeded). A driver-side callback writes one row per trial
+as it ends (finished, stopped by ASHA, or error); after the search the best AE and best AR trial (best
+validation epoch) are tested from their best checkpoints and marked selected.
 
-Layout: ``<results>/<experiment>/{search.json, trials/*.parquet, ray/ (Tune state and checkpoints)}``.
-A killed driver is resumed with ``--resume`` (Tuner.restore): unfinished trials continue from their last
+Layout: ``<results>/<experiment>/{search.json, trials/*.parquet, ray/ (Tune state and checkpoints)}``. A
+killed driver is resumed with ``--resume`` (Tuner.restore): unfinished trials continue from their last
 checkpoint (the latest improvement) with the optimizer and RNG states saved beside it, so results equal an
-uninterrupted run (tested),
-errored trials are retried, finished rows are kept as they are.
+uninterrupted run (tested), errored trials are retried, finished rows are kept as they are.
 
-The package: `plan` (request -> checked plan), `trial` (the trainable: a trial in a Ray worker), `rows` (one
-Parquet row per trial), `tuner` (Ray, the Tuners, selection, testing and seed re-runs).
+The package: `spaces` (the YAML design spaces) and `space_check` (every configuration a space could run,
+validated), `plan` (request -> checked plan), `cost` (what the search will cost, before it runs), `trial` (the
+trainable: a trial in a Ray worker), `rows` (one Parquet row per trial), `tracking` (MLflow), `tuner` (Ray,
+the Tuners, selection, testing and seed re-runs), `submit` (a command as a Ray job on a cluster).
 """
 
 from modsar.sweep.plan import Plan, SearchRequest, make_plan, trial_config

@@ -4,7 +4,7 @@ the epochs of the whole search, and a wall-clock from a few seconds' timed probe
 A search of hundreds of trials is sized by numbers nobody multiplies by hand: a grace period in validation
 passes of `eval_every` epochs of a dataset's steps, rungs that keep 1/reduction_factor of the trials, trials
 in parallel on the CPUs a trial takes. `estimate` multiplies them, and times 1 warm-up + PROBE_STEPS real
-training steps and a validation pass (or its first batches) of one configuration per model size (COST_KEYS),
+training steps and a validation pass (or its first batches) of one configuration per model size (cost_keys()),
 so `modsar spaces NAME --dataset D` and the first lines of `modsar search` say what a search costs before any
 of it runs.
 
@@ -28,12 +28,14 @@ from typing import Any
 import torch
 
 from modsar.config import Config
+from modsar.model import registry
 from modsar.sweep.plan import STEPS_MAX_T, Plan, trial_config
 from modsar.sweep.spaces import MAX_GRID_POINTS, Param, SearchSpace, grid_size_by_task
 from modsar.training.trainer import train_batches
 
-# the config keys that change what a training step costs: points that agree on them share one probe
-COST_KEYS = (
+# the config keys that change what a training step costs, for every backbone: points that agree on them (and
+# on their backbone's cost_settings, see cost_keys) share one probe
+BASE_COST_KEYS = (
     "task",
     "mask_prob",
     "model.backbone",
@@ -49,10 +51,17 @@ COST_KEYS = (
     "data.padding_free",
     "loss.name",
     "loss.num_negatives",
-    "loss.cl_weight",
-    "loss.cl_views",
 )
-# of those, the ones that change how many steps an epoch takes (data.view and the split are fixed per search)
+
+
+def cost_keys() -> tuple[str, ...]:
+    """BASE_COST_KEYS and every registered backbone's cost_settings (DuoRec's contrastive views)."""
+    own = [key for entry in registry.entries() for key in entry.cost_settings]
+    return BASE_COST_KEYS + tuple(dict.fromkeys(k for k in own if k not in BASE_COST_KEYS))
+
+
+# of BASE_COST_KEYS, the ones that change how many steps an epoch takes (data.view and the split are fixed
+# per search)
 SHAPE_KEYS = ("task", "data.max_len", "data.batch_size", "data.samples", "data.batching", "data.padding_free")
 MAX_PROBES = 6  # model sizes timed per search; the others are interpolated from the nearest probed sizes
 PROBE_STEPS = 3  # timed training steps per probe, after one warm-up step
@@ -172,7 +181,7 @@ class Resources:
 
 @dataclass
 class Group:
-    """The points of one direction that cost the same per step (equal COST_KEYS), with a point standing for
+    """The points of one direction that cost the same per step (equal cost_keys()), with a point standing for
     them and, once probed or interpolated, the seconds of a step and of a validation pass."""
 
     key: dict[str, Any]
@@ -181,9 +190,8 @@ class Group:
     max_len: int
     trials: float  # grid: counted; random/optuna: the expected share of --num-samples
     steps_per_epoch: int = 0
-    flops: float = (
-        0.0  # model FLOPs of one training step (modsar.training.flops): orders the sizes for probing
-    )
+    # model FLOPs of one training step (modsar.training.flops): orders the sizes for probing
+    flops: float = 0.0
     step_s: float = math.nan
     eval_s: float = math.nan
     probed: bool = False
@@ -245,7 +253,7 @@ class CostEstimate:
         """The cost keys whose values differ between the sizes of a direction (how a size is named)."""
         return [
             k
-            for k in COST_KEYS
+            for k in cost_keys()
             if k != "task" and any(len({repr(g.key[k]) for g in d.groups}) > 1 for d in self.directions)
         ]
 
@@ -440,7 +448,7 @@ def estimate(
 
 
 def size_groups(plan: Plan, task: str, default_max_len: int) -> list[Group]:
-    """The points of one direction grouped by what a step costs (COST_KEYS), each with its trials: grid
+    """The points of one direction grouped by what a step costs (cost_keys()), each with its trials: grid
     points counted (without building them), random/optuna samples as the share a uniform draw gives."""
     space = plan.space.for_task(task)
     closure = _cost_params(space)
@@ -453,7 +461,7 @@ def size_groups(plan: Plan, task: str, default_max_len: int) -> list[Group]:
         full = _full_point(space, point, closure)
         cfg = trial_config(plan.base, space, full)
         flat = cfg.flat()
-        key = {k: flat[k] for k in COST_KEYS}
+        key = {k: flat[k] for k in cost_keys()}
         found = groups.get(tuple(map(repr, key.values())))
         if found is None:
             groups[tuple(map(repr, key.values()))] = Group(
@@ -468,7 +476,8 @@ def _cost_params(space: SearchSpace) -> set[str]:
     """The params that set a cost key, and those their conditions read (recursively): the values of these
     alone decide a point's cost, and whether each of them is active."""
     by_key = {p.key: p for p in space.params}
-    todo = [p.key for p in space.params if p.key in COST_KEYS or set(p.also) & set(COST_KEYS)]
+    keys = cost_keys()
+    todo = [p.key for p in space.params if p.key in keys or set(p.also) & set(keys)]
     closure: set[str] = set()
     while todo:
         key = todo.pop()
@@ -551,9 +560,7 @@ def run_probes(directions: list[Direction], dataset, split, device: torch.device
             g.probed = True
             try:
                 g.step_s, g.eval_s = probe(g.cfg, dataset, split, g.max_len, device)
-            except (
-                Exception
-            ) as error:  # a size that fails here fails as a trial, with its row; the search goes on
+            except Exception as error:  # fails as a trial would, with its row; the search goes on
                 g.error = (str(error).strip().splitlines() or [type(error).__name__])[0]
                 g.probed = False
         interpolate(d.groups)

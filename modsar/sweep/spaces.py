@@ -151,7 +151,7 @@ class SearchSpace:
         for p in self.params:
             if p.key == "task":
                 return list(dict.fromkeys(p.values))
-        return [self.base.get("task", "ar")]
+        return [self.base.get("task", Config().task.value)]
 
     def for_task(self, task: str) -> SearchSpace:
         """The same space with `task` fixed: one ASHA bracket never compares AE with AR trials."""

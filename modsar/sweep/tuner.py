@@ -176,7 +176,7 @@ def drop_resume_state(grid) -> None:
 
     Not before the Tuner returns: a trial that ended after Tune's last experiment-state save is resumed
     again after a kill and needs it. Errored trials keep it; --resume retries them from their checkpoint."""
-    from modsar.training.trainer import RESUME_FILE
+    from modsar.training.state import RESUME_FILE
 
     for result in grid:
         if result.error is None and result.path:
@@ -538,8 +538,8 @@ def _test_winners(plan: Plan, rows: pd.DataFrame, winners: dict[Any, dict], colu
 
     from modsar.data.split import LeaveOneOut, make_split
     from modsar.evaluation.ranking import Evaluator, model_scorer
+    from modsar.evaluation.rollouts import trial_rollouts
     from modsar.training.checkpoints import load_checkpoint, local_checkpoint
-    from modsar.training.trainer import rollout_metrics
 
     stored = load_dataset(plan.request.dataset, plan.request.data_dir)
     splits: dict[tuple, LeaveOneOut] = {}  # one protocol per search (spaces cannot vary it); keyed to be sure
@@ -560,7 +560,7 @@ def _test_winners(plan: Plan, rows: pd.DataFrame, winners: dict[Any, dict], colu
             splits[protocol] = make_split(cfg, viewed(stored, cfg.data.view))
         split = splits[protocol]
         test = Evaluator.of(split, cfg, payload["max_len"], torch.device("cpu"))(model_scorer(model), "test")
-        generation = rollout_metrics(model, split, cfg, payload["max_len"], torch.device("cpu"))
+        generation = trial_rollouts(model, split, cfg, payload["max_len"], torch.device("cpu"))
         best.update({f"test.{k}": v for k, v in test.items()}, selected=True)
         best.update({f"generate.{k}": v for k, v in generation.items()})
         rewrite_row(plan, best)

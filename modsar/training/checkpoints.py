@@ -75,18 +75,13 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[Recommender,
     payload = load_checkpoint_payload(path, device)
     try:
         cfg = Config.from_stored(payload["config"], where=str(path))
-    except (
-        AttributeError,
-        TypeError,
-        ValueError,
-    ) as error:  # sections that are no mappings, values of no type
+    except (AttributeError, TypeError, ValueError) as error:  # sections that are no mappings, wrong types
         raise ModsarError(
             f"{path}: a damaged ModSAR checkpoint (its config: {type(error).__name__}: {error}); it "
             "was changed after modsar wrote it"
         ) from None
-    check_model(
-        cfg, payload["num_items"], payload["num_users"], payload["max_len"], str(path)
-    )  # before allocating
+    # before allocating
+    check_model(cfg, payload["num_items"], payload["num_users"], payload["max_len"], str(path))
     model = build(cfg, payload["num_items"], payload["num_users"], payload["max_len"])
     try:
         model.load_state_dict(payload["state_dict"])

@@ -37,9 +37,8 @@ def validate_for_dataset(
     if split is not None and cfg.eval.sampled_negatives:
         for which, name in (("valid", "validation"), ("test", "test")):
             users, history_end, targets = split.targets(which)
-            room = negative_room(
-                split, users, history_end, targets
-            )  # drawn with replacement: only 0 is too few
+            # drawn with replacement: only 0 is too few
+            room = negative_room(split, users, history_end, targets)
             if len(room) and room.min() == 0:
                 row = int(room.argmin())
                 raise ModsarError(

@@ -30,6 +30,7 @@ from modsar.data.store import StoredDataset, dataset_identity, load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
 from modsar.evaluation.ranking import Evaluator, model_scorer, popularity_scorer
+from modsar.evaluation.rollouts import trial_rollouts
 from modsar.memory import check_model
 from modsar.model import registry
 from modsar.model.interface import Recommender, encode
@@ -43,7 +44,6 @@ from modsar.training.optim import LearningRate, make_optimizer
 from modsar.training.optim import decay_groups as decay_groups
 from modsar.training.state import RESUME_FILE as RESUME_FILE
 from modsar.training.state import TrainState, save_checkpoint, save_resume_state
-from modsar.training.state import _atomic_save as _atomic_save
 from modsar.training.state import load_resume_state as load_resume_state
 
 # on_eval(epoch, valid metrics, improved, checkpoint or None, facts): facts has "last" (training stops after
@@ -435,7 +435,7 @@ class Trainer:
         self.model.eval()
         with roomy_heap(), untouched(self.device):
             test = self.evaluator(model_scorer(self.model), "test")
-            generation = rollout_metrics(self.model, self.split, self.cfg, self.max_len, self.device)
+            generation = trial_rollouts(self.model, self.split, self.cfg, self.max_len, self.device)
         return self.outcome(test, generation)
 
     def facts(self, last: bool, loss: float) -> dict[str, Any]:
@@ -519,25 +519,3 @@ def run_trial(
     trainer.setup(dataset, data_root, resume)
     trainer.fit()
     return trainer.test() if evaluate_test else trainer.outcome({})
-
-
-def rollout_metrics(
-    model: Recommender, split, cfg: Config, max_len: int, device: torch.device
-) -> dict[str, float]:
-    """eval.generate_steps > 0: greedy rollouts from every test user's history (seeded by the trial's seed),
-    never picking a seen item where the evaluation filters them (`--exclude auto` of modsar generate)."""
-    if not cfg.eval.generate_steps:
-        return {}
-    from modsar.evaluation.rollouts import Sampler, generate, resolve_exclude
-
-    return generate(
-        model,
-        split,
-        Task(cfg.task),
-        max_len,
-        cfg.eval.generate_steps,
-        Sampler("greedy"),
-        resolve_exclude("auto", cfg.eval.filter_seen),
-        seed=cfg.seed,
-        device=device,
-    ).metrics
