@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import enum
 
+import yaml
+
 
 class Task(str, enum.Enum):
     AE = "ae"
@@ -32,3 +34,8 @@ class Task(str, enum.Enum):
     def label(self) -> str:
         """How tables and reports name it: AE, AR."""
         return self.value.upper()
+
+
+# A config (dataclasses.asdict of it, a plugin's own dump) stays YAML-writable with a Task in it: as "ae"/"ar"
+yaml.SafeDumper.add_representer(Task, lambda dumper, task: dumper.represent_str(task.value))
+yaml.Dumper.add_representer(Task, lambda dumper, task: dumper.represent_str(task.value))

@@ -156,3 +156,16 @@ def test_rope_backbones_need_an_even_head_size():
         load_config(
             None, ["model.backbone=llama", "model.dropout=0", "model.hidden_size=12", "model.num_heads=4"]
         )
+
+
+def test_a_config_with_its_typed_task_stays_yaml_writable():
+    """Task is a str: a plugin or a notebook dumping a config to YAML writes "ae", as before it was typed."""
+    import dataclasses
+
+    import yaml
+
+    from modsar.config import load_config
+
+    cfg = load_config(None, ["task=ae"])
+    assert yaml.safe_dump({"task": cfg.task}) == "task: ae\n"
+    assert yaml.safe_load(yaml.safe_dump(dataclasses.asdict(cfg)))["task"] == "ae"
