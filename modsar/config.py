@@ -106,8 +106,8 @@ SEED["says"] = "must be between 0 and 2**32 - 1"
 class DataConfig:
     # history items the model sees; 0 = the dataset's registry default (50; 200 for ML-1M)
     max_len: int = bounded(0, low=0, says="must be >= 1, or 0 for the dataset default")
-    batch_size: int = bounded(128, **SIZE)
-    eval_batch_size: int = bounded(256, **SIZE)
+    batch_size: int = bounded(128, **SIZE)  # training rows per batch (data.batching=tokens: on average)
+    eval_batch_size: int = bounded(256, **SIZE)  # users per evaluation batch (memory only, not results)
     # batches only as wide as their longest row; output layer only at real positions
     padding_free: bool = True
     # who shares a batch: see modsar.data.batches
@@ -127,11 +127,11 @@ class DataConfig:
 class ModelConfig:
     # a registered backbone (modsar.model.registry.names(); modsar.model.backbones declares the core's)
     backbone: str = "modular"
-    hidden_size: int = bounded(64, **SIZE)
-    num_layers: int = bounded(2, **SIZE)
-    num_heads: int = bounded(1, **SIZE)
-    ffn_size: int = bounded(0, low=0, why="0 = 4 * hidden_size")
-    activation: str = choice("gelu", "gelu", "relu")
+    hidden_size: int = bounded(64, **SIZE)  # d: the width of item vectors and of every layer
+    num_layers: int = bounded(2, **SIZE)  # transformer (or GRU) layers
+    num_heads: int = bounded(1, **SIZE)  # attention heads per layer; hidden_size must divide by it
+    ffn_size: int = bounded(0, low=0, why="0 = 4 * hidden_size")  # the feed-forward layer's inner width
+    activation: str = choice("gelu", "gelu", "relu")  # the feed-forward layer's nonlinearity
     # auto: the backbone's own (modular: post); modular only: sasrec = SASRec's block, normed_skip = the
     # ModSAR code's layernorm_first
     norm: str = choice("auto", "auto", "pre", "post", "sasrec", "normed_skip")
@@ -198,6 +198,8 @@ class ModelConfig:
 
 @dataclass
 class LossConfig:
+    # ce: softmax over all items; sampled_ce: over the target and shared negatives; bce / bpr / gbce: the
+    # target against per-position negatives (gbce: gSASRec's calibrated BCE)
     name: str = choice("ce", "ce", "sampled_ce", "bce", "bpr", "gbce")
     # sampled_ce: negatives shared by a batch; bce/bpr/gbce: negatives per position
     num_negatives: int = bounded(1, low=1)
@@ -218,9 +220,9 @@ class LossConfig:
 @dataclass
 class TrainConfig:
     optimizer: str = choice("adam", "adam", "adamw", "adamw_bert")  # adamw_bert: BERT's (no bias correction)
-    lr: float = bounded(1e-3, low=0, open_low=True)
-    weight_decay: float = bounded(0.0, low=0, why="0 = none")
-    # kept from decay
+    lr: float = bounded(1e-3, low=0, open_low=True)  # the optimizer's learning rate (peak, under a schedule)
+    weight_decay: float = bounded(0.0, low=0, why="0 = none")  # decoupled for adamw, L2 for adam
+    # parameters kept from weight decay
     weight_decay_exclude: str = choice("norm,bias", "norm,bias", "none", "norm,bias,embedding")
     # Adam's second-moment decay (SASRec's code: 0.98); torch's Adam refuses one outside [0, 1) only once the
     # data and model are built
@@ -231,7 +233,7 @@ class TrainConfig:
     # optimizer steps of linear warm-up from lr / warmup_steps to lr (BERT)
     warmup_steps: int = bounded(0, low=0, why="0 = no warm-up")
     lr_schedule: str = choice("constant", "constant", "linear")  # linear: decay to 0 at max_epochs (BERT's)
-    max_epochs: int = bounded(200, **SIZE)
+    max_epochs: int = bounded(200, **SIZE)  # the epoch budget (patience and ASHA may stop earlier)
     eval_every: int = bounded(1, **SIZE)  # epochs between validation passes
     # validation passes without improvement before stopping
     patience: int = bounded(10, low=0, why="0 = never stop early")
@@ -257,13 +259,14 @@ class TrainConfig:
 
 @dataclass
 class EvalConfig:
+    # the cut-offs k of every metric (recall@k, ndcg@k, mrr@k)
     ks: list[int] = bounded(  # noqa: RUF009 (bounded is a field(), with a default_factory)
         factory=lambda: [1, 5, 10, 20, 50], low=1, says="must be a non-empty list of positive integers"
     )
     filter_seen: str = choice("none", "none", "history")  # remove the user's earlier items from the ranking
     # 0 = exact full ranking over all items; N = rank against N fixed negatives
     sampled_negatives: int = bounded(0, low=0)
-    sample_seed: int = bounded(12345, **SEED)
+    sample_seed: int = bounded(12345, **SEED)  # draws eval.sampled_negatives, the same for every run
     # > 0: greedy rollouts of this many steps from every test user's history after testing
     # (modsar.evaluation.rollouts); their metrics become the row's generate.* columns
     generate_steps: int = bounded(0, low=0, why="0 = no rollouts")
@@ -278,12 +281,12 @@ def _plain_dict(items: list[tuple[str, Any]]) -> dict[str, Any]:
 
 @dataclass
 class Config:
-    dataset: str = "synthetic"
+    dataset: str = "synthetic"  # a prepared dataset's name (modsar data list)
     # the AE/AR switch: attention direction AND objective
     task: Task = choice(Task.AR, Task.AR, Task.AE)  # noqa: RUF009 (choice is a field(); Task is immutable)
     # AE cloze masking probability (ignored by AR)
     mask_prob: float = bounded(0.2, low=0, high=1, open_low=True, open_high=True)
-    seed: int = bounded(0, **SEED)
+    seed: int = bounded(0, **SEED)  # every random draw of a run: init, batches, masks, dropout
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     loss: LossConfig = field(default_factory=LossConfig)

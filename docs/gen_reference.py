@@ -1,0 +1,172 @@
+"""Generate the reference pages of the documentation from the code: every configuration key (type, default,
+allowed values, meaning) from the config tree, and every bundled space from its YAML.
+
+    python docs/gen_reference.py          # write docs/reference/config.md and docs/reference/spaces.md
+    python docs/gen_reference.py --check  # exit 1 if a page is out of date (tests/test_docs.py runs this)
+
+A key's meaning is the comment the field carries in modsar/config.py (the lines above it, or beside it), so
+the reference and the code cannot say two things; a key without one is an error here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import io
+import sys
+import tokenize
+import typing
+from pathlib import Path
+from typing import Any
+
+import modsar
+from modsar import config
+from modsar.sweep.spaces import bundled_spaces, describe
+
+PAGES = Path(__file__).resolve().parent / "reference"
+SECTIONS = {
+    "": "Run",
+    "data": "Data: windows, batches, views and splits",
+    "model": "Model: the backbone and its design choices",
+    "loss": "Loss",
+    "train": "Training: optimizer, budget, early stopping",
+    "eval": "Evaluation: metrics and protocol",
+}
+
+
+def field_comments() -> dict[tuple[str, str], str]:
+    """(dataclass name, field name) -> the comment the field carries in config.py."""
+    source = Path(config.__file__).read_text()
+    lines = source.split("\n")
+    comments = {
+        tok.start[0]: tok.string.lstrip("#").strip()
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type == tokenize.COMMENT
+    }
+    found = {}
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for statement in node.body:
+            if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+                above, line = [], statement.lineno - 1
+                while line in comments and lines[line - 1].strip().startswith("#"):
+                    above.insert(0, comments[line])
+                    line -= 1
+                beside = [
+                    comments[n]
+                    for n in range(statement.lineno, statement.end_lineno + 1)  # type: ignore[operator]
+                    if n in comments and not lines[n - 1].strip().startswith("#")
+                ]
+                text = " ".join(above + beside).split("noqa:")[0].strip()
+                found[(node.name, statement.target.id)] = text
+    return found
+
+
+def _type_name(annotation: Any) -> str:
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    return text.replace("typing.", "")
+
+
+def _allowed(f: dataclasses.Field) -> str:
+    if "choices" in f.metadata:
+        return ", ".join(f"`{choice}`" for choice in dict.fromkeys(f.metadata["choices"]))
+    if "bounds" in f.metadata:
+        bounds = f.metadata["bounds"]
+        return bounds.says or bounds._requirement()
+    return "any"
+
+
+def _default(value: Any) -> str:
+    value = value.value if hasattr(value, "value") and isinstance(value, str) else value
+    return f"`{value!r}`" if value != "" else '`""`'
+
+
+def config_rows() -> list[tuple[str, str, str, str, str]]:
+    """(key, type, default, allowed, meaning) of every configuration key, in the config tree's order."""
+    comments, rows = field_comments(), []
+    default = config.Config()
+
+    def walk(obj: Any, prefix: str) -> None:
+        hints = typing.get_type_hints(type(obj))
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                walk(value, f"{f.name}.")
+                continue
+            meaning = comments.get((type(obj).__name__, f.name), "")
+            rows.append((prefix + f.name, _type_name(hints[f.name]), _default(value), _allowed(f), meaning))
+
+    walk(default, "")
+    return rows
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def config_page() -> str:
+    rows = config_rows()
+    undocumented = [key for key, *_, meaning in rows if not meaning]
+    if undocumented:
+        raise SystemExit(f"keys without a comment in modsar/config.py: {', '.join(undocumented)}")
+    out = [
+        "# Configuration reference",
+        "",
+        "Every key of a ModSAR run, as `modsar train KEY=VALUE`, a design space's `base` and `params`, and",
+        "a result row's columns name it. Generated from `modsar/config.py` by `docs/gen_reference.py`: the",
+        "type, default and allowed values are the fields' own declarations, the meaning is their comment.",
+        f"ModSAR {modsar.__version__}, {len(rows)} keys.",
+    ]
+    for section, title in SECTIONS.items():
+        chosen = [r for r in rows if (r[0].split(".")[0] if "." in r[0] else "") == section]
+        out += [
+            "",
+            f"## {title}",
+            "",
+            "| Key | Type | Default | Allowed | Meaning |",
+            "|---|---|---|---|---|",
+        ]
+        out += [
+            f"| `{key}` | {_cell(kind)} | {_cell(d)} | {_cell(a)} | {_cell(m)} |"
+            for key, kind, d, a, m in chosen
+        ]
+    return "\n".join(out) + "\n"
+
+
+def spaces_page() -> str:
+    out = [
+        "# Bundled design spaces",
+        "",
+        "The spaces `modsar search --space NAME` runs, as `modsar spaces NAME` describes them. Generated",
+        "from `search_spaces/*.yaml` by `docs/gen_reference.py`; each YAML file is the space itself.",
+    ]
+    for space in bundled_spaces():
+        out += ["", f"## {space.name}", "", "```text", describe(space), "```"]
+    return "\n".join(out) + "\n"
+
+
+def pages() -> dict[Path, str]:
+    return {PAGES / "config.md": config_page(), PAGES / "spaces.md": spaces_page()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--check", action="store_true", help="fail if a committed page differs")
+    args = parser.parse_args(argv)
+    stale = [path for path, text in pages().items() if not path.is_file() or path.read_text() != text]
+    if args.check:
+        for path in stale:
+            print(f"{path} is out of date: run python docs/gen_reference.py", file=sys.stderr)
+        return 1 if stale else 0
+    for path, text in pages().items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
