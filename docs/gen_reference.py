@@ -39,11 +39,19 @@ def field_comments() -> dict[tuple[str, str], str]:
     """(dataclass name, field name) -> the comment the field carries in config.py."""
     source = Path(config.__file__).read_text()
     lines = source.split("\n")
-    comments = {
-        tok.start[0]: tok.string.lstrip("#").strip()
+    raw = {
+        tok.start[0]: tok.string
         for tok in tokenize.generate_tokens(io.StringIO(source).readline)
         if tok.type == tokenize.COMMENT
     }
+    comments = {line: text.lstrip("#").strip() for line, text in raw.items()}
+
+    def whole_line(n: int) -> bool:
+        return n in raw and lines[n - 1].strip().startswith("#")
+
+    def continued(n: int) -> bool:  # "#   more" under a field: the rest of that field's comment
+        return whole_line(n) and raw[n].startswith("#  ")
+
     found = {}
     for node in ast.parse(source).body:
         if not isinstance(node, ast.ClassDef):
@@ -51,15 +59,18 @@ def field_comments() -> dict[tuple[str, str], str]:
         for statement in node.body:
             if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
                 above, line = [], statement.lineno - 1
-                while line in comments and lines[line - 1].strip().startswith("#"):
+                while whole_line(line) and not continued(line):
                     above.insert(0, comments[line])
                     line -= 1
+                end = statement.end_lineno or statement.lineno
                 beside = [
-                    comments[n]
-                    for n in range(statement.lineno, statement.end_lineno + 1)  # type: ignore[operator]
-                    if n in comments and not lines[n - 1].strip().startswith("#")
+                    comments[n] for n in range(statement.lineno, end + 1) if n in raw and not whole_line(n)
                 ]
-                text = " ".join(above + beside).split("noqa:")[0].strip()
+                after, line = [], end + 1
+                while continued(line):
+                    after.append(comments[line])
+                    line += 1
+                text = " ".join(above + beside + after).split("noqa:")[0].strip()
                 found[(node.name, statement.target.id)] = text
     return found
 

@@ -167,6 +167,8 @@ class ModelConfig:
     embedding_norm: bool = False  # LayerNorm on item + position embedding before dropout (BERT4Rec)
     scale_embedding: bool = True  # multiply item vectors by sqrt(d) (SASRec); BERT4Rec adds them unscaled
     head: str = choice("dot", "dot", "bert4rec")  # dot: h . E ; bert4rec: LN(GELU(W h + b)) . E + item bias
+    # the weights' start: sasrec_plus (SASRec+), normal N(0, 0.02) (GPT-2), truncated_normal (BERT's code),
+    # xavier (SASRec's PyTorch code), xavier_uniform (the ModSAR code), xavier_attention (q, k, v only)
     init: str = choice(
         "sasrec_plus",
         "sasrec_plus",
@@ -175,7 +177,7 @@ class ModelConfig:
         "xavier",
         "xavier_uniform",
         "xavier_attention",
-    )  # see ModularSAR.__init__
+    )
     # modular: the blocks' LayerNorm epsilon (BERT's code: 1e-12; its embedding and output head LayerNorms use
     # 1e-12 always); at least 1e-30, which float32 holds (1e-45 would be 0 there)
     norm_eps: float = bounded(
