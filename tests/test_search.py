@@ -890,17 +890,33 @@ def test_rows_from_a_metrics_dataframe_keep_integer_types(data_dir, tmp_path):
 
 
 LOOPBACK_CHECK = r"""
-import os, sys, psutil, ray
+import os, sys, time, psutil, ray
 from modsar.cli import main
 from modsar.sweep import SearchRequest, connect_ray
+
+
+# p's listening addresses; none for a process that ended meanwhile. A process in its exit refuses
+# /proc/<pid>/fd (AccessDenied) until it is gone: asked again until it is, never skipped while alive.
+def sockets(p):
+    for attempt in range(20):
+        try:
+            return {c.laddr.ip for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+        except psutil.NoSuchProcess:
+            return set()
+        except psutil.AccessDenied:
+            if not p.is_running() or p.status() == psutil.STATUS_ZOMBIE:
+                return set()
+            if attempt == 19:
+                raise
+            time.sleep(0.25)
 
 
 def listening():
     me, found = psutil.Process(), set()
     for p in [me, *me.children(recursive=True)]:
         try:
-            found |= {c.laddr.ip for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
-        except psutil.NoSuchProcess:  # a worker that ended meanwhile
+            found |= sockets(p)
+        except psutil.NoSuchProcess:  # ended between the checks
             pass
     return sorted(found)
 
