@@ -275,7 +275,8 @@ def test_a_plugin_declares_every_backbone_fact_and_each_is_honoured(declared):
     """Each field of a plugin's entry changes what the core does, without an edit to the core."""
     from modsar.data.split import make_split
     from modsar.data.store import load_dataset
-    from modsar.training.trainer import needs_partners, train_batches
+    from modsar.model.registry import needs_partners
+    from modsar.training.trainer import train_batches
 
     # owned settings: the plugin may set DuoRec's knobs, the modular backbone still may not
     load_config(None, ["model.backbone=declared", "task=ar", "loss.cl_weight=0.2"])

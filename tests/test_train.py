@@ -17,10 +17,10 @@ from modsar.evaluation.ranking import evaluate, model_scorer, popularity_scorer
 from modsar.model.losses import training_loss
 from modsar.model.modular import ModularSAR
 from modsar.training.checkpoints import load_checkpoint
+from modsar.training.optim import decay_groups
 from modsar.training.trainer import (
     TrainingDiverged,
     batch_loss,
-    decay_groups,
     make_optimizer,
     run_trial,
 )
@@ -116,7 +116,7 @@ def test_resumed_trial_continues_exactly_as_the_uninterrupted_one(tmp_path, sche
     """A search trial killed mid-run restarts from its last best checkpoint (Tune restores it on --resume or a
     retry): optimizer, RNG, mask draws and the step count (hence the learning-rate schedule) restored, it must
     reproduce the uninterrupted run bit for bit."""
-    from modsar.training.trainer import load_resume_state
+    from modsar.training.state import load_resume_state
 
     class Killed(Exception):
         pass

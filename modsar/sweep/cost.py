@@ -451,7 +451,7 @@ def size_groups(plan: Plan, task: str, default_max_len: int) -> list[Group]:
     """The points of one direction grouped by what a step costs (cost_keys()), each with its trials: grid
     points counted (without building them), random/optuna samples as the share a uniform draw gives."""
     space = plan.space.for_task(task)
-    closure = _cost_params(space)
+    closure, keys = _cost_params(space), cost_keys()
     groups: dict[tuple, Group] = {}
     for point, share in _points([p for p in space.params if p.key in closure]):
         if plan.search == "grid":
@@ -461,7 +461,7 @@ def size_groups(plan: Plan, task: str, default_max_len: int) -> list[Group]:
         full = _full_point(space, point, closure)
         cfg = trial_config(plan.base, space, full)
         flat = cfg.flat()
-        key = {k: flat[k] for k in cost_keys()}
+        key = {k: flat[k] for k in keys}
         found = groups.get(tuple(map(repr, key.values())))
         if found is None:
             groups[tuple(map(repr, key.values()))] = Group(

@@ -35,7 +35,8 @@ def trainable(
     last checkpoint when Tune restores or retries it."""
     from modsar.model import registry
     from modsar.records.rows import PROGRESS_FACTS, PROTOCOL_FACTS, SPEED_FACTS
-    from modsar.training.trainer import TrainingDiverged, load_resume_state, resolve_device, run_trial
+    from modsar.training.state import load_resume_state
+    from modsar.training.trainer import TrainingDiverged, resolve_device, run_trial
 
     registry.load_plugins(list(plugins))  # the driver's plugin backbones, registered in this worker too
     cfg = trial_config(base, space, sampled_values(config))

@@ -41,10 +41,7 @@ from modsar.training.feasible import validate_for_dataset, validate_split
 from modsar.training.flops import epoch_flops, utilisation
 from modsar.training.heap import bound_heap, roomy_heap
 from modsar.training.optim import LearningRate, make_optimizer
-from modsar.training.optim import decay_groups as decay_groups
-from modsar.training.state import RESUME_FILE as RESUME_FILE
 from modsar.training.state import TrainState, save_checkpoint, save_resume_state
-from modsar.training.state import load_resume_state as load_resume_state
 
 # on_eval(epoch, valid metrics, improved, checkpoint or None, facts): facts has "last" (training stops after
 # this pass: patience or max epochs) and the mean epoch/eval times so far.
@@ -161,12 +158,6 @@ def split_facts(split) -> dict[str, Any]:
     return facts
 
 
-def needs_partners(cfg: Config) -> bool:
-    """Whether the backbone asks for a same-target training prefix beside every row (DuoRec's supervised
-    views): a fact of its registry entry."""
-    return registry.needs_partners(cfg)
-
-
 def train_batches(split, cfg: Config, max_len: int) -> TrainBatches:
     """The training batches of `cfg`, seeded by it: every option named, grouped by the setting it comes from
     (the one place a config becomes batches: the trainer and the search's cost estimate both call it)."""
@@ -182,7 +173,7 @@ def train_batches(split, cfg: Config, max_len: int) -> TrainBatches:
         samples=cfg.data.samples,
         # the objective: AE's masks, DuoRec's same-target partners
         mask_prob=cfg.mask_prob,
-        partners=needs_partners(cfg),
+        partners=registry.needs_partners(cfg),  # DuoRec's same-target prefixes
         # model.*: stochastic shared embeddings, the times a time-biased model reads
         item_sse_prob=cfg.model.item_sse_prob,
         user_sse_prob=cfg.model.user_sse_prob,
