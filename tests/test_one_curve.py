@@ -130,7 +130,9 @@ def _wait(condition, what: str, proc: subprocess.Popen, timeout: float = 180) ->
         if condition():
             return
         if proc.poll() is not None:
-            raise AssertionError(f"the search ended (exit {proc.returncode}) before {what}")
+            log = getattr(proc, "log", None)  # where the search's stderr went, when the test kept it
+            err = Path(log).read_text()[-3000:] if log else ""
+            raise AssertionError(f"the search ended (exit {proc.returncode}) before {what}:\n{err}")
         time.sleep(0.02)
     raise AssertionError(f"timed out waiting for {what}")
 
@@ -217,8 +219,9 @@ def test_train_reused_actor_retry_and_resume_give_one_curve(tmp_path):
         [*search, "--experiment", "killed", "--max-failures", "2"],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=(tmp_path / "search-first.err").open("w"),
     )
+    proc.log = tmp_path / "search-first.err"  # type: ignore[attr-defined]
     _wait(
         lambda: len(list((experiment / "trials").glob("[!.]*.parquet"))) == 1, "the first trial's row", proc
     )
@@ -227,8 +230,9 @@ def test_train_reused_actor_retry_and_resume_give_one_curve(tmp_path):
         [*search, "--experiment", "killed", "--max-failures", "2", "--resume"],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=(tmp_path / "search-resumed.err").open("w"),
     )
+    proc.log = tmp_path / "search-resumed.err"  # type: ignore[attr-defined]
     killed = {
         r["pid"] for r in _reports(experiment, "00001")
     }  # the second trial may have begun before the kill
