@@ -4,6 +4,7 @@ to 75% over its life in issue 12's harness). The epoch time is what `modsar trai
 
     python benchmarks/epoch_time.py --dataset video --rounds 2 --threads 2
     python benchmarks/epoch_time.py --variants base,defaults --rounds 4 --threads 1 --epochs 1
+    python benchmarks/epoch_time.py --results results/published/speed     # rows for benchmarks/RESULTS.md
 
 Setups share issue 12/17's settings (max length 50, hidden 64, 2 blocks, 1 head, dropout 0.2, batch 128,
 Adam lr 1e-3, full-softmax CE); each variant adds its overrides (`--list` prints them).
@@ -57,17 +58,21 @@ VARIANTS = {
 }
 
 
-def run(dataset: str, overrides: list[str], epochs: int, threads: int) -> dict:
+def run(dataset: str, name: str, epochs: int, threads: int, results: str) -> dict:
+    """One `modsar train` of a variant; its row (under RESULTS/epoch-time-NAME) is returned too."""
     cmd = [
         "modsar",
         "train",
         "--dataset",
         dataset,
+        "--results",
+        results,
         "--experiment",
-        "bench-epoch-time",
+        f"epoch-time-{name}",
+        "--no-checkpoint",
         "--json",
         *COMMON,
-        *overrides,
+        *VARIANTS[name],
         f"train.max_epochs={epochs}",
         f"train.threads={threads}",
     ]
@@ -89,6 +94,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1, help="epochs per run (the mean is recorded)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--list", action="store_true", help="print the variants and their overrides")
+    parser.add_argument("--results", default="results", help="rows go to RESULTS/epoch-time-<variant>/trials")
     args = parser.parse_args()
     if args.list:
         for name, overrides in VARIANTS.items():
@@ -99,7 +105,7 @@ def main() -> None:
     facts: dict[str, dict] = {}
     for r in range(args.rounds):
         for name in names if r % 2 == 0 else names[::-1]:
-            row = run(args.dataset, VARIANTS[name], args.epochs, args.threads)
+            row = run(args.dataset, name, args.epochs, args.threads, args.results)
             times[name].append(row["epoch_time_s"])
             facts[name] = row
             print(f"round {r + 1} {name}: {row['epoch_time_s']:.1f} s/epoch", flush=True)

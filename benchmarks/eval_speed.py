@@ -16,12 +16,14 @@ import argparse
 import statistics
 import time
 
+import pandas as pd
 import torch
 
 from modsar.config import load_config
 from modsar.data.split import make_split
 from modsar.data.store import load_dataset
 from modsar.evaluation.ranking import Evaluator, model_scorer
+from modsar.outputs import atomic_write
 from modsar.training.trainer import build_model, seed_everything
 
 
@@ -33,6 +35,9 @@ def main() -> None:
     parser.add_argument("--batch-sizes", default="256,1024,4096")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--rows", help="also write one row per pass (batch size, round, seconds, NDCG@10) here"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     dataset = load_dataset(args.dataset)
@@ -51,13 +56,26 @@ def main() -> None:
     model = build_model(cfg, dataset.num_items, dataset.num_users, 50).eval()
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     times: dict[int, list[float]] = {b: [] for b in sizes}
-    metrics = {}
+    metrics, rows = {}, []
     for r in range(args.rounds):
         for b in sizes if r % 2 == 0 else sizes[::-1]:
             evaluator = Evaluator.of(split, cfg, 50, torch.device("cpu"), batch_size=b)
             tick = time.perf_counter()
             metrics[b] = evaluator(model_scorer(model), "valid")
             times[b].append(time.perf_counter() - tick)
+            rows.append(
+                {
+                    "dataset": args.dataset,
+                    "threads": args.threads,
+                    "eval_batch": b,
+                    "round": r,
+                    "seconds": times[b][-1],
+                    "users": len(split.targets("valid")[0]),
+                    "items": dataset.num_items,
+                    "ndcg@10": metrics[b]["ndcg@10"],
+                    "torch": torch.__version__,
+                }
+            )
     users = len(split.targets("valid")[0])
     print(f"{args.dataset}: {users:,} validation users x {dataset.num_items:,} items, {args.threads} threads")
     for b in sizes:
@@ -67,6 +85,9 @@ def main() -> None:
             f"  N@10 {metrics[b]['ndcg@10']:.6f}"
         )
     assert len({m["ndcg@10"] for m in metrics.values()}) == 1, "metrics differ between batch sizes"
+    if args.rows:
+        with atomic_write(args.rows) as tmp:
+            pd.DataFrame(rows).to_parquet(tmp, index=False)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ above (docs/training.md). Rows go to results/published/plateau/<experiment>/tria
 not).
 
     python benchmarks/plateau_study.py run --datasets ml-100k,ml-latest-small --tasks ar,ae --max-steps 600
-    python benchmarks/plateau_study.py table            # the markdown table of benchmarks/RESULTS.md
+    python benchmarks/published.py show plateau-runs    # the table of benchmarks/RESULTS.md, from the rows
 
 Runs go two at a time, one thread each (`--parallel`). `--variants` picks a subset (`--list` shows them).
 """
@@ -19,9 +19,7 @@ import argparse
 import json
 import math
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 ROOT = "results/published/plateau"
 CONFIGS = {"ar": "benchmarks/configs/video_table4_ar.yaml", "ae": "benchmarks/configs/video_table4_ae.yaml"}
@@ -89,37 +87,8 @@ def run_one(dataset: str, task: str, variant: str, max_steps: int, seed: int) ->
     )
 
 
-def table() -> None:
-    """One line per run: the escape steps beside the curve's level, from the committed rows."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from modsar.records.rows import read_rows
-
-    rows = read_rows(ROOT)
-    print(
-        "| dataset | task | variant | seed | steps/epoch | popularity R@10 | escape (steps) | "
-        "best valid R@10 (epoch) | test N@10 |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
-    rows = rows.assign(variant=[_variant(r) for _, r in rows.iterrows()])
-    order = {name: i for i, name in enumerate([*VARIANTS, "other"])}
-    rows = rows.sort_values(
-        ["dataset", "task", "variant", "seed"], key=lambda c: c.map(order) if c.name == "variant" else c
-    )
-    for _, r in rows.iterrows():
-        name = r["variant"]
-        escape = (
-            "never"
-            if r["escape_steps"] is None or math.isnan(r["escape_steps"])
-            else f"{r['escape_steps']:.0f}"
-        )
-        print(
-            f"| {r['dataset']} | {r['task'].upper()} | {name} | {r['seed']} | {r['steps_per_epoch']:.0f} | "
-            f"{r['popularity_level']:.4f} | {escape} | {r['valid.recall@10']:.4f} ({r['best_epoch']}) | "
-            f"{r['test.ndcg@10']:.4f} |"
-        )
-
-
-def _variant(row) -> str:
+def variant_of(row) -> str:
+    """The variant whose every change the row's config holds, else "other"."""
     for name, changes in VARIANTS.items():
         if all(_matches(row, change) for change in changes):
             return name
@@ -138,7 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("action", choices=["run", "table"])
+    parser.add_argument("action", choices=["run"])
     parser.add_argument("--datasets", default="ml-100k,ml-latest-small")
     parser.add_argument("--tasks", default="ar,ae")
     parser.add_argument("--variants", default=",".join(VARIANTS))
@@ -150,9 +119,6 @@ def main() -> None:
     if args.list:
         for name, changes in VARIANTS.items():
             print(f"{name}: {' '.join(changes)}")
-        return
-    if args.action == "table":
-        table()
         return
     jobs = [
         (d, t, v, args.max_steps, int(s))

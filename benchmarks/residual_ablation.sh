@@ -3,7 +3,8 @@
 # Trains issue 7's SASRec (benchmarks/configs/residual_sasrec.yaml) with one change at a time, then the model as
 # the residual paper's code builds it, and prints every model's HRLI and pooled mixing side by side.
 # Usage, from the repository root:  bash benchmarks/residual_ablation.sh [dataset]     (default toys; ~15 min a run
-# on one thread). Figures: benchmarks/RESULTS.md, issue 14, "What sets the +Res ratio".
+# on one thread). Its figures (issue 14) are in the git history
+# of benchmarks/RESULTS.md; their rows were not kept, so the page no longer shows them.
 set -euo pipefail
 dataset=${1:-toys}
 experiment=bench-res-ablation-$dataset

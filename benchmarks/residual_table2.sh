@@ -3,12 +3,13 @@
 # space's settings, attention-output dropout included), trained on one dataset for seeds 0..SEEDS-1, then the
 # mixing ratios of every checkpoint (pooled, without position 1, per layer at L, L-1, L-2) and HRLI.
 # Usage, from the repository root:  bash benchmarks/residual_table2.sh [dataset] [max_epochs]   (default toys 15)
-#   SEEDS=3, MODELS="sasrec duorec" by default; rows go to results/published/residual-table2 (committed), checkpoints beside them (not).
+#   SEEDS=3, MODELS="sasrec duorec", DIAGNOSTICS=hrli,mixing, EXPERIMENT=residual-<dataset> by default; rows go to results/published/residual-table2 (committed), checkpoints beside them (not).
 set -euo pipefail
 dataset=${1:-toys}
 epochs=${2:-15}
 seeds=${SEEDS:-3}
-root=results/published/residual-table2
+root=${ROOT:-results/published/residual-table2}
+experiment=${EXPERIMENT:-residual-$dataset}
 mkdir -p "$root"
 common="data.max_len=50 data.batch_size=256 model.hidden_size=64 model.num_layers=2 model.num_heads=2
   model.dropout=0.5 model.attn_dropout=0.5 loss.name=ce train.optimizer=adam train.lr=0.001 train.weight_decay=0.0
@@ -23,7 +24,7 @@ declare -A models=(
 )
 train() {  # one model and seed; prints the checkpoint's path
   # shellcheck disable=SC2086  # the overrides are words
-  modsar train --dataset "$dataset" --results "$root" --experiment "residual-$dataset" --quiet --json task=ar \
+  modsar train --dataset "$dataset" --results "$root" --experiment "$experiment" --quiet --json task=ar \
       seed="$2" $common ${models[$1]} | python -c 'import json, sys; print(json.load(sys.stdin)["checkpoint"])'
 }
 jobs=()
@@ -39,11 +40,11 @@ for job in "${jobs[@]}"; do  # PARALLEL runs at once (default 2), one thread eac
 done
 wait
 # every checkpoint the experiment's rows name (a re-run with MODELS=duorec adds to the earlier rows)
-mapfile -t checkpoints < <(python - "$root" "residual-$dataset" <<'PY'
+mapfile -t checkpoints < <(python - "$root" "$experiment" <<'PY'
 import sys
 from modsar.records.rows import read_rows
 for path in read_rows(sys.argv[1], sys.argv[2]).sort_values(["backbone", "seed"])["checkpoint"]:
     print(f"--checkpoint\n{path}")
 PY
 )
-modsar analyze "${checkpoints[@]}" --diagnostic hrli,mixing --out "$root/residual-$dataset-analysis"
+modsar analyze "${checkpoints[@]}" --diagnostic "${DIAGNOSTICS:-hrli,mixing}" --out "$root/$experiment-analysis"

@@ -241,7 +241,7 @@ def _arguments() -> argparse.Namespace:
         nargs="+",
         default=DEFAULT_VARIANTS,
         metavar="TASK:LOSS:K:BATCH:PATH",
-        help="variants to run, each in its own subprocess (default: the table in RESULTS.md)",
+        help="variants to run, each in its own subprocess (default: the table RESULTS.md once showed)",
     )
     parser.add_argument("--steps", type=int, default=6, help="training steps per variant (first = warm-up)")
     parser.add_argument(

@@ -1,0 +1,1188 @@
+"""The tables of benchmarks/RESULTS.md, generated from the rows committed under results/published.
+
+    python benchmarks/published.py list           # every table, with the rows it reads
+    python benchmarks/published.py show NAME      # one table, as the page prints it
+    python benchmarks/published.py write          # rewrite every generated block of the page
+    python benchmarks/published.py check          # exit 1 naming each block or quoted number that differs
+
+On the page each table sits between `<!-- generated: NAME -->` and `<!-- end: NAME -->`; the line above the
+table names its rows and the command that made them. `check` (run by tests/test_results_page.py) regenerates
+every block and also requires each decimal or percentage in a section's prose (outside `inline code`, which
+holds settings) to appear in one of that section's generated blocks, so a figure quoted in a sentence cannot
+drift from the rows either.
+
+Rows are read with the same code as `modsar results` and `modsar report`; analysis tables with the code of
+`modsar analyze --from`. Uncertainty: a mean over seeds is given ± its standard error (the seeds' standard
+deviation / sqrt(seeds)); a one-seed metric in [0, 1] averaged over n test users is given ± the bound
+sqrt(m (1 - m) / n) on its sampling standard error (exact for hit rates; NDCG's is smaller).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
+
+from modsar.analysis.output import load as load_analysis  # noqa: E402
+from modsar.analysis.output import tables_2_3  # noqa: E402
+from modsar.data.registry import REGISTRY  # noqa: E402
+from modsar.errors import ModsarError  # noqa: E402
+from modsar.outputs import atomic_write  # noqa: E402
+from modsar.records.rows import read_rows  # noqa: E402
+
+PAGE = REPO / "benchmarks" / "RESULTS.md"
+PUBLISHED = REPO / "results" / "published"
+REPRODUCED_WITHIN = 0.10  # a figure is "reproduced" within 10% of the paper's
+
+
+@dataclass(frozen=True)
+class Published:
+    """One generated table: the groups of rows it reads (folders under results/published, each made by
+    `bash benchmarks/rerun_published.sh GROUP`) and how it is drawn."""
+
+    name: str
+    groups: tuple[str, ...]
+    draw: Callable[[], str]
+
+    @property
+    def provenance(self) -> str:
+        if len(self.groups) > 2:  # the summary: each of its rows names the table (and so the rows) behind it
+            return (
+                "Each row's figures come from the table its last column names; its line gives its rows"
+                f" and their command. Table: `python benchmarks/published.py show {self.name}`."
+            )
+        rows = ", ".join(f"`results/published/{g}`" for g in self.groups)
+        made = "; ".join(f"`bash benchmarks/rerun_published.sh {g}`" for g in self.groups)
+        versions = ", ".join(sorted({v for g in self.groups for v in made_with(g)}))
+        return (
+            f"Rows: {rows}, made by {made}{f' (modsar {versions})' if versions else ''}; "
+            f"table: `python benchmarks/published.py show {self.name}`."
+        )
+
+
+TABLES: dict[str, Published] = {}
+
+
+def made_with(group: str) -> set[str]:
+    """The modsar versions that wrote a group's rows: result rows record theirs, other Parquet tables in a
+    "modsar" column where they have one."""
+    versions = set()
+    for file in (PUBLISHED / group).rglob("*.parquet"):
+        columns = set(pq.read_schema(file).names)
+        if "versions" in columns:
+            versions |= {
+                json.loads(t)["modsar"] for t in pd.read_parquet(file, columns=["versions"])["versions"]
+            }
+        elif "modsar" in columns:
+            versions |= set(pd.read_parquet(file, columns=["modsar"])["modsar"])
+    return versions
+
+
+def table(name: str, *groups: str) -> Callable[[Callable[[], str]], Callable[[], str]]:
+    def register(draw: Callable[[], str]) -> Callable[[], str]:
+        TABLES[name] = Published(name, groups, draw)
+        return draw
+
+    return register
+
+
+# --- formatting -----------------------------------------------------------------------------------------
+
+
+def num(value: float, digits: int = 4) -> str:
+    """A metric as the papers print it: no leading zero below 1 (".0522")."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    text = f"{value:.{digits}f}"
+    return text.replace("0.", ".", 1) if text.startswith(("0.", "-0.")) else text
+
+
+def mean_se(values, digits: int = 4) -> str:
+    """Mean ± standard error over seeds; one value alone has no spread to state."""
+    values = np.asarray(list(values), dtype=float)
+    if len(values) < 2:
+        return num(float(values.mean()), digits)
+    return f"{num(values.mean(), digits)} ± {num(values.std(ddof=1) / math.sqrt(len(values)), digits)}"
+
+
+def with_bound(value: float, n: int, digits: int = 4) -> str:
+    """A one-seed mean over n users in [0, 1] with the bound on its sampling standard error."""
+    return f"{num(value, digits)} ± {num(math.sqrt(value * (1 - value) / n), digits)}"
+
+
+def percent(ours: float, paper: float) -> str:
+    return f"{(ours / paper - 1) * 100:+.1f}%"
+
+
+def markdown(header: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in body)])
+
+
+def rows_of(folder: str, experiment: str | None = None) -> pd.DataFrame:
+    return read_rows(str(PUBLISHED / folder), experiment)
+
+
+def diagnostics_of(folder: str) -> pd.DataFrame:
+    return pd.read_parquet(PUBLISHED / folder / "diagnostics.parquet")
+
+
+def status(ours: float, paper: float) -> str:
+    return "reproduced" if abs(ours / paper - 1) <= REPRODUCED_WITHIN else "not reproduced"
+
+
+# --- the data ---------------------------------------------------------------------------------------------
+
+
+@table("datasets", "datasets")
+def datasets() -> str:
+    frame = pd.read_parquet(PUBLISHED / "datasets" / "datasets.parquet")
+    body = [
+        [
+            r.dataset,
+            r.format,
+            f"{r.users:,}",
+            f"{r.items:,}",
+            f"{r.interactions:,}",
+            f"{r.avg_length:.2f}",
+            f"{r.density * 100:.4f}%",
+            ("yes" if r.matches_registry else "NO") if r.dataset in REGISTRY else "not a registry name",
+        ]
+        for r in frame.itertuples()
+    ]
+    header = ["dataset", "format", "users", "items", "interactions", "avg length", "density", "as registered"]
+    return markdown(header, body)
+
+
+PROFILED = ["beauty", "toys", "sports", "video", "diginetica", "ml-100k"]
+
+
+def profile_value(
+    p: pd.DataFrame, measure: str, parameter: float | None = None, column: str = "value"
+) -> float:
+    """One measure of a `modsar data profile` table (its shuffled baseline with column="shuffled")."""
+    at = p["parameter"].isna() if parameter is None else p["parameter"] == parameter
+    return float(p.loc[(p["measure"] == measure) & at, column].iloc[0])
+
+
+def profile_table(suffix: str) -> str:
+    body = []
+    for name in PROFILED:
+        folder = PUBLISHED / "profiles" / f"{name}{suffix}"
+        facts = json.loads((folder / "profile.json").read_text())
+        p = pd.read_parquet(folder / "profile.parquet")
+
+        def get(measure: str, parameter: float | None = None, column: str = "value", p=p) -> float:
+            return profile_value(p, measure, parameter, column)
+
+        body.append(
+            [
+                name,
+                f"{facts['symbols']:,} / {facts['sequences']:,} / {facts['distinct_items']:,}",
+                f"{get('zipf_exponent_ols'):.2f}",
+                f"{get('zipf_exponent_mle'):.2f} (x_min {get('powerlaw_x_min'):.0f})",
+                num(get("top1pct_mass"), 3),
+                f"{get('unigram_entropy_bits'):.2f}",
+                f"{get('bits_per_symbol_lzma'):.2f} ({get('bits_per_symbol_lzma', column='shuffled'):.2f})",
+                f"{get('permutation_entropy', 6.0):.4f} ({get('permutation_entropy', 6.0, 'shuffled'):.4f})",
+                f"{get('permutation_entropy_per_user', 6.0):.4f} "
+                f"({get('permutation_entropy_per_user', 6.0, 'shuffled'):.4f})",
+                " / ".join(num(get("mi_decay", float(g)), 3) for g in (1, 5, 20))
+                + f" ({num(get('mi_decay', 1.0, 'shuffled'), 3)})",
+            ]
+        )
+    header = [
+        "dataset",
+        "symbols / sequences / items",
+        "Zipf s (OLS)",
+        "Zipf s (MLE)",
+        "top-1% mass",
+        "unigram H, bits",
+        "lzma bits/item (shuffled)",
+        "PE m=6 pooled (shuffled)",
+        "PE m=6 per user (shuffled)",
+        "MI bits g=1 / 5 / 20 (shuffled g=1)",
+    ]
+    return markdown(header, body)
+
+
+@table("profiles-full", "profiles")
+def profiles_full() -> str:
+    return profile_table("")
+
+
+@table("profiles-100k", "profiles")
+def profiles_100k() -> str:
+    return profile_table("-100k")
+
+
+BLUESKY_TABLE1 = {
+    ("user", "sampled"): (0.592, 0.821),
+    ("item", "sampled"): (0.669, 0.952),
+}  # ML-1M, N@10 / HR@10
+
+
+@table("views", "views")
+def views() -> str:
+    rows = rows_of("views", "views-ml-100k")
+    body = []
+    for _, r in rows.sort_values(
+        ["data.split", "eval.sampled_negatives", "data.view"], ascending=[True, False, False]
+    ).iterrows():
+        protocol = "sampled" if r["eval.sampled_negatives"] else "full"
+        split = (
+            "leave-one-out"
+            if r["data.split"] == "loo"
+            else f"temporal ({r['data.split_valid']:g} / {r['data.split_test']:g} quantiles)"
+        )
+        paper = BLUESKY_TABLE1.get((r["data.view"], protocol))
+        n = int(r["test_targets"])
+        body.append(
+            [
+                f"per {r['data.view']}, {split}",
+                f"{protocol} ({r['eval.sampled_negatives']} negatives)" if protocol == "sampled" else "full",
+                f"{n:,}",
+                f"{r['best_epoch']} / {r['epochs_run']}",
+                with_bound(r["test.ndcg@10"], n),
+                with_bound(r["test.recall@10"], n),
+                " / ".join(num(v, 3) for v in paper) if paper else "",
+            ]
+        )
+    header = [
+        "ML-100K, seed 0",
+        "evaluation",
+        "test targets",
+        "best epoch / run",
+        "test N@10",
+        "test HR@10",
+        "paper on ML-1M (Table I)",
+    ]
+    return markdown(header, body)
+
+
+# --- the popularity plateau -------------------------------------------------------------------------------
+
+
+def plateau_rows() -> pd.DataFrame:
+    from plateau_study import VARIANTS, variant_of
+
+    rows = rows_of("plateau")
+    rows = rows.assign(variant=[variant_of(r) for _, r in rows.iterrows()])
+    order = {name: i for i, name in enumerate([*VARIANTS, "other"])}
+    return rows.sort_values(
+        ["dataset", "task", "variant", "seed"], key=lambda c: c.map(order) if c.name == "variant" else c
+    )
+
+
+def escape(steps: float) -> str:
+    return "never" if steps is None or math.isnan(steps) else f"{steps:.0f}"
+
+
+@table("plateau-runs", "plateau")
+def plateau_runs() -> str:
+    body = [
+        [
+            r["dataset"],
+            r["task"].upper(),
+            r["variant"],
+            str(r["seed"]),
+            f"{r['steps_per_epoch']:.0f}",
+            num(r["popularity_level"]),
+            escape(r["escape_steps"]),
+            f"{num(r['valid.recall@10'])} ({r['best_epoch']})",
+            with_bound(r["test.ndcg@10"], int(r["test_targets"])),
+        ]
+        for _, r in plateau_rows().iterrows()
+    ]
+    header = [
+        "dataset",
+        "task",
+        "variant",
+        "seed",
+        "steps/epoch",
+        "popularity R@10",
+        "escape (steps)",
+        "best valid R@10 (epoch)",
+        "test N@10",
+    ]
+    return markdown(header, body)
+
+
+@table("plateau-seeds", "plateau")
+def plateau_seeds() -> str:
+    rows = plateau_rows()
+    rows = rows[(rows["dataset"] == "ml-100k") & rows["variant"].isin(["bert_adamw", "bert_adamw_warmup"])]
+    body = []
+    for (task, variant), group in rows.groupby(["task", "variant"]):
+        assert group["seed"].nunique() == 3
+        body.append(
+            [
+                f"{task.upper()}, {'100-step warm-up' if variant.endswith('warmup') else 'no warm-up'}",
+                str(len(group)),
+                mean_se(group["escape_steps"], 0),
+                mean_se(group["valid.recall@10"]),
+                mean_se(group["test.ndcg@10"]),
+                mean_se(group["test.recall@10"]),
+            ]
+        )
+    return markdown(["ML-100K", "seeds", "escape (steps)", "best valid R@10", "test N@10", "test R@10"], body)
+
+
+# --- AE or AR: the ModSAR paper ---------------------------------------------------------------------------
+
+
+def report_markdown(folder: str, experiment: str) -> str:
+    """What `modsar report --format md` writes for these rows, its headings made bold lines (the page's
+    outline stays the page's)."""
+    from modsar.report import build_reports, render
+
+    text = render(build_reports(rows_of(folder, experiment)), "md").strip()
+    return re.sub(r"^## (.*)$", r"**\1**", text, flags=re.M)
+
+
+@table("quickstart", "quickstart")
+def quickstart() -> str:
+    return report_markdown("quickstart", "quickstart-synthetic")
+
+
+@table("synthetic-seeds", "synthetic")
+def synthetic_seeds() -> str:
+    rows = rows_of("synthetic")
+    body = []
+    for (dataset, task), group in rows.groupby(["dataset", "task"]):
+        optimum = json.loads(group["dataset_optimum"].iloc[0])["ndcg@10"]
+        best = ", ".join(f"{b} of {e}" for b, e in zip(group["best_epoch"], group["epochs_run"], strict=True))
+        body.append(
+            [
+                dataset,
+                f"AE (mask {group['mask_prob'].iloc[0]:g})" if task == "ae" else "AR",
+                str(group["seed"].nunique()),
+                best,
+                mean_se(group["test.ndcg@10"]),
+                num(optimum),
+                f"{mean_se(group['test.ndcg@10'] / optimum * 100, 1)}%",
+            ]
+        )
+    header = [
+        "dataset",
+        "task",
+        "seeds",
+        "best epoch of run, by seed",
+        "test N@10",
+        "optimum",
+        "share of optimum",
+    ]
+    return markdown(header, body)
+
+
+MODSAR_TABLE4_VIDEO = {  # the ModSAR paper's Table 4 on Video: R@5 R@10 R@20 N@5 N@10 N@20
+    "ae": (0.0524, 0.0837, 0.1292, 0.0337, 0.0437, 0.0552),
+    "ar": (0.0629, 0.0941, 0.1374, 0.0422, 0.0522, 0.0631),
+}
+TABLE4_METRICS = ["recall@5", "recall@10", "recall@20", "ndcg@5", "ndcg@10", "ndcg@20"]
+
+
+def table4_runs() -> dict[str, pd.Series]:
+    """The Table 4 configs as they stand on Video, per task: AE trained on to 45 epochs; AR from the plateau
+    study's run of the same config (BERT-TF AdamW with the 100-step warm-up), 18 epochs."""
+    plateau = plateau_rows()
+    ar = plateau[(plateau["dataset"] == "video") & (plateau["variant"] == "bert_adamw_warmup")]
+    return {"ae": rows_of("table4-ae", "table4-video").iloc[0], "ar": ar[ar["task"] == "ar"].iloc[0]}
+
+
+@table("table4-video", "table4-ae", "plateau")
+def table4_video() -> str:
+    body = []
+    for task, run in sorted(table4_runs().items()):
+        paper, n = MODSAR_TABLE4_VIDEO[task], int(run["test_targets"])
+        ours = [run[f"test.{m}"] for m in TABLE4_METRICS]
+        body += [
+            [f"paper Vanilla-{task.upper()}", "", *(num(v) for v in paper)],
+            [
+                f"ModSAR {task.upper()}",
+                f"{run['best_epoch']} / {run['epochs_run']}",
+                *(with_bound(v, n) for v in ours),
+            ],
+            [f"{task.upper()} vs paper", "", *(percent(o, p) for o, p in zip(ours, paper, strict=True))],
+        ]
+    header = ["Video, seed 0", "best epoch / run", "R@5", "R@10", "R@20", "N@5", "N@10", "N@20"]
+    return markdown(header, body)
+
+
+MODSAR_TABLES23_VIDEO = {"Vanilla-AE": (0.021, 6), "Local-AE": (0.017, 10), "Vanilla-AR": (0.015, 9)}  # S, k
+
+
+@table("tables23-video", "tables23")
+def tables23_video() -> str:
+    analyses = load_analysis(PUBLISHED / "tables23" / "tables23-video-analysis")
+    frame = tables_2_3(analyses)
+    frame.index = [re.sub(r" \(.*\)$", "", label) for label in frame.index]
+    rows = rows_of("tables23", "tables23-video")
+    body = []
+    for label, (paper_s, paper_k) in MODSAR_TABLES23_VIDEO.items():
+        r = frame.loc[label]
+        local = label.startswith("Local")
+        run = rows[(rows["task"] == label[-2:].lower()) & ((rows["model.local_heads"] > 0) == local)].iloc[0]
+        body.append(
+            [
+                label,
+                num(run["test.ndcg@10"]),
+                *(num(r[f"S layer {x}"]) for x in (0, 1)),
+                num(r["S avg."]),
+                *(f"{r[f'k layer {x}']:.2f}" for x in (0, 1)),
+                f"{r['k avg.']:.2f}",
+                f"{r['k GD avg.']:.2f}",
+                f"{num(paper_s, 3)} / {paper_k}",
+            ]
+        )
+    header = [
+        "Video, 10 epochs, seed 0",
+        "test N@10",
+        "S layer 0",
+        "S layer 1",
+        "S avg.",
+        "k layer 0",
+        "k layer 1",
+        "k avg.",
+        "k Gavish-Donoho",
+        "paper S / k",
+    ]
+    return markdown(header, body)
+
+
+@table("video-ar-ce", "video-ar-ce")
+def video_ar_ce() -> str:
+    run = rows_of("video-ar-ce", "video-ar-ce").iloc[0]
+    n = int(run["test_targets"])
+    body = [
+        [
+            f"{run['best_epoch']} / {run['epochs_run']}",
+            num(run["valid.ndcg@10"]),
+            *(with_bound(run[f"test.{m}"], n) for m in ("recall@10", "ndcg@10")),
+            f"{percent(run['test.recall@10'], MODSAR_TABLE4_VIDEO['ar'][1])} / "
+            f"{percent(run['test.ndcg@10'], MODSAR_TABLE4_VIDEO['ar'][4])}",
+        ]
+    ]
+    header = [
+        "best epoch / run",
+        "valid N@10",
+        "test R@10",
+        "test N@10",
+        "vs paper's Table 4 AR (R@10 / N@10)",
+    ]
+    return markdown(header, body)
+
+
+# --- the residual paper -----------------------------------------------------------------------------------
+
+RESIDUAL_TABLE2 = {  # the paper's Table 2, (Attn, +Res, +LN), Toys
+    "SASRec": (0.772, 0.123, 0.123),
+    "DuoRec": (0.780, 0.121, 0.121),
+}
+RESIDUAL_TABLE3 = {
+    1: (0.1278, 0.1283, 0.1251),
+    2: (0.1182, 0.1178, 0.1135),
+}  # SASRec +LN at L, L-1, L-2, Toys
+RESIDUAL_TABLE4 = (
+    0.0574,
+    0.0185,
+    0.0134,
+    0.0150,
+)  # SASRec on Toys: HR@10 at L; miss at L and hit at L-1..L-3
+FIVE = ["SASRec", "DuoRec", "BSARec", "BERT4Rec", "GRU4Rec"]
+MIXING = ("attn", "res", "ln")
+
+
+def model_label(model: str) -> str:
+    """ "DuoRec (ar-f87768a6)" -> "DuoRec"; the modular AR backbone is the papers' SASRec."""
+    label = re.sub(r" \(.*\)$", "", model)
+    return {"modular": "SASRec"}.get(label, label)
+
+
+def per_model(diagnostics: pd.DataFrame, quantity: str, layer: str = "all", alpha: float = 1.0) -> pd.Series:
+    """One value per checkpoint."""
+    hit = diagnostics[
+        (diagnostics["quantity"] == quantity)
+        & (diagnostics["layer"] == layer)
+        & (diagnostics["alpha"] == alpha)
+    ]
+    return hit.set_index("checkpoint")["value"]
+
+
+def row_of(rows: pd.DataFrame, checkpoint: str) -> pd.Series:
+    """The row whose checkpoint an analysis read: its file, or a file in its (Ray trial) folder."""
+    hit = rows[[checkpoint == c or checkpoint.startswith(f"{c}/") for c in rows["checkpoint"]]]
+    assert len(hit) == 1, f"{len(hit)} rows for {checkpoint}"
+    return hit.iloc[0]
+
+
+def mixing_at_l(diagnostics: pd.DataFrame, kind: str) -> pd.Series:
+    """A mixing ratio at the final position, averaged over the layers, per checkpoint."""
+    hit = diagnostics[diagnostics["quantity"] == f"mixing_{kind} at L"]
+    return hit.groupby("checkpoint")["value"].mean()
+
+
+@table("residual-five-models", "residual-models")
+def residual_five_models() -> str:
+    rows = rows_of("residual-models", "residual-models-toys")
+    diagnostics = diagnostics_of("residual-models/residual-models-toys-analysis")
+    body = []
+    for checkpoint, group in sorted(
+        diagnostics.groupby("checkpoint"), key=lambda kv: FIVE.index(model_label(kv[1]["model"].iloc[0]))
+    ):
+        name, row = model_label(group["model"].iloc[0]), row_of(rows, checkpoint)
+        n = int(row["test_targets"])
+        hrli = [per_model(group, q).iloc[0] for q in ("hrli@1", "hrl2i@1")]
+        mixing = [per_model(group, f"mixing_{k} without position 1") for k in MIXING]
+        pooled = per_model(group, "mixing_res")
+        paper = RESIDUAL_TABLE2.get(name)
+        body.append(
+            [
+                name,
+                f"{num(row['test.ndcg@10'])} / {num(row['test.recall@10'])}",
+                *(with_bound(v, n, 3) for v in hrli),
+                " / ".join(num(m.iloc[0], 3) for m in mixing)
+                if len(mixing[0])
+                else "not defined (recurrent)",
+                num(pooled.iloc[0], 3) if len(pooled) else "–",
+                " / ".join(num(v, 3) for v in paper) if paper else "",
+            ]
+        )
+    header = [
+        "Toys, 15 epochs, seed 0",
+        "test N@10 / HR@10",
+        "HRLI@1",
+        "HRL2I@1",
+        "mixing Attn / +Res / +LN, without position 1",
+        "+Res pooled",
+        "paper Table 2",
+    ]
+    return markdown(header, body)
+
+
+def _table2_runs() -> list[tuple[str, str, pd.DataFrame, pd.DataFrame]]:
+    """(model, budget, rows, diagnostics) for every group of runs behind the residual Table 2."""
+    runs = []
+    for experiment, budget in (("residual-toys", "15 epochs"), ("residual-toys-40epochs", "40 epochs")):
+        rows = rows_of("residual-table2", experiment)
+        diagnostics = diagnostics_of(f"residual-table2/{experiment}-analysis")
+        for model, group in diagnostics.groupby(diagnostics["model"].map(model_label), sort=False):
+            runs.append((model, budget, rows[rows["checkpoint"].isin(group["checkpoint"])], group))
+    return sorted(runs, key=lambda r: (FIVE.index(r[0]), r[1]))
+
+
+@table("residual-table2", "residual-table2")
+def residual_table2() -> str:
+    body = []
+    for model, budget, rows, diagnostics in _table2_runs():
+        paper = RESIDUAL_TABLE2[model]
+        for scope, suffix in (("pooled", ""), ("without position 1", " without position 1"), ("at L", None)):
+            values = [
+                per_model(diagnostics, f"mixing_{k}{suffix}")
+                if suffix is not None
+                else mixing_at_l(diagnostics, k)
+                for k in MIXING
+            ]
+            first = scope == "pooled"
+            body.append(
+                [
+                    f"{model}, {budget}" if first else "",
+                    str(rows["seed"].nunique()) if first else "",
+                    f"{mean_se(rows['test.ndcg@10'])} / {mean_se(rows['test.recall@10'])}" if first else "",
+                    scope,
+                    *(mean_se(v, 3) for v in values),
+                    " / ".join(num(v, 3) for v in paper) if first else "",
+                    percent(values[1].mean(), paper[1]) if scope != "pooled" else "",
+                ]
+            )
+    header = ["Toys", "seeds", "test N@10 / HR@10", "scope", "Attn", "+Res", "+LN", "paper", "+Res vs paper"]
+    return markdown(header, body)
+
+
+@table("residual-table3", "residual-table2")
+def residual_table3() -> str:
+    model, _, rows, diagnostics = _table2_runs()[0]
+    assert model == "SASRec"
+    body = []
+    for layer, paper in RESIDUAL_TABLE3.items():
+        values = [
+            per_model(diagnostics, f"mixing_ln at {position}", str(layer - 1))
+            for position in ("L", "L-1", "L-2")
+        ]
+        body.append(
+            [
+                f"SASRec, layer {layer}",
+                str(rows["seed"].nunique()),
+                *(mean_se(v, 3) for v in values),
+                " / ".join(num(v, 4) for v in paper),
+                " / ".join(percent(v.mean(), p) for v, p in zip(values, paper, strict=True)),
+            ]
+        )
+    header = ["+LN on Toys, 15 epochs", "seeds", "L", "L-1", "L-2", "paper L / L-1 / L-2", "difference"]
+    return markdown(header, body)
+
+
+RESIDUAL_TOYS = "bash benchmarks/rerun_published.sh residual-toys"
+
+
+def residual_toys() -> tuple[pd.Series, pd.DataFrame]:
+    """The seed-0 SASRec of the Table 2 runs, trained again, and every diagnostic of it."""
+    rows = rows_of("residual-toys", "residual-toys")
+    assert len(rows) == 1
+    return rows.iloc[0], diagnostics_of("residual-toys/residual-toys-analysis")
+
+
+def value(diagnostics: pd.DataFrame, diagnostic: str, quantity: str, alpha: float = 1.0) -> float:
+    hit = diagnostics[
+        (diagnostics["diagnostic"] == diagnostic)
+        & (diagnostics["quantity"] == quantity)
+        & (diagnostics["layer"] == "all")
+        & (diagnostics["alpha"] == alpha)
+    ]
+    assert len(hit) == 1, f"{len(hit)} values of {diagnostic} {quantity} at alpha {alpha}"
+    return float(hit["value"].iloc[0])
+
+
+@table("residual-scaling", "residual-toys")
+def residual_scaling() -> str:
+    _, d = residual_toys()
+    alphas = sorted(d.loc[d["diagnostic"] == "residual-scaling", "alpha"].unique())
+    quantities = [
+        ("mixing +Res (pooled)", "residual-scaling", "mixing_res"),
+        ("HRLI@1", "residual-scaling", "hrli@1"),
+        ("HR@10", "residual-scaling", "hr@10"),
+        ("recovery rate", "recovery", "recovery rate (test)"),
+    ]
+    body = [[label, *(num(value(d, diag, q, a), 3) for a in alphas)] for label, diag, q in quantities]
+    return markdown(["SASRec on Toys, alpha", *(f"{a:g}" for a in alphas)], body)
+
+
+@table("residual-nonfinal", "residual-toys")
+def residual_nonfinal() -> str:
+    row, d = residual_toys()
+    n = int(row["test_targets"])
+    ours = [value(d, "nonfinal", "hr@10 at L")] + [
+        value(d, "nonfinal", f"miss at L, hit at L-{k}") for k in (1, 2, 3)
+    ]
+    body = [
+        ["paper (Table 4)", *(num(v) for v in RESIDUAL_TABLE4)],
+        ["ours, seed 0", *(with_bound(v, n) for v in ours)],
+        ["difference", *(percent(o, p) for o, p in zip(ours, RESIDUAL_TABLE4, strict=True))],
+    ]
+    table4 = markdown(["SASRec on Toys", "HR@10 at L", "miss at L, hit at L-1", "L-2", "L-3"], body)
+    alpha = value(d, "recovery", "alpha* (validation, epsilon=0.01)")
+    facts = [
+        [
+            "HRLI@1 / HRL2I@1",
+            f"{with_bound(value(d, 'hrli', 'hrli@1'), n, 3)} / "
+            f"{with_bound(value(d, 'hrli', 'hrl2i@1'), n, 3)}",
+        ],
+        [
+            "NDCG@10 original / partial / full shuffle",
+            " / ".join(num(value(d, "shuffle", f"ndcg@10 {k}")) for k in ("original", "partial", "full")),
+        ],
+        [
+            "validation alpha* (epsilon .01) / test oracle",
+            f"{alpha:g} / {value(d, 'recovery', 'alpha* oracle (test)'):g}",
+        ],
+        [
+            "test HR@10 change / recovery at alpha*",
+            f"{num(value(d, 'recovery', 'delta hr@10 at alpha* (test)'))}"
+            f" / {num(value(d, 'recovery', 'recovery at alpha* (test)'), 3)}",
+        ],
+        [
+            "attention S (W=20) / rank k (Eq. 8)",
+            f"{num(value(d, 'sparsity', sparsity_name(d)))} / {value(d, 'rank', rank_name(d)):.1f}",
+        ],
+    ]
+    return table4 + "\n\n" + markdown(["the same model", "value"], facts)
+
+
+def sparsity_name(d: pd.DataFrame) -> str:
+    return next(q for q in d.loc[d["diagnostic"] == "sparsity", "quantity"].unique() if q.startswith("S "))
+
+
+def rank_name(d: pd.DataFrame) -> str:
+    return next(
+        q for q in d.loc[d["diagnostic"] == "rank", "quantity"].unique() if q.startswith("k modsar_eq8")
+    )
+
+
+@table("residual-split", "residual-split")
+def residual_split() -> str:
+    rows = rows_of("residual-split", "residual-split-ml-100k")
+    d = diagnostics_of("residual-split/residual-split-ml-100k-analysis")
+    body = []
+    for split, group in sorted(rows.groupby("data.split"), key=lambda kv: kv[0] != "loo"):
+        checkpoints = group["checkpoint"]
+        pick = d[d["checkpoint"].isin(checkpoints)]
+        mixing = [per_model(pick, f"mixing_{k}") for k in MIXING]
+        body.append(
+            [
+                "leave-one-out"
+                if split == "loo"
+                else f"one global cut at the {group['data.split_valid'].iloc[0]:g} / "
+                f"{group['data.split_test'].iloc[0]:g} time quantiles",
+                f"{group['test_targets'].iloc[0]:,}",
+                str(group["seed"].nunique()),
+                " / ".join(str(e) for e in group.sort_values("seed")["best_epoch"]),
+                mean_se(group["test.ndcg@10"], 3),
+                mean_se(per_model(pick, "hrli@1"), 3),
+                mean_se(per_model(pick, "hrl2i@1"), 3),
+                *(mean_se(m, 3) for m in mixing),
+            ]
+        )
+    header = [
+        "SASRec on ML-100K",
+        "test users",
+        "seeds",
+        "best epoch by seed",
+        "test N@10",
+        "HRLI@1",
+        "HRL2I@1",
+        "Attn",
+        "+Res",
+        "+LN",
+    ]
+    return markdown(header, body)
+
+
+# --- speed and memory -------------------------------------------------------------------------------------
+
+EPOCH_VARIANTS = {
+    "base": "the trainer before issue 12: length batches, pre-LN, plain CE",
+    "defaults_plain": "defaults, plain logits (`loss.fused=false`)",
+    "defaults": "defaults: fused chunked CE, float32",
+    "defaults_bf16": "defaults, `train.precision=bf16`",
+}
+
+
+@table("speed-epoch", "speed")
+def speed_epoch() -> str:
+    rows = rows_of("speed")
+    rows = rows[rows["experiment"].str.startswith("epoch-time-")].sort_values("finished_at")
+    rows = rows.assign(variant=rows["experiment"].str.removeprefix("epoch-time-"))
+    base = rows.loc[rows["variant"] == "base", "epoch_time_s"].mean()
+    body = []
+    for variant, label in EPOCH_VARIANTS.items():
+        runs = rows[rows["variant"] == variant]
+        mean = runs["epoch_time_s"].mean()
+        body.append(
+            [
+                label,
+                ", ".join(f"{t:.1f}" for t in runs["epoch_time_s"]),
+                f"{mean:.1f}",
+                f"{mean / base:.2f}",
+                f"{runs['gflops'].mean():.0f}",
+                num(runs["valid.ndcg@10"].iloc[0]),
+            ]
+        )
+    header = [
+        "Video CE epoch, 2 threads",
+        "s / epoch, by round",
+        "mean",
+        "ratio to base",
+        "GFLOP/s",
+        "valid N@10 after epoch 1",
+    ]
+    return markdown(header, body)
+
+
+@table("speed-eval", "speed")
+def speed_eval() -> str:
+    rows = pd.read_parquet(PUBLISHED / "speed" / "eval_speed.parquet")
+    body = [
+        [
+            f"{batch}",
+            f"{group['users'].iloc[0]:,} x {group['items'].iloc[0]:,}",
+            ", ".join(f"{t:.2f}" for t in group.sort_values("round")["seconds"]),
+            f"{group['seconds'].mean():.2f}",
+            f"{group['ndcg@10'].iloc[0]:.6f}",
+        ]
+        for batch, group in rows.groupby("eval_batch")
+    ]
+    assert rows["ndcg@10"].nunique() == 1, "the batch size changed a metric"
+    header = [
+        "eval batch",
+        "users x items",
+        "s / pass, by round",
+        "mean",
+        "valid N@10 of the untrained model (equal at every batch)",
+    ]
+    return markdown(header, body)
+
+
+@table("peers", "peers")
+def peers() -> str:
+    rows = pd.read_parquet(PUBLISHED / "peers" / "peer_speed.parquet").sort_values(["round", "position"])
+    means = rows.groupby("implementation")[["s_per_epoch", "peak_rss_mb", "peak_tree_pss_mb"]].mean()
+    names = {"modsar": "ModSAR", "peer": f"SASRec.pytorch ({rows['peer_commit'].iloc[0][:7]})"}
+    body = [
+        [
+            names[impl],
+            f"{int(group['num_parameters'].iloc[0]):,}",
+            ", ".join(f"{t:.1f}" for t in group["s_per_epoch"]),
+            f"{means.loc[impl, 's_per_epoch']:.1f}",
+            f"{means.loc[impl, 'peak_rss_mb']:.0f}",
+            f"{means.loc[impl, 'peak_tree_pss_mb']:.0f}",
+        ]
+        for impl, group in rows.groupby("implementation")
+    ]
+    ratio = means.loc["modsar"] / means.loc["peer"]
+    body.append(
+        [
+            "ModSAR / peer",
+            "",
+            "",
+            f"{ratio['s_per_epoch']:.2f}",
+            f"{ratio['peak_rss_mb']:.2f}",
+            f"{ratio['peak_tree_pss_mb']:.2f}",
+        ]
+    )
+    first = rows.iloc[0]
+    header = [
+        f"SASRec on {first['dataset']}, {first['threads']} threads",
+        "parameters",
+        "s / epoch, by run",
+        "mean",
+        "peak RSS, MB",
+        "peak PSS of all its processes, MB",
+    ]
+    return markdown(header, body)
+
+
+# --- the summary ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claim:
+    claim: str
+    paper: str
+    ours: str
+    difference: str
+    status: str
+    table: str  # the table on the page behind it (its block names the command)
+
+
+def measured(
+    claim: str, paper: float, ours: float, table: str, ours_text: str = "", digits: int = 4
+) -> Claim:
+    return Claim(
+        claim,
+        num(paper, digits),
+        ours_text or num(ours, digits),
+        percent(ours, paper),
+        status(ours, paper),
+        table,
+    )
+
+
+def ordered(
+    claim: str, paper: list[tuple[str, float]], ours: dict[str, float], table: str, digits: int = 3
+) -> Claim:
+    """An ordering claim: the paper's labels in its order; reproduced when ours sort the same way."""
+    same = sorted(ours, key=ours.__getitem__) == sorted(dict(paper), key=dict(paper).__getitem__)
+    text = " / ".join(f"{num(ours[label], digits)}" for label, _ in paper)
+    paper_text = " / ".join(f"{num(v, digits) if v < 1 else f'{v:g}'}" for _, v in paper)
+    return Claim(
+        claim,
+        paper_text,
+        text,
+        "same order" if same else "other order",
+        "reproduced" if same else "not reproduced",
+        table,
+    )
+
+
+def summary_claims() -> list[Claim]:
+    runs = table4_runs()
+    ae, ar = (runs[t]["test.ndcg@10"] for t in ("ae", "ar"))
+    paper_ae, paper_ar = MODSAR_TABLE4_VIDEO["ae"][4], MODSAR_TABLE4_VIDEO["ar"][4]
+    gain, paper_gain = ar / ae - 1, paper_ar / paper_ae - 1
+    frame = tables_2_3(load_analysis(PUBLISHED / "tables23" / "tables23-video-analysis"))
+    frame.index = [re.sub(r" \(.*\)$", "", label) for label in frame.index]
+    synthetic = rows_of("synthetic", "seeds-synthetic")
+    chain_ar = synthetic[synthetic["task"] == "ar"]["test.ndcg@10"]
+    optimum = json.loads(synthetic["dataset_optimum"].iloc[0])["ndcg@10"]
+    claims = [
+        measured(
+            "Known answer, not a paper figure: AR reaches a Markov chain's planted optimum (test N@10)",
+            optimum,
+            chain_ar.mean(),
+            "synthetic-seeds",
+            mean_se(chain_ar),
+        ),
+        measured("Table 4, Video: AR test N@10", paper_ar, ar, "table4-video"),
+        measured("Table 4, Video: AE test N@10", paper_ae, ae, "table4-video"),
+        Claim(
+            "Table 4, Video: AR ahead of AE on test N@10",
+            f"{paper_gain * 100:+.1f}%",
+            f"{gain * 100:+.1f}%",
+            "same direction" if gain * paper_gain > 0 else "other direction",
+            "reproduced" if gain * paper_gain > 0 else "not reproduced",
+            "table4-video",
+        ),
+        ordered(
+            "Table 2, Video: attention sparsity S, Vanilla-AE / Local-AE / Vanilla-AR",
+            [(k, v[0]) for k, v in MODSAR_TABLES23_VIDEO.items()],
+            dict(frame["S avg."]),
+            "tables23-video",
+        ),
+        ordered(
+            "Table 3, Video: rank k, Vanilla-AE / Local-AE / Vanilla-AR",
+            [(k, v[1]) for k, v in MODSAR_TABLES23_VIDEO.items()],
+            dict(frame["k avg."]),
+            "tables23-video",
+            2,
+        ),
+        Claim(
+            "Tables 5 and 6: the best design choice per dataset",
+            "Table 5, 6",
+            "–",
+            "–",
+            "open: more than a day of this machine per space and dataset",
+            "–",
+        ),
+    ]
+    five = diagnostics_of("residual-models/residual-models-toys-analysis")
+    gaps = {
+        model_label(m): per_model(g, "hrli@1").iloc[0] - per_model(g, "hrl2i@1").iloc[0]
+        for m, g in five.groupby("model")
+    }
+    tall = all(gaps[m] > 0.1 for m in FIVE[:3]) and all(abs(gaps[m]) < 0.05 for m in FIVE[3:])
+    claims.append(
+        Claim(
+            "Figure 2, Toys: HRLI@1 far above HRL2I@1 for SASRec, DuoRec, BSARec, not BERT4Rec, GRU4Rec",
+            "tall / small",
+            " / ".join(num(gaps[m], 3) for m in FIVE) + " (HRLI@1 − HRL2I@1)",
+            "same pattern" if tall else "other pattern",
+            "reproduced" if tall else "not reproduced",
+            "residual-five-models",
+        )
+    )
+    sasrec, duorec_40 = _table2_runs()[0], _table2_runs()[2]
+    res = per_model(sasrec[3], "mixing_res without position 1")
+    attn = per_model(sasrec[3], "mixing_attn without position 1")
+    claims += [
+        measured(
+            "Table 2, Toys: SASRec +Res (without position 1, 3 seeds)",
+            RESIDUAL_TABLE2["SASRec"][1],
+            res.mean(),
+            "residual-table2",
+            mean_se(res, 3),
+            3,
+        ),
+        measured(
+            "Table 2, Toys: SASRec Attn (without position 1, 3 seeds)",
+            RESIDUAL_TABLE2["SASRec"][0],
+            attn.mean(),
+            "residual-table2",
+            mean_se(attn, 3),
+            3,
+        ),
+        measured(
+            "Table 2, Toys: DuoRec +Res (without position 1, 40 epochs, 1 seed)",
+            RESIDUAL_TABLE2["DuoRec"][1],
+            per_model(duorec_40[3], "mixing_res without position 1").mean(),
+            "residual-table2",
+            digits=3,
+        ),
+    ]
+    for layer, paper in RESIDUAL_TABLE3.items():
+        values = per_model(sasrec[3], "mixing_ln at L", str(layer - 1))
+        claims.append(
+            measured(
+                f"Table 3, Toys: SASRec +LN at L, layer {layer}",
+                paper[0],
+                values.mean(),
+                "residual-table3",
+                mean_se(values, 3),
+            )
+        )
+    row, d = residual_toys()
+    n = int(row["test_targets"])
+    hr, first = value(d, "nonfinal", "hr@10 at L"), value(d, "nonfinal", "miss at L, hit at L-1")
+    alphas = sorted(d.loc[d["quantity"] == "recovery rate (test)", "alpha"].unique())
+    peak = max(alphas, key=lambda a: value(d, "recovery", "recovery rate (test)", a))
+    claims += [
+        measured(
+            "Table 4, Toys: SASRec HR@10 at L", RESIDUAL_TABLE4[0], hr, "residual-nonfinal", with_bound(hr, n)
+        ),
+        measured(
+            "Table 4, Toys: missed at L, hit at L-1",
+            RESIDUAL_TABLE4[1],
+            first,
+            "residual-nonfinal",
+            with_bound(first, n),
+        ),
+        Claim(
+            "Figure 5, Toys: recovery peaks at a small alpha",
+            "alpha 0.1-0.3",
+            f"alpha {peak:g}",
+            "inside" if 0.1 <= peak <= 0.3 else "outside",
+            "reproduced" if 0.1 <= peak <= 0.3 else "not reproduced",
+            "residual-scaling",
+        ),
+        Claim(
+            "Table 2 on Beauty, Sports, Video, Diginetica",
+            "Table 2",
+            "–",
+            "–",
+            "open: rows not kept; an hour a dataset here",
+            "–",
+        ),
+    ]
+    views_rows = rows_of("views", "views-ml-100k")
+    sampled = views_rows[views_rows["eval.sampled_negatives"] > 0].set_index("data.view")["test.ndcg@10"]
+    claims.append(
+        Claim(
+            "Data-first Table I: the per-item view scores above the per-user view (sampled N@10)",
+            " vs ".join(num(BLUESKY_TABLE1[(view, "sampled")][0], 3) for view in ("item", "user"))
+            + " (ML-1M)",
+            f"{num(sampled['item'])} vs {num(sampled['user'])} (ML-100K)",
+            "same direction" if sampled["item"] > sampled["user"] else "other direction",
+            "reproduced" if sampled["item"] > sampled["user"] else "not reproduced",
+            "views",
+        )
+    )
+    return claims
+
+
+@table(
+    "summary",
+    "synthetic",
+    "table4-ae",
+    "plateau",
+    "tables23",
+    "residual-models",
+    "residual-table2",
+    "residual-toys",
+    "views",
+)
+def summary() -> str:
+    body = [
+        [
+            c.claim,
+            c.paper,
+            c.ours,
+            c.difference,
+            f"**{c.status}**" if c.status == "reproduced" else c.status,
+            f"`{c.table}`" if c.table != "–" else "–",
+        ]
+        for c in summary_claims()
+    ]
+    return markdown(["claim", "paper", "ours", "difference", "status", "table"], body)
+
+
+# --- the page ---------------------------------------------------------------------------------------------
+
+BLOCK = re.compile(r"<!-- generated: (?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- end: (?P=name) -->", re.S)
+NUMBER = re.compile(r"(?<![\w.])[-+−]?(?:\d+\.\d+|\.\d+)(?!\.?\d)%?|(?<![\w.])\d+%")  # not versions
+
+
+UNREADABLE = (
+    OSError,
+    LookupError,
+    ValueError,
+    AssertionError,
+    ModsarError,
+)  # rows missing or not as expected
+
+
+def block(name: str) -> str:
+    """A table as the page holds it: its provenance line, then the table."""
+    return f"{TABLES[name].provenance}\n\n{TABLES[name].draw()}\n"
+
+
+def write(page: Path = PAGE) -> int:
+    """Regenerate every block in place; a block whose rows cannot be read keeps its text and is named."""
+    failed = []
+
+    def fresh(m: re.Match) -> str:
+        try:
+            body = block(m["name"])
+        except UNREADABLE as e:
+            failed.append(f"{m['name']}: {type(e).__name__}: {e}")
+            body = m["body"]
+        return f"<!-- generated: {m['name']} -->\n{body}<!-- end: {m['name']} -->"
+
+    text = BLOCK.sub(fresh, page.read_text())
+    with atomic_write(page) as tmp:
+        Path(tmp).write_text(text)
+    print("\n".join(f"not regenerated: {f}" for f in failed), file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _numbers(text: str) -> set[str]:
+    """Decimals and percentages, signs and leading zeros dropped (".116" and "0.116" are one figure)."""
+    return {re.sub(r"^[-+−]?0?", "", n) for n in NUMBER.findall(text)}
+
+
+def prose(section: str) -> str:
+    """A section's sentences: without its generated blocks, code blocks and `inline code` (settings and
+    commands such as `train.weight_decay=0.1` are inputs, not figures)."""
+    text = re.sub(r"```.*?```", "", BLOCK.sub("", section), flags=re.S)
+    return re.sub(r"`[^`]*`", "", text)
+
+
+def problems(page: Path = PAGE) -> list[str]:
+    """Every generated block that differs from its rows, every table not on the page, and every number in a
+    section's prose that none of the section's tables holds."""
+    text, found = page.read_text(), []
+    seen = [m["name"] for m in BLOCK.finditer(text)]
+    for name in sorted(set(TABLES) - set(seen)):
+        found.append(
+            f"table {name!r} is not on the page (add <!-- generated: {name} --><!-- end: {name} -->)"
+        )
+    for m in BLOCK.finditer(text):
+        if m["name"] not in TABLES:
+            found.append(f"block {m['name']!r} names no table (python benchmarks/published.py list)")
+        else:
+            try:
+                if m["body"] != block(m["name"]):
+                    found.append(
+                        f"block {m['name']!r} differs from its rows: python benchmarks/published.py write"
+                    )
+            except UNREADABLE as e:
+                found.append(f"block {m['name']!r} cannot be drawn from its rows: {type(e).__name__}: {e}")
+    for section in re.split(r"\n(?=## )", text)[1:]:  # the preamble states conventions, not findings
+        quoted = _numbers("".join(m["body"] for m in BLOCK.finditer(section)))
+        title = section.splitlines()[0]
+        for figure in sorted(_numbers(prose(section)) - quoted):
+            found.append(f"{title}: {figure!r} in the prose is in none of the section's tables")
+    return found
+
+
+def main(argv: list[str]) -> int:
+    command, *names = argv or ["check"]
+    if command == "list":
+        for t in TABLES.values():
+            print(f"{t.name:<24} {', '.join(t.groups)}")
+    elif command == "show":
+        for name in names:
+            print(TABLES[name].draw())
+    elif command == "write":
+        return write()
+    elif command == "check":
+        found = problems()
+        print("\n".join(found) or f"{len(TABLES)} tables and the prose around them match the rows")
+        return 1 if found else 0
+    else:
+        print(__doc__)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

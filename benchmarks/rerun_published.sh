@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Re-run the experiments behind benchmarks/RESULTS.md whose rows are committed under results/published/GROUP.
+# Every table on that page names the group it is generated from; this script is the command that made the rows.
+# Usage, from the repository root, with the shared datasets prepared (python benchmarks/import_all.py
+# --data-dir ~/.cache/modsar/datasets):  bash benchmarks/rerun_published.sh GROUP [GROUP ...]
+# Groups, in the page's order: quickstart synthetic table4-ae tables23 video-ar-ce residual-models residual-table2
+#   residual-toys residual-split datasets profiles views plateau speed peers
+# A group's folder is replaced. Checkpoints and Ray's own state are written beside the rows and removed once the
+# group's `modsar analyze` (if any) has read them; only rows, reports and analysis tables are committed.
+# Times are those of the 2-core CPU machine the page names; a group's figures are deterministic given its seeds,
+# except seconds and memory.
+set -euo pipefail
+root=results/published
+loopback() { unshare -n sh -c 'ip link set lo up && "$@"' sh "$@"; }   # Ray binds loopback only
+fresh() { rm -rf "${root:?}/$1"; mkdir -p "$root/$1"; }
+train() { modsar train --quiet --results "$root/$1" "${@:2}" > /dev/null; }
+
+for group in "$@"; do
+  case $group in
+  datasets)  # every shared dataset imported with its registry preprocessing
+    fresh datasets
+    python benchmarks/import_all.py --data-dir "${MODSAR_DATA:-$HOME/.cache/modsar/datasets}" \
+        --rows "$root/datasets/datasets.parquet" ;;
+  quickstart)  # the README's main job
+    fresh quickstart
+    loopback modsar search --space quickstart --dataset synthetic --results "$root/quickstart"
+    modsar report --results "$root/quickstart" --experiment quickstart-synthetic --out "$root/quickstart/report" ;;
+  synthetic)  # the quickstart base trained alone, three seeds, AE (mask 0.4) and AR, on both known-answer datasets
+    fresh synthetic
+    base="model.hidden_size=32 model.num_layers=2 model.num_heads=1 model.dropout=0.1 model.attn_dropout=0.1
+      loss.name=ce train.optimizer=adam train.lr=0.003 train.patience=5 data.batch_size=64 train.eval_every=3
+      train.threads=1 --no-checkpoint"
+    for seed in 0 1 2; do
+      for data in "synthetic 60" "synthetic-clusters 30"; do
+        set -- $data
+        # shellcheck disable=SC2086  # the overrides are words
+        train synthetic --dataset "$1" --experiment "seeds-$1" $base train.max_epochs="$2" seed=$seed task=ar
+        # shellcheck disable=SC2086
+        train synthetic --dataset "$1" --experiment "seeds-$1" $base train.max_epochs="$2" seed=$seed task=ae \
+            mask_prob=0.4
+      done
+    done ;;
+  views)  # ML-100K: per-user vs per-item view, sampled vs full ranking, leave-one-out vs temporal split
+    fresh views
+    common="--dataset ml-100k --experiment views-ml-100k --no-checkpoint data.max_len=50 train.patience=5
+      train.max_epochs=100 train.threads=1"
+    for view in user item; do
+      # shellcheck disable=SC2086
+      train views $common data.view=$view eval.sampled_negatives=100
+      # shellcheck disable=SC2086
+      train views $common data.view=$view
+    done
+    # shellcheck disable=SC2086
+    train views $common data.split=temporal ;;
+  residual-models)  # the residual paper's five models on Toys, one budgeted search, then HRLI and mixing
+    fresh residual-models
+    loopback modsar search --space residual_models --dataset toys --results "$root/residual-models" \
+        --experiment residual-models-toys --max-epochs 15 --cpus-per-trial 1 --max-concurrent 2
+    modsar analyze --results "$root/residual-models" --experiment residual-models-toys --diagnostic hrli,mixing \
+        --out "$root/residual-models/residual-models-toys-analysis" > /dev/null ;;
+  residual-table2)  # the residual paper's Tables 2-3: SASRec and DuoRec, 3 seeds at 15 epochs; DuoRec 1 seed at 40
+    fresh residual-table2
+    bash benchmarks/residual_table2.sh toys 15
+    SEEDS=1 MODELS=duorec EXPERIMENT=residual-toys-40epochs bash benchmarks/residual_table2.sh toys 40 ;;
+  plateau)  # steps to leave the popularity plateau: the Table 4 configs, one factor at a time
+    fresh plateau
+    python benchmarks/plateau_study.py run --datasets video --tasks ar --variants bert_adamw,bert_adamw_warmup \
+        --max-steps 2100
+    python benchmarks/plateau_study.py run --datasets video --tasks ae --variants bert_adamw_warmup --max-steps 2057 \
+        --parallel 1
+    python benchmarks/plateau_study.py run --datasets ml-100k --tasks ar,ae --max-steps 400
+    python benchmarks/plateau_study.py run --datasets ml-100k --tasks ae,ar --variants bert_adamw,bert_adamw_warmup \
+        --max-steps 400 --seeds 1,2
+    python benchmarks/plateau_study.py run --datasets ml-latest-small --tasks ar,ae \
+        --variants bert_adamw,bert_adamw_warmup --max-steps 300 ;;
+  residual-split)  # does the residual paper's global temporal split move SASRec's +Res? (ML-100K)
+    fresh residual-split
+    RESULTS="$root/residual-split" bash benchmarks/residual_split.sh ml-100k ;;
+  residual-toys)  # every diagnostic on the seed-0 SASRec of residual_table2.sh (residual scaling, recovery, ...)
+    fresh residual-toys
+    SEEDS=1 MODELS=sasrec ROOT="$root/residual-toys" DIAGNOSTICS=sparsity,rank,hrli,shuffle,mixing,residual-scaling,nonfinal,recovery \
+        bash benchmarks/residual_table2.sh toys 15 ;;
+  profiles)  # modsar data profile at full size and at a matched budget of 100,000 interactions
+    fresh profiles
+    for name in beauty toys sports video diginetica ml-100k; do
+      modsar data profile "$name" --quiet --out "$root/profiles/$name" > /dev/null
+      modsar data profile "$name" --quiet --budget 100000 --out "$root/profiles/$name-100k" > /dev/null
+      rm -f "$root"/profiles/"$name"*/*.png
+    done ;;
+  tables23)  # the ModSAR paper's Tables 2-3 on Video: Vanilla-AE, Local-AE, Vanilla-AR at 10 epochs (CPU budget)
+    fresh tables23
+    short="--dataset video --experiment tables23-video train.threads=1 train.max_epochs=10 train.min_steps=0"
+    # shellcheck disable=SC2086  # the overrides are words
+    train tables23 $short --config benchmarks/configs/video_table4_ae.yaml &
+    # shellcheck disable=SC2086
+    train tables23 $short --config benchmarks/configs/video_table4_ae.yaml model.local_heads=1 &
+    # shellcheck disable=SC2086
+    train tables23 $short --config benchmarks/configs/video_table4_ar.yaml &
+    for job in $(jobs -p); do wait "$job"; done   # a failed training stops the group
+    # every model by its checkpoint (--experiment would pick the best trial of each task, not all three)
+    mapfile -t checkpoints < <(python -c 'import sys; from modsar.records.rows import read_rows
+for path in read_rows(sys.argv[1], "tables23-video")["checkpoint"]: print(f"--checkpoint\n{path}")' "$root/tables23")
+    modsar analyze "${checkpoints[@]}" --diagnostic sparsity,rank,hrli,mixing \
+        --out "$root/tables23/tables23-video-analysis" > /dev/null ;;
+  table4-ae)  # the ModSAR paper's Table 4 AE on Video, the config as it stands, 45 epochs (the CPU budget)
+    fresh table4-ae
+    train table4-ae --dataset video --config benchmarks/configs/video_table4_ae.yaml --experiment table4-video \
+        --no-checkpoint train.threads=1 train.max_epochs=45 ;;
+  speed)  # seconds per CE epoch of the trainer's setups, and of one full-ranking validation pass (Video);
+    # run it with nothing else on the machine: times are only compared within one run
+    fresh speed
+    python benchmarks/epoch_time.py --dataset video --rounds 2 --threads 2 --results "$root/speed"
+    python benchmarks/eval_speed.py --dataset video --threads 2 --batch-sizes 256,1024 --rounds 2 \
+        --rows "$root/speed/eval_speed.parquet" ;;
+  peers)  # ModSAR against pmixer/SASRec.pytorch: the same SASRec on Video, seconds per epoch and peak memory;
+    # PEER is a clone of that repository outside this one (git clone https://github.com/pmixer/SASRec.pytorch)
+    fresh peers
+    python benchmarks/peer_speed.py --peer "${PEER:?set PEER to a clone of pmixer/SASRec.pytorch}" \
+        ${PEER_COMMIT:+--peer-commit "$PEER_COMMIT"} --dataset video --rounds 2 --epochs 3 --threads 2 \
+        --rows "$root/peers/peer_speed.parquet" ;;
+  video-ar-ce)  # converged AR with full-softmax CE on Video (the 0.2 defaults)
+    fresh video-ar-ce
+    train video-ar-ce --dataset video --config benchmarks/configs/video_ar_ce_best.yaml --experiment video-ar-ce \
+        --no-checkpoint train.threads=1 ;;
+  *) echo "rerun_published.sh: unknown group '$group' (see the usage at the top of this file)" >&2; exit 2 ;;
+  esac
+  rm -rf "$root/$group"/*/checkpoints "$root/$group"/*/ray-*   # rows, reports and analyses stay
+done

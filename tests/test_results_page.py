@@ -1,0 +1,104 @@
+"""The results page is generated from the committed rows: every table on benchmarks/RESULTS.md is drawn again
+from results/published and must match the page to the character; every decimal a section's prose quotes must
+be in one of that section's tables; `modsar report` and `modsar analyze --from` read the committed folders
+and give what was committed."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from modsar.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+PUBLISHED = ROOT / "results" / "published"
+
+
+def _published():
+    spec = importlib.util.spec_from_file_location("published", ROOT / "benchmarks" / "published.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["published"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+published = _published()
+
+
+def test_every_table_on_the_page_matches_its_rows():
+    assert published.problems() == []
+
+
+def test_every_committed_group_is_read_by_a_table():
+    groups = {g for t in published.TABLES.values() for g in t.groups}
+    assert groups == {p.name for p in PUBLISHED.iterdir() if p.is_dir()}
+
+
+def test_a_changed_number_fails_the_check(tmp_path):
+    page = published.PAGE.read_text()
+    block = published.block("residual-table3")
+    assert block in page
+    # a digit changed inside a generated table
+    wrong = page.replace(block, block.replace("| 3 |", "| 4 |", 1))
+    (tmp_path / "a.md").write_text(wrong)
+    assert any("residual-table3" in p and "differs" in p for p in published.problems(tmp_path / "a.md"))
+    # a figure in a sentence that no table of its section holds
+    section = "### Tables 2 and 3 with seeds\n"
+    (tmp_path / "b.md").write_text(page.replace(section, section + "\nSASRec's +Res is .987 here.\n"))
+    assert any("'.987'" in p for p in published.problems(tmp_path / "b.md"))
+    # a table the page does not show
+    (tmp_path / "c.md").write_text(page.replace("<!-- generated: views -->", "<!-- views -->"))
+    assert any("'views' is not on the page" in p for p in published.problems(tmp_path / "c.md"))
+
+
+def test_numbers_are_compared_without_leading_zeros_or_signs():
+    text = "0.116 and −.005 and +3.9%, not 12, v0.4 or torch 2.13.0; the same .116."
+    assert published._numbers(text) == {".116", ".005", "3.9%"}
+
+
+def test_the_status_rule_on_the_page_is_the_one_applied():
+    assert f"within {published.REPRODUCED_WITHIN:.0%} of the paper's figure" in published.PAGE.read_text()
+
+
+def test_modsar_report_regenerates_the_committed_report(tmp_path):
+    assert (
+        main(
+            [
+                "report",
+                "--results",
+                str(PUBLISHED / "quickstart"),
+                "--experiment",
+                "quickstart-synthetic",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
+    committed = PUBLISHED / "quickstart" / "report" / "report.md"
+    assert (tmp_path / "report.md").read_text() == committed.read_text()
+
+
+@pytest.mark.parametrize(
+    "folder", sorted(str(p.relative_to(PUBLISHED)) for p in PUBLISHED.rglob("diagnostics.parquet"))
+)
+def test_modsar_analyze_from_reads_each_committed_analysis(tmp_path, folder):
+    source = PUBLISHED / folder
+    assert main(["analyze", "--from", str(source.parent), "--out", str(tmp_path)]) == 0
+    again, committed = (pd.read_parquet(p / "diagnostics.parquet") for p in (tmp_path, source.parent))
+    key = ["model", "diagnostic", "quantity", "layer", "alpha"]
+    pd.testing.assert_frame_equal(
+        again.sort_values(key).reset_index(drop=True)[committed.columns],
+        committed.sort_values(key).reset_index(drop=True),
+    )
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/index.md"])
+def test_the_quickstart_figures_a_newcomer_reads_are_the_committed_ones(doc):
+    paragraphs = (ROOT / doc).read_text().split("\n\n")
+    quoted = next(p for p in paragraphs if "0.6931" in p)
+    assert published._numbers(quoted) <= published._numbers(published.block("quickstart"))
