@@ -6,7 +6,8 @@ times an InfoNCE between two views of each training row's representation (its st
 whose target is the row's last label). DuoRec's own code trains as `data.samples=prefixes` does: every
 training prefix is a row with its own views, and an epoch takes as many optimizer steps as RecBole's. Under
 `data.samples=sequences` a row is a user's whole window (next-item loss at every position) and only its last
-prefix is contrasted, once per epoch (issue 14 compared the two; the git history of benchmarks/RESULTS.md has the figures). The views:
+prefix is contrasted, once per epoch (issue 14 compared the two; the git history of benchmarks/RESULTS.md has
+the figures). The views:
   un    the sequence vs the same sequence encoded again (another dropout mask: unsupervised augmentation)
   su    the sequence vs another training prefix with the same next item (supervised augmentation; drawn
         from the whole training set, the sample itself excluded; a target no other prefix has falls back to
