@@ -7,8 +7,8 @@
 #   residual-toys residual-split datasets profiles views plateau speed peers
 # A group's folder is replaced. Checkpoints and Ray's own state are written beside the rows and removed once the
 # group's `modsar analyze` (if any) has read them; only rows, reports and analysis tables are committed.
-# Times are those of the 2-core CPU machine the page names; a group's figures are deterministic given its seeds,
-# except seconds and memory.
+# Times are those of the 2-core CPU machine the page names. A run is bit-identical given its config, seed and
+# modsar version (a search's ASHA decisions can differ with timing); seconds and memory are not.
 set -euo pipefail
 root=results/published
 loopback() { unshare -n sh -c 'ip link set lo up && "$@"' sh "$@"; }   # Ray binds loopback only
@@ -32,11 +32,11 @@ for group in "$@"; do
       train.threads=1 --no-checkpoint"
     for seed in 0 1 2; do
       for data in "synthetic 60" "synthetic-clusters 30"; do
-        set -- $data
+        read -r name epochs <<< "$data"
         # shellcheck disable=SC2086  # the overrides are words
-        train synthetic --dataset "$1" --experiment "seeds-$1" $base train.max_epochs="$2" seed=$seed task=ar
+        train synthetic --dataset "$name" --experiment "seeds-$name" $base train.max_epochs="$epochs" seed=$seed task=ar
         # shellcheck disable=SC2086
-        train synthetic --dataset "$1" --experiment "seeds-$1" $base train.max_epochs="$2" seed=$seed task=ae \
+        train synthetic --dataset "$name" --experiment "seeds-$name" $base train.max_epochs="$epochs" seed=$seed task=ae \
             mask_prob=0.4
       done
     done ;;

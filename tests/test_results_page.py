@@ -56,8 +56,8 @@ def test_a_changed_number_fails_the_check(tmp_path):
 
 
 def test_numbers_are_compared_without_leading_zeros_or_signs():
-    text = "0.116 and −.005 and +3.9%, not 12, v0.4 or torch 2.13.0; the same .116."
-    assert published._numbers(text) == {".116", ".005", "3.9%"}
+    text = "0.116 and −.005 and +3.9%, not 12, v0.4 or torch 2.13.0; the same .116, -0.5."
+    assert published._numbers(text) == {".116", "-.005", "3.9%", "-.5"}
 
 
 def test_the_status_rule_on_the_page_is_the_one_applied():
