@@ -34,8 +34,8 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
+from modsar.analysis.output import PAPER_TABLE_2, tables_2_3  # noqa: E402
 from modsar.analysis.output import load as load_analysis  # noqa: E402
-from modsar.analysis.output import tables_2_3  # noqa: E402
 from modsar.data.registry import REGISTRY  # noqa: E402
 from modsar.errors import ModsarError  # noqa: E402
 from modsar.evaluation.ranking import SCORES_BUDGET  # noqa: E402
@@ -288,7 +288,7 @@ def plateau_rows() -> pd.DataFrame:
 
 
 def escape(steps: float) -> str:
-    return "never" if steps is None or math.isnan(steps) else f"{steps:.0f}"
+    return "never" if pd.isna(steps) else f"{steps:.0f}"
 
 
 @table("plateau-runs", "plateau")
@@ -400,8 +400,11 @@ def table4_runs() -> dict[str, pd.Series]:
     """The Table 4 configs as they stand on Video, per task: AE trained on to 45 epochs; AR from the plateau
     study's run of the same config (BERT-TF AdamW with the 100-step warm-up), 18 epochs."""
     plateau = plateau_rows()
-    ar = plateau[(plateau["dataset"] == "video") & (plateau["variant"] == "bert_adamw_warmup")]
-    return {"ae": rows_of("table4-ae", "table4-video").iloc[0], "ar": ar[ar["task"] == "ar"].iloc[0]}
+    plateau = plateau[(plateau["dataset"] == "video") & (plateau["variant"] == "bert_adamw_warmup")]
+    ae, ar = rows_of("table4-ae", "table4-video"), plateau[plateau["task"] == "ar"]
+    if len(ae) != 1 or len(ar) != 1:
+        raise ValueError(f"Table 4 needs one AE and one AR run on Video, not {len(ae)} and {len(ar)}")
+    return {"ae": ae.iloc[0], "ar": ar.iloc[0]}
 
 
 @table("table4-video", "table4-ae", "plateau")
@@ -489,10 +492,9 @@ def video_ar_ce() -> str:
 
 # --- the residual paper -----------------------------------------------------------------------------------
 
-RESIDUAL_TABLE2 = {  # the paper's Table 2, (Attn, +Res, +LN), Toys
-    "SASRec": (0.772, 0.123, 0.123),
-    "DuoRec": (0.780, 0.121, 0.121),
-}
+RESIDUAL_TABLE2 = {
+    m: PAPER_TABLE_2[(m, "toys")] for m in ("SASRec", "DuoRec")
+}  # the paper's (Attn, +Res, +LN)
 RESIDUAL_TABLE3 = {
     1: (0.1278, 0.1283, 0.1251),
     2: (0.1182, 0.1178, 0.1135),

@@ -6,6 +6,8 @@ and give what was committed."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -102,3 +104,22 @@ def test_the_quickstart_figures_a_newcomer_reads_are_the_committed_ones(doc):
     paragraphs = (ROOT / doc).read_text().split("\n\n")
     quoted = next(p for p in paragraphs if "0.6931" in p)
     assert published._numbers(quoted) <= published._numbers(published.block("quickstart"))
+
+
+def test_every_group_has_a_command_and_every_command_a_group():
+    script = (ROOT / "benchmarks" / "rerun_published.sh").read_text()
+    cases = set(re.findall(r"^  ([a-z0-9-]+)\)", script, flags=re.M))
+    assert cases == {p.name for p in PUBLISHED.iterdir() if p.is_dir()}
+
+
+def test_one_config_and_seed_give_one_curve_across_groups():
+    """residual-toys trains the seed-0 SASRec of residual-table2 again (another command, another day); both
+    groups must come from one modsar version (re-run them together), and then the two rows are one run."""
+    again = published.rows_of("residual-toys", "residual-toys").iloc[0]
+    rows = published.rows_of("residual-table2", "residual-toys")
+    first = rows[(rows["backbone"] == "modular") & (rows["seed"] == 0)].iloc[0]
+    versions = [json.loads(r["versions"])["modsar"] for r in (first, again)]
+    assert versions[0] == versions[1], f"re-run residual-table2 and residual-toys together: {versions}"
+    settings = [c for c in first.index if c.startswith(("model.", "data.", "loss.", "train."))]
+    assert first[settings].astype(str).equals(again[settings].astype(str))
+    assert (first["curve"], first["test.ndcg@10"]) == (again["curve"], again["test.ndcg@10"])

@@ -21,7 +21,8 @@ PAPER_TABLES_2_3 = (
 )
 
 
-# Residual-dominance paper Table 2: pooled mixing ratios Attn / +Res / +LN, pooled over positions and layers
+# Residual-dominance paper Table 2: mixing ratios Attn / +Res / +LN (the paper does not say over which
+# positions it averages; benchmarks/RESULTS.md compares them with ours pooled, without position 1 and at L)
 PAPER_TABLE_2 = {
     ("SASRec", "beauty"): (0.776, 0.119, 0.119),
     ("SASRec", "sports"): (0.775, 0.126, 0.122),
