@@ -429,11 +429,16 @@ def table4_video() -> str:
 MODSAR_TABLES23_VIDEO = {"Vanilla-AE": (0.021, 6), "Local-AE": (0.017, 10), "Vanilla-AR": (0.015, 9)}  # S, k
 
 
+def tables23_frame() -> pd.DataFrame:
+    """S and k per model, as `modsar analyze --from` tabulates them, indexed by the paper's model names."""
+    frame = tables_2_3(load_analysis(PUBLISHED / "tables23" / "tables23-video-analysis"))
+    frame.index = [model_label(label) for label in frame.index]
+    return frame
+
+
 @table("tables23-video", "tables23")
 def tables23_video() -> str:
-    analyses = load_analysis(PUBLISHED / "tables23" / "tables23-video-analysis")
-    frame = tables_2_3(analyses)
-    frame.index = [re.sub(r" \(.*\)$", "", label) for label in frame.index]
+    frame = tables23_frame()
     rows = rows_of("tables23", "tables23-video")
     body = []
     for label, (paper_s, paper_k) in MODSAR_TABLES23_VIDEO.items():
@@ -938,8 +943,7 @@ def _modsar_claims() -> list[Claim]:
     (ae, ar), n = (runs[t]["test.ndcg@10"] for t in ("ae", "ar")), int(runs["ar"]["test_targets"])
     paper_ae, paper_ar = MODSAR_TABLE4_VIDEO["ae"][4], MODSAR_TABLE4_VIDEO["ar"][4]
     gain, paper_gain = ar / ae - 1, paper_ar / paper_ae - 1
-    frame = tables_2_3(load_analysis(PUBLISHED / "tables23" / "tables23-video-analysis"))
-    frame.index = [re.sub(r" \(.*\)$", "", label) for label in frame.index]
+    frame = tables23_frame()
     synthetic = rows_of("synthetic", "seeds-synthetic")
     chain_ar = synthetic[synthetic["task"] == "ar"]["test.ndcg@10"]
     optimum = json.loads(synthetic["dataset_optimum"].iloc[0])["ndcg@10"]
