@@ -30,6 +30,7 @@ from modsar.outputs import atomic_write, ensure_writable_dir, to_json
 from modsar.records.rows import differing_keys, filesystem, read_rows, remove_partial_rows
 from modsar.sweep.plan import Plan, SearchRequest, make_plan
 from modsar.sweep.rows import SchedulerState, make_callbacks, reconcile_rows, rewrite_row, rows_dir
+from modsar.sweep.storage import remove_partial_files, search_filesystem
 from modsar.sweep.trial import make_trainable
 
 RAY_DIR = "ray"
@@ -271,6 +272,7 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
     run_config = tune.RunConfig(
         name=f"{RAY_DIR}-{task}",
         storage_path=storage,
+        storage_filesystem=search_filesystem(storage),
         verbose=0,
         callbacks=[*make_callbacks(plan), SchedulerState(scheduler)],
         failure_config=tune.FailureConfig(max_failures=req.max_failures),
@@ -466,10 +468,13 @@ def _run_directions(req: SearchRequest, plan: Plan, storage: str, total: dict[st
     for task in plan.space.tasks():
         fn = make_trainable(plan)
         ray_path = f"{storage}/{RAY_DIR}-{task}"
-        if req.resume and tune.Tuner.can_restore(ray_path):  # checked before a fresh Tuner writes tuner.pkl
+        fs = search_filesystem(storage)
+        # checked before a fresh Tuner writes tuner.pkl
+        if req.resume and tune.Tuner.can_restore(ray_path, storage_filesystem=fs):
+            remove_partial_files(ray_path)
             with modules_under_earlier_names(), restore_or_refuse(ray_path):
                 tuner = tune.Tuner.restore(
-                    ray_path, trainable=fn, resume_unfinished=True, resume_errored=True
+                    ray_path, trainable=fn, resume_unfinished=True, resume_errored=True, storage_filesystem=fs
                 )
                 grid = tuner.fit()
         else:
@@ -641,6 +646,7 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
         run_config=tune.RunConfig(
             name=f"{RAY_DIR}-seeds",
             storage_path=storage,
+            storage_filesystem=search_filesystem(storage),
             verbose=0,
             callbacks=make_callbacks(plan, role="seed"),
             failure_config=tune.FailureConfig(max_failures=plan.request.max_failures),
