@@ -148,6 +148,16 @@ def test_csv_and_filters(results, capsys):
     assert "no rows for 'nosuch'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("metric", ["bogus", "ndcg", "ndcg@7"])
+def test_a_metric_the_rows_do_not_hold_is_refused_with_those_they_do(results, capsys, metric):
+    root, *_ = results
+    assert main(["report", "--results", root, "--metric", metric]) == 2
+    err = capsys.readouterr().err
+    assert f"--metric '{metric}' is not a test metric of these rows; pass one they hold: " in err
+    assert "ndcg@5, ndcg@10, ndcg@20" in err and "Traceback" not in err
+    assert main(["report", "--results", root, "--metric", "recall@20"]) == 0
+
+
 def test_sources_end_the_report(results, capsys):
     root, *_ = results
     assert main(["report", "--results", root]) == 0

@@ -50,6 +50,12 @@ def run(args: argparse.Namespace) -> int:
             "trials folders"
         )
     rows = report_rows(rows, args.results, args.experiment, args.space, args.dataset)
+    held = sorted((c.removeprefix("test.") for c in rows if c.startswith("test.")), key=_metric_order)
+    if held and args.metric not in held:
+        raise ModsarError(
+            f"--metric {args.metric!r} is not a test metric of these rows; pass one they hold: "
+            + ", ".join(held)
+        )
     reports = build_reports(rows, headline=args.metric)
     text = render(reports, args.format, args.metric)
     if not args.out:
@@ -69,3 +75,9 @@ def run(args: argparse.Namespace) -> int:
     print(text if args.format == "md" else "\n".join(v for r in reports for v in r.verdicts))
     print(f"wrote {target} and {len(plots)} plots in {out}")
     return 0
+
+
+def _metric_order(metric: str) -> tuple[str, int]:
+    """recall@5 before recall@10."""
+    name, _, k = metric.partition("@")
+    return name, int(k) if k.isdigit() else 0
