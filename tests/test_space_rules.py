@@ -4,6 +4,8 @@ here."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,19 @@ from modsar.sweep.spaces import MAX_GRID_POINTS, SearchSpace, grid_size_by_task,
 
 SPACES = Path(__file__).parent / "spaces"
 BUNDLED = Path(__file__).parent.parent / "search_spaces"
+
+
+@pytest.mark.parametrize("args", [["spaces"], ["spaces", "quickstart"]])
+def test_listing_or_describing_spaces_starts_neither_torch_nor_ray(args):
+    """`modsar spaces` answers in a fraction of a second: the package modsar.sweep imports its modules (and
+    with them Ray Tune and torch) only when a search, a check or an estimate needs them."""
+    probe = (
+        "import sys; from modsar.cli import main; code = main(sys.argv[1:]); "
+        "print(code, sorted(m for m in ('torch', 'ray') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "0 []" and "quickstart" in done.stdout
 
 
 def _space_file(tmp_path: Path, body: str) -> str:

@@ -20,14 +20,33 @@ the Tuners, selection, testing and seed re-runs), `storage` (the filesystem Tune
 through: whole files only), `submit` (a command as a Ray job on a cluster).
 """
 
-from modsar.sweep.plan import Plan, SearchRequest, make_plan, trial_config
+import importlib
+from typing import TYPE_CHECKING, Any
 
-# the Tune callbacks are re-exported at the package's top, where a search started before the package split
-# pickled them (as modsar.search.<name>); --resume finds them there under that name
-# (tuner.modules_under_earlier_names)
-from modsar.sweep.rows import LiveTable, ResultRows, SchedulerState, reconcile_rows, row_from_results
-from modsar.sweep.trial import make_trainable, trainable
-from modsar.sweep.tuner import check_resources, connect_ray, rerun_seeds, run_search, select_and_test
+if TYPE_CHECKING:  # the names as a type checker sees them; at run time __getattr__ imports them
+    from modsar.sweep.plan import Plan, SearchRequest, make_plan, trial_config
+    from modsar.sweep.rows import LiveTable, ResultRows, SchedulerState, reconcile_rows, row_from_results
+    from modsar.sweep.trial import make_trainable, trainable
+    from modsar.sweep.tuner import check_resources, connect_ray, rerun_seeds, run_search, select_and_test
+
+# where each name the package exports lives; imported on first use, so that `modsar spaces` (which reads
+# modsar.sweep.spaces) does not start Ray Tune and torch. The Tune callbacks are among them because a search
+# started before the package split pickled them at the package's top (as modsar.search.<name>); --resume
+# finds them there under that name (tuner.modules_under_earlier_names)
+_HOME = {
+    "plan": ["Plan", "SearchRequest", "make_plan", "trial_config"],
+    "rows": ["LiveTable", "ResultRows", "SchedulerState", "reconcile_rows", "row_from_results"],
+    "trial": ["make_trainable", "trainable"],
+    "tuner": ["check_resources", "connect_ray", "rerun_seeds", "run_search", "select_and_test"],
+}
+_MODULE_OF = {name: module for module, names in _HOME.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module 'modsar.sweep' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"modsar.sweep.{_MODULE_OF[name]}"), name)
+
 
 __all__ = [
     "LiveTable",
