@@ -95,6 +95,26 @@ def test_results_filters_as_the_command_does(ran, tmp_path):
         modsar.results(root=root, where=5)  # type: ignore[arg-type]
 
 
+def test_where_compares_numbers_by_value_and_an_empty_value_is_a_missing_one():
+    """As typed on a command line: 3e-3 is the lr stored as 0.003, .1 the dropout 0.1, and `KEY=` finds the
+    rows without that value (the committed quickstart search: 12 trials, two selected and tested)."""
+    root = Path(__file__).parent.parent / "results" / "published" / "quickstart"
+    every = modsar.results(root=root)
+    assert len(every) == 12
+    for typed in ("3e-3", "0.003", ".003"):
+        assert len(modsar.results(root=root, where={"train.lr": typed})) == 12
+    assert (
+        len(modsar.results(root=root, where={"model.dropout": ".1"}))
+        == (every["model.dropout"] == 0.1).sum()
+        > 0
+    )
+    tested = modsar.results(root=root, where={"selected": "TRUE"})
+    untested = modsar.results(root=root, where={"test.ndcg@10": ""})
+    assert len(tested) == 2 and tested["test.ndcg@10"].notna().all()
+    assert len(untested) == 10 and untested["test.ndcg@10"].isna().all()
+    assert not len(modsar.results(root=root, where={"train.lr": "fast"}))  # not a number: compared as text
+
+
 def test_every_form_of_config_is_read_as_the_command_reads_it(tmp_path):
     """A mapping (dotted or nested), a YAML path, key=value strings and a Config give the same config; a
     Config passed in is never changed; an unknown key is the command's error."""

@@ -37,7 +37,8 @@ def add_parser(sub: Subparsers) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="keep rows whose column equals the value (repeatable)",
+        help="keep rows whose column equals the value (repeatable): numbers by value (train.lr=1e-3 is "
+        "0.001), text in any case, and an empty value a missing one (test.ndcg@10= : the untested trials)",
     )
     results.add_argument("--columns", help="comma-separated columns to show")
     results.add_argument("--sort", help="column to sort by, descending (default: the validation ndcg@10)")

@@ -362,7 +362,8 @@ def matching_rows(
     root: str, experiment: str | None = None, where: list[str] | None = None, option: str = "--where"
 ) -> pd.DataFrame:
     """The rows of `experiment` (every experiment under `root` when None) whose columns equal each KEY=VALUE
-    of `where`, compared as lower-case text (`selected=true`, `task=ar`, `model.hidden_size=64`). What
+    of `where`: numbers by value (`train.lr=1e-3` is 0.001, `seed=0` is 0.0), other values as lower-case text
+    (`selected=true`, `task=ar`), an empty VALUE a missing one (`test.ndcg@10=`). What
     `modsar results` and `modsar.results()` show; a root without rows, an unknown column or a malformed
     condition is one ModsarError, naming `option` (the CLI's --where, the API's where)."""
     where = list(where or [])
@@ -383,5 +384,17 @@ def matching_rows(
             raise ModsarError(
                 f"{option}: unknown column '{key}' (e.g. task, status, selected, model.hidden_size)"
             )
-        rows = rows[rows[key].astype(str).str.lower() == value.lower()]
+        rows = rows[_equals(rows[key], value)]
     return rows
+
+
+def _equals(column: pd.Series, value: str) -> pd.Series:
+    """Which cells of `column` hold `value` as a user typed it on the command line."""
+    if value == "":
+        return column.isna()
+    if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
+        try:
+            return column == float(value)
+        except ValueError:
+            pass
+    return column.astype(str).str.lower() == value.lower()
