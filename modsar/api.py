@@ -145,12 +145,13 @@ def results(
 ) -> pd.DataFrame:
     """The trial rows (a DataFrame, one row per trial) of `experiment`, or of every experiment under `root`,
     as `modsar results` lists them: `where` keeps the rows whose columns equal each value ({"task": "ar",
-    "selected": True}, or ["task=ar", ...]); values compare as lower-case text."""
+    "selected": True}, or ["task=ar", ...]): numbers by value, text in any case, None (or "") a missing
+    value."""
     from modsar.errors import ModsarError
     from modsar.records.rows import matching_rows
 
     if isinstance(where, Mapping):
-        conditions = [f"{k}={v}" for k, v in where.items()]
+        conditions = [f"{k}={'' if v is None else v}" for k, v in where.items()]  # None: a missing value
     elif isinstance(where, str):
         conditions = [where]
     elif where is None or (isinstance(where, (list, tuple)) and all(isinstance(c, str) for c in where)):

@@ -113,6 +113,7 @@ def test_where_compares_numbers_by_value_and_an_empty_value_is_a_missing_one():
     assert len(tested) == 2 and tested["test.ndcg@10"].notna().all()
     assert len(untested) == 10 and untested["test.ndcg@10"].isna().all()
     assert not len(modsar.results(root=root, where={"train.lr": "fast"}))  # not a number: compared as text
+    assert modsar.results(root=root, where={"test.ndcg@10": None}).equals(untested)
 
 
 def test_every_form_of_config_is_read_as_the_command_reads_it(tmp_path):

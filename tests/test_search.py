@@ -1199,6 +1199,8 @@ def test_a_search_whose_tune_state_cannot_be_restored_is_refused_not_rerun(
     before = read_rows(str(out), "r")
     states = sorted((out / "r" / "ray-ar").glob("experiment_state-*.json"))
     assert states
+    # the Tuner wrote through the search filesystem (sweep/storage.py), which its saved state names
+    assert b"modsar.sweep.storage" in (out / "r" / "ray-ar" / "tuner.pkl").read_bytes()
     for state in states:
         state.write_text("{ not json")
     capsys.readouterr()

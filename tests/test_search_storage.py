@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import signal
 import subprocess
@@ -11,7 +12,12 @@ import pyarrow.fs as pafs
 import pytest
 
 from modsar.outputs import PARTIAL_PREFIX
-from modsar.sweep.storage import remove_partial_files, search_filesystem
+from modsar.sweep.storage import (
+    is_local_search_filesystem,
+    remove_partial_files,
+    search_filesystem,
+    whole_experiment_state,
+)
 
 WRITER = """
 import sys, time
@@ -59,7 +65,7 @@ def test_a_writer_killed_mid_write_leaves_the_previous_file_whole(tmp_path, kind
 
 def test_a_file_written_whole_replaces_the_old_one(tmp_path):
     fs = search_filesystem(str(tmp_path))
-    target = tmp_path / "deep" / "er" / "tuner.pkl"  # folders made, as pyarrow's local filesystem makes them
+    target = tmp_path / "tuner.pkl"
     for content in (b"first", b"second, longer than the first"):
         with fs.open_output_stream(str(target)) as out:
             out.write(content)
@@ -67,21 +73,55 @@ def test_a_file_written_whole_replaces_the_old_one(tmp_path):
     assert [p.name for p in target.parent.iterdir()] == ["tuner.pkl"]
 
 
-def test_a_torn_copy_of_the_experiment_state_keeps_the_previous_one(tmp_path):
-    """Tune rewrites experiment_state-*.json in place while a copy from its previous save may still run: a
-    copy that read it half rewritten does not parse, and must not replace the whole one."""
+def test_a_write_that_fails_keeps_the_previous_file_and_its_mode(tmp_path):
+    """pyarrow closes a stream whatever ended its `with` block (Tune writes tuner.pkl so): a write that raised
+    must not rename half a file into place; one that ends replaces the file and keeps its permissions."""
     fs = search_filesystem(str(tmp_path))
-    state = tmp_path / "experiment_state-2026.json"
-    with fs.open_output_stream(str(state)) as out:
-        out.write(b'{"trial_data": [1, 2]}')
-    with fs.open_output_stream(str(state)) as out:
-        out.write(b'{"trial_data": [1, 2, ')
-    assert state.read_bytes() == b'{"trial_data": [1, 2]}'
+    target = tmp_path / "tuner.pkl"
+    target.write_bytes(b"whole")
+    target.chmod(0o600)
+    with pytest.raises(OSError, match="disk full"), fs.open_output_stream(str(target)) as out:
+        out.write(b"half")
+        raise OSError("disk full")
+    assert target.read_bytes() == b"whole" and [p.name for p in tmp_path.iterdir()] == ["tuner.pkl"]
+    with fs.open_output_stream(str(target)) as out:
+        out.write(b"new")
+    assert target.read_bytes() == b"new" and target.stat().st_mode & 0o777 == 0o600
+    fs.copy_file(str(target), str(tmp_path / "copy.pkl"))
+    assert (tmp_path / "copy.pkl").read_bytes() == b"new"
+    with pytest.raises(FileNotFoundError):
+        fs.copy_file(str(tmp_path / "missing"), str(target))
+    assert target.read_bytes() == b"new" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "copy.pkl",
+        "tuner.pkl",
+    ]
+
+
+def test_tunes_controller_writes_its_experiment_state_whole_while_a_search_runs(tmp_path):
+    """Tune 2.60 rewrites experiment_state-*.json in place in its staging folder (a copy running from the
+    previous save could read it half written); during a search that one `open` writes a temporary file and
+    renames it. Should a Tune release write it elsewhere, this test fails and the guard needs moving."""
+    import inspect
+
+    from ray.tune.execution import tune_controller
+
+    source = inspect.getsource(tune_controller)
+    assert source.count("open(") == 1 and "open(" in inspect.getsource(
+        tune_controller.TuneController.save_to_dir
+    )
+    state = tmp_path / "experiment_state-1.json"
+    state.write_text('{"trial_data": [1]}')
+    with whole_experiment_state():
+        with tune_controller.open(state, "w") as out:  # what save_to_dir does, as it does it
+            json.dump({"trial_data": [1, 2]}, out)
+            assert state.read_text() == '{"trial_data": [1]}'  # the old state, whole, until the block ends
+        assert json.loads(state.read_text()) == {"trial_data": [1, 2]}
+        with pytest.raises(TypeError), tune_controller.open(state, "w") as out:
+            json.dump({"trial_data": [object()]}, out)  # fails after writing a part
+        assert json.loads(state.read_text()) == {"trial_data": [1, 2]}
+        assert tune_controller.open(state).read() == '{"trial_data": [1, 2]}'  # reads are the builtin's
+    assert "open" not in vars(tune_controller)  # afterwards Tune is as it was
     assert [p.name for p in tmp_path.iterdir()] == [state.name]
-    other = tmp_path / "basic-variant-state-2026.json"  # a pickle, whatever its name: not parsed
-    with fs.open_output_stream(str(other)) as out:
-        out.write(b"\x80\x05not json")
-    assert other.read_bytes() == b"\x80\x05not json"
 
 
 def test_a_folder_copies_through_it_as_tunes_syncer_copies_it(tmp_path):
@@ -103,5 +143,8 @@ def test_a_folder_copies_through_it_as_tunes_syncer_copies_it(tmp_path):
 def test_it_travels_to_trial_actors_and_stays_out_of_object_stores(tmp_path):
     fs = search_filesystem(str(tmp_path))
     assert pickle.loads(pickle.dumps(fs)).equals(fs)  # Tune pickles it into every trial's storage context
+    # by this name, in tuner.pkl too: a search started before a rename could not be resumed after it
+    assert b"modsar.sweep.storage" in pickle.dumps(fs) and b"AtomicLocalHandler" in pickle.dumps(fs)
+    assert is_local_search_filesystem(fs) and not is_local_search_filesystem(pafs.LocalFileSystem())
     assert fs.type_name == "py::modsar-atomic-local"
     assert search_filesystem("s3://bucket/results") is None  # an object store's upload is whole already

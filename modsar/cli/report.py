@@ -50,7 +50,10 @@ def run(args: argparse.Namespace) -> int:
             "trials folders"
         )
     rows = report_rows(rows, args.results, args.experiment, args.space, args.dataset)
-    held = sorted((c.removeprefix("test.") for c in rows if c.startswith("test.")), key=_metric_order)
+    held = sorted(
+        (c.removeprefix("test.") for c in rows if c.startswith("test.") and rows[c].notna().any()),
+        key=_metric_order,
+    )
     if held and args.metric not in held:
         raise ModsarError(
             f"--metric {args.metric!r} is not a test metric of these rows; pass one they hold: "

@@ -391,7 +391,7 @@ def matching_rows(
 def _equals(column: pd.Series, value: str) -> pd.Series:
     """Which cells of `column` hold `value` as a user typed it on the command line."""
     if value == "":
-        return column.isna()
+        return column.isna() | (column.astype(str) == "")
     if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
         try:
             return column == float(value)

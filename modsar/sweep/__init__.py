@@ -48,6 +48,10 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f"modsar.sweep.{_MODULE_OF[name]}"), name)
 
 
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_MODULE_OF])
+
+
 __all__ = [
     "LiveTable",
     "Plan",

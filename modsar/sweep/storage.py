@@ -1,40 +1,58 @@
-"""The filesystem Tune writes a local search through: every file appears whole or not at all.
+"""Tune's state reaches a local search folder whole, so a search killed at any moment can be resumed.
 
 Tune stages its experiment state (experiment_state-*.json, the searcher's and the callbacks' pickles) in the
 driver's Ray session folder and copies it into the search folder with pyarrow, which truncates each file and
-then writes it. A driver killed inside that copy (SIGKILL, the OOM killer, a lost node) leaves a truncated
-file that `--resume` cannot read, and the search could only be started afresh. Through this filesystem each
-file Tune writes goes to a hidden temporary name beside it and is renamed onto its name when complete, as
-ModSAR's own outputs are (outputs.atomic_write); a kill leaves the previous whole file, and a hidden
-temporary one `--resume` removes.
+then writes it; and it rewrites experiment_state-*.json in place in the staging folder, where a copy still
+running from the previous save can read it half written. A driver killed inside a copy (SIGKILL, the OOM
+killer) left a truncated file that `--resume` could not read, and the search could only be started afresh.
+Two changes close both gaps:
 
-One file Tune rewrites in place even in its staging folder: experiment_state-*.json, which a copy still
-running from the previous save can read half rewritten. A copy of it that does not parse is dropped, and the
-previous whole one kept (the next save copies it again)."""
+- `search_filesystem`: the filesystem Tune writes a local search through. Each file goes to a hidden
+  temporary name beside it and is renamed onto its name when complete, as ModSAR's own outputs are
+  (outputs.atomic_write); a kill leaves the previous whole file, and a temporary one `--resume` removes.
+- `whole_experiment_state`: while a search runs, Tune's controller writes its experiment state the same way in
+  its staging folder, so every copy reads a whole file.
+
+Not covered: a power loss or a crash of the operating system (nothing is fsync'ed), and a kill before Tune's
+first state copy (then nothing ran that a resume could continue; `--resume` refuses it in one line)."""
 
 from __future__ import annotations
 
-import json
+import builtins
+import contextlib
 import os
+import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from modsar.outputs import PARTIAL_PREFIX
 
-REWRITTEN_IN_PLACE = "experiment_state-"  # Tune's one state file not written atomically in its staging folder
+
+def _partial_name(path: str) -> str:
+    folder, name = os.path.split(path)
+    return os.path.join(folder, f"{PARTIAL_PREFIX}{uuid.uuid4().hex[:12]}-{name}")
+
+
+def _replace(tmp: str, path: str) -> None:
+    """Rename `tmp` onto `path`, keeping the mode of the file it replaces (as writing in place would)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+    os.replace(tmp, path)
 
 
 class _RenamedOnClose:
-    """A binary file written under a temporary name and renamed onto `path` when closed."""
+    """A binary file written under a temporary name and renamed onto `path` when closed. Closed while an
+    exception propagates (pyarrow's `with` closes the stream whatever happened in the block), it is deleted
+    instead: a write that failed keeps the previous file."""
 
     def __init__(self, path: str) -> None:
-        folder, _, name = path.rpartition("/")
         self.path = path
-        self.must_parse = name.startswith(REWRITTEN_IN_PLACE) and name.endswith(".json")
-        self.tmp = f"{folder}/{PARTIAL_PREFIX}{uuid.uuid4().hex[:12]}-{name}"
+        self.tmp = _partial_name(path)
         self.file = open(self.tmp, "wb")  # noqa: SIM115 (closed in close())
         self.closed = False
 
@@ -48,22 +66,14 @@ class _RenamedOnClose:
         return self.file.tell()
 
     def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.file.close()
-            if self.must_parse and not _parses(self.tmp):
-                os.unlink(self.tmp)
-                return
-            os.replace(self.tmp, self.path)
-
-
-def _parses(path: str) -> bool:
-    try:
-        with open(path, "rb") as file:
-            json.load(file)
-    except ValueError:
-        return False
-    return True
+        if self.closed:
+            return
+        self.closed = True
+        self.file.close()
+        if sys.exc_info()[0] is not None:
+            os.unlink(self.tmp)
+        else:
+            _replace(self.tmp, self.path)
 
 
 class AtomicLocalHandler(pafs.FileSystemHandler):
@@ -78,7 +88,9 @@ class AtomicLocalHandler(pafs.FileSystemHandler):
     def __hash__(self) -> int:
         return hash(AtomicLocalHandler)
 
-    def __reduce__(self):  # pickled into every trial's actor with Tune's storage context
+    def __reduce__(self):
+        # pickled by this name into tuner.pkl and every trial's storage context: renaming the module or the
+        # class makes every search started before the rename impossible to resume (a test holds the name)
         return AtomicLocalHandler, ()
 
     def get_type_name(self) -> str:
@@ -115,9 +127,14 @@ class AtomicLocalHandler(pafs.FileSystemHandler):
         self.local.move(src, dest)
 
     def copy_file(self, src: str, dest: str) -> None:
-        with self.local.open_input_stream(src) as source, self.open_output_stream(dest, None) as target:
-            while chunk := source.read(1 << 20):
-                target.write(chunk)
+        tmp = _partial_name(dest)
+        try:
+            self.local.copy_file(src, tmp)
+            _replace(tmp, dest)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def open_input_stream(self, path: str) -> pa.NativeFile:
         return self.local.open_input_stream(path)
@@ -126,7 +143,6 @@ class AtomicLocalHandler(pafs.FileSystemHandler):
         return self.local.open_input_file(path)
 
     def open_output_stream(self, path: str, metadata) -> pa.NativeFile:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
         return pa.PythonFile(_RenamedOnClose(path), mode="w")
 
     def open_append_stream(self, path: str, metadata) -> pa.NativeFile:
@@ -137,6 +153,11 @@ def search_filesystem(storage: str) -> pafs.FileSystem | None:
     """The storage_filesystem for a search whose folder is `storage`: None (Tune's own) for a URI, where the
     object store makes each upload whole."""
     return None if "://" in storage else pafs.PyFileSystem(AtomicLocalHandler())
+
+
+def is_local_search_filesystem(fs: pafs.FileSystem) -> bool:
+    """Whether `fs` is `search_filesystem`'s: its paths are local paths, to be read in place."""
+    return fs.type_name == f"py::{AtomicLocalHandler().get_type_name()}"
 
 
 def remove_partial_files(ray_path: str) -> int:
@@ -153,3 +174,46 @@ def remove_partial_files(ray_path: str) -> int:
     for path in partial:
         path.unlink(missing_ok=True)
     return len(partial)
+
+
+class _WholeTextFile:
+    """`open(path, "w")` as Tune's controller uses it (a `with` block): the file is written under a temporary
+    name and renamed onto `path` when the block ends, or deleted when it raises."""
+
+    def __init__(self, path: str, mode: str, *args: Any, **kwargs: Any) -> None:
+        self.path = os.fspath(path)
+        self.tmp = _partial_name(self.path)
+        self.file: IO = builtins.open(self.tmp, mode, *args, **kwargs)  # noqa: SIM115 (closed in __exit__)
+
+    def __getattr__(self, name: str) -> Any:  # write, and whatever else json.dump asks of a file
+        return getattr(self.file, name)
+
+    def __enter__(self) -> _WholeTextFile:
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        self.file.close()
+        if exc_type is None:
+            _replace(self.tmp, self.path)
+        else:
+            os.unlink(self.tmp)
+
+
+def _controller_open(file, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+    if "w" in mode:
+        return _WholeTextFile(file, mode, *args, **kwargs)
+    return builtins.open(file, mode, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def whole_experiment_state() -> Iterator[None]:
+    """While the block runs, Tune's controller writes experiment_state-*.json in its staging folder under a
+    temporary name and renames it: its one `open` (TuneController.save_to_dir, which a test holds to that)
+    resolves to this module's in the controller's module only."""
+    from ray.tune.execution import tune_controller
+
+    tune_controller.open = _controller_open  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        del tune_controller.open  # type: ignore[attr-defined]

@@ -30,7 +30,7 @@ from modsar.outputs import atomic_write, ensure_writable_dir, to_json
 from modsar.records.rows import differing_keys, filesystem, read_rows, remove_partial_rows
 from modsar.sweep.plan import Plan, SearchRequest, make_plan
 from modsar.sweep.rows import SchedulerState, make_callbacks, reconcile_rows, rewrite_row, rows_dir
-from modsar.sweep.storage import remove_partial_files, search_filesystem
+from modsar.sweep.storage import remove_partial_files, search_filesystem, whole_experiment_state
 from modsar.sweep.trial import make_trainable
 
 RAY_DIR = "ray"
@@ -406,10 +406,11 @@ def run_search(req: SearchRequest, plan: Plan | None = None) -> dict[str, Any]:
             search_json, {"request": asdict(req), "space_file": plan.space.path, **settings, "argv": sys.argv}
         )
     started = time.perf_counter()
-    trials, errors = _run_directions(req, plan, storage, total)
-    selected = select_and_test(plan)
-    if req.seeds:
-        rerun_seeds(plan, selected)
+    with whole_experiment_state():
+        trials, errors = _run_directions(req, plan, storage, total)
+        selected = select_and_test(plan)
+        if req.seeds:
+            rerun_seeds(plan, selected)
     rows = read_rows(rows_dir(plan), req.experiment_name)
     diverged = int((rows["status"] == "diverged").sum()) if len(rows) else 0
     return {
