@@ -139,8 +139,8 @@ def _wait(condition, what: str, proc: subprocess.Popen, timeout: float = 180) ->
 
 def _kill_driver(proc: subprocess.Popen) -> None:
     """SIGKILL the driver and its processes at whatever moment the test reached, even inside Tune's copy of
-    its experiment state into the search folder: the search filesystem (sweep/storage.py) keeps each state
-    file whole through a kill, so any moment must be resumable."""
+    its state into the search folder: --resume restores the state of one save (sweep/storage.py), so any
+    moment must be resumable."""
     if proc.poll() is not None:
         raise AssertionError("the search ended before the test could kill it")
     family = psutil.Process(proc.pid).children(recursive=True)

@@ -1,150 +1,101 @@
-"""The filesystem Tune writes a local search through: a file is whole or absent, whenever its writer dies."""
+"""Tune's state as one save wrote it: the snapshot ModSAR writes after each of Tune's saves, and what --resume
+puts back from it over files a killed copy left truncated or from another save."""
 
 from __future__ import annotations
 
-import json
+import inspect
 import pickle
-import signal
-import subprocess
-import sys
+from types import SimpleNamespace
 
 import pyarrow.fs as pafs
 import pytest
 
-from modsar.outputs import PARTIAL_PREFIX
-from modsar.sweep.storage import (
-    is_local_search_filesystem,
-    remove_partial_files,
-    search_filesystem,
-    whole_experiment_state,
-)
+from modsar.errors import ModsarError
+from modsar.sweep.storage import SNAPSHOT, restore_snapshot, save_snapshot, snapshots_of_tune_state
 
-WRITER = """
-import sys, time
-import pyarrow.fs as pafs
-from modsar.sweep.storage import search_filesystem
-target, kind = sys.argv[1], sys.argv[2]
-fs = search_filesystem(target) if kind == "search" else pafs.LocalFileSystem()
-with fs.open_output_stream(target) as out:
-    out.write(b"the new state, half")
-    out.flush()
-    print("half", flush=True)
-    time.sleep(120)
-    out.write(b" and the rest")
-"""
+SAVED = {  # what one of Tune's saves wrote in its staging folder, in driver session S2
+    "experiment_state-S2.json": b'{"trial_data": ["00000 TERMINATED", "00001 PENDING"]}',
+    "basic-variant-state-S2.json": b"searcher: 00000 done, 00001 live",
+    "callback-states-S2.pkl": b"rungs: 00000 recorded",
+}
 
 
-def _killed_mid_write(target, kind: str) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(target), kind], stdout=subprocess.PIPE, text=True
+def _controller(staging, folder) -> SimpleNamespace:
+    """The parts of Tune's TuneController that save_snapshot reads."""
+    storage = SimpleNamespace(
+        experiment_driver_staging_path=str(staging),
+        storage_filesystem=pafs.LocalFileSystem(),
+        experiment_fs_path=str(folder),
     )
-    try:
-        assert proc.stdout.readline().strip() == "half"
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    return SimpleNamespace(_storage=storage, _session_str="S2")
 
 
-@pytest.mark.parametrize("kind", ["local", "search"])
-def test_a_writer_killed_mid_write_leaves_the_previous_file_whole(tmp_path, kind):
-    """What a kill inside Tune's state copy did to a search (pyarrow's local filesystem truncates, then
-    writes), what the search filesystem leaves: the previous file, and a partial --resume deletes."""
-    target = tmp_path / "ray-ar" / "callback-states-1.pkl"
-    target.parent.mkdir()
-    target.write_bytes(b"the old state, whole")
-    _killed_mid_write(target, kind)
-    partial = list(target.parent.glob(f"{PARTIAL_PREFIX}*"))
-    if kind == "local":
-        assert target.read_bytes() == b"the new state, half" and not partial
-        return
-    assert target.read_bytes() == b"the old state, whole"
-    assert len(partial) == 1  # what the writer had written, under a hidden name
-    assert remove_partial_files(str(tmp_path / "ray-ar")) == 1
-    assert sorted(p.name for p in target.parent.iterdir()) == [target.name]
+def _saved(tmp_path):
+    staging, folder = tmp_path / "staging", tmp_path / "results" / "ray-ar"
+    staging.mkdir()
+    (folder / "trainable_00000").mkdir(parents=True)
+    for name, data in SAVED.items():
+        (staging / name).write_bytes(data)
+    (staging / "experiment_state-S1.json").write_bytes(b"an earlier session's, copied in by its restore")
+    (staging / "tuner.pkl").write_bytes(b"the tuner")
+    (staging / ".abc-tmp-callback-states-S2.pkl").write_bytes(b"Tune's own temporary")
+    save_snapshot(_controller(staging, folder))
+    return folder
 
 
-def test_a_file_written_whole_replaces_the_old_one(tmp_path):
-    fs = search_filesystem(str(tmp_path))
-    target = tmp_path / "tuner.pkl"
-    for content in (b"first", b"second, longer than the first"):
-        with fs.open_output_stream(str(target)) as out:
-            out.write(content)
-        assert target.read_bytes() == content
-    assert [p.name for p in target.parent.iterdir()] == ["tuner.pkl"]
+def test_a_resume_puts_back_the_files_of_one_save_over_what_a_kill_left(tmp_path):
+    """Killed mid-copy, the search folder held a truncated state file and a searcher from the save before
+    (a finished trial still counted as running, which left a resumed `--max-concurrent 1` search waiting
+    forever): the restore replaces every session's state files by the snapshot's, and keeps the rest."""
+    folder = _saved(tmp_path)
+    (folder / "experiment_state-S2.json").write_bytes(b"")  # truncated by the kill
+    (folder / "basic-variant-state-S2.json").write_bytes(b"searcher: 00000 live")  # the save before
+    (folder / "experiment_state-S1.json").write_bytes(b"an earlier session's")
+    (folder / "tuner.pkl").write_bytes(b"the tuner")
+    (folder / ".validate_storage_marker").write_bytes(b"")
+    assert restore_snapshot(str(folder))
+    root = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    assert {
+        k: v for k, v in root.items() if k not in {SNAPSHOT, "tuner.pkl", ".validate_storage_marker"}
+    } == SAVED
+    assert root["tuner.pkl"] == b"the tuner" and (folder / "trainable_00000").is_dir()
 
 
-def test_a_write_that_fails_keeps_the_previous_file_and_its_mode(tmp_path):
-    """pyarrow closes a stream whatever ended its `with` block (Tune writes tuner.pkl so): a write that raised
-    must not rename half a file into place; one that ends replaces the file and keeps its permissions."""
-    fs = search_filesystem(str(tmp_path))
-    target = tmp_path / "tuner.pkl"
-    target.write_bytes(b"whole")
-    target.chmod(0o600)
-    with pytest.raises(OSError, match="disk full"), fs.open_output_stream(str(target)) as out:
-        out.write(b"half")
-        raise OSError("disk full")
-    assert target.read_bytes() == b"whole" and [p.name for p in tmp_path.iterdir()] == ["tuner.pkl"]
-    with fs.open_output_stream(str(target)) as out:
-        out.write(b"new")
-    assert target.read_bytes() == b"new" and target.stat().st_mode & 0o777 == 0o600
-    fs.copy_file(str(target), str(tmp_path / "copy.pkl"))
-    assert (tmp_path / "copy.pkl").read_bytes() == b"new"
-    with pytest.raises(FileNotFoundError):
-        fs.copy_file(str(tmp_path / "missing"), str(target))
-    assert target.read_bytes() == b"new" and sorted(p.name for p in tmp_path.iterdir()) == [
-        "copy.pkl",
-        "tuner.pkl",
-    ]
+def test_without_a_snapshot_tunes_files_are_left_as_they_are(tmp_path):
+    """A search started by a ModSAR before snapshots resumes from Tune's own files."""
+    (tmp_path / "experiment_state-S1.json").write_bytes(b"{}")
+    assert not restore_snapshot(str(tmp_path))
+    assert [p.name for p in tmp_path.iterdir()] == ["experiment_state-S1.json"]
 
 
-def test_tunes_controller_writes_its_experiment_state_whole_while_a_search_runs(tmp_path):
-    """Tune 2.60 rewrites experiment_state-*.json in place in its staging folder (a copy running from the
-    previous save could read it half written); during a search that one `open` writes a temporary file and
-    renames it. Should a Tune release write it elsewhere, this test fails and the guard needs moving."""
-    import inspect
-
-    from ray.tune.execution import tune_controller
-
-    source = inspect.getsource(tune_controller)
-    assert source.count("open(") == 1 and "open(" in inspect.getsource(
-        tune_controller.TuneController.save_to_dir
-    )
-    state = tmp_path / "experiment_state-1.json"
-    state.write_text('{"trial_data": [1]}')
-    with whole_experiment_state():
-        with tune_controller.open(state, "w") as out:  # what save_to_dir does, as it does it
-            json.dump({"trial_data": [1, 2]}, out)
-            assert state.read_text() == '{"trial_data": [1]}'  # the old state, whole, until the block ends
-        assert json.loads(state.read_text()) == {"trial_data": [1, 2]}
-        with pytest.raises(TypeError), tune_controller.open(state, "w") as out:
-            json.dump({"trial_data": [object()]}, out)  # fails after writing a part
-        assert json.loads(state.read_text()) == {"trial_data": [1, 2]}
-        assert tune_controller.open(state).read() == '{"trial_data": [1, 2]}'  # reads are the builtin's
-    assert "open" not in vars(tune_controller)  # afterwards Tune is as it was
-    assert [p.name for p in tmp_path.iterdir()] == [state.name]
+def test_an_unreadable_snapshot_is_refused_in_one_line(tmp_path):
+    folder = _saved(tmp_path)
+    (folder / SNAPSHOT).write_bytes(b"\x80\x05 not a whole pickle")
+    (folder / "experiment_state-S2.json").write_bytes(b"{}")
+    with pytest.raises(ModsarError, match=r"--resume cannot read the saved search state .*; nothing was run"):
+        restore_snapshot(str(folder))
+    assert (folder / "experiment_state-S2.json").read_bytes() == b"{}"  # nothing was changed
 
 
-def test_a_folder_copies_through_it_as_tunes_syncer_copies_it(tmp_path):
-    source = tmp_path / "staging"
-    (source / "trial_0" / "checkpoint_000001").mkdir(parents=True)
-    files = {
-        "experiment_state-1.json": b'{"a": 1}',
-        "trial_0/result.json": b'{"epoch": 1}\n{"epoch": 2}\n',
-        "trial_0/checkpoint_000001/best.pt": bytes(range(256)) * 9000,  # over pyarrow's copy chunk
-    }
-    for name, content in files.items():
-        (source / name).write_bytes(content)
-    target = tmp_path / "results" / "ray-ar"
-    pafs.copy_files(str(source), str(target), destination_filesystem=search_filesystem(str(target)))
-    copied = {str(p.relative_to(target)): p.read_bytes() for p in target.rglob("*") if p.is_file()}
-    assert copied == files
+def test_the_snapshot_follows_each_of_tunes_saves_while_a_search_runs(tmp_path, monkeypatch):
+    """The one place Tune saves a search's state is TuneController.save_to_dir, from the staging folder and
+    session that save_snapshot reads: should a Tune release change that, this test fails."""
+    from ray.tune.execution.tune_controller import TuneController
 
+    source = inspect.getsource(TuneController.save_to_dir)
+    assert "experiment_driver_staging_path" in source and "_search_alg.save_to_dir" in source
+    assert "self._session_str" in inspect.getsource(TuneController)
+    original = TuneController.save_to_dir
+    staging, folder = tmp_path / "staging", tmp_path / "ray-ar"
+    staging.mkdir(), folder.mkdir()
 
-def test_it_travels_to_trial_actors_and_stays_out_of_object_stores(tmp_path):
-    fs = search_filesystem(str(tmp_path))
-    assert pickle.loads(pickle.dumps(fs)).equals(fs)  # Tune pickles it into every trial's storage context
-    # by this name, in tuner.pkl too: a search started before a rename could not be resumed after it
-    assert b"modsar.sweep.storage" in pickle.dumps(fs) and b"AtomicLocalHandler" in pickle.dumps(fs)
-    assert is_local_search_filesystem(fs) and not is_local_search_filesystem(pafs.LocalFileSystem())
-    assert fs.type_name == "py::modsar-atomic-local"
-    assert search_filesystem("s3://bucket/results") is None  # an object store's upload is whole already
+    def fake_save(controller) -> None:  # what Tune's save writes, for a controller without a real run
+        for name, data in SAVED.items():
+            (staging / name).write_bytes(data)
+
+    monkeypatch.setattr(TuneController, "save_to_dir", fake_save)
+    with snapshots_of_tune_state():
+        TuneController.save_to_dir(_controller(staging, folder))
+    assert TuneController.save_to_dir is fake_save  # afterwards Tune is as it was
+    assert pickle.loads((folder / SNAPSHOT).read_bytes()) == SAVED
+    assert original is not fake_save

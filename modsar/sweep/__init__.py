@@ -16,8 +16,8 @@ uninterrupted run (tested), errored trials are retried, finished rows are kept a
 The package: `spaces` (the YAML design spaces) and `space_check` (every configuration a space could run,
 validated), `plan` (request -> checked plan), `cost` (what the search will cost, before it runs), `trial` (the
 trainable: a trial in a Ray worker), `rows` (one Parquet row per trial), `tracking` (MLflow), `tuner` (Ray,
-the Tuners, selection, testing and seed re-runs), `storage` (the filesystem Tune writes a local search
-through: whole files only), `submit` (a command as a Ray job on a cluster).
+the Tuners, selection, testing and seed re-runs), `storage` (Tune's state, one snapshot a save, for
+--resume), `submit` (a command as a Ray job on a cluster).
 """
 
 import importlib

@@ -80,7 +80,7 @@ def submit(
     jobs = client(address)
     runtime_env = {"working_dir": str(PROJECT), "excludes": EXCLUDES, "env_vars": env}
     entrypoint = " ".join(shlex.quote(p) for p in ["python", "-m", "modsar.cli", *command])
-    deadline = time.time() + 60
+    deadline = time.time() + 180  # a loaded 2-core head took over a minute to start its job agent
     while True:  # a cluster that has just started may not have its job agent up yet
         try:
             job_id = jobs.submit_job(

@@ -15,7 +15,6 @@ from ray import tune
 
 from modsar.sweep.plan import Plan, sampled_values, trial_config
 from modsar.sweep.spaces import SearchSpace
-from modsar.sweep.storage import is_local_search_filesystem
 
 if TYPE_CHECKING:
     from modsar.config import Config
@@ -47,11 +46,8 @@ def trainable(
     folder = Path(tempfile.mkdtemp(prefix="modsar-trial-"))
     resume = None
     if (checkpoint := tune.get_checkpoint()) is not None:  # a resumed search or a retried trial
-        if is_local_search_filesystem(checkpoint.filesystem):  # read in place (as_directory would copy it)
-            resume = load_resume_state(checkpoint.path)
-        else:
-            with checkpoint.as_directory() as directory:
-                resume = load_resume_state(directory)
+        with checkpoint.as_directory() as directory:
+            resume = load_resume_state(directory)
     if resume is not None:  # run_trial continues after the checkpointed epoch; the reports continue with it
         reports.resume_from(resume)
     reports.device = str(resolve_device(cfg.train.device))

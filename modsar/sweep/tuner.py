@@ -30,7 +30,7 @@ from modsar.outputs import atomic_write, ensure_writable_dir, to_json
 from modsar.records.rows import differing_keys, filesystem, read_rows, remove_partial_rows
 from modsar.sweep.plan import Plan, SearchRequest, make_plan
 from modsar.sweep.rows import SchedulerState, make_callbacks, reconcile_rows, rewrite_row, rows_dir
-from modsar.sweep.storage import remove_partial_files, search_filesystem, whole_experiment_state
+from modsar.sweep.storage import remove_partial_files, restore_snapshot, snapshots_of_tune_state
 from modsar.sweep.trial import make_trainable
 
 RAY_DIR = "ray"
@@ -272,7 +272,6 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
     run_config = tune.RunConfig(
         name=f"{RAY_DIR}-{task}",
         storage_path=storage,
-        storage_filesystem=search_filesystem(storage),
         verbose=0,
         callbacks=[*make_callbacks(plan), SchedulerState(scheduler)],
         failure_config=tune.FailureConfig(max_failures=req.max_failures),
@@ -406,7 +405,7 @@ def run_search(req: SearchRequest, plan: Plan | None = None) -> dict[str, Any]:
             search_json, {"request": asdict(req), "space_file": plan.space.path, **settings, "argv": sys.argv}
         )
     started = time.perf_counter()
-    with whole_experiment_state():
+    with snapshots_of_tune_state():
         trials, errors = _run_directions(req, plan, storage, total)
         selected = select_and_test(plan)
         if req.seeds:
@@ -469,13 +468,12 @@ def _run_directions(req: SearchRequest, plan: Plan, storage: str, total: dict[st
     for task in plan.space.tasks():
         fn = make_trainable(plan)
         ray_path = f"{storage}/{RAY_DIR}-{task}"
-        fs = search_filesystem(storage)
-        # checked before a fresh Tuner writes tuner.pkl
-        if req.resume and tune.Tuner.can_restore(ray_path, storage_filesystem=fs):
+        if req.resume and tune.Tuner.can_restore(ray_path):  # checked before a fresh Tuner writes tuner.pkl
             remove_partial_files(ray_path)
+            restore_snapshot(ray_path)  # Tune's state files as one save wrote them, whenever the kill came
             with modules_under_earlier_names(), restore_or_refuse(ray_path):
                 tuner = tune.Tuner.restore(
-                    ray_path, trainable=fn, resume_unfinished=True, resume_errored=True, storage_filesystem=fs
+                    ray_path, trainable=fn, resume_unfinished=True, resume_errored=True
                 )
                 grid = tuner.fit()
         else:
@@ -647,7 +645,6 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
         run_config=tune.RunConfig(
             name=f"{RAY_DIR}-seeds",
             storage_path=storage,
-            storage_filesystem=search_filesystem(storage),
             verbose=0,
             callbacks=make_callbacks(plan, role="seed"),
             failure_config=tune.FailureConfig(max_failures=plan.request.max_failures),
