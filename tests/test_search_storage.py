@@ -11,7 +11,13 @@ import pyarrow.fs as pafs
 import pytest
 
 from modsar.errors import ModsarError
-from modsar.sweep.storage import SNAPSHOT, restore_snapshot, save_snapshot, snapshots_of_tune_state
+from modsar.sweep.storage import (
+    SNAPSHOT,
+    never_saved,
+    restore_snapshot,
+    save_snapshot,
+    snapshots_of_tune_state,
+)
 
 SAVED = {  # what one of Tune's saves wrote in its staging folder, in driver session S2
     "experiment_state-S2.json": b'{"trial_data": ["00000 TERMINATED", "00001 PENDING"]}',
@@ -96,6 +102,46 @@ def test_the_snapshot_follows_each_of_tunes_saves_while_a_search_runs(tmp_path, 
     monkeypatch.setattr(TuneController, "save_to_dir", fake_save)
     with snapshots_of_tune_state():
         TuneController.save_to_dir(_controller(staging, folder))
-    assert TuneController.save_to_dir is fake_save  # afterwards Tune is as it was
+    assert TuneController.save_to_dir is fake_save and original is not fake_save  # afterwards as it was
     assert pickle.loads((folder / SNAPSHOT).read_bytes()) == SAVED
-    assert original is not fake_save
+
+
+def test_tunes_restore_starts_from_an_empty_staging_folder(tmp_path, monkeypatch):
+    """On a cluster that outlives a driver the staging folder is reused: a killed session's searcher left
+    there would be restored in place of the snapshot's (Tune takes the newest name): the hang again."""
+    from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
+
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    (staging / "basic-variant-state-S3.json").write_bytes(b"a killed session's searcher")
+    (staging / ".Tune-temporary").write_bytes(b"")
+    (staging / "trainable_00000").mkdir()
+    seen = []
+    monkeypatch.setattr(
+        _ExperimentCheckpointManager,
+        "sync_down_experiment_state",
+        lambda manager: seen.append(sorted(p.name for p in staging.iterdir())),
+    )
+    manager = SimpleNamespace(_storage=SimpleNamespace(experiment_driver_staging_path=str(staging)))
+    with snapshots_of_tune_state():
+        _ExperimentCheckpointManager.sync_down_experiment_state(manager)
+    assert seen == [[".Tune-temporary", "trainable_00000"]]
+
+
+def test_a_tuner_killed_before_its_first_save_is_started_afresh(tmp_path):
+    (tmp_path / "tuner.pkl").write_bytes(b"the tuner")
+    (tmp_path / ".validate_storage_marker").write_bytes(b"")
+    assert never_saved(str(tmp_path))
+    (tmp_path / "experiment_state-S1.json").write_bytes(b"{}")
+    assert not never_saved(str(tmp_path))
+    (tmp_path / "other").mkdir()
+    assert not never_saved(str(_saved(tmp_path / "other")))  # a snapshot, Tune's files not copied yet
+
+
+def test_a_snapshot_older_than_tunes_newest_save_is_not_restored(tmp_path):
+    """A later session saved without one (its snapshot write failed, or a ModSAR before snapshots resumed the
+    search): its files are newer than the snapshot's and are kept."""
+    folder = _saved(tmp_path)
+    (folder / "experiment_state-S3.json").write_bytes(b"{}")
+    assert not restore_snapshot(str(folder))
+    assert sorted(p.name for p in folder.glob("*state-*")) == ["experiment_state-S3.json"]

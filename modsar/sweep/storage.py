@@ -10,9 +10,10 @@ that the trial list lacks (never run).
 
 So right after each of Tune's saves, while the driver's state cannot change, ModSAR writes the files that save
 wrote as one snapshot beside them, under a temporary name renamed when whole; `--resume` puts the snapshot's
-files back before Tune restores. A search started by a ModSAR without snapshots resumes from Tune's files.
-Not covered: a kill before Tune's first save, seconds after the start (nothing ran that could continue:
-`--resume` refuses it in one line), and a power loss (nothing is fsync'ed)."""
+files back before Tune restores. A search started by a ModSAR without snapshots resumes from Tune's files. A
+Tuner killed before Tune's first save (nothing ran) is started afresh. Not covered: a power loss (nothing is
+fsync'ed), and one controller step in which Tune deletes the checkpoint the last save names before it saves
+again (CheckpointConfig.num_to_keep)."""
 
 from __future__ import annotations
 
@@ -50,23 +51,51 @@ def save_snapshot(controller) -> None:
         out.write(pickle.dumps(files))
 
 
+def _clear_staging(storage) -> None:
+    """Delete the state files in Tune's staging folder before its restore copies the search's into it: on a
+    cluster that outlives a driver the folder is reused, and a killed session's files left there would be
+    restored in place of the snapshot's (Tune takes the newest name)."""
+    staging = Path(storage.experiment_driver_staging_path)
+    if staging.is_dir():
+        for path in staging.iterdir():
+            if path.is_file() and not path.name.startswith("."):
+                path.unlink()
+
+
 @contextlib.contextmanager
 def snapshots_of_tune_state() -> Iterator[None]:
     """While the block runs, every TuneController.save_to_dir (the one place Tune saves a search's state) is
-    followed by save_snapshot."""
+    followed by save_snapshot, and Tune's restore starts from an empty staging folder."""
+    from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
     from ray.tune.execution.tune_controller import TuneController
 
     save_to_dir = TuneController.save_to_dir
+    sync_down = _ExperimentCheckpointManager.sync_down_experiment_state
 
     def save_and_snapshot(controller: TuneController) -> None:
         save_to_dir(controller)
         save_snapshot(controller)
 
+    def clear_and_sync_down(manager: _ExperimentCheckpointManager) -> None:
+        _clear_staging(manager._storage)
+        sync_down(manager)
+
     TuneController.save_to_dir = save_and_snapshot  # type: ignore[method-assign]
+    _ExperimentCheckpointManager.sync_down_experiment_state = clear_and_sync_down  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
         TuneController.save_to_dir = save_to_dir  # type: ignore[method-assign]
+        _ExperimentCheckpointManager.sync_down_experiment_state = sync_down  # type: ignore[method-assign]
+
+
+def never_saved(ray_path: str) -> bool:
+    """Whether a Tuner's folder holds no saved state at all: its driver was killed after writing tuner.pkl and
+    before Tune's first save, when no trial can have ended (Tune saves at its first step). Such a Tuner is
+    started afresh, not restored."""
+    fs, path = filesystem(ray_path)
+    names = [info.base_name for info in fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))]
+    return not any(name == SNAPSHOT or name.startswith("experiment_state-") for name in names)
 
 
 def restore_snapshot(ray_path: str) -> bool:
@@ -84,6 +113,12 @@ def restore_snapshot(ray_path: str) -> bool:
             f"--resume cannot read the saved search state {ray_path}/{SNAPSHOT}: {type(error).__name__}: "
             f"{error}; nothing was run. Start the search afresh with --overwrite"
         ) from None
+    states = [info.base_name for info in fs.get_file_info(pafs.FileSelector(path))]
+    newest = max((n for n in states if n.startswith("experiment_state-")), default="")
+    if newest > max((n for n in files if n.startswith("experiment_state-")), default=""):
+        return (
+            False  # a later session saved without a snapshot (its write failed, or an older ModSAR resumed)
+        )
     for info in fs.get_file_info(pafs.FileSelector(path)):
         name = info.base_name
         if info.type == pafs.FileType.File and not name.startswith(".") and name not in KEPT:

@@ -30,7 +30,7 @@ from modsar.outputs import atomic_write, ensure_writable_dir, to_json
 from modsar.records.rows import differing_keys, filesystem, read_rows, remove_partial_rows
 from modsar.sweep.plan import Plan, SearchRequest, make_plan
 from modsar.sweep.rows import SchedulerState, make_callbacks, reconcile_rows, rewrite_row, rows_dir
-from modsar.sweep.storage import remove_partial_files, restore_snapshot, snapshots_of_tune_state
+from modsar.sweep.storage import never_saved, remove_partial_files, restore_snapshot, snapshots_of_tune_state
 from modsar.sweep.trial import make_trainable
 
 RAY_DIR = "ray"
@@ -276,7 +276,8 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
         callbacks=[*make_callbacks(plan), SchedulerState(scheduler)],
         failure_config=tune.FailureConfig(max_failures=req.max_failures),
         # two, not one: Tune deletes the older checkpoint before saving the experiment state that names the
-        # newer, so with one a driver killed in between would resume a trial from a deleted checkpoint
+        # newer, so with one a driver killed in between would resume a trial from a deleted checkpoint (with
+        # two, one step remains: the registration that deletes the saved state's latest forces the next save)
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
     )
     return tune.Tuner(fn, param_space=param_space, tune_config=tune_config, run_config=run_config)
@@ -468,6 +469,9 @@ def _run_directions(req: SearchRequest, plan: Plan, storage: str, total: dict[st
     for task in plan.space.tasks():
         fn = make_trainable(plan)
         ray_path = f"{storage}/{RAY_DIR}-{task}"
+        if req.resume and tune.Tuner.can_restore(ray_path) and never_saved(ray_path):
+            fs, path = filesystem(ray_path)  # killed before Tune's first save: nothing ran, start it afresh
+            fs.delete_dir(path)
         if req.resume and tune.Tuner.can_restore(ray_path):  # checked before a fresh Tuner writes tuner.pkl
             remove_partial_files(ray_path)
             restore_snapshot(ray_path)  # Tune's state files as one save wrote them, whenever the kill came
