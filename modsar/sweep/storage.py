@@ -98,6 +98,11 @@ def never_saved(ray_path: str) -> bool:
     return not any(name == SNAPSHOT or name.startswith("experiment_state-") for name in names)
 
 
+def _newest_state(names) -> str:
+    """The newest session's experiment_state file name among `names` (Tune's session names sort by time)."""
+    return max((name for name in names if name.startswith("experiment_state-")), default="")
+
+
 def restore_snapshot(ray_path: str) -> bool:
     """Replace Tune's state files in a Tuner's folder by its snapshot's; False where it has none. Only while
     nothing writes there: `--resume` calls it before it restores the Tuner."""
@@ -113,13 +118,10 @@ def restore_snapshot(ray_path: str) -> bool:
             f"--resume cannot read the saved search state {ray_path}/{SNAPSHOT}: {type(error).__name__}: "
             f"{error}; nothing was run. Start the search afresh with --overwrite"
         ) from None
-    states = [info.base_name for info in fs.get_file_info(pafs.FileSelector(path))]
-    newest = max((n for n in states if n.startswith("experiment_state-")), default="")
-    if newest > max((n for n in files if n.startswith("experiment_state-")), default=""):
-        return (
-            False  # a later session saved without a snapshot (its write failed, or an older ModSAR resumed)
-        )
-    for info in fs.get_file_info(pafs.FileSelector(path)):
+    listing = fs.get_file_info(pafs.FileSelector(path))
+    if _newest_state(info.base_name for info in listing) > _newest_state(files):
+        return False  # a later session saved without a snapshot (its write failed; an older ModSAR resumed)
+    for info in listing:
         name = info.base_name
         if info.type == pafs.FileType.File and not name.startswith(".") and name not in KEPT:
             fs.delete_file(info.path)  # every session's state files: the snapshot's are the newest whole ones

@@ -469,10 +469,12 @@ def _run_directions(req: SearchRequest, plan: Plan, storage: str, total: dict[st
     for task in plan.space.tasks():
         fn = make_trainable(plan)
         ray_path = f"{storage}/{RAY_DIR}-{task}"
-        if req.resume and tune.Tuner.can_restore(ray_path) and never_saved(ray_path):
-            fs, path = filesystem(ray_path)  # killed before Tune's first save: nothing ran, start it afresh
+        restorable = req.resume and tune.Tuner.can_restore(ray_path)  # before a fresh Tuner writes tuner.pkl
+        if restorable and never_saved(ray_path):  # killed before Tune's first save: nothing ran, start afresh
+            fs, path = filesystem(ray_path)
             fs.delete_dir(path)
-        if req.resume and tune.Tuner.can_restore(ray_path):  # checked before a fresh Tuner writes tuner.pkl
+            restorable = False
+        if restorable:
             remove_partial_files(ray_path)
             restore_snapshot(ray_path)  # Tune's state files as one save wrote them, whenever the kill came
             with modules_under_earlier_names(), restore_or_refuse(ray_path):
