@@ -167,11 +167,15 @@ _WARNED: set[str] = set()  # the skip lines this process has printed
 def read_rows(root: str, experiment: str | None = None):
     """All trial rows (a pandas DataFrame) of one experiment, or of every experiment under `root`.
 
-    A row is a Parquet file in a `trials` folder whose schema carries ROW_KIND, or, written before rows were
-    marked, one without a `modsar.kind` that has the ROW_KEYS columns: the rollouts, profiles and diagnostics
-    that --out writes under a results root are never rows. A file in a `trials` folder that cannot be read
-    (corrupt, truncated, empty), is no row, or has a column whose type clashes with the other rows' is named
-    in one warning line on stderr; the other rows count. A root that is a file is one ModsarError."""
+    An experiment is a folder directly under `root`, and its rows are the Parquet files directly in its
+    `trials` folder: `results`, `report`, `analyze` and the API all read this one definition, so rows kept
+    deeper down (the committed `published/GROUP/<experiment>/` rows under `results/`) never mix with a user's
+    own; pass `--results published/GROUP` to read them. A row is a file whose schema carries ROW_KIND, or,
+    written before rows were marked, one without a `modsar.kind` that has the ROW_KEYS columns: the rollouts,
+    profiles and diagnostics that --out writes under a results root are never rows. A file in a `trials`
+    folder that cannot be read (corrupt, truncated, empty), is no row, or has a column whose type clashes with
+    the other rows' is named in one warning line on stderr; the other rows count. A root that is a file is
+    one ModsarError."""
     fs, base = filesystem(root)
     if (
         fs.get_file_info(base).type == pafs.FileType.File
@@ -180,23 +184,17 @@ def read_rows(root: str, experiment: str | None = None):
             f"the results root {root} is a file; pass the results folder (the one `modsar train` "
             "or `modsar search` wrote to, which holds <experiment>/trials/)"
         )
-    path = f"{base}/{experiment}/trials" if experiment else base
-    if experiment and fs.get_file_info(path).type == pafs.FileType.File:
+    if experiment and fs.get_file_info(f"{base}/{experiment}/trials").type == pafs.FileType.File:
         raise ModsarError(
-            f"{path} is a file where the trials folder of experiment {experiment!r} belongs; move it away"
+            f"{base}/{experiment}/trials is a file where the trials folder of experiment {experiment!r} "
+            "belongs; move it away"
         )
     listed = (
-        _local_files(path)
+        _local_row_files(base, experiment)
         if isinstance(fs, pafs.LocalFileSystem)
-        else [f.path for f in fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))]
+        else _remote_row_files(fs, base, experiment)
     )
-    files = sorted(
-        f
-        for f in listed
-        if f.endswith(".parquet")
-        and not f.rsplit("/", 1)[-1].startswith(".")
-        and f.rsplit("/", 2)[-2] == "trials"
-    )
+    files = sorted(f for f in listed if f.endswith(".parquet") and not f.rsplit("/", 1)[-1].startswith("."))
     with ThreadPoolExecutor(max_workers=16) as pool:  # an object store answers each file after a round trip
         read = list(pool.map(lambda file: _read_row_file(fs, file), files))
     tables = {file: table for file, table in zip(files, read, strict=True) if isinstance(table, pa.Table)}
@@ -209,32 +207,87 @@ def read_rows(root: str, experiment: str | None = None):
     return combined.to_pandas() if combined is not None else pd.DataFrame()
 
 
-def _local_files(path: str) -> list[str]:
-    """Every file under a local folder, each real file once: a symlinked folder is followed (an experiment
-    kept on another disk), but a folder already listed under another name (an alias `latest -> exp`, a loop
-    `loop -> ..`) is not listed again; of two names of one file, the one without a symlinked folder is
-    kept."""
-    if not os.path.isdir(path):
-        return []
-    real_base = os.path.realpath(path)
+def experiment_folders(root: str) -> list[str]:
+    """The names of the experiments under a results root: its folders that hold a `trials` folder."""
+    return _experiment_names(*filesystem(root))
+
+
+def deeper_rows_hint(root: str, depth: int = 3) -> str:
+    """For an error about a root without rows: the folders below it (up to `depth` levels) that are results
+    roots themselves, as "; ... holds experiments" ("" if none, or if the root is not a local folder)."""
+    fs, base = filesystem(root)
+    if not isinstance(fs, pafs.LocalFileSystem) or not os.path.isdir(base):
+        return ""
+    found: list[str] = []
+    level = [base]
+    for _ in range(depth):
+        level = [
+            os.path.join(folder, name)
+            for folder in level
+            for name in sorted(os.listdir(folder))
+            if os.path.isdir(os.path.join(folder, name)) and name != "trials"
+        ]
+        found += [_shown(f) for f in level if experiment_folders(f)]
+        if found or len(level) > 1000:
+            break
+    if not found:
+        return ""
+    listed = ", ".join(found[:3]) + (" ..." if len(found) > 3 else "")
+    return (
+        f" (experiments are the folders directly under it; {listed} "
+        f"hold{'s' if len(found) == 1 else ''} some: pass that as --results)"
+    )
+
+
+def _shown(path: str) -> str:
+    """A path as a user would type it: relative to the working folder when it lies below it."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def _experiment_names(fs: pafs.FileSystem, base: str) -> list[str]:
+    """`experiment_folders` of a root already resolved to (filesystem, path)."""
+    if isinstance(fs, pafs.LocalFileSystem):
+        if not os.path.isdir(base):
+            return []
+        return sorted(n for n in os.listdir(base) if os.path.isdir(os.path.join(base, n, "trials")))
+    children = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+    return sorted(
+        c.base_name
+        for c in children
+        if c.type == pafs.FileType.Directory
+        and fs.get_file_info(f"{c.path}/trials").type == pafs.FileType.Directory
+    )
+
+
+def _local_row_files(base: str, experiment: str | None) -> list[str]:
+    """The files directly in the trials folder of `experiment` (of every experiment when None), each real
+    file once: a symlinked experiment folder counts (one kept on another disk), but an alias of one already
+    listed (`latest -> exp`) does not list its files again."""
+    names = [experiment] if experiment else _experiment_names(pafs.LocalFileSystem(), base)
     seen: set[str] = set()
-    found: dict[str, str] = {}  # real path -> listed path
-    walk = os.walk(path, followlinks=True)
-    for folder, subfolders, names in walk:
+    found: list[str] = []
+    # real folders before aliases, so that a file is listed under its own experiment's name
+    for name in sorted(names, key=lambda n: (os.path.islink(os.path.join(base, n)), n)):
+        folder = os.path.join(base, name, "trials")
         real = os.path.realpath(folder)
-        if real in seen:
-            subfolders[:] = []
+        if real in seen or not os.path.isdir(folder):
             continue
         seen.add(real)
-        # real folders first
-        subfolders.sort(key=lambda name: (os.path.islink(os.path.join(folder, name)), name))
-        for name in names:
-            file = os.path.join(folder, name)
-            real_file = os.path.realpath(file)
-            direct = real_file == os.path.join(real_base, os.path.relpath(file, path))
-            if real_file not in found or direct:
-                found[real_file] = file
-    return list(found.values())
+        found += [
+            os.path.join(folder, f) for f in os.listdir(folder) if os.path.isfile(os.path.join(folder, f))
+        ]
+    return found
+
+
+def _remote_row_files(fs: pafs.FileSystem, base: str, experiment: str | None) -> list[str]:
+    """As `_local_row_files`, on a pyarrow filesystem (no symlinks there)."""
+    names = [experiment] if experiment else _experiment_names(fs, base)
+    found: list[str] = []
+    for name in names:
+        selector = pafs.FileSelector(f"{base}/{name}/trials", allow_not_found=True)
+        found += [f.path for f in fs.get_file_info(selector) if f.type == pafs.FileType.File]
+    return found
 
 
 def _drop_copies(tables: dict[str, pa.Table]) -> tuple[dict[str, pa.Table], list[str]]:
@@ -377,6 +430,7 @@ def matching_rows(
         raise ModsarError(
             f"no trial rows under {folder}; pass {named[0]} the folder `modsar search` or "
             f"`modsar train` wrote to{f' and an {named[1]} in it' if experiment else ''}"
+            f"{'' if experiment else deeper_rows_hint(root)}"
         )
     for cond in where:
         key, _, value = cond.partition("=")
@@ -389,12 +443,46 @@ def matching_rows(
 
 
 def _equals(column: pd.Series, value: str) -> pd.Series:
-    """Which cells of `column` hold `value` as a user typed it on the command line."""
+    """Which cells of `column` hold `value` as a user typed it on the command line. A list (`[1,5,10]`, as
+    overrides spell it) is compared by value with list cells, which rows hold as JSON text ("[1, 5, 10]"):
+    as text the spacing would decide."""
     if value == "":
         return column.isna() | (column.astype(str) == "")
+    if value.strip().startswith("["):
+        wanted = _list_value(value)
+        if wanted is not None:
+            return column.map(lambda cell: _same_list(_list_value(cell), wanted)).astype(bool)
     if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
         try:
             return column == float(value)
         except ValueError:
             pass
     return column.astype(str).str.lower() == value.lower()
+
+
+def _list_value(cell: Any) -> list | None:
+    """A list cell or typed list as a list (JSON or YAML text, or a list), else None."""
+    import yaml
+
+    if isinstance(cell, str):
+        try:
+            cell = yaml.safe_load(cell)  # JSON is YAML; a YAML flow list ([a, 1e-3]) is what a user types
+        except yaml.YAMLError:
+            return None
+    if hasattr(cell, "tolist") and not isinstance(cell, str):
+        cell = cell.tolist()
+    return list(cell) if isinstance(cell, (list, tuple)) else None
+
+
+def _same_list(cell: list | None, wanted: list) -> bool:
+    """Element by element: numbers by value (5 is 5.0, 1e-3 is 0.001), other values as lower-case text."""
+
+    def norm(item: Any) -> Any:
+        if isinstance(item, bool) or item is None:
+            return str(item).lower()
+        try:
+            return float(item)
+        except (TypeError, ValueError):
+            return str(item).lower()
+
+    return cell is not None and [norm(c) for c in cell] == [norm(w) for w in wanted]

@@ -56,17 +56,36 @@ def _best_trained(rows: pd.DataFrame) -> pd.DataFrame:
     return trained.sort_values("score", ascending=False)
 
 
+def experiment_rows(root: str, experiments: list[str] | None = None, option: str = "--experiment"):
+    """The rows of the named experiments (None: of every experiment under `root`), read by `read_rows`'s one
+    definition of an experiment: the folder `<root>/<name>/`. A name without rows there is a ModsarError
+    naming `option` and the experiments the root does hold."""
+    import pandas as pd
+
+    from modsar.records.rows import experiment_folders, read_rows
+
+    if not experiments:
+        return read_rows(root)
+    frames = []
+    for name in dict.fromkeys(experiments):  # each once, in the order given
+        rows = read_rows(root, name)
+        if not len(rows):
+            held = experiment_folders(root)
+            raise ModsarError(
+                f"{option}: no rows for {name!r} under {root}"
+                + (f"; it holds {', '.join(held[:8])}{' ...' if len(held) > 8 else ''}" if held else "")
+            )
+        frames.append(rows)
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+
 def report_rows(
-    rows: pd.DataFrame,
-    root: str,
-    experiments: list[str] | None = None,
-    spaces: list[str] | None = None,
-    datasets: list[str] | None = None,
+    rows: pd.DataFrame, root: str, spaces: list[str] | None = None, datasets: list[str] | None = None
 ) -> pd.DataFrame:
-    """The rows a report covers: those of the named experiments, spaces and datasets (None: all), each name
-    required to have rows under `root` (else a ModsarError naming the CLI option), and only rows of a design
-    space: `modsar train` rows belong to none."""
-    for column, wanted in (("experiment", experiments), ("space", spaces), ("dataset", datasets)):
+    """The rows a report covers: those of the named spaces and datasets (None: all), each name required to
+    have rows under `root` (else a ModsarError naming the CLI option), and only rows of a design space:
+    `modsar train` rows belong to none."""
+    for column, wanted in (("space", spaces), ("dataset", datasets)):
         if wanted:
             unknown = sorted(set(wanted) - set(rows[column].dropna()))
             if unknown:

@@ -95,8 +95,9 @@ def _refuse_unless_replicas(group: pd.DataFrame, kind: str, key: CellKey) -> str
     if kind == "selected" and len(group) > 1:
         raise ModsarError(
             f"{where(key)}: experiment {experiments[0]} has {len(group)} selected rows "
-            f"({', '.join(sorted(group['trial_id']))}); run its `modsar search ... --resume` to "
-            "select again"
+            f"({', '.join(sorted(group['trial_id']))}), where one search selects one: its trials folder "
+            "holds rows of more than one search; keep one search's rows there (or re-run it with "
+            "--overwrite)"
         )
     if differ := differing_keys(group):
         raise ModsarError(
