@@ -128,6 +128,11 @@ def config_page() -> str:
         "Every key of a ModSAR run, as `modsar train KEY=VALUE`, a design space's `base` and `params`, and",
         "a result row's columns name it. Generated from `modsar/config.py` by `docs/gen_reference.py`: the",
         "type, default and allowed values are the fields' own declarations, the meaning is their comment.",
+        "A value is read as YAML 1.2 (its core schema) wherever it is typed or written: `010` is 10, and",
+        "`1:30`, `on`, `yes` and `1_000` are text, which a number or boolean key refuses. A key given twice",
+        "(in one mapping, or both nested and dotted) is refused; a Config object given to the Python API is",
+        "checked as the mapping of its keys is. A number is finite and, unless 0, at least 2**-126 in size",
+        "(float32's smallest normal number: the model computes in float32).",
         f"ModSAR {modsar.__version__}, {len(rows)} keys.",
     ]
     for section, title in SECTIONS.items():

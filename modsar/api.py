@@ -8,15 +8,17 @@
 
 Each function is the command of the same name without its printing: it calls the functions the CLI calls
 (modsar.records.run, modsar.training.checkpoints, modsar.records.rows, modsar.sweep), so a row written here is
-the row `modsar train` would write, and a failure is the same one-line ModsarError the CLI prints."""
+the row `modsar train` would write, and a failure is the same one-line ModsarError the CLI prints. train,
+evaluate, load and search leave the caller's global random generators and torch's thread count as they found
+them (a notebook's loop between calls draws its own stream, not the run's seed)."""
 
 from __future__ import annotations
 
-import copy
+import functools
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # the API is imported with `modsar`: torch, pandas and Ray load when a function is called
     import pandas as pd
@@ -25,20 +27,38 @@ if TYPE_CHECKING:  # the API is imported with `modsar`: torch, pandas and Ray lo
     from modsar.model.interface import Recommender
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _keeps_caller_state(function: F) -> F:
+    """`function` leaves the caller's global random generators (python, numpy, torch, CUDA) and torch's thread
+    count as it found them, on return and on an exception (modsar.randomness.caller_state_kept): a run
+    seeds and sizes them for itself, and a notebook's own draws between calls must not repeat the run's seed.
+    What the run computes is unchanged. torch is imported when the function is called, not with the API."""
+
+    @functools.wraps(function)
+    def kept(*args: Any, **kwargs: Any) -> Any:
+        from modsar.randomness import caller_state_kept
+
+        with caller_state_kept():
+            return function(*args, **kwargs)
+
+    return kept  # type: ignore[return-value]
+
+
 def _config(
     config: Config | Mapping[str, Any] | str | Path | list[str] | None, dataset: str | None
 ) -> Config:
     """A Config from what a notebook has at hand: a Config, a mapping of dotted keys (nested mappings too), a
-    YAML file, or `key=value` strings, with `dataset` on top; checked as `modsar train` checks it."""
-    from modsar.config import Config, apply_overrides, flatten, load_config, validate
+    YAML file, or `key=value` strings, with `dataset` on top; checked as `modsar train` checks it. A Config
+    object is read as the mapping of its values (config_values), set on a fresh one and checked by the same
+    function as a mapping: its types and choices too, and the caller's object is never changed."""
+    from modsar.config import Config, apply_overrides, config_values, flatten, load_config
     from modsar.errors import ModsarError
 
     if isinstance(config, Config):
-        cfg = copy.deepcopy(config)  # the caller's object is never changed
-        if dataset is not None:
-            cfg.dataset = dataset
-        validate(cfg)
-        return cfg
+        values = config_values(config)
+        return apply_overrides(Config(), {**values, **({} if dataset is None else {"dataset": dataset})})
     extra = [f"dataset={dataset}"] if dataset is not None else []
     if config is None or isinstance(config, (str, Path)):
         return load_config(config, extra)
@@ -58,6 +78,7 @@ def _text(path: str | Path | None) -> str | None:
     return None if path is None else str(Path(path).expanduser())
 
 
+@_keeps_caller_state
 def train(
     config: Config | Mapping[str, Any] | str | Path | list[str] | None = None,
     dataset: str | None = None,
@@ -83,6 +104,7 @@ def train(
     return run.row
 
 
+@_keeps_caller_state
 def evaluate(
     checkpoint: str | Path,
     split: str = "test",
@@ -126,6 +148,7 @@ def evaluate(
     return scores.metrics
 
 
+@_keeps_caller_state
 def load(checkpoint: str | Path, device: str = "cpu") -> tuple[Recommender, Config]:
     """The model of a saved checkpoint (in eval mode, on `device`) and its configuration. Evaluation scores
     with `model.score(encode(model, inputs, users)[:, -1], users)` (modsar.model.interface.encode)."""
@@ -164,6 +187,7 @@ def results(
     return matching_rows(root, experiment, conditions, option="where").reset_index(drop=True)
 
 
+@_keeps_caller_state
 def search(
     space: str | Path, dataset: str, overrides: list[str] | str | None = None, **options: Any
 ) -> pd.DataFrame:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from collections.abc import Callable
+import numbers
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -23,6 +25,9 @@ from modsar.limits import SIZE_LIMITS
 from modsar.task import Task
 
 FLOAT32_MAX = 3.4028234663852886e38
+# float32's smallest normal number: the model computes in float32, where a smaller nonzero value is subnormal
+# (imprecise, flushed to 0 on many devices) or 0
+FLOAT32_TINY = 2.0**-126
 # train.threads: torch CPU threads (a trial may run on a larger machine than the one checking)
 MAX_THREADS = 1024
 
@@ -222,7 +227,13 @@ class LossConfig:
 @dataclass
 class TrainConfig:
     optimizer: str = choice("adam", "adam", "adamw", "adamw_bert")  # adamw_bert: BERT's (no bias correction)
-    lr: float = bounded(1e-3, low=0, open_low=True)  # the optimizer's learning rate (peak, under a schedule)
+    # the optimizer's learning rate (peak, under a schedule)
+    lr: float = bounded(
+        1e-3,
+        low=FLOAT32_TINY,
+        says="must be a positive normal float32, >= 2**-126 (about 1.18e-38): the model trains in float32, "
+        "where a smaller rate is 0 or subnormal",
+    )
     weight_decay: float = bounded(0.0, low=0, why="0 = none")  # decoupled for adamw, L2 for adam
     # parameters kept from weight decay
     weight_decay_exclude: str = choice("norm,bias", "norm,bias", "none", "norm,bias,embedding")
@@ -263,7 +274,9 @@ class TrainConfig:
 class EvalConfig:
     # the cut-offs k of every metric (recall@k, ndcg@k, mrr@k)
     ks: list[int] = bounded(  # noqa: RUF009 (bounded is a field(), with a default_factory)
-        factory=lambda: [1, 5, 10, 20, 50], low=1, says="must be a non-empty list of positive integers"
+        factory=lambda: [1, 5, 10, 20, 50],
+        low=1,
+        says="must be a non-empty list of distinct positive integers",
     )
     filter_seen: str = choice("none", "none", "history")  # remove the user's earlier items from the ranking
     # 0 = exact full ranking over all items; N = rank against N fixed negatives
@@ -335,15 +348,50 @@ class Config:
         return cfg
 
 
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(tree: Mapping[str, Any], prefix: str = "", where: str = "config") -> dict[str, Any]:
+    """The dotted keys of a tree that nests sections (``{"model": {"hidden_size": 8}}``), dotted names
+    (``{"model.hidden_size": 8}``) or both. A key given both ways is refused (`where` names the source):
+    which value won would depend on the order the two are written in."""
     out: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flatten(value, name + "."))
-        else:
-            out[name] = value
+    written: dict[str, tuple[str, ...]] = {}  # each dotted key: the keys it was written as
+    try:
+        leaves = _leaves(tree, ())
+    except ValueError as exc:
+        raise ModsarError(f"{where}: '{prefix}{exc}' contains itself; give the keys as values") from None
+    for path, value in leaves:
+        name = prefix + ".".join(path)
+        if name in written:
+            raise ModsarError(
+                f"{where}: '{name}' is given twice, as {_as_written(written[name])} and as "
+                f"{_as_written(path)}; give it once"
+            )
+        written[name], out[name] = path, value
     return out
+
+
+def _leaves(tree: Mapping[Any, Any], path: tuple[str, ...]) -> list[tuple[tuple[str, ...], Any]]:
+    """(the keys leading to it, value) of every value in `tree` that is not itself a mapping, in the order
+    written; without recursion, so a hostile nesting depth is no RecursionError. A mapping that contains
+    itself is a ValueError naming the key that leads back into it."""
+    found: list[tuple[tuple[str, ...], Any]] = []
+    stack = [(path, tree, iter(tree.items()))]
+    while stack:
+        where, _, items = stack[-1]
+        step = next(items, None)
+        if step is None:
+            stack.pop()
+        elif isinstance(step[1], Mapping):
+            if any(step[1] is mapping for _, mapping, _ in stack):
+                raise ValueError(".".join((*where, str(step[0]))))
+            stack.append(((*where, str(step[0])), step[1], iter(step[1].items())))
+        else:
+            found.append(((*where, str(step[0])), step[1]))
+    return found
+
+
+def _as_written(path: tuple[str, ...]) -> str:
+    """How a key was written: ``model.hidden_size``, or nested ``model: {hidden_size}``."""
+    return ": {".join(path) + "}" * (len(path) - 1)
 
 
 def _fields(obj: Any) -> dict[str, dataclasses.Field]:
@@ -355,27 +403,20 @@ def all_keys(cfg: Config | None = None) -> list[str]:
 
 
 def _coerce(value: Any, annotation: str, key: str, where: str) -> Any:
-    """Check `value` against a field's type; ints are accepted where floats are expected."""
+    """Check `value` against a field's type. Any integer type (numpy's too) is an int, and a float field
+    takes an integer or the text of a YAML 1.2 number ("1e-3", quoted in YAML or given in Python); other
+    text ("1_000", "nan") and booleans are refused, as YAML 1.2 reads them."""
     expected = {"int": int, "float": float, "bool": bool, "str": str, "list[int]": list}[annotation]
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if expected is float and isinstance(value, str):  # YAML 1.1 reads "3e-4" (no dot) as a string
-        try:
-            return float(value)
-        except ValueError:
-            pass
+    if expected is int or expected is float:
+        return _number(value, expected, key, where)
     if expected is list:
-        if not isinstance(value, list) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value
-        ):
-            raise ModsarError(f"{where}: '{key}' must be a list of integers, got {value!r}")
-        return list(value)
-    if expected is int and isinstance(value, bool):
-        raise ModsarError(f"{where}: '{key}' must be an integer, got {value!r}")
+        if not isinstance(value, list) or not all(_integral(v) for v in value):
+            raise ModsarError(f"{where}: '{key}' must be a list of integers, got {shown(value)}")
+        return [int(v) for v in value]
     import datetime
 
-    if expected is str and isinstance(value, datetime.date):  # YAML reads 2000-11-20 as a date: the text
-        return value.isoformat()  # was meant, and validate says what is wrong with it (split_dates needs two)
+    if expected is str and isinstance(value, datetime.date):  # a date given in Python: the text was meant,
+        return value.isoformat()  # and validate says what is wrong with it (split_dates needs two)
     if key == "data.split_dates" and isinstance(value, list):  # [A, B] (YAML's list) means "A,B": validate
         if not value:  # then says what is wrong with its dates, as for the text
             raise ModsarError(
@@ -384,8 +425,46 @@ def _coerce(value: Any, annotation: str, key: str, where: str) -> Any:
             )
         return ",".join(v.isoformat() if isinstance(v, datetime.date) else str(v) for v in value)
     if not isinstance(value, expected):
-        raise ModsarError(f"{where}: '{key}' must be {expected.__name__}, got {value!r}")
+        raise ModsarError(f"{where}: '{key}' must be {expected.__name__}, got {shown(value)}")
     return value
+
+
+def _integral(value: Any) -> bool:
+    """An integer of any integer type (int, numpy's), never a boolean (YAML's true is no number)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _number(value: Any, expected: type, key: str, where: str) -> int | float:
+    """`value` as the int or float a number field holds, or the field's one-line type error."""
+    if expected is int:
+        if isinstance(value, bool):
+            raise ModsarError(f"{where}: '{key}' must be an integer, got {value!r}")
+        if _integral(value):
+            return int(value)
+        raise ModsarError(f"{where}: '{key}' must be int, got {shown(value)}")
+    number: Any = value
+    if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
+        number = _float_text(value.strip())
+    if isinstance(number, numbers.Real) and not isinstance(number, bool):
+        try:
+            return float(number)
+        except OverflowError:  # an integer beyond any float
+            raise ModsarError(
+                f"{where}: '{key}' must be a finite number of float32 range; got {shown(value)}"
+            ) from None
+    raise ModsarError(f"{where}: '{key}' must be float, got {shown(value)}")
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """`repr(value)` for a one-line message, cut to about `limit` characters: a hostile value (a megabyte of
+    text, an integer of thousands of digits, which Python will not even print) stays short and printable."""
+    if isinstance(value, int) and value.bit_length() > 256:
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1:,} digits"
+    try:
+        text = repr(value)
+    except ValueError:  # an integer too long for Python to print, inside a list
+        return f"a {type(value).__name__} holding an integer too long to print"
+    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text):,} characters)"
 
 
 RENAMED = {"model.user_embedding": "model.user_fusion (true = concat, false = none)"}
@@ -422,7 +501,7 @@ def set_value(cfg: Config, key: str, value: Any, where: str = "config") -> None:
         allowed = f.metadata.get("choices")
         if allowed and value not in allowed:
             raise ModsarError(
-                f"{where}: '{key}' must be one of {', '.join(map(str, allowed))}; got {value!r}"
+                f"{where}: '{key}' must be one of {', '.join(map(str, allowed))}; got {shown(value)}"
             )
         setattr(node, part, enum_type(value) if enum_type else value)
 
@@ -436,36 +515,248 @@ def apply_overrides(
     return cfg
 
 
+def config_values(cfg: Config, where: str = "config") -> dict[str, Any]:
+    """The dotted values a Config object holds, for `apply_overrides` to set on a fresh one: an object built
+    or changed in Python (`cfg.model.norm = "bogus"`, `cfg.train.lr = "abc"`) is then checked exactly as a
+    mapping or an override is, its types and choices included, which `validate` alone does not read. An
+    attribute that is no field (a typo: `cfg.train.max_epoch = 3`) is an unknown key, not ignored."""
+    values: dict[str, Any] = {}
+    _section_values(cfg, "", where, values, [])
+    return values
+
+
+def _section_values(node: Any, prefix: str, where: str, values: dict[str, Any], path: list[Any]) -> None:
+    """`config_values` of one section (a dataclass) into `values`; `path` holds the sections above it."""
+    fields = _fields(node)
+    stray = next((name for name in vars(node) if name not in fields), None)
+    if stray is not None:
+        set_value(Config(), f"{prefix}{stray}", None, where)  # says: unknown key, and what is allowed
+    for name in fields:
+        value = getattr(node, name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            if any(value is above for above in (*path, node)):
+                raise ModsarError(f"{where}: '{prefix}{name}' holds a section that contains it")
+            _section_values(value, f"{prefix}{name}.", where, values, [*path, node])
+        elif isinstance(value, Mapping):  # a section given as a mapping: its keys, checked by name
+            values.update(flatten(value, f"{prefix}{name}.", where))
+        else:
+            values[f"{prefix}{name}"] = value
+
+
+# YAML 1.2's core schema: what a plain (unquoted) value a user types or writes means. PyYAML implements YAML
+# 1.1, where 010 is 8 (octal), 1:30 is 90 (base 60), on/yes/n are booleans and 1_000 is 1000, even under a
+# `%YAML 1.2` directive; here they are 10 and the texts "1:30", "on", "yes", "n" and "1_000".
+_NULL = re.compile(r"(?:~|null|Null|NULL|)\Z")
+_BOOL = re.compile(r"(?:true|True|TRUE|false|False|FALSE)\Z")
+_INT = re.compile(r"(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)\Z")
+_FLOAT_NUMBER = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?\Z")
+_FLOAT_TEXT = re.compile(
+    r"(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))\Z"
+)
+# Values a document may expand into through its aliases beyond those written. An alias shares one object,
+# but the checks and messages that read a file walk (and repr) every copy: nested aliases (a "billion laughs"
+# file) would exhaust memory there. A config or a space needs a few hundred values.
+MAX_ALIAS_VALUES = 10_000
+
+
+class DuplicateKey(yaml.YAMLError):
+    """A mapping gives one key twice: YAML keeps only the last, so one of the two would be lost silently."""
+
+    def __init__(self, key: Any, lines: tuple[int, int]) -> None:
+        super().__init__(f"key {key!r} repeated")
+        self.key, self.lines = key, lines
+
+
+class AliasGrowth(yaml.YAMLError):
+    """A document whose aliases, copied out, hold more than MAX_ALIAS_VALUES values, or a value that contains
+    itself (`cycle`)."""
+
+    def __init__(self, cycle: bool) -> None:
+        super().__init__("aliases expand too far")
+        self.cycle = cycle
+
+
+class YamlLoader(yaml.SafeLoader):
+    """The loader of every YAML a user types or writes (overrides, --config files, search spaces): a
+    SafeLoader (nothing is evaluated) reading plain values by YAML 1.2's core schema, refusing a key given
+    twice in one mapping, and a document whose aliases expand past MAX_ALIAS_VALUES. The merge key (<<) is
+    kept: its keys may be overridden in the mapping that merges them."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:  # type: ignore[override]
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # keys a merge (<<) brings in may be overridden; a non-scalar key is refused later
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise DuplicateKey(key, (seen[key], line))
+            seen[key] = line
+        return super().construct_mapping(node, deep)
+
+    def get_single_data(self) -> Any:
+        """The document, once its size with every alias copied out is known to be small (_alias_growth)."""
+        node = self.get_single_node()
+        if node is None:
+            return None
+        _alias_growth(node)
+        return self.construct_document(node)
+
+
+def _core_scalar(kind: str, parse: Callable[[str], Any]) -> Callable[[YamlLoader, yaml.ScalarNode], Any]:
+    """The constructor of a core-schema `kind` (int, float, bool), for plain values and explicit tags
+    (`!!int 010` is 10 too); a text the schema does not read as one is a YAML error at its line."""
+
+    def construct(loader: YamlLoader, node: yaml.ScalarNode) -> Any:
+        text = loader.construct_scalar(node)
+        try:
+            return parse(text)
+        except ValueError:  # not the kind's text, or (ValueError too) an integer of over 4,300 digits
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{shown(text)} is not a YAML 1.2 {kind}", node.start_mark
+            ) from None
+
+    return construct
+
+
+def _int_text(text: str) -> int:
+    if not _INT.match(text):
+        raise ValueError(text)
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text, 10)
+
+
+def _float_text(text: str) -> float:
+    if not _FLOAT_TEXT.match(text):
+        raise ValueError(text)
+    if _FLOAT_NUMBER.match(text):
+        return float(text)
+    return math.nan if text.endswith(("nan", "NaN", "NAN")) else -math.inf if text[0] == "-" else math.inf
+
+
+def _bool_text(text: str) -> bool:
+    if not _BOOL.match(text):
+        raise ValueError(text)
+    return text[0] in "tT"
+
+
+YamlLoader.yaml_implicit_resolvers = {}  # YAML 1.1's resolvers replaced, for this loader only
+for _tag, _pattern, _first in (
+    ("null", _NULL, ["~", "n", "N", ""]),
+    ("bool", _BOOL, list("tTfF")),
+    ("int", _INT, list("-+0123456789")),  # before float, which reads integers too
+    ("float", _FLOAT_TEXT, list("-+.0123456789")),
+    ("merge", re.compile(r"<<\Z"), ["<"]),
+):
+    YamlLoader.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}", _pattern, _first)
+for _tag, _parse in (("int", _int_text), ("float", _float_text), ("bool", _bool_text)):
+    YamlLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _core_scalar(_tag, _parse))
+
+
+def _alias_growth(root: yaml.Node) -> None:
+    """Raises AliasGrowth when the document, with its aliases copied out, holds more than MAX_ALIAS_VALUES
+    values beyond those written, or a value that contains itself; counted over the composed nodes (each
+    once), without building anything."""
+    cap = 10**12  # sizes are kept below it, so nested aliases cannot make the count itself grow without end
+    size: dict[int, int] = {}
+    open_: set[int] = set()  # nodes whose subtree is being counted: one met again inside it is a cycle
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        children: list[yaml.Node] = (
+            [n for pair in node.value for n in pair]
+            if isinstance(node, yaml.MappingNode)
+            else list(node.value)
+            if isinstance(node, yaml.SequenceNode)
+            else []
+        )
+        if done:
+            size[id(node)] = min(cap, 1 + sum(size[id(child)] for child in children))
+            open_.discard(id(node))
+        elif id(node) in open_:
+            raise AliasGrowth(cycle=True)
+        elif id(node) not in size:
+            open_.add(id(node))
+            stack.append((node, True))
+            stack += [(child, False) for child in children if id(child) not in size]
+    if size[id(root)] - len(size) > MAX_ALIAS_VALUES:
+        raise AliasGrowth(cycle=False)
+
+
+def read_yaml(text: str) -> Any:
+    """One YAML document as ModSAR reads every YAML a user gives it (`YamlLoader`); yaml.YAMLError (its
+    DuplicateKey and AliasGrowth included) where it is not one."""
+    try:
+        return yaml.load(text, Loader=YamlLoader)  # a SafeLoader: nothing is evaluated
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise yaml.YAMLError("nests collections too deeply") from None
+
+
+def load_yaml_file(path: Path, kind: str) -> Any:
+    """The document of a user's YAML file (`kind`: "config" or "space"); a file that cannot be read, is no
+    UTF-8 text, is invalid YAML, gives a key twice or expands its aliases too far is one ModsarError naming it
+    (and the line, or the key)."""
+    what = f"{kind} file '{path}'"
+    try:
+        return read_yaml(path.read_text())
+    except UnicodeDecodeError:
+        raise ModsarError(f"{what} is not a text (UTF-8) file") from None
+    except OSError as exc:
+        raise ModsarError(f"{what} cannot be read: {exc.strerror or exc}") from None
+    except AliasGrowth as exc:
+        grows = (
+            "holds a value that contains itself through a YAML alias"
+            if exc.cycle
+            else f"expands its YAML aliases (*name) into more than {MAX_ALIAS_VALUES:,} values beyond those "
+            "written (aliases nested in anchors)"
+        )
+        raise ModsarError(
+            f"{what} {grows}; a {kind} needs a few hundred values: write them out, or use anchors that do "
+            "not nest"
+        ) from None
+    except DuplicateKey as exc:
+        raise ModsarError(
+            f"{what} gives the key {shown(exc.key)} twice in one mapping (lines {exc.lines[0]} and "
+            f"{exc.lines[1]}); YAML would keep only the last: remove one"
+        ) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or (str(exc) if type(exc) is yaml.YAMLError else "")
+        raise ModsarError(f"{what} is not valid YAML{at}{f': {problem}' if problem else ''}") from None
+
+
 def parse_override(text: str) -> tuple[str, Any]:
-    """``model.hidden_size=64`` -> ("model.hidden_size", 64); the value is read as a YAML scalar/list."""
+    """``model.hidden_size=64`` -> ("model.hidden_size", 64); the value is read as YAML 1.2 (`read_yaml`),
+    and kept as text where it is no YAML value."""
     if "=" not in text:
         raise ModsarError(f"override '{text}' is not of the form key=value (e.g. model.hidden_size=64)")
     key, raw = text.split("=", 1)
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = read_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError:
+        value = raw
+    if key.strip() in NAME_KEYS and not isinstance(value, str):  # dataset=123, =null, =true: a name, as typed
         value = raw
     return key.strip(), value
 
 
+NAME_KEYS = ("dataset",)  # keys whose value names a folder: text whatever YAML would read it as
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Defaults <- YAML file (nested or dotted keys) <- ``key=value`` overrides."""
+    """Defaults <- YAML file (nested or dotted keys, each given once) <- ``key=value`` overrides."""
     cfg = Config()
     if path is not None:
         path = Path(path)
         if not path.is_file():
             raise ModsarError(f"config file '{path}' does not exist")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except UnicodeDecodeError:
-            raise ModsarError(f"config file '{path}' is not a text (UTF-8) file") from None
-        except yaml.YAMLError as exc:
-            line = getattr(getattr(exc, "problem_mark", None), "line", None)
-            at = f" at line {line + 1}" if line is not None else ""
-            raise ModsarError(f"config file '{path}' is not valid YAML{at}") from None
+        data = load_yaml_file(path, "config")
+        data = {} if data is None else data  # an empty file: the defaults
         if not isinstance(data, dict):
             raise ModsarError(f"config file '{path}' must hold a mapping of keys to values")
-        apply_overrides(cfg, flatten(data), str(path))
+        apply_overrides(cfg, flatten(data, where=str(path)), str(path))
     for text in overrides or []:
         key, value = parse_override(text)
         set_value(cfg, key, value, "override")
@@ -482,14 +773,23 @@ BACKBONE_CHECKS: list[Check] = []
 
 
 def _numbers_fit(cfg: Config, bad: Bad, stored: bool) -> None:
-    """Every number is finite in float32 (YAML reads .nan, .inf), fits a Parquet int64 column, and stays under
-    the size a model can be built with (`SIZE_LIMITS`)."""
+    """Every number is finite in float32 (YAML reads .nan, .inf), not subnormal there (unless its own range
+    says more), fits a Parquet int64 column, and stays under the size a model can be built with
+    (`SIZE_LIMITS`)."""
+    bounds = {key: b for key, b, _ in _bounded_values(cfg)}
     for key, value in cfg.flat().items():
         if isinstance(value, float) and not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
             bad(f"'{key}' must be a finite number of float32 range; got {value}")
+        subnormal = isinstance(value, float) and 0 < abs(value) < FLOAT32_TINY
+        if subnormal and (key not in bounds or bounds[key].admits(value)):  # else its range says more
+            zero = "0 or " if key not in bounds or bounds[key].admits(0.0) else ""
+            bad(
+                f"'{key}' must be {zero}at least 2**-126 (about 1.18e-38) in size, float32's smallest normal "
+                f"number: the model computes in float32, where {value} is subnormal or 0"
+            )
         for number in value if isinstance(value, list) else [value]:
             if isinstance(number, int) and not -(2**63) <= number < 2**63:
-                bad(f"'{key}' must fit in 64 bits; got {number}")
+                bad(f"'{key}' must fit in 64 bits; got {shown(number)}")
         limit = SIZE_LIMITS.get(key)
         if limit is not None and value > limit:
             bad(f"'{key}' must be <= {limit:,} (no model of that size fits in memory); got {value:,}")
@@ -602,6 +902,27 @@ def _prefixes_are_causal(cfg: Config, bad: Bad, stored: bool) -> None:
         )
 
 
+def _dataset_is_a_name(cfg: Config, bad: Bad, stored: bool) -> None:
+    """The dataset names a folder under the data root: no path, control character or overlong name
+    (modsar.outputs.check_name). A stored config's was checked when it ran, and loading its data checks it."""
+    from modsar.outputs import check_name
+
+    if not stored:
+        try:
+            check_name(cfg.dataset, "'dataset'")
+        except ModsarError as exc:
+            bad(str(exc))
+
+
+def _ks_are_distinct(cfg: Config, bad: Bad, stored: bool) -> None:
+    """Each cut-off once: a repeated k would be one metric column computed twice, and a search's selection
+    and report would count it twice."""
+    ks = cfg.eval.ks
+    repeated = next((k for i, k in enumerate(ks) if k in ks[:i]), None)
+    if repeated is not None:
+        bad(f"'eval.ks' lists {repeated} twice; list each cut-off once; got {shown(ks)}")
+
+
 def _monitor_is_reported(cfg: Config, bad: Bad, stored: bool) -> None:
     metric_names = {f"{name}@{k}" for name in ("recall", "ndcg", "mrr", "hr") for k in cfg.eval.ks}
     if cfg.train.monitor not in metric_names:
@@ -612,6 +933,7 @@ def _monitor_is_reported(cfg: Config, bad: Bad, stored: bool) -> None:
 # that compute with them; the other fields' bounds after the backbone's checks (a backbone refusing a setting
 # it does not read says more than the setting's range) and before the rules that read those fields.
 CHECKS: tuple[Check, ...] = (
+    _dataset_is_a_name,
     _bf16_needs_the_fused_ce,
     _numbers_fit,
     _sizes_within_bounds,
@@ -625,6 +947,7 @@ CHECKS: tuple[Check, ...] = (
     _split_dates_parse,
     _device_is_named_right,
     _prefixes_are_causal,
+    _ks_are_distinct,
     _monitor_is_reported,
 )
 

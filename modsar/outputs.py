@@ -4,9 +4,11 @@ temporary name and renames it) and strict JSON."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,15 +35,210 @@ def atomic_write(path: str | Path, fs: pafs.FileSystem | None = None) -> Iterato
 
         fs, path = pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(str(path)))
     folder, _, name = str(path).rpartition("/")
-    fs.create_dir(folder, recursive=True)
+    try:
+        fs.create_dir(folder, recursive=True)
+    except OSError as exc:
+        raise write_error(path, exc) or exc from None
     tmp = f"{folder}/{PARTIAL_PREFIX}{uuid.uuid4().hex[:12]}-{name}"
     try:
         yield tmp
         fs.move(tmp, str(path))
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             fs.delete_file(tmp)
+        if isinstance(exc, OSError) and (error := write_error(path, exc)) is not None:
+            raise error from None  # a full disk or a read-only folder: one line, the temporary file gone
         raise
+
+
+# errno -> what a write that failed with it met; anything else is not the disk's doing and stays as raised
+WRITE_FAULTS = {
+    errno.ENOSPC: "no space left on the device (the disk is full)",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.EROFS: "the filesystem is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "the operation is not permitted",
+    errno.EFBIG: "the file is too large for the filesystem",
+}
+
+
+def write_fault(exc: BaseException) -> str | None:
+    """What a full disk, a read-only filesystem or a folder without write permission did to a write, from
+    `exc`'s errno (pyarrow's errors carry it too); None for any other error."""
+    return WRITE_FAULTS.get(exc.errno or 0) if isinstance(exc, OSError) else None
+
+
+def write_error(path: str | Path, exc: BaseException) -> ModsarError | None:
+    """The one line a write fault becomes (None where `exc` is no write fault): which file, what happened,
+    and that nothing was left half-written, so a full disk or a read-only root never ends in a traceback."""
+    fault = write_fault(exc)
+    if fault is None:
+        return None
+    return ModsarError(
+        f"cannot write {path}: {fault}; nothing was left half-written. Free some space, or write to a "
+        "folder you can write to, and run the command again"
+    )
+
+
+NAME_BYTES = 128  # every file name made from a name (".staging-<name>-XXXXXXXX", "curves_<name>.png" under
+# atomic_write's ".tmp-<12>-" prefix) then stays well under the 255 bytes filesystems allow
+NAME_PUNCTUATION = "-_.+@=,~()"  # besides letters, digits and inner spaces
+NAME_RULE = (
+    f"a name is 1 to {NAME_BYTES} bytes of letters, digits, spaces and {' '.join(NAME_PUNCTUATION)}, "
+    "starting with a letter or digit and not ending in a space"
+)
+
+
+def check_name(value: object, what: str) -> str:
+    """`value` as a dataset or experiment name, or one ModsarError naming `what` (the option or key), the
+    value and the rule. A name becomes a folder under a root (<data-dir>/<name>, <results>/<name>), so it
+    may not be a path ('..', 'a/b'), hide itself ('.x', skipped by listings), read as an option ('-x'), hold
+    control characters or look-alike slashes, or make a file name longer than filesystems allow. One check
+    for every place a name enters: CLI options, the Python API, config values, data prepare, search, train."""
+    problem = _name_problem(value)
+    if problem is None:
+        return str(value)
+    shown = repr(value) if not isinstance(value, str) or len(value) <= 60 else f"{value[:40]!r}..."
+    raise ModsarError(f"{what} {shown} {problem}; {NAME_RULE}")
+
+
+def _name_problem(value: object) -> str | None:
+    """What makes `value` no name (see check_name), or None."""
+    if not isinstance(value, str):
+        return f"is a {type(value).__name__}, not text (in YAML, quote it)"
+    if not value.strip():
+        return "is empty" if not value else "is only spaces"
+    if value in (".", ".."):
+        return "is a path (the folder itself or the one above), not a name"
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > NAME_BYTES:
+        return f"is {size} bytes long"
+    for char in value:
+        if char in "/\\" or char in "\u2044\u2215\u29f8\uff0f\uff3c":
+            return f"holds the path separator {char!r}"
+        if not char.isprintable():
+            return f"holds the control or invisible character {char!r}"
+        if not (char.isalnum() or char == " " or char in NAME_PUNCTUATION):
+            return f"holds the character {char!r}"
+    if not value[0].isalnum():
+        return f"starts with {value[0]!r}"
+    if value[-1] == " ":
+        return "ends in a space"
+    return None
+
+
+LOCK_PREFIX = ".lock-"  # `<root>/.lock-<name>`: hidden, so no listing of datasets or experiments shows it
+_UNLOCKABLE = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}  # filesystems without flock
+
+
+@contextlib.contextmanager
+def writer_lock(
+    root: str | Path, name: str, what: str, *, shared: bool = False, wait: bool = False
+) -> Iterator[None]:
+    """Hold an OS lock (flock) on `<root>/.lock-<name>` while the block writes `<root>/<name>`, so that a
+    second writer of the same dataset or experiment is refused in one line naming `what` (with `wait`: waits
+    for the first) instead of racing it. `shared` writers never collide with one another (a training adds
+    one row file of its own) and share the lock; an exclusive holder (a search, which rewrites rows and may
+    delete its folder; a dataset's preparation) excludes every other. The kernel frees the lock of a killed
+    process. The last holder removes the lock file, and a process that locked a file removed meanwhile
+    locks the new one, so no two writers ever hold two different files; a root the lock had to create is
+    removed again if the block left it empty (a refused command leaves nothing). A URI root (s3://...) has
+    no such lock and is written unlocked."""
+    if "://" in str(root):
+        yield
+        return
+    folder = Path(root).expanduser().absolute()
+    missing = [f for f in (folder, *folder.parents) if not f.exists()]  # deepest first
+    fd, locked = _take_lock(folder / f"{LOCK_PREFIX}{name}", what, shared, wait)
+    try:
+        yield
+    finally:
+        _release_lock(fd, folder / f"{LOCK_PREFIX}{name}", locked)
+        for created in missing:
+            try:
+                created.rmdir()  # only if empty: the block (or another writer) wrote nothing there
+            except OSError:
+                break
+
+
+def _take_lock(lock: Path, what: str, shared: bool, wait: bool) -> tuple[int, bool]:
+    """(descriptor, whether it is locked) of the lock file, locked shared or exclusive; refused in one line
+    where another process holds it (unless `wait`). A filesystem without flock is said once, and written
+    unguarded."""
+    import fcntl
+
+    for _attempt in range(100):
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fd = _open_lock(lock)
+        except FileNotFoundError:  # another writer's empty root, removed between the two steps
+            continue
+        except OSError as exc:
+            raise write_error(lock, exc) or ModsarError(
+                f"cannot open the lock file {lock}: {exc.strerror or exc}; remove what is there, or write "
+                "to another folder"
+            ) from None
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB))
+        except OSError as exc:
+            os.close(fd)
+            if isinstance(exc, BlockingIOError):
+                raise ModsarError(
+                    f"{what} is being written by another modsar process right now (it holds {lock}); "
+                    "wait for that one to end, or choose another name"
+                ) from None
+            if exc.errno not in _UNLOCKABLE:
+                raise
+            print(
+                f"modsar: warning: {lock.parent} cannot be locked ({exc.strerror}); writing {what} "
+                "unguarded against a second writer",
+                file=sys.stderr,
+            )
+            return -1, False
+        if _same_file(fd, lock):
+            return fd, True
+        os.close(fd)  # its last holder removed it while this process waited: lock the file there now
+    raise ModsarError(f"cannot lock {lock}: other processes keep removing it; run the command again")
+
+
+def _same_file(fd: int, lock: Path) -> bool:
+    """Whether the descriptor is still the file at `lock`'s path."""
+    try:
+        here = os.stat(lock, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _release_lock(fd: int, lock: Path, locked: bool) -> None:
+    """Remove the lock file where this process is its last holder (the exclusive lock taken without waiting
+    says so), then release it by closing the descriptor."""
+    import fcntl
+
+    if fd < 0:
+        return
+    try:
+        if locked:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            lock.unlink(missing_ok=True)
+    except OSError:  # another holder of a shared lock: the last one removes it
+        pass
+    finally:
+        os.close(fd)
+
+
+def _open_lock(lock: Path) -> int:
+    """A descriptor of the lock file, created if missing (0666 less the umask, so other users of a shared
+    folder can lock it too), never through a symlink; read-only where another user's file is not writable
+    (flock locks a read-only descriptor as well)."""
+    flags = os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(lock, flags | os.O_RDWR, 0o666)
+    except PermissionError:
+        if not lock.is_file():
+            raise
+        return os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
 def write_text(path: str | Path, text: str) -> Path:
@@ -65,6 +262,8 @@ def ensure_writable_dir(path: str | Path, flag: str, *, write: bool = True) -> N
     file; with `write`, also a local folder (the path or its nearest existing parent) that this user cannot
     write. Commands call it before any work, so that no result is computed and then lost. URIs (s3://...) are
     left to their filesystem."""
+    if "\x00" in str(path):  # no filesystem takes one; Path.exists would raise ValueError
+        raise ModsarError(f"{flag} {str(path)!r} holds a NUL byte, which no path can; name a folder")
     if "://" in str(path):
         return
     given = Path(path).expanduser()

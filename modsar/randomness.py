@@ -69,3 +69,27 @@ def untouched(device: torch.device | None = None) -> Iterator[None]:
         yield
     finally:
         restore_states(states, device)
+
+
+@contextlib.contextmanager
+def caller_state_kept() -> Iterator[None]:
+    """Run a whole command for a caller in the same process (the Python API): python's, numpy's and torch's
+    global generators (CPU and every CUDA device) and torch's CPU thread count leave the block as they
+    entered it, on return and on an exception. A run seeds the generators and sets the threads for itself
+    (what it computes stays as it was); a notebook drawing from np.random between calls must not get the run's
+    seed back each time. CUDA is never started here: when it starts inside the block, its generators are left
+    as a first use would have found them (seeded with torch's initial seed, as torch.manual_seed does)."""
+    states = global_states()
+    cuda_started = torch.cuda.is_available() and torch.cuda.is_initialized()
+    cuda_states = torch.cuda.get_rng_state_all() if cuda_started else None
+    initial_seed, threads = torch.initial_seed(), torch.get_num_threads()
+    try:
+        yield
+    finally:
+        restore_states(states)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
+        else:  # queued until CUDA starts, or applied now if the block started it
+            torch.cuda.manual_seed_all(initial_seed)
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)

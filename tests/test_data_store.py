@@ -209,7 +209,8 @@ def test_cli_warns_when_most_users_cannot_be_evaluated(tmp_path, isolated_data_r
     err = captured.err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("modsar: warning: mostly:")
     assert "2 of 3 users (66.7%)" in err[0] and "cannot be evaluated" in err[0]
-    assert captured.out.startswith("mostly: prepared: 3 users")
+    assert captured.out.startswith(f"read {src} as pairs (")  # the format detected, and why
+    assert captured.out.splitlines()[1].startswith("mostly: prepared: 3 users")
     assert main(["data", "stats", "mostly", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["evaluable_users"] == 1
     assert main(["data", "stats", "mostly"]) == 0
@@ -225,6 +226,7 @@ def test_cli_half_evaluable_and_normal_data_prepare_quietly(tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.err == ""
     assert captured.out == (
+        f"read {src} as pairs (2 ids per line and the first ids repeat: one (user, item) per line)\n"
         "toy: prepared: 6 users, 10 items, 30 interactions, avg length 5.00, density 50.0%\n"
     )
     assert main(["data", "stats", "toy"]) == 0

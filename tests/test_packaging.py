@@ -6,6 +6,7 @@ slow; the dependencies come from this interpreter's site-packages, so nothing is
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import re
 import shutil
@@ -206,6 +207,24 @@ def test_the_wheel_and_sdist_carry_everything_and_the_wheel_runs_a_search(tmp_pa
     report = modsar_command(python, ["report", "--experiment", "installed", "--out", "report"], empty)
     assert "synthetic" in report and any((empty / "report").iterdir()), report
     assert len(list((empty / "results" / "installed" / "trials").glob("*.parquet"))) == 1
+    # `modsar submit` from the wheel sends its two packages, never the site-packages folder they sit in
+    upload = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import json; from modsar.sweep.submit import code_to_upload as c; print(json.dumps(c({})))",
+        ],
+        cwd=empty,
+        env=user_env(python, empty),
+        capture_output=True,
+        text=True,
+    )
+    sent = json.loads(upload.stdout)
+    assert "working_dir" not in sent and [Path(p).name for p in sent["py_modules"]] == [
+        "modsar",
+        "hf_plugins",
+    ]
+    assert all(Path(p).parent.name == "site-packages" for p in sent["py_modules"]), sent
 
 
 def docker_runs(dockerfile: Path) -> list[str]:

@@ -40,6 +40,7 @@ def test_every_committed_group_is_read_by_a_table():
     assert groups == {p.name for p in PUBLISHED.iterdir() if p.is_dir()}
 
 
+@pytest.mark.slow
 def test_a_changed_number_fails_the_check(tmp_path):
     page = published.PAGE.read_text()
     block = published.block("residual-table3")

@@ -229,6 +229,7 @@ def test_seed_reruns_on_a_uri_store(local_ray, data_dir, tmp_path, capsys):
     assert roles["old-winner-seed0"] == "superseded" and (roles[list(seed_rows["trial_id"])] == "seed").all()
 
 
+@pytest.mark.slow
 def test_trial_error_is_recorded_and_search_completes(local_ray, data_dir, tmp_path, capsys):
     out = tmp_path / "results"
     assert (
@@ -251,6 +252,7 @@ def test_trial_error_is_recorded_and_search_completes(local_ray, data_dir, tmp_p
     assert "cuda" in rows.loc["cuda:9", "error"].lower()
 
 
+@pytest.mark.slow
 def test_a_search_whose_every_trial_fails_exits_non_zero_saying_why(local_ray, data_dir, tmp_path, capsys):
     """The trials raise in their first forward pass (a plugin backbone that passes every check): before, the
     search printed "2 trials (2 errors, 0 diverged)", selected nothing and exited 0. --json still prints its
@@ -319,6 +321,7 @@ def test_a_model_none_of_whose_trials_could_be_selected_fails_the_search(tmp_pat
     assert search_problem(plan, rows, {"ae": {}, "ar": {}}, "") is None
 
 
+@pytest.mark.slow
 def test_diverged_trial_is_recorded_never_selected(local_ray, data_dir, tmp_path, capsys):
     out = tmp_path / "results"
     assert (
@@ -1181,6 +1184,7 @@ def test_a_scheduler_in_optimizer_steps_decides_on_steps(local_ray, data_dir, tm
     assert search_json["asha"] == {"max_t": 10, "grace_period": 10, "reduction_factor": 2, "unit": "steps"}
 
 
+@pytest.mark.slow
 def test_a_search_whose_tune_state_cannot_be_restored_is_refused_not_rerun(
     local_ray, data_dir, tmp_path, capsys
 ):

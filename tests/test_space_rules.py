@@ -130,8 +130,8 @@ def test_a_yaml_key_given_twice_is_refused(tmp_path, capsys):
             "grid value 0 is listed twice (as 0 and 0.0: one value of this key)",
         ),
         (
-            # YAML 1.1 reads 1e-3 (no dot) as a string; a float key reads it as 0.001
-            "train.lr: {grid: [0.001, 1e-3]}",
+            # a float key reads the quoted text '1e-3' as 0.001 (YAML 1.2 reads 1e-3 unquoted as it)
+            "train.lr: {grid: [0.001, '1e-3']}",
             "grid value 0.001 is listed twice (as 0.001 and '1e-3': one value of this key)",
         ),
         (

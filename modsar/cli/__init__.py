@@ -24,6 +24,8 @@ import sys
 from modsar.cli import analyze, data, evaluate, generate, report, results, search, spaces, submit, train
 from modsar.cli.common import Parser, check_folders
 from modsar.errors import ModsarError
+from modsar.outputs import write_fault
+from modsar.version import __version__
 
 COMMANDS = (data, train, evaluate, search, spaces, results, report, analyze, generate, submit)  # --help order
 
@@ -35,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Modular self-attentive sequential "
         "recommendation: compare bidirectional (AE) and causal (AR) attention.",
     )
+    # what a bug report, a cluster image or a prepared dataset's `modsar_version` is compared with
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(sub)
@@ -73,6 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and closed early
         sys.stderr.close()
         return 0
+    except OSError as exc:  # a full disk or read-only folder that a write outside atomic_write met
+        if write_fault(exc) is None:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"modsar: error: cannot write {where}{write_fault(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ named by checkpoint, by experiment (its selected or best trials), or read back f
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import textwrap
 from pathlib import Path
@@ -97,6 +98,12 @@ def _add_models(analyze: argparse.ArgumentParser) -> None:
         "one folder per dataset for one Figure 2 with a panel each",
     )
     analyze.add_argument("--results", default="results", help="results root (with --experiment)")
+    analyze.add_argument(
+        "--dataset",
+        action="append",
+        help="with --experiment: only its trials on this dataset (repeatable); by default an experiment "
+        "that holds several datasets is analysed on each, every model labelled with its dataset",
+    )
 
 
 def _add_measures(analyze: argparse.ArgumentParser) -> None:
@@ -139,8 +146,13 @@ def run(args: argparse.Namespace) -> int:
         raise ModsarError(
             "nothing to analyze: pass --checkpoint, --experiment or --from (see modsar analyze --help)"
         )
-    if args.users < 1 or args.window < 2 or args.sigma < 0:
-        raise ModsarError("--users must be >= 1, --window >= 2 and --sigma >= 0")
+    if args.users < 1 or args.window < 2 or not math.isfinite(args.sigma) or args.sigma < 0:
+        raise ModsarError(
+            f"--users must be >= 1, --window >= 2 and --sigma a finite number >= 0 (0: no noise); got "
+            f"--users {args.users}, --window {args.window}, --sigma {args.sigma}"
+        )
+    if args.dataset and not args.experiment:
+        raise ModsarError("--dataset chooses among an experiment's trials: pass it with --experiment")
     targets = _without_timed(args, _targets(args))
     analyses = [
         analyze.run(
@@ -179,10 +191,14 @@ def _targets(args: argparse.Namespace) -> list[tuple[str, str]]:
 
     targets = [(path, Path(path).stem) for path in args.checkpoint or []]
     for experiment in args.experiment or []:
-        targets += [
-            (path, f"{experiment}, {arm}" if arm else experiment)
-            for path, arm in best_checkpoints(read_rows(args.results, experiment))
-        ]
+        rows = read_rows(args.results, experiment)
+        datasets = _datasets(args, experiment, rows)
+        for dataset in datasets:  # best_checkpoints keeps one per task: on two datasets, one per dataset
+            chosen = rows[rows["dataset"] == dataset] if len(datasets) > 1 or args.dataset else rows
+            source = f"{experiment}, {dataset}" if len(datasets) > 1 else experiment
+            targets += [
+                (path, f"{source}, {arm}" if arm else source) for path, arm in best_checkpoints(chosen)
+            ]
         if not targets or not targets[-1][1].startswith(experiment):
             raise ModsarError(
                 f"experiment '{experiment}' has no selected trials or trained checkpoints under "
@@ -193,6 +209,21 @@ def _targets(args: argparse.Namespace) -> list[tuple[str, str]]:
         if not Path(path).is_file():
             raise ModsarError(f"checkpoint '{path}' does not exist")
     return targets
+
+
+def _datasets(args: argparse.Namespace, experiment: str, rows) -> list:
+    """The datasets of an experiment's rows to analyse: those --dataset names (each must have rows), else
+    every one, so that an experiment over two datasets never has one of them picked silently."""
+    held = sorted(rows["dataset"].dropna().unique()) if "dataset" in rows else []
+    if not args.dataset:
+        return held or [None]
+    missing = [d for d in args.dataset if d not in held]
+    if missing:
+        raise ModsarError(
+            f"--dataset {missing[0]}: experiment '{experiment}' has no rows on it under {args.results}; "
+            f"it holds {', '.join(held) or 'none'}"
+        )
+    return list(dict.fromkeys(args.dataset))
 
 
 def _without_timed(args: argparse.Namespace, targets: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -61,6 +61,7 @@ def check_folders(args: argparse.Namespace) -> None:
     that cannot be written: --out, the --results of train and search, the --data-dir of data prepare."""
     from modsar.outputs import ensure_writable_dir
 
+    check_names(args)
     if getattr(args, "data_dir", None):  # only `data prepare` must write there; the others may read a copy
         ensure_writable_dir(
             args.data_dir, "--data-dir", write=getattr(args, "data_command", None) == "prepare"
@@ -71,6 +72,27 @@ def check_folders(args: argparse.Namespace) -> None:
         ensure_writable_dir(args.results, "--results")
         if args.experiment and "://" not in args.results:
             ensure_writable_dir(Path(args.results) / args.experiment, "--results")
+
+
+def check_names(args: argparse.Namespace) -> None:
+    """Refuse, before any work and naming the option, a dataset or experiment name that cannot be a folder
+    under its root (modsar.outputs.check_name): --experiment and --dataset of every command, a data
+    command's NAME, and the experiment a search would name by default (<space>-<dataset>)."""
+    from modsar.outputs import check_name
+
+    named: list[tuple[str, Any]] = [
+        ("--experiment", getattr(args, "experiment", None)),
+        ("--dataset", getattr(args, "dataset", None)),
+    ]
+    if args.command == "data":
+        named.append(("dataset name", getattr(args, "name", None)))
+    for option, given in named:
+        for value in given if isinstance(given, list) else [given]:
+            if value is not None:
+                check_name(value, option)
+    if args.command == "search" and not args.experiment and args.dataset:
+        default = f"{Path(args.space).stem}-{args.dataset}"
+        check_name(default, "the default experiment name <space>-<dataset> (pass --experiment to choose one)")
 
 
 def metrics_table(ks: list[int], splits: dict[str, dict[str, float]]) -> str:

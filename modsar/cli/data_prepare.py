@@ -17,8 +17,9 @@ the file's format
   modsar data prepare digi --source train_sessions.txt.gz --source test_sessions.txt.gz --format sessions
 
 A registry name (see `modsar data list`) brings its usual preprocessing and max length; flags override it.
-The format of a --source file is detected from the file (the registry's only breaks a tie), unless --format
-names it; --download reads the registry's own file in its known format.
+The format of a --source file is detected from its content (the registry's format, then the file's name,
+only break a tie), unless --format names it, and printed as "read FILE as FORMAT (WHY)"; --download reads
+the registry's own file in its known format.
 Preparing again with the same sources and options reuses the stored dataset."""
 
 
@@ -52,6 +53,12 @@ def add_parser(actions: Subparsers) -> None:
         help="drop an interaction that repeats the user's previous item",
     )
     prep.add_argument("--min-rating", type=float, help="keep only ratings >= this (formats with ratings)")
+    prep.add_argument(
+        "--drop-timestamps",
+        action="store_true",
+        help="join sources with and without timestamps, ordering every history by its file lines "
+        "(otherwise refused; recorded in the manifest's options)",
+    )
     prep.add_argument("--max-len", type=int, help="default model history length for this dataset")
     prep.add_argument("--download", action="store_true", help="fetch a registry dataset from its URL")
     prep.add_argument("--url", help="download from this mirror instead (the registry checksum still applies)")
@@ -75,7 +82,11 @@ def run(args: argparse.Namespace) -> int:
         "dedup_consecutive": args.dedup_consecutive,
         "min_rating": args.min_rating,
     }
-    options = PrepareOptions(**{k: (v if v is not None else base[k]) for k, v in given.items()})
+    options = PrepareOptions(
+        **{k: (v if v is not None else base[k]) for k, v in given.items()},
+        drop_timestamps=args.drop_timestamps,
+    )
+    announce = sys.stderr if args.json else sys.stdout  # --json keeps stdout for the manifest
     manifest, reused = prepare_dataset(
         args.name,
         args.source,
@@ -86,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         download_missing=args.download,
         url=args.url,
         force=args.force,
+        announce=lambda line: print(line, file=announce),
     )
     warning = evaluation_warning(manifest["statistics"])
     if warning:

@@ -32,15 +32,16 @@ def add_parser(sub: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Render the report of the chosen rows to stdout, or write it and its plots to --out."""
-    from modsar.records.rows import read_rows
-    from modsar.records.selection import report_rows
-    from modsar.report import REPORT_KEYS, build_reports, plot_all, render
+    from modsar.records.rows import deeper_rows_hint
+    from modsar.records.selection import experiment_rows, report_rows
+    from modsar.report import REPORT_KEYS, build_reports, render
+    from modsar.sweep.interrupt import incomplete_searches
 
-    rows = read_rows(args.results)
+    rows = experiment_rows(args.results, args.experiment)
     if not len(rows):
         raise ModsarError(
             f"no trial rows under {args.results}; pass --results the folder `modsar search` or "
-            "`modsar train` wrote to"
+            f"`modsar train` wrote to{deeper_rows_hint(args.results)}"
         )
     if missing := [k for k in REPORT_KEYS if k not in rows]:  # marked rows a tool of one's own wrote
         others = f" (nor {', '.join(missing[1:])})" if len(missing) > 1 else ""
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             f"reads{others}; move the files that lack {'them' if others else 'it'} out of the "
             "trials folders"
         )
-    rows = report_rows(rows, args.results, args.experiment, args.space, args.dataset)
+    rows = report_rows(rows, args.results, args.space, args.dataset)
     held = sorted(
         (c.removeprefix("test.") for c in rows if c.startswith("test.") and rows[c].notna().any()),
         key=_metric_order,
@@ -59,25 +60,44 @@ def run(args: argparse.Namespace) -> int:
             f"--metric {args.metric!r} is not a test metric of these rows; pass one they hold: "
             + ", ".join(held)
         )
-    reports = build_reports(rows, headline=args.metric)
+    # a search stopped before its end (Ctrl-C, a kill) or still running: its verdicts say how far it got
+    unfinished = incomplete_searches(args.results, sorted(set(rows["experiment"].dropna())))
+    reports = build_reports(rows, headline=args.metric, unfinished=unfinished)
     text = render(reports, args.format, args.metric)
     if not args.out:
         print(text, end="")
         return 0
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    target = out / f"report.{'tex' if args.format == 'latex' else args.format}"
-    write_text(target, text)
-    plots = [
-        path
-        for r in reports  # one plot folder per experiment when the report is split by experiment
-        for path in plot_all(
-            r.rows, r.cells, r.datasets, r.spaces, args.metric, out / r.experiment if r.experiment else out
-        )
-    ]
+    target, plots = _write_out(args, reports, text)
     print(text if args.format == "md" else "\n".join(v for r in reports for v in r.verdicts))
-    print(f"wrote {target} and {len(plots)} plots in {out}")
+    print(f"wrote {target} and {len(plots)} plots in {args.out}")
     return 0
+
+
+def _write_out(args: argparse.Namespace, reports: list, text: str) -> tuple[Path, list[Path]]:
+    """Write the report and its plots into --out, replacing the previous report's files there (its stale
+    plots), never another file of the folder; the report's path and the plots'."""
+    from modsar.report import plot_all
+    from modsar.report.files import replace_outputs
+
+    name = f"report.{'tex' if args.format == 'latex' else args.format}"
+
+    def produce(folder: Path) -> list[Path]:
+        """The report and its plots, written into `folder` (replace_outputs' staging folder)."""
+        return [write_text(folder / name, text)] + [
+            path
+            for r in reports  # one plot folder per experiment when the report is split by experiment
+            for path in plot_all(
+                r.rows,
+                r.cells,
+                r.datasets,
+                r.spaces,
+                args.metric,
+                folder / r.experiment if r.experiment else folder,
+            )
+        ]
+
+    target, *plots = replace_outputs(Path(args.out), produce)
+    return target, plots
 
 
 def _metric_order(metric: str) -> tuple[str, int]:

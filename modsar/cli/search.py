@@ -124,7 +124,10 @@ def _add_run_options(search: argparse.ArgumentParser) -> None:
     )
     search.add_argument("--resume", action="store_true", help="continue a killed search (Tuner.restore)")
     search.add_argument(
-        "--overwrite", action="store_true", help="delete an existing experiment of this name first"
+        "--overwrite",
+        action="store_true",
+        help="delete an existing search of this name first (only a folder holding a search that modsar "
+        "search wrote; anything else is refused, never deleted)",
     )
     search.add_argument(
         "--quiet", action="store_true", help="no live table; print only the cost estimate and the summary"

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from modsar.cli.common import Subparsers, add_command, add_data_dir, metrics_table, print_json
 from modsar.outputs import to_json
+
+if TYPE_CHECKING:
+    from modsar.config import Config
+    from modsar.records.run import RecordedRun
 
 EPILOG = """examples:
   modsar train --dataset synthetic                          # SASRec-style AR model, CE loss
@@ -13,7 +18,8 @@ EPILOG = """examples:
   modsar train --dataset video --config my.yaml model.num_heads=2 train.max_epochs=50
   modsar train --dataset beauty model.local_heads=1 model.num_heads=2 eval.filter_seen=history
 
-Overrides are dotted keys (see `modsar train --list-keys`); values are read as YAML (1e-3, true, [5,10]).
+Overrides are dotted keys (see `modsar train --list-keys`); values are read as YAML 1.2 (1e-3, true, [5,10];
+010 is 10, and 1:30, on, yes are text). A --config file gives each key once, nested or dotted.
 The result row is written to <results>/<experiment>/trials/<trial>.parquet and the best checkpoint
 next to it under checkpoints/ (`modsar evaluate --checkpoint` scores it again). \
 From Python: modsar.train()."""
@@ -39,7 +45,7 @@ def add_parser(sub: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Train the configuration (--config, then the overrides), record it, print its metrics and files."""
     from modsar.config import Config, load_config
-    from modsar.records.run import train_and_record
+    from modsar.records.run import RowNotWritten, train_and_record
 
     if args.list_keys:
         for key, value in Config().flat().items():
@@ -49,18 +55,28 @@ def run(args: argparse.Namespace) -> int:
     if args.dataset:
         overrides.append(f"dataset={args.dataset}")
     cfg = load_config(args.config, overrides)
-    recorded = train_and_record(
-        cfg,
-        args.results,
-        args.experiment,
-        args.data_dir,
-        checkpoint=not args.no_checkpoint,
-        progress=not args.quiet,
-    )
+    try:
+        recorded = train_and_record(
+            cfg,
+            args.results,
+            args.experiment,
+            args.data_dir,
+            checkpoint=not args.no_checkpoint,
+            progress=not args.quiet,
+        )
+    except RowNotWritten as exc:  # a finished run's metrics are shown even when its row cannot be written
+        _show(args, cfg, exc.recorded)
+        raise
+    _show(args, cfg, recorded)
+    return 0
+
+
+def _show(args: argparse.Namespace, cfg: Config, recorded: RecordedRun) -> None:
+    """The run's metrics and files (its row as JSON with --json); a row not written has no path to name."""
     row, path, result, checkpoint = recorded.row, recorded.row_path, recorded.result, recorded.checkpoint
     if args.json:
         print_json(args, to_json(row, default=str))
-        return 0
+        return
     ks = cfg.eval.ks
     print(
         f"{cfg.task.upper()} on {cfg.dataset}: best epoch {result.best_epoch} of {result.epochs_run} "
@@ -70,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         f"filter_seen={cfg.eval.filter_seen})"
     )
     print(metrics_table(ks, {"valid": result.valid, "test": result.test}))
-    print(f"result row: {path}")
+    if path:
+        print(f"result row: {path}")
     if checkpoint:
         print(f"checkpoint: {checkpoint}")
-    return 0

@@ -23,15 +23,22 @@ class PrepareOptions:
     kcore: bool = False  # iterate the min-count filter until both hold
     dedup_consecutive: bool = False  # drop an interaction equal to the user's previous item
     min_rating: float | None = None
+    # join sources with and without timestamps by ordering every history by its lines (never done unasked)
+    drop_timestamps: bool = False
 
     def to_dict(self) -> dict:
-        return {
+        """The options as the manifest records them; drop_timestamps only when set, so that the datasets
+        prepared before it existed keep their identity (rows and checkpoints compare it)."""
+        options: dict = {
             "min_user_count": self.min_user_count,
             "min_item_count": self.min_item_count,
             "kcore": self.kcore,
             "dedup_consecutive": self.dedup_consecutive,
             "min_rating": self.min_rating,
         }
+        if self.drop_timestamps:
+            options["drop_timestamps"] = True
+        return options
 
 
 @dataclass
@@ -61,6 +68,8 @@ def _counts(keys: np.ndarray) -> np.ndarray:
 
 def prepare_log(log: Interactions, options: PrepareOptions, source: str = "the source") -> PreparedLog:
     if options.min_rating is not None:
+        if not math.isfinite(options.min_rating):  # nan keeps no rating, -inf every one: neither is a filter
+            raise ModsarError(f"--min-rating must be a finite number; got {options.min_rating}")
         if log.rating is None:
             raise ModsarError(f"--min-rating given but {source} has no rating column")
         log = log.take(np.flatnonzero(log.rating >= options.min_rating))
@@ -117,6 +126,7 @@ def density_text(stats: dict) -> str:
     return f"{percent:.{decimals}f}%"
 
 
+MIN_ITEMS = 2  # with one item every ranking puts the target first: every metric is 1.0
 EVALUABLE_LENGTH = 3  # leave-one-out needs a training item, a validation and a test target (split.py)
 
 

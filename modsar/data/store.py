@@ -19,6 +19,7 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,13 +28,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from modsar.data import synthetic
-from modsar.data.importers import Interactions, read_interactions, resolve_format
-from modsar.data.prepare import PreparedLog, PrepareOptions, prepare_log, statistics
+from modsar.data.importers import Detection, Interactions, read_interactions, resolve_format
+from modsar.data.prepare import MIN_ITEMS, PreparedLog, PrepareOptions, prepare_log, statistics
 from modsar.data.registry import DatasetSpec, get_spec, is_generated
 from modsar.data.split import LeaveOneOut
 from modsar.errors import ModsarError
 from modsar.limits import SIZE_LIMITS
-from modsar.outputs import atomic_write, to_json
+from modsar.outputs import atomic_write, check_name, ensure_writable_dir, to_json, write_error, writer_lock
 from modsar.version import __version__
 
 
@@ -67,13 +68,6 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _check_name(name: str) -> None:
-    if not name or "/" in name or name.startswith(".") or name.startswith("_"):
-        raise ModsarError(
-            f"dataset name '{name}' is not usable as a folder name; use letters, digits, - or _"
-        )
 
 
 def _manifest_path(root: Path, name: str) -> Path:
@@ -115,6 +109,8 @@ def download(spec: DatasetSpec, root: Path, url: str | None = None) -> Path:
                 with open(tmp, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
                     shutil.copyfileobj(response, out)
             except (urllib.error.URLError, OSError) as exc:
+                if not isinstance(exc, urllib.error.URLError) and (full := write_error(target, exc)):
+                    raise full from None  # the disk, not the network: say so
                 raise ModsarError(
                     f"download of '{spec.name}' from {url} failed: {exc}; check the network, or "
                     "download it yourself and pass --source PATH"
@@ -153,28 +149,59 @@ def prepare_dataset(
     url: str | None = None,
     force: bool = False,
     spec: DatasetSpec | None = None,
+    wait: bool = False,
+    announce: Callable[[str], None] | None = None,
 ) -> tuple[dict, bool]:
     """Import + prepare `name` and store it. Returns (manifest, reused_existing).
 
     For a registry name the usual preprocessing and max length apply unless `options`/`max_len` are given.
     The format is `fmt` where given; else the registry's for its own download, and for any other file
-    (`sources`) the one detected from that file, the registry's format only breaking a tie (detect_format).
+    (`sources`) the one detected from that file's content, the registry's format only breaking a tie
+    (detect_format); once the dataset is stored (or reused), `announce` is given "read FILE as FORMAT
+    (WHY)" for each file, so that no format is chosen unseen. One process prepares a name at a time (an OS
+    lock beside the dataset's folder): another is refused in one line, or with `wait` (a generated dataset
+    made on first use) waits and then finds it prepared.
     """
-    _check_name(name)
+    name = check_name(name, "dataset name")
     _check_max_len(max_len)
     root = data_root(root)
+    ensure_writable_dir(root, "the data folder")  # before a source is read: nothing could be stored
+    with writer_lock(root, name, f"dataset '{name}' in {root}", wait=wait):
+        return _prepare_locked(
+            name, sources, fmt, options, root, max_len, download_missing, url, force, spec, announce
+        )
+
+
+def _prepare_locked(
+    name: str,
+    sources: list[str | Path] | None,
+    fmt: str,
+    options: PrepareOptions | None,
+    root: Path,
+    max_len: int | None,
+    download_missing: bool,
+    url: str | None,
+    force: bool,
+    spec: DatasetSpec | None,
+    announce: Callable[[str], None] | None = None,
+) -> tuple[dict, bool]:
+    """prepare_dataset's work, while this process holds the dataset's lock: whatever it finds stored (a
+    manifest, a killed prepare's staging folder) no other live process is writing."""
     remove_stale_staging(root, name)  # what a killed prepare of this name left behind
     spec = spec or get_spec(name)
     generated = is_generated(name) and not sources
+    given = fmt
     spec, options, max_len, fmt = _registry_defaults(name, spec, sources, options, max_len, fmt)
+    detected: list[Detection] = []
     if generated:
         paths: list[Path] = []
         source_facts, formats = [synthetic.GENERATORS[name].facts()], ["synthetic"]
     else:
         paths = _source_paths(name, spec, sources, root, download_missing, url)
+        detected = _formats(name, paths, given, fmt, spec)
+        formats = [d.format for d in detected]
         source_facts = [{"path": str(p.resolve()), "sha256": file_sha256(p)} for p in paths]
-        # a user's file under a registry name is read in the format it is in (SASRec's pairs for ml-1m, say)
-        formats = [resolve_format(p, fmt, spec.format if spec is not None else None) for p in paths]
+        _refuse_repeated_sources(paths, source_facts)
     max_len = max_len or 50
     existing = read_manifest(name, root)
     request = {
@@ -185,12 +212,13 @@ def prepare_dataset(
     }
     if existing is not None and not force and not _stale_generated(name, existing):
         if _same_preparation(existing, request, formats):
+            _announce(announce, paths, detected)
             return existing, True
         raise ModsarError(
             f"dataset '{name}' already exists in {root} with other sources or options; "
             "pass --force to replace it, or choose another name"
         )
-    raw = _raw_interactions(name, generated, paths, formats)
+    raw = _raw_interactions(name, generated, paths, detected, options.drop_timestamps)
     where = ", ".join(str(s.get("path", f"the '{name}' generator")) for s in source_facts)
     _refuse_unrated(name, spec, options, raw, where, formats)
     log = prepare_log(raw, options, source=where)
@@ -200,7 +228,25 @@ def prepare_dataset(
         generator = synthetic.GENERATORS[name]
         manifest["optimum"] = synthetic.optimum(generator.model(**generator.options), log)
     _write(root, name, log, manifest)
+    _announce(announce, paths, detected)
     return manifest, False
+
+
+def _formats(name: str, paths: list[Path], given: str, fmt: str, spec: DatasetSpec | None) -> list[Detection]:
+    """The format each file is read in, and why: `fmt` where given (--format, or the registry's for its own
+    download, `given` being 'auto'), else detected from the file's content. A user's file under a registry
+    name is read in the format it is in (SASRec's pairs for ml-1m, say); the registry's breaks a tie."""
+    detected = [resolve_format(p, fmt, spec.format if spec is not None else None) for p in paths]
+    if given == "auto" and fmt != "auto":  # the registry's own file, in the registry's format
+        detected = [Detection(d.format, f"the registry's format of {name}") for d in detected]
+    return detected
+
+
+def _announce(announce: Callable[[str], None] | None, paths: list[Path], detected: list[Detection]) -> None:
+    """Say which format each file was read in and why (a detected format is never used unseen)."""
+    for path, found in zip(paths, detected, strict=True):
+        if announce is not None:
+            announce(f"read {path} as {found.format} ({found.why})")
 
 
 def _check_max_len(max_len: int | None) -> None:
@@ -253,18 +299,60 @@ def _source_paths(
         sources = [download(spec, root, url)]
     paths = [Path(s).expanduser() for s in sources]
     for path in paths:
+        if path.is_dir():
+            raise ModsarError(f"--source {path} is a folder; pass the log file in it")
         if not path.is_file():
             raise ModsarError(f"source file '{path}' does not exist")
     return paths
 
 
-def _raw_interactions(name: str, generated: bool, paths: list[Path], formats: list[str]) -> Interactions:
-    """The log before any filtering: the generator's output, or the files read and joined into one."""
+def _refuse_repeated_sources(paths: list[Path], facts: list[dict]) -> None:
+    """Two --source files of the same content (one file given twice, or a copy) would count every
+    interaction twice: refused, naming both."""
+    seen: dict[str, Path] = {}
+    for path, fact in zip(paths, facts, strict=True):
+        if fact["sha256"] in seen:
+            raise ModsarError(
+                f"--source {path} holds the same bytes as --source {seen[fact['sha256']]}: joined, every "
+                "interaction would count twice; pass each file once"
+            )
+        seen[fact["sha256"]] = path
+
+
+def _raw_interactions(
+    name: str, generated: bool, paths: list[Path], detected: list[Detection], drop_timestamps: bool = False
+) -> Interactions:
+    """The log before any filtering: the generator's output, or the files read and joined into one. A file's
+    error says the format it was read in; files with and without timestamps are joined only when
+    `drop_timestamps` says so: else the timestamps would be dropped unseen and every history ordered by its
+    lines."""
     if generated:
         return synthetic.GENERATORS[name].generate(**synthetic.GENERATORS[name].options)
+    formats = [d.format for d in detected]
+    if "sessions" in formats and len(set(formats)) > 1:
+        raise ModsarError(
+            f"--source {paths[formats.index('sessions')]} is read as sessions and "
+            f"{paths[next(i for i, f in enumerate(formats) if f != 'sessions')]} is not: session numbers "
+            "would merge with user ids; prepare them apart, or pass --format for both"
+        )
     parts = []
-    for path, used in zip(paths, formats, strict=True):
-        parts.append(read_interactions(path, used)[0])
+    for path, found in zip(paths, detected, strict=True):
+        try:
+            parts.append(read_interactions(path, found.format)[0])
+        except ModsarError as error:
+            if found.why == "--format":
+                raise
+            raise ModsarError(f"{error} (read as {found.format}: {found.why})") from None
+    timed = [part.timestamp is not None for part in parts]
+    if len(set(timed)) > 1 and not drop_timestamps:
+        raise ModsarError(
+            f"--source {paths[timed.index(True)]} has timestamps and {paths[timed.index(False)]} has "
+            "none: joined, the times would be dropped and every history ordered by file lines; "
+            "prepare them apart, or pass --drop-timestamps to order all of them by their lines "
+            "(recorded in the manifest)"
+        )
+    if drop_timestamps:
+        parts = [Interactions(p.user, p.item, None, p.rating) for p in parts]
     raw = Interactions.concat(parts) if len(parts) > 1 else parts[0]
     if "sessions" in formats and len(parts) > 1:  # session ids restart per file: make them distinct
         offset, users = 0, []
@@ -306,6 +394,12 @@ def _trainable_statistics(log: PreparedLog, where: str) -> dict:
     """The prepared log's statistics, once it is known to leave leave-one-out something to validate, test
     and train on: a dataset that cannot be trained is refused before it is stored."""
     stats = statistics(log.user, log.num_users, log.num_items)
+    if stats["items"] < MIN_ITEMS:
+        raise ModsarError(
+            f"{where}: only {stats['items']} item after preparation (raw id {log.raw_items[0]!r}): every "
+            "ranking puts it first, so every metric would be 1.0; the data needs 2+ items (lower "
+            "--min-item-count / --min-rating if filtering removed them)"
+        )
     if not stats["evaluable_users"]:
         who = f"{stats['users']:,} user{'s' * (stats['users'] != 1)}"
         raise ModsarError(
@@ -383,9 +477,15 @@ _TEMP_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")  # tempfile.mkdtemp's
 
 def _temp_folder(root: Path, prefix: str) -> Path:
     """A new hidden folder `<prefix><8 random>` under root that records its owner (host, process) for
-    remove_stale_staging."""
+    remove_stale_staging. Its mode follows the umask, as a folder mkdir makes: mkdtemp's 0700 would become
+    the dataset folder's, unreadable to the other users of a shared data folder."""
     folder = Path(tempfile.mkdtemp(dir=root, prefix=prefix))
-    (folder / ".owner").write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+    try:
+        folder.chmod(0o777 & ~_umask())
+        (folder / ".owner").write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+    except OSError:  # a full disk: no empty folder left behind
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     return folder
 
 
@@ -431,7 +531,30 @@ def remove_stale_staging(root: Path, name: str) -> list[Path]:
     return removed
 
 
+def _umask() -> int:
+    """This process's umask, read without changing it where Linux shows it (os.umask can only set it, and
+    setting it for a moment races other threads creating files)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _write(root: Path, name: str, log: PreparedLog, manifest: dict) -> None:
+    """Store the dataset whole or not at all: a full disk or read-only folder is one line, with the staging
+    folder (and any earlier copy of the dataset) as they were."""
+    try:
+        _write_staged(root, name, log, manifest)
+    except OSError as exc:
+        raise write_error(root / name, exc) or exc from None
+
+
+def _write_staged(root: Path, name: str, log: PreparedLog, manifest: dict) -> None:
     root.mkdir(parents=True, exist_ok=True)
     staging = _temp_folder(root, f".staging-{name}-")
     try:
@@ -455,8 +578,13 @@ def _write(root: Path, name: str, log: PreparedLog, manifest: dict) -> None:
         if final.exists():
             trash = _temp_folder(root, f".old-{name}-")
             os.replace(final, trash / name)
-            os.replace(staging, final)
-            shutil.rmtree(trash, ignore_errors=True)
+            try:
+                os.replace(staging, final)
+            except OSError:
+                os.replace(trash / name, final)  # the earlier copy stays the dataset
+                raise
+            finally:
+                shutil.rmtree(trash, ignore_errors=True)
         else:
             os.replace(staging, final)
     finally:
@@ -477,7 +605,10 @@ def _stale_generated(name: str, manifest: dict | None) -> bool:
 
 
 def load_dataset(name: str, root: str | Path | None = None) -> StoredDataset:
-    """Load a prepared dataset; built-in generated ones are generated on first use (and when stale)."""
+    """Load a prepared dataset; built-in generated ones are generated on first use (and when stale): a
+    process that finds another generating it waits for it (the stale copy is regenerated unforced, so the
+    second of two finds the first's fresh one)."""
+    name = check_name(name, "dataset")
     root = data_root(root)
     manifest = read_manifest(name, root)
     if manifest is not None and _stale_generated(
@@ -488,11 +619,11 @@ def load_dataset(name: str, root: str | Path | None = None) -> StoredDataset:
             options=PrepareOptions(**manifest["options"]),
             root=root,
             max_len=manifest["max_len"],
-            force=True,
+            wait=True,
         )
     if manifest is None:
         if is_generated(name):
-            manifest, _ = prepare_dataset(name, root=root)
+            manifest, _ = prepare_dataset(name, root=root, wait=True)
         else:
             hint = f"modsar data prepare {name} --source PATH"
             if get_spec(name) is not None:
@@ -521,11 +652,23 @@ def list_prepared(root: str | Path | None = None) -> list[dict]:
     found = []
     for child in sorted(root.iterdir()):
         listed = (
-            child.is_dir() and not child.name.startswith((".", "_")) and (child / "manifest.json").is_file()
+            child.is_dir()
+            and not child.name.startswith((".", "_"))
+            and _is_name(child.name)
+            and (child / "manifest.json").is_file()
         )
         if listed and (manifest := read_manifest(child.name, root)) is not None:
             found.append(manifest)
     return found
+
+
+def _is_name(name: str) -> bool:
+    """Whether a folder's name is a dataset name (a folder a user made by hand, say, may not be)."""
+    try:
+        check_name(name, "dataset")
+    except ModsarError:
+        return False
+    return True
 
 
 def _source_hash(source: dict) -> str:

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from modsar.config import Config
 from modsar.data.store import dataset_identity
 from modsar.errors import ModsarError
-from modsar.outputs import PARTIAL_PREFIX, atomic_write
+from modsar.outputs import PARTIAL_PREFIX, atomic_write, check_name
 
 STATUSES = ("finished", "stopped", "diverged", "error")  # diverged: NaN/inf loss, weights or metrics
 ROW_KIND = (b"modsar.kind", b"trial-row")  # schema metadata of every row file: `read_rows` takes nothing else
@@ -176,6 +176,8 @@ def read_rows(root: str, experiment: str | None = None):
     folder that cannot be read (corrupt, truncated, empty), is no row, or has a column whose type clashes with
     the other rows' is named in one warning line on stderr; the other rows count. A root that is a file is
     one ModsarError."""
+    if experiment is not None:  # a name, never a path: nothing is read outside the root
+        experiment = check_name(experiment, "experiment")
     fs, base = filesystem(root)
     if (
         fs.get_file_info(base).type == pafs.FileType.File
@@ -466,9 +468,12 @@ def _list_value(cell: Any) -> list | None:
 
     if isinstance(cell, str):
         try:
-            cell = yaml.safe_load(cell)  # JSON is YAML; a YAML flow list ([a, 1e-3]) is what a user types
-        except yaml.YAMLError:
-            return None
+            cell = json.loads(cell)  # what rows hold: quick
+        except ValueError:
+            try:
+                cell = yaml.safe_load(cell)  # what a user types: a YAML flow list ([a, 1e-3])
+            except yaml.YAMLError:
+                return None
     if hasattr(cell, "tolist") and not isinstance(cell, str):
         cell = cell.tolist()
     return list(cell) if isinstance(cell, (list, tuple)) else None

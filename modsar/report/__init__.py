@@ -13,7 +13,8 @@ gives p and n.
 The modules, in the order data flows through them: `arms` (what a (dataset, space) compares: AE/AR or
 models), `cells` (rows into cells and their statistics), `protocol` (which experiments may share a table),
 `tables` and `verdicts` (what a report says), `build` (rows into reports), `formats` (a report rendered in
-md, latex, csv or html) and `plots` (its figures).
+md, latex, csv or html), `plots` (its figures) and `files` (its --out folder: a report replaces the previous
+report's files there).
 """
 
 from modsar.report.build import Report, build_reports

@@ -3,6 +3,7 @@ tables and verdict lines of each report."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pandas as pd
@@ -12,7 +13,7 @@ from modsar.report.arms import TASKS, with_arms
 from modsar.report.cells import METRICS, Cells, collect
 from modsar.report.protocol import protocol_line, why_separate
 from modsar.report.tables import Table, design_table, generation_table, models_table, significance_table
-from modsar.report.verdicts import model_verdicts, plateau_line, verdicts
+from modsar.report.verdicts import incomplete_notes, model_verdicts, plateau_line, verdicts
 
 TABLE5 = ["local_attn", "ssept", "loss_ce", "loss_bce", "loss_bpr"]  # the paper's design choices, in order
 
@@ -46,25 +47,36 @@ class _Layout:
 
 
 def build_reports(
-    rows: pd.DataFrame, metrics: list[str] | None = None, headline: str = "ndcg@10"
+    rows: pd.DataFrame,
+    metrics: list[str] | None = None,
+    headline: str = "ndcg@10",
+    unfinished: Mapping[str, int] | None = None,
 ) -> list[Report]:
     """One Report for all rows, or one per experiment when experiments cannot share tables: two cover the same
-    (dataset, space), or two on one dataset were ranked differently or on different data (PROTOCOL)."""
+    (dataset, space), or two on one dataset were ranked differently or on different data (PROTOCOL).
+    `unfinished`: experiment -> trials planned, for searches not recorded complete; their verdicts say so."""
     if not len(rows):
         raise ModsarError(
             "no trial rows to report on; run `modsar search` first or check --results/--experiment"
         )
     reason = why_separate(rows)
     if reason is None:
-        return [_build(rows, metrics, headline, None)]
+        return [_build(rows, metrics, headline, None, unfinished or {})]
     reports = [
-        _build(group, metrics, headline, experiment) for experiment, group in rows.groupby("experiment")
+        _build(group, metrics, headline, experiment, unfinished or {})
+        for experiment, group in rows.groupby("experiment")
     ]
     reports[0].verdicts.insert(0, f"each experiment is reported on its own: {reason}")
     return reports
 
 
-def _build(rows: pd.DataFrame, metrics: list[str] | None, headline: str, experiment: str | None) -> Report:
+def _build(
+    rows: pd.DataFrame,
+    metrics: list[str] | None,
+    headline: str,
+    experiment: str | None,
+    unfinished: Mapping[str, int],
+) -> Report:
     """The report of `rows`; its titles and lines start with `experiment` when the report is split by it."""
     metrics = metrics or METRICS
     cells = {m: collect(rows, m) for m in {*metrics, headline}}
@@ -72,7 +84,8 @@ def _build(rows: pd.DataFrame, metrics: list[str] | None, headline: str, experim
     layout = _layout(rows)
     prefix = f"{experiment}: " if experiment else ""
     tables = _tables(rows, cells, datasets, layout, metrics, prefix)
-    lines = _verdict_lines(rows, cells, datasets, layout, headline, prefix)
+    notes = incomplete_notes(rows, datasets, unfinished)
+    lines = _verdict_lines(rows, cells, datasets, layout, headline, prefix, notes)
     return Report(experiment, rows, tables, lines, cells, datasets, layout.design)
 
 
@@ -123,16 +136,25 @@ def _tables(
 
 
 def _verdict_lines(
-    rows: pd.DataFrame, cells: Cells, datasets: list[str], layout: _Layout, headline: str, prefix: str
+    rows: pd.DataFrame,
+    cells: Cells,
+    datasets: list[str],
+    layout: _Layout,
+    headline: str,
+    prefix: str,
+    notes: Mapping[str, str],
 ) -> list[str]:
-    """The protocol (when not the default), the verdicts on `headline`, and the cells stuck on a plateau."""
+    """The protocol (when not the default), the verdicts on `headline` (a dataset's note on an unfinished
+    search first), and the cells stuck on a plateau."""
     lines = (
-        [prefix + v for v in verdicts(rows, cells, datasets, layout.design, headline)]
+        [prefix + v for v in verdicts(rows, cells, datasets, layout.design, headline, notes)]
         if layout.design
         else []
     )
     lines += [
-        prefix + v for space in layout.comparisons for v in model_verdicts(cells, datasets, space, headline)
+        prefix + v
+        for space in layout.comparisons
+        for v in model_verdicts(cells, datasets, space, headline, notes)
     ]
     if (protocol := protocol_line(rows)) is not None:
         lines.insert(0, prefix + protocol)

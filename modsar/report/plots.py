@@ -63,10 +63,28 @@ def _curves(experiment: str, group: pd.DataFrame, out: Path) -> Path:
             style = "-" if r["status"] == "finished" else ":"
             ax.plot(xs, ys, style, color=TASK_COLOURS[Task(r["task"])], alpha=0.7)
     ax.set_xlabel("epoch")
-    ax.set_ylabel("validation metric")
+    ax.set_ylabel(curve_label(group))
     ax.set_title(f"{experiment} (blue AE, orange AR; dotted: stopped by ASHA)", fontsize=8)
     fig.tight_layout()
     return save_figure(fig, out / f"curves_{experiment}.png")
+
+
+METRIC_NAMES = {"ndcg": "NDCG", "recall": "Recall", "hr": "HR", "mrr": "MRR"}
+
+
+def curve_label(group: pd.DataFrame) -> str:
+    """The curves' y-axis: the validation metric each trial monitored (its curve's values), named as the
+    papers do ("validation NDCG@10"); trials that monitored different metrics are all named."""
+    monitors = (
+        sorted(group["train.monitor"].dropna().astype(str).unique()) if "train.monitor" in group else []
+    )
+    if not monitors:
+        return "validation metric (not recorded)"
+    names = []
+    for monitor in monitors:
+        name, _, k = monitor.partition("@")
+        names.append(f"{METRIC_NAMES.get(name, name)}@{k}" if k else METRIC_NAMES.get(name, name))
+    return "validation " + " / ".join(names)
 
 
 def _improvement(cells: Cells, datasets: list[str], spaces: list[str], metric: str, out: Path) -> Path:

@@ -5,6 +5,7 @@ their budget, the share of a planted optimum reached, cells stuck on the popular
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 import pandas as pd
 
@@ -13,10 +14,42 @@ from modsar.report.cells import Cell, CellKey, Cells, cell_at, improvement, mode
 
 
 def verdicts(
-    rows: pd.DataFrame, cells: Cells, datasets: list[str], spaces: list[str], metric: str
+    rows: pd.DataFrame,
+    cells: Cells,
+    datasets: list[str],
+    spaces: list[str],
+    metric: str,
+    notes: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """One line per dataset: AE or AR, on the best cells of the design choices `spaces`."""
-    return [_design_verdict(rows, cells, dataset, spaces, metric) for dataset in datasets]
+    """One line per dataset: AE or AR, on the best cells of the design choices `spaces`; a dataset's note
+    (`incomplete_notes`) comes first."""
+    return [
+        _noted(_design_verdict(rows, cells, dataset, spaces, metric), f"{dataset}: ", notes, dataset)
+        for dataset in datasets
+    ]
+
+
+def incomplete_notes(rows: pd.DataFrame, datasets: list[str], planned: Mapping[str, int]) -> dict[str, str]:
+    """Dataset -> "incomplete: N of M trials (search 'x' did not finish); " for the datasets whose rows come
+    from a search that is not recorded complete (`planned`: experiment -> trials planned; N counts its search
+    rows): a verdict on part of a search says so."""
+    notes = {}
+    for dataset in datasets:
+        mine = rows[rows["dataset"] == dataset]
+        unfinished = [name for name in sorted(set(mine["experiment"])) if name in planned]
+        notes[dataset] = "".join(
+            f"incomplete: {int(((rows['experiment'] == name) & (rows['role'] == 'search')).sum())} of "
+            f"{planned[name]} trials (search '{name}' did not finish; `modsar search ... --resume` "
+            "continues it); "
+            for name in unfinished
+        )
+    return notes
+
+
+def _noted(line: str, head: str, notes: Mapping[str, str] | None, dataset: str) -> str:
+    """A verdict `line` with `dataset`'s note right after its `head` ("beauty: incomplete: ...; AR wins")."""
+    note = (notes or {}).get(dataset, "")
+    return head + note + line.removeprefix(head) if note and line.startswith(head) else line
 
 
 def _design_verdict(rows: pd.DataFrame, cells: Cells, dataset: str, spaces: list[str], metric: str) -> str:
@@ -92,8 +125,11 @@ def _optimum_text(rows: pd.DataFrame, metric: str, best_ae: float, best_ar: floa
     )
 
 
-def model_verdicts(cells: Cells, datasets: list[str], space: str, metric: str) -> list[str]:
-    """One line per dataset of a comparison space: the model that leads on `metric`, beside the others."""
+def model_verdicts(
+    cells: Cells, datasets: list[str], space: str, metric: str, notes: Mapping[str, str] | None = None
+) -> list[str]:
+    """One line per dataset of a comparison space: the model that leads on `metric`, beside the others (after
+    the dataset's note, `incomplete_notes`)."""
     lines = []
     for dataset in datasets:
         scored = [
@@ -105,11 +141,13 @@ def model_verdicts(cells: Cells, datasets: list[str], space: str, metric: str) -
             continue
         leader = max(scored, key=lambda scores: scores[2])
         seeds = max(c.n for _, c, _ in scored)
-        lines.append(
-            f"{dataset} / {space}: {leader[0]} leads on test {short(metric)} ({leader[2]:.4f}); "
+        head = f"{dataset} / {space}: "
+        line = (
+            f"{head}{leader[0]} leads on test {short(metric)} ({leader[2]:.4f}); "
             + ", ".join(f"{arm} {mean:.4f}" for arm, _, mean in scored)
             + f"; {seeds} seed(s) per cell"
         )
+        lines.append(_noted(line, head, notes, dataset))
     return lines
 
 

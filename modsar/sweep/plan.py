@@ -7,10 +7,13 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from modsar.config import Config, apply_overrides, parse_override
 from modsar.data.store import data_root, load_dataset
 from modsar.errors import ModsarError
+from modsar.sweep.cluster import probe
+from modsar.sweep.credentials import environment, mlflow_env, mlflow_uri, redact, take_secrets
 from modsar.sweep.space_check import SpaceCheck, check_space, dataset_sizes
 from modsar.sweep.spaces import Param, SearchSpace, load_space
 
@@ -46,6 +49,12 @@ class SearchRequest:
     overwrite: bool = False
     dashboard: bool = False
     mlflow: str | None = None  # MLflow tracking URI: one run per trial (params, per-epoch metrics)
+
+    def __post_init__(self) -> None:
+        """No secret stays in a request: search.json records it and Tune pickles it (sweep.credentials)."""
+        self.mlflow = take_secrets("--mlflow", self.mlflow)
+        self.results = take_secrets("--results", self.results) or self.results
+        self.address = take_secrets("--address", self.address)
 
     @property
     def experiment_name(self) -> str:
@@ -270,6 +279,29 @@ def _check_mlflow(uri: str) -> None:
             f"--mlflow {uri!r} is not a tracking URI; use e.g. file:./mlruns, sqlite:///mlflow.db or "
             "http://HOST:5000"
         )
+    _reach_mlflow(uri)
+
+
+def _reach_mlflow(shown: str) -> None:
+    """An MLflow server must answer, and take the credentials, now: the MLflow client retries an unreachable
+    one for minutes, then the search died with a traceback. One TCP connection (a few seconds), then one
+    request with the credentials and without retries; each refused in one line that hides the password."""
+    parts = urlsplit(mlflow_uri(shown))
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    probe(parts.hostname, port, f"--mlflow {shown}", "start the MLflow server or fix --mlflow")
+    from mlflow.tracking import MlflowClient
+
+    once = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+    with environment({**mlflow_env(shown), **once}):
+        try:
+            MlflowClient(mlflow_uri(shown)).search_experiments(max_results=1)
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ModsarError(
+                f"--mlflow {shown}: the MLflow server refused a request: {redact(first)[:300]}"
+            ) from None
 
 
 def trial_config(base: dict[str, Any], space: SearchSpace, sampled: dict[str, Any]) -> Config:

@@ -39,9 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from modsar.config import Config, apply_overrides, set_value
+from modsar.config import Config, apply_overrides, load_yaml_file, set_value
 from modsar.errors import ModsarError
 
 
@@ -609,79 +607,6 @@ def _check_base(where: str, space: SearchSpace) -> None:
             )
 
 
-class _RepeatedKey(yaml.YAMLError):
-    def __init__(self, key: Any, lines: tuple[int, int]) -> None:
-        super().__init__(f"key {key!r} repeated")
-        self.key, self.lines = key, lines
-
-
-class _SpaceLoader(yaml.SafeLoader):
-    """yaml.safe_load's loader that refuses a key given twice in one mapping: plain YAML keeps the last one
-    silently, so `params` listing a key twice would search only one of its two specs."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:  # type: ignore[override]
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # keys a merge (<<) brings in may be overridden; a non-scalar key is refused later
-            key = self.construct_object(key_node, deep=deep)
-            line = key_node.start_mark.line + 1
-            if key in seen:
-                raise _RepeatedKey(key, (seen[key], line))
-            seen[key] = line
-        return super().construct_mapping(node, deep)
-
-    def get_single_data(self) -> Any:
-        """The document, once its size with every alias copied out is known to be small (_alias_growth)."""
-        node = self.get_single_node()
-        if node is None:
-            return None
-        _alias_growth(node)
-        return self.construct_document(node)
-
-
-# Values YAML aliases may add to a space file when copied out. An alias shares one object, but the checks and
-# messages that read a space walk (and repr) every copy: nested aliases (a "billion laughs" file) would
-# exhaust memory there. A space needs a few hundred values; reusing an anchor stays far below this.
-MAX_ALIAS_VALUES = 10_000
-
-
-class _AliasGrowth(yaml.YAMLError):
-    def __init__(self, cycle: bool) -> None:
-        super().__init__("aliases expand too far")
-        self.cycle = cycle
-
-
-def _alias_growth(root: yaml.Node) -> None:
-    """Raises _AliasGrowth when the document, with its aliases copied out, holds more than MAX_ALIAS_VALUES
-    values beyond those written, or a value that contains itself; counted over the composed nodes (each
-    once), without building anything."""
-    cap = 10**12  # sizes are kept below it, so nested aliases cannot make the count itself grow without end
-    size: dict[int, int] = {}
-    open_: set[int] = set()  # nodes whose subtree is being counted: one met again inside it is a cycle
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, done = stack.pop()
-        children: list[yaml.Node] = (
-            [n for pair in node.value for n in pair]
-            if isinstance(node, yaml.MappingNode)
-            else list(node.value)
-            if isinstance(node, yaml.SequenceNode)
-            else []
-        )
-        if done:
-            size[id(node)] = min(cap, 1 + sum(size[id(child)] for child in children))
-            open_.discard(id(node))
-        elif id(node) in open_:
-            raise _AliasGrowth(cycle=True)
-        elif id(node) not in size:
-            open_.add(id(node))
-            stack.append((node, True))
-            stack += [(child, False) for child in children if id(child) not in size]
-    if size[id(root)] - len(size) > MAX_ALIAS_VALUES:
-        raise _AliasGrowth(cycle=False)
-
-
 def load_space(name_or_path: str) -> SearchSpace:
     """A bundled space by name (`modsar spaces`) or a user's YAML file by path."""
     path = Path(name_or_path)
@@ -703,30 +628,7 @@ def load_space(name_or_path: str) -> SearchSpace:
         )
     if not path.is_file():
         raise ModsarError(f"space file '{path}' does not exist")
-    try:
-        data = yaml.load(path.read_text(), Loader=_SpaceLoader)  # a SafeLoader: nothing is evaluated
-    except UnicodeDecodeError:
-        raise ModsarError(f"space file '{path}' is not a text (UTF-8) file") from None
-    except _AliasGrowth as exc:
-        what = (
-            "holds a value that contains itself through a YAML alias"
-            if exc.cycle
-            else f"expands its YAML aliases (*name) into more than {MAX_ALIAS_VALUES:,} values beyond those "
-            "written (aliases nested in anchors)"
-        )
-        raise ModsarError(
-            f"space file '{path}' {what}; a space needs a few hundred values: write them out, "
-            "or use anchors that do not nest"
-        ) from None
-    except _RepeatedKey as exc:
-        raise ModsarError(
-            f"space file '{path}' gives the key {exc.key!r} twice in one mapping (lines "
-            f"{exc.lines[0]} and {exc.lines[1]}); YAML would keep only the last: remove one"
-        ) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark else ""
-        raise ModsarError(f"space file '{path}' is not valid YAML{at}") from None
+    data = load_yaml_file(path, "space")  # YAML 1.2; a key given twice, or aliases nested too far, refused
     return parse_space(data, path.stem, str(path))
 
 

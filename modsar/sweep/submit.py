@@ -1,24 +1,45 @@
 """`modsar submit`: run a ModSAR command on a Ray cluster through Ray's Job Submission SDK.
 
-The project (package, spaces) travels as the job's `working_dir`; the cluster's nodes provide the
-dependencies (the images in docker/). Ray token authentication is handled by the SDK itself: it reads
+The project (package, spaces) travels as the job's `working_dir` from a checkout, and the packages alone
+(`py_modules`) from an installed wheel (`code_to_upload`); the cluster's nodes provide the dependencies (the
+images in docker/). Ray token authentication is handled by the SDK itself: it reads
 RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH / ~/.ray/auth_token when the cluster uses tokens.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from modsar.errors import ModsarError
+from modsar.sweep.credentials import redact
 
 PROJECT = Path(__file__).resolve().parents[2]
 EXCLUDES = [".venv", ".git", "results", "tests", "benchmarks", "docker", "**/__pycache__", "*.egg-info"]
+PACKAGES = ("modsar", "hf_plugins")  # what an installed ModSAR is: the wheel's two top-level packages
+
+
+def code_to_upload(env: dict[str, str], project: Path = PROJECT) -> dict[str, Any]:
+    """The runtime_env of a job: the code it runs and `env`. From a checkout (its pyproject names the project
+    modsar), the checkout as the job's working_dir, less what the job never reads (EXCLUDES). From an
+    installed wheel the folder above the package is site-packages, every installed distribution in it (GBs):
+    there the job gets the package folders alone, as py_modules (the bundled spaces are inside modsar/)."""
+    pyproject = project / "pyproject.toml"
+    if pyproject.is_file() and re.search(r'^name\s*=\s*"modsar"', pyproject.read_text(), re.MULTILINE):
+        return {"working_dir": str(project), "excludes": EXCLUDES, "env_vars": env}
+    folders = [project / name for name in PACKAGES if (project / name / "__init__.py").is_file()]
+    if not folders or folders[0].name != "modsar":
+        raise ModsarError(f"no modsar package under {project} to send to the cluster")
+    return {"py_modules": [str(f) for f in folders], "excludes": ["**/__pycache__"], "env_vars": env}
+
+
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
 
@@ -32,7 +53,7 @@ def _probe(address: str) -> None:
         socket.create_connection((host, port), timeout=3).close()
     except OSError as exc:
         raise ModsarError(
-            f"nothing listens at {address} ({exc.strerror or exc}); start the cluster (ray start "
+            f"nothing listens at {redact(address)} ({exc.strerror or exc}); start the cluster (ray start "
             "--head) or fix --address (the Ray dashboard, port 8265)"
         ) from None
 
@@ -65,7 +86,9 @@ def client(address: str):
             if "auth" in first.lower()
             else ""
         )
-        raise ModsarError(f"cannot reach the Ray job server at {address}: {first}{hint}") from None
+        raise ModsarError(
+            f"cannot reach the Ray job server at {redact(address)}: {redact(first)}{hint}"
+        ) from None
 
 
 def submit(
@@ -77,8 +100,14 @@ def submit(
         )
     if command[0] in ("submit",):
         raise ModsarError("submit cannot submit itself")
+    if secret := next((part for part in command if redact(part) != part), None):
+        raise ModsarError(
+            f"the job's command holds a password ({redact(secret)}), and the cluster stores and shows a "
+            "job's command; give the credentials as --env variables (MLFLOW_TRACKING_USERNAME and "
+            "MLFLOW_TRACKING_PASSWORD, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) and the URI without them"
+        )
     jobs = client(address)
-    runtime_env = {"working_dir": str(PROJECT), "excludes": EXCLUDES, "env_vars": env}
+    runtime_env = code_to_upload(env)
     entrypoint = " ".join(shlex.quote(p) for p in ["python", "-m", "modsar.cli", *command])
     deadline = time.time() + 180  # a loaded 2-core head took over a minute to start its job agent
     while True:  # a cluster that has just started may not have its job agent up yet
@@ -89,7 +118,9 @@ def submit(
             break
         except RuntimeError as exc:
             if "No available agent" not in str(exc) or time.time() > deadline:
-                raise ModsarError(f"job submission to {address} failed: {str(exc).splitlines()[0]}") from None
+                raise ModsarError(
+                    f"job submission to {redact(address)} failed: {redact(str(exc).splitlines()[0])}"
+                ) from None
             time.sleep(2)
     if not wait:
         return job_id, "PENDING"

@@ -11,11 +11,22 @@ from typing import Any
 
 from ray.air.integrations.mlflow import MLflowLoggerCallback
 
+from modsar.sweep.credentials import mlflow_uri
 from modsar.sweep.plan import Plan
 
 
 class MLflowRuns(MLflowLoggerCallback):
     """One MLflow run per trial: the sampled values as params, every validation report as a metrics step."""
+
+    def setup(self, *args: Any, **kwargs: Any) -> None:
+        """The client gets the URI without its credentials (they are in MLflow's variables while the search
+        runs: sweep.credentials); the callback keeps the redacted URI, which Tune pickles into tuner.pkl."""
+        shown = self.tracking_uri
+        self.tracking_uri = mlflow_uri(shown) if shown else shown
+        try:
+            super().setup(*args, **kwargs)
+        finally:
+            self.tracking_uri = shown
 
     def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
         super().log_trial_result(iteration, trial, {k.replace("@", "_at_"): v for k, v in result.items()})

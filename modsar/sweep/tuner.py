@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import pkgutil
+import socket
 import sys
 import time
 import types
@@ -26,8 +27,18 @@ from ray.tune.search import ConcurrencyLimiter
 from modsar.data.store import load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
-from modsar.outputs import atomic_write, ensure_writable_dir, to_json
+from modsar.outputs import atomic_write, check_name, ensure_writable_dir, to_json, writer_lock
 from modsar.records.rows import differing_keys, filesystem, read_rows, remove_partial_rows
+from modsar.sweep.cluster import check_address, host_and_port, is_loopback, private_token, quiet_dashboard
+from modsar.sweep.credentials import environment, mlflow_env, redact, results_env
+from modsar.sweep.interrupt import (
+    COMPLETE,
+    RUNNING,
+    fitting,
+    planned_trials,
+    record_state,
+    stops_on_ctrl_c,
+)
 from modsar.sweep.plan import Plan, SearchRequest, make_plan
 from modsar.sweep.rows import SchedulerState, make_callbacks, reconcile_rows, rewrite_row, rows_dir
 from modsar.sweep.storage import never_saved, remove_partial_files, restore_snapshot, snapshots_of_tune_state
@@ -96,37 +107,33 @@ def _workers_import_this_modsar():
                 os.environ[name] = value
 
 
+_JOINED: dict[str, str] = {}  # the address a search asked for ("" for a local cluster) and the cluster's GCS
+
+
 def connect_ray(req: SearchRequest) -> None:
+    """Join the cluster at req.address (or $RAY_ADDRESS), checked first, or start a local one that makes no
+    connection beyond 127.0.0.1 (modsar.sweep.cluster); where this process is connected already, keep that
+    connection if it is the one asked for."""
     import ray
     import torch  # before ray.init: loaded after it, in a Ray job driver, torch's MKL failed to load
 
-    if ray.is_initialized():
-        return
     address = req.address or os.environ.get("RAY_ADDRESS")
+    address = None if address == "local" else address
+    if ray.is_initialized() and _keep_connection(address):
+        return
+    if address and results_env(req.results):
+        raise ModsarError(
+            f"--results {req.results}: the S3 keys given in the URI are not sent to the cluster's workers; "
+            "give the cluster's nodes their S3 credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a "
+            "role) and drop them from --results"
+        )
     os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": "ERROR", "configure_logging": True}
     try:
         if address:
-            with _workers_import_this_modsar():
-                ray.init(address=address, **quiet)
+            _join(address)
         else:
-            with _loopback_only(), _workers_import_this_modsar():
-                ray.init(
-                    num_cpus=os.cpu_count() or 1,
-                    num_gpus=torch.cuda.device_count(),
-                    include_dashboard=req.dashboard,
-                    dashboard_host="127.0.0.1",
-                    object_store_memory=256 * 1024 * 1024,
-                    **quiet,
-                )
-            if (node_ip := ray.util.get_node_ip_address()) != "127.0.0.1":
-                ray.shutdown()
-                raise ModsarError(
-                    f"the local Ray cluster took the address {node_ip} instead of 127.0.0.1 (this Ray "
-                    "version ignores its local-only switch); run inside a private network namespace "
-                    "(unshare -n) or start Ray yourself and pass --address"
-                )
+            _start_local(req, torch.cuda.device_count())
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = (
@@ -138,8 +145,84 @@ def connect_ray(req: SearchRequest) -> None:
             else ""
         )
         raise ModsarError(
-            f"cannot connect to Ray{' at ' + address if address else ''}: {first}{hint}"
+            f"cannot connect to Ray{' at ' + redact(address) if address else ''}: {redact(first)}{hint}"
         ) from None
+    _JOINED.update(wanted=address or "", gcs=ray.get_runtime_context().gcs_address)
+
+
+QUIET: dict[str, Any] = {"log_to_driver": False, "logging_level": "ERROR", "configure_logging": True}
+
+
+def _join(address: str) -> None:
+    """ray.init on an existing cluster, once something answers at its address. A cluster on this machine
+    named by a loopback address keeps it: Ray would replace it by the machine's outward address, which it
+    finds by a connection towards 8.8.8.8."""
+    import ray
+
+    check_address(address)
+    with (
+        _workers_import_this_modsar(),
+        _loopback_only() if is_loopback(address) else contextlib.nullcontext(),
+    ):
+        ray.init(address=address, **QUIET)
+
+
+def _start_local(req: SearchRequest, gpus: int) -> None:
+    """A local cluster on 127.0.0.1 only, that reaches no other address, with a private token file."""
+    import ray
+
+    with _loopback_only(), _workers_import_this_modsar(), quiet_dashboard(), private_token():
+        ray.init(
+            num_cpus=os.cpu_count() or 1,
+            num_gpus=gpus,
+            include_dashboard=req.dashboard,
+            dashboard_host="127.0.0.1",
+            object_store_memory=256 * 1024 * 1024,
+            **QUIET,
+        )
+    if (node_ip := ray.util.get_node_ip_address()) != "127.0.0.1":
+        ray.shutdown()
+        raise ModsarError(
+            f"the local Ray cluster took the address {node_ip} instead of 127.0.0.1 (this Ray "
+            "version ignores its local-only switch); run inside a private network namespace "
+            "(unshare -n) or start Ray yourself and pass --address"
+        )
+
+
+def _keep_connection(address: str | None) -> bool:
+    """Whether a search asking for `address` (None: a local cluster) runs on the Ray this process is connected
+    to. A cluster an earlier search of this process started or joined is left for another address; one the
+    caller connected to (ray.init) serves a search without an address, or with its own address, and any
+    other address is refused in one line."""
+    import ray
+
+    current = ray.get_runtime_context().gcs_address
+    if _JOINED.get("gcs") == current:
+        if _JOINED.get("wanted") == (address or ""):
+            return True
+        ray.shutdown()
+        _JOINED.clear()
+        return False
+    if not address or address == "auto" or _same_cluster(address, current):
+        return True
+    raise ModsarError(
+        f"this process is connected to the Ray cluster at {current} already (ray.init ran before), not to "
+        f"--address {redact(address)}; call ray.shutdown() first, or leave the address out to search there"
+    )
+
+
+def _same_cluster(address: str, gcs: str) -> bool:
+    """Whether a Ray address names the cluster whose GCS is at `gcs` (HOST:PORT)."""
+    found = host_and_port(address)
+    host, _, port = gcs.rpartition(":")
+    if found is None or str(found[1]) != port:
+        return False
+    if is_loopback(address):
+        return True
+    try:
+        return socket.gethostbyname(found[0]) == host.strip("[]")
+    except OSError:
+        return False
 
 
 def check_resources(req: SearchRequest) -> dict[str, float]:
@@ -388,11 +471,30 @@ def modules_under_earlier_names() -> Iterator[None]:
 def run_search(req: SearchRequest, plan: Plan | None = None) -> dict[str, Any]:
     """Run the search `req` asks for; `plan` is its make_plan(req) where the caller already made it."""
     plan = plan or make_plan(req)
+    name = check_name(req.experiment_name, "experiment")
     storage = _storage(plan)
     ensure_writable_dir(storage, "--results")  # before Ray starts: search.json and the rows are written there
+    # one writer per experiment: another search or a training of it is refused, never interleaved with this
+    # one (the trials' rows are written by this driver, which holds the lock for the whole search)
+    with (
+        environment(results_env(req.results)),  # S3 keys taken out of --results (sweep.credentials)
+        writer_lock(storage.rpartition("/")[0], name, f"experiment '{name}' in {req.results}"),
+    ):
+        return _run_locked(req, plan, storage)
+
+
+def _run_locked(req: SearchRequest, plan: Plan, storage: str) -> dict[str, Any]:
+    """run_search's work, while this process holds the experiment's lock."""
     search_json = f"{storage}/search.json"
     _check_start(req, plan, storage, search_json)
     connect_ray(req)
+    with environment(mlflow_env(req.mlflow)):  # after ray.init: no Ray process inherits them
+        return _run_connected(req, plan, storage, search_json)
+
+
+def _run_connected(req: SearchRequest, plan: Plan, storage: str, search_json: str) -> dict[str, Any]:
+    """The search, on the cluster it runs on; search.json records its status (running, interrupted,
+    complete) for `modsar report`."""
     total = check_resources(req)
     if req.overwrite and not req.resume and _fs_exists(storage):
         fs, path = filesystem(storage)
@@ -401,17 +503,24 @@ def run_search(req: SearchRequest, plan: Plan | None = None) -> dict[str, Any]:
     if req.resume:
         _check_same_search(plan, _read_json(search_json), settings)
         remove_partial_rows(rows_dir(plan), req.experiment_name)  # a row the killed driver was writing
+        record_state(search_json, RUNNING, trials_planned=planned_trials(plan))
     else:
+        argv = [redact(arg) for arg in sys.argv]  # no password of a URI is written (sweep.credentials)
+        state = {"status": RUNNING, "trials_planned": planned_trials(plan)}
         _write_json(
-            search_json, {"request": asdict(req), "space_file": plan.space.path, **settings, "argv": sys.argv}
+            search_json,
+            {"request": asdict(req), "space_file": plan.space.path, **settings, "argv": argv, **state},
         )
     started = time.perf_counter()
-    with snapshots_of_tune_state():
+    with snapshots_of_tune_state(), stops_on_ctrl_c(plan, search_json):
         trials, errors = _run_directions(req, plan, storage, total)
         selected = select_and_test(plan)
         if req.seeds:
             rerun_seeds(plan, selected)
     rows = read_rows(rows_dir(plan), req.experiment_name)
+    record_state(
+        search_json, COMPLETE, trials_ended=int((rows["role"] == "search").sum()) if len(rows) else 0
+    )
     diverged = int((rows["status"] == "diverged").sum()) if len(rows) else 0
     return {
         "experiment": req.experiment_name,
@@ -437,6 +546,8 @@ def _check_start(req: SearchRequest, plan: Plan, storage: str, search_json: str)
             f"experiment '{req.experiment_name}' already exists in {req.results}; pass --resume to "
             "continue it, --overwrite to replace it, or choose another --experiment"
         )
+    if req.overwrite and not req.resume:
+        _check_overwrite(storage, search_json)
     device = plan.base["train"]["device"]
     if (
         device.startswith("cuda") and not req.gpus_per_trial
@@ -445,6 +556,36 @@ def _check_start(req: SearchRequest, plan: Plan, storage: str, search_json: str)
             f"train.device={device}, but a trial sees a GPU only when --gpus-per-trial gives it one; "
             "pass --gpus-per-trial (e.g. 1, or 0.5 to share), or leave train.device=auto"
         )
+
+
+def _check_overwrite(storage: str, search_json: str) -> None:
+    """--overwrite deletes only what it recognises as a search ModSAR wrote (its search.json): never a folder
+    that holds something else (another command's rows, a user's files), nor the target of a symbolic link,
+    which may lie outside the results root. A missing or empty folder has nothing to lose."""
+    fs, path = filesystem(storage)
+    if "://" not in storage and os.path.islink(path):
+        raise ModsarError(
+            f"--overwrite: {storage} is a symbolic link (to {os.path.realpath(path)}); nothing was deleted. "
+            "ModSAR deletes only a search folder of its own, never where a link points: remove the link "
+            "yourself, or choose another --experiment"
+        )
+    if fs.get_file_info(path).type != pafs.FileType.Directory:
+        return
+    if not fs.get_file_info(pafs.FileSelector(path)) or _is_search(search_json):
+        return
+    raise ModsarError(
+        f"--overwrite: {storage} holds no search that modsar search wrote (no readable search.json); "
+        "nothing was deleted. Remove it yourself if it should go, or choose another --experiment"
+    )
+
+
+def _is_search(search_json: str) -> bool:
+    """Whether `search_json` is a search.json as run_search writes it (its request and base config)."""
+    try:
+        stored = _read_json(search_json)
+    except (OSError, ValueError):
+        return False
+    return isinstance(stored, dict) and isinstance(stored.get("request"), dict) and "base" in stored
 
 
 def _search_settings(plan: Plan) -> dict[str, Any]:
@@ -481,9 +622,12 @@ def _run_directions(req: SearchRequest, plan: Plan, storage: str, total: dict[st
                 tuner = tune.Tuner.restore(
                     ray_path, trainable=fn, resume_unfinished=True, resume_errored=True
                 )
-                grid = tuner.fit()
+                with fitting():
+                    grid = tuner.fit()
         else:
-            grid = build_tuner(plan, total, task, fn).fit()
+            tuner = build_tuner(plan, total, task, fn)
+            with fitting():  # Ctrl-C: Tune saves and ends this fit, and the search stops after it
+                grid = tuner.fit()
         reconcile_rows(plan, grid)
         drop_resume_state(grid)
         trials, errors = trials + len(grid), errors + grid.num_errors
@@ -656,4 +800,6 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
             failure_config=tune.FailureConfig(max_failures=plan.request.max_failures),
         ),
     )
-    drop_resume_state(tuner.fit())
+    with fitting():
+        grid = tuner.fit()
+    drop_resume_state(grid)

@@ -29,6 +29,7 @@ def validate_for_dataset(
     the settings size fit in this machine's memory (modsar.memory; where no split is given, a space check's
     `sizes`, the manifest's counts, bound the batches, evaluation and rollouts from below; `max_len`, the
     model's window where known, how many positions a training row labels)."""
+    _refuse_trivial_ranking(cfg, num_items, where)
     if cfg.eval.sampled_negatives >= num_items:
         raise ModsarError(
             f"{where}: 'eval.sampled_negatives' ({cfg.eval.sampled_negatives}) must be below the "
@@ -61,6 +62,24 @@ def validate_for_dataset(
                 "eval.generate_steps=0 or eval.filter_seen=none"
             )
     memory.refuse(memory.dataset_needs(cfg, num_items, split, sizes, max_len), cfg.train.device, where)
+
+
+def _refuse_trivial_ranking(cfg: Config, num_items: int, where: str) -> None:
+    """A catalogue a ranking cannot tell models apart on: one item (every metric 1.0; a dataset stored
+    before `data prepare` refused it), or a monitored recall@k whose k covers every item (1.0 for any model,
+    so model selection would pick the first epoch)."""
+    if num_items < 2:
+        raise ModsarError(
+            f"{where}: dataset '{cfg.dataset}' has {num_items} item: every ranking puts it first and every "
+            "metric would be 1.0; prepare a log with 2+ items"
+        )
+    name, _, k = cfg.train.monitor_key.partition("@")
+    if name == "recall" and k.isdigit() and int(k) >= num_items:
+        raise ModsarError(
+            f"{where}: 'train.monitor' {cfg.train.monitor} is 1.0 for every model on dataset "
+            f"'{cfg.dataset}', whose {num_items} items all fit in the top {k}; monitor a metric at a k "
+            f"below {num_items}, or ndcg@{k}"
+        )
 
 
 def validate_split(cfg: Config, split: LeaveOneOut) -> None:

@@ -25,9 +25,10 @@ RESUME_FILE = "resume.pt"  # beside a resumable run's best.pt: what a retried tr
 
 
 def _atomic_save(path: Path, payload: dict) -> None:
-    """torch.save, never a half file."""
-    with atomic_write(path) as tmp:
-        torch.save(payload, tmp)
+    """torch.save, never a half file. Written through a Python file, so that a full disk is the OSError
+    (ENOSPC) atomic_write turns into one line; torch's own file writer raises an unnamed RuntimeError."""
+    with atomic_write(path) as tmp, open(tmp, "wb") as out:
+        torch.save(payload, out)
 
 
 def _weights(model: Recommender) -> dict[str, torch.Tensor]:

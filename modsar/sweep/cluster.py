@@ -1,0 +1,152 @@
+"""The Ray cluster a search runs on, kept to what the search needs: a local cluster makes no connection beyond
+127.0.0.1, keeps its token private, and an `--address` is checked before Ray is asked to join it.
+
+What a local `ray.init` reaches out to, and what turns each off (tests/test_hostile_search.py traces every
+connect/sendto of a search under strace):
+- the node address: Ray takes the machine's outward address by connecting a UDP socket to 8.8.8.8:53
+  (`node_ip_address_from_perspective`); the local-only switch (tuner._loopback_only) makes it 127.0.0.1, and
+  the same switch keeps an `--address` on this machine (127.0.0.1:PORT, localhost:PORT) from being rewritten
+  to the outward address by the same probe.
+- the dashboard process, started even without the dashboard for its usage-stats module, asks the cloud
+  metadata servers (169.254.169.254, metadata.google.internal) which cloud it runs on, whether usage stats
+  are on or not. It is started with HTTP(S) proxies that point at a closed 127.0.0.1 port, so those requests
+  fail at once on loopback without resolving a name (`quiet_dashboard`); 127.0.0.1 itself is exempt.
+- usage stats: off (RAY_USAGE_STATS_ENABLED=0; ray.init sets it for a local cluster too).
+- the token: a local cluster turns on Ray's token authentication and writes ~/.ray/auth_token with the
+  user's umask (0644: readable by every user). `private_token` writes it first, 0600, and makes an existing
+  one private.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import secrets
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from modsar.errors import ModsarError
+from modsar.sweep.credentials import environment, redact
+
+PROBE_TIMEOUT_S = 3.0
+LOCAL_ADDRESSES = ("auto", "local")  # Ray's own words for "the cluster on this machine" / "start one"
+
+
+def probe(host: str, port: int, what: str, fix: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Refuse in one line, within `timeout` seconds, where nothing accepts a TCP connection at host:port."""
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        reason = exc.strerror or ("timed out" if isinstance(exc, TimeoutError) else type(exc).__name__)
+        raise ModsarError(f"nothing answers at {what} ({reason}); {fix}") from None
+
+
+def host_and_port(address: str) -> tuple[str, int] | None:
+    """(host, port) of a Ray address (HOST:PORT, ray://HOST:PORT, [v6]:PORT), or None where it names none."""
+    if address in LOCAL_ADDRESSES:
+        return None
+    parts = urlsplit(address if "://" in address else f"ray://{address}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname or port is None:
+        raise ModsarError(
+            f"--address {redact(address)!r} is not a Ray address; use HOST:PORT (the head's GCS port, "
+            "6379 by default) or ray://HOST:10001"
+        )
+    return parts.hostname, port
+
+
+def check_address(address: str) -> None:
+    """Refuse, in a few seconds and one line, an --address where nothing listens: Ray itself retries an
+    unreachable address for many minutes before it gives up."""
+    found = host_and_port(address)
+    if found is not None:
+        host, port = found
+        probe(
+            host,
+            port,
+            f"--address {redact(address)}",
+            "start the cluster (`ray start --head`) or fix --address (the head's HOST:PORT)",
+        )
+
+
+def is_loopback(address: str) -> bool:
+    """Whether an --address names a cluster on this machine by a loopback host (127.0.0.1, localhost, ::1)."""
+    found = host_and_port(address)
+    if found is None:
+        return False
+    if found[0] == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(found[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _closed_loopback_port() -> int:
+    """A 127.0.0.1 port that refuses every connection: bound by this process and never listening."""
+    global _HELD_PORT
+    if _HELD_PORT is None:
+        _HELD_PORT = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        _HELD_PORT.bind(("127.0.0.1", 0))
+    return int(_HELD_PORT.getsockname()[1])
+
+
+_HELD_PORT: socket.socket | None = None
+
+
+@contextlib.contextmanager
+def quiet_dashboard() -> Iterator[None]:
+    """While a local cluster starts: its dashboard process is started with HTTP(S) proxies at a closed
+    127.0.0.1 port (and 127.0.0.1, localhost and ::1 exempt), so that its cloud-metadata requests end at once
+    on loopback; the other Ray processes are started with the environment as it was."""
+    from ray._private import services
+
+    start_api_server = services.start_api_server
+    dead = f"http://127.0.0.1:{_closed_loopback_port()}"
+    proxies = {name: dead for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")}
+    exempt = {name: "127.0.0.1,localhost,::1" for name in ("no_proxy", "NO_PROXY")}
+
+    def start_dashboard(*args, **kwargs):
+        with environment({**proxies, **exempt}):
+            return start_api_server(*args, **kwargs)
+
+    services.start_api_server = start_dashboard
+    try:
+        with environment({"RAY_USAGE_STATS_ENABLED": "0"}):
+            yield
+    finally:
+        services.start_api_server = start_api_server
+
+
+def token_path() -> Path:
+    """Where Ray keeps the token it makes for a local cluster (ray's authentication_token_setup)."""
+    return Path.home() / ".ray" / "auth_token"
+
+
+@contextlib.contextmanager
+def private_token() -> Iterator[None]:
+    """Around a local ray.init: Ray's token file, readable by its user only (0600). Ray writes a missing one
+    with the umask's mode, so it is written here first, as Ray would (a random hex token), then Ray reads it;
+    one that exists (written by an earlier Ray) is made private afterwards. Nothing is done where the token
+    comes from elsewhere (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH) or authentication is off."""
+    path = token_path()
+    ours = os.environ.get("RAY_AUTH_MODE", "token").lower() != "disabled" and not (
+        os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+    )
+    if ours and not path.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # another process wrote it first: made private below
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as out:
+                out.write(secrets.token_hex(32))
+    try:
+        yield
+    finally:
+        if ours and path.is_file() and path.stat().st_uid == os.getuid() and path.stat().st_mode & 0o077:
+            path.chmod(0o600)

@@ -1,0 +1,170 @@
+"""Ctrl-C on a search, and the state a search records of itself (search.json: running, interrupted, complete).
+
+Tune catches the first Ctrl-C (SIGINT) of a Tuner's fit itself: it saves the search's state and returns, as if
+the Tuner had ended. A search runs one Tuner per direction, so the search went on with the other direction,
+and a second Ctrl-C ended that one too: the search then selected and tested on a few trials and exited 0, and
+a report gave a verdict on them. Here the first Ctrl-C stops the whole search: inside a fit, Tune stops
+it its own way (its SIGUSR1 handler: the state `--resume` needs is saved), and nothing after it runs;
+elsewhere it stops at once. A second Ctrl-C stops at once. The search records itself as interrupted, with
+the trials that ended and the trials planned, and stops with `SearchInterrupted` (exit 130), whose message
+is the command that resumes it. A report over a search not recorded complete says so (`incomplete_searches`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import threading
+from collections.abc import Iterator
+from dataclasses import fields
+from types import FrameType
+from typing import Any
+
+from modsar.records.rows import filesystem
+from modsar.sweep.plan import Plan, SearchRequest
+from modsar.sweep.spaces import grid_size_by_task
+
+RUNNING, INTERRUPTED, COMPLETE = "running", "interrupted", "complete"  # search.json's "status"
+
+
+class SearchInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a search; what ran is saved, and the message says how to resume it."""
+
+
+class _CtrlC:
+    """The search's SIGINT handler: the first press stops the fit in progress the way Tune does (its own
+    SIGUSR1 handler, installed for the fit), or the search at once outside a fit; a second press at once."""
+
+    def __init__(self) -> None:
+        self.pressed = 0
+        self.fitting = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.pressed += 1
+        tune_stop = signal.getsignal(signal.SIGUSR1)
+        if self.pressed == 1 and self.fitting and callable(tune_stop):
+            tune_stop(signal.SIGUSR1, frame)  # Tune ends the fit after saving its state
+            signal.signal(signal.SIGINT, self)  # Tune's handler put back the one it found: this one
+            return
+        raise KeyboardInterrupt
+
+
+_CURRENT: _CtrlC | None = None
+
+
+@contextlib.contextmanager
+def ctrl_c_stops_the_search() -> Iterator[None]:
+    """While a search runs (in the main thread: only it receives signals), Ctrl-C stops all of it."""
+    global _CURRENT
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved_handler, saved_env = signal.getsignal(signal.SIGINT), os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+    _CURRENT = _CtrlC()
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # Tune's own handler would end one Tuner only
+    signal.signal(signal.SIGINT, _CURRENT)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, saved_handler)
+        if saved_env is None:
+            os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
+        else:
+            os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = saved_env
+        _CURRENT = None
+
+
+@contextlib.contextmanager
+def fitting() -> Iterator[None]:
+    """Around a Tuner's fit: a first Ctrl-C lets Tune stop the fit and save, and the search stops after it.
+    Tune's SIGUSR1 handler, which it leaves installed after the fit, goes back to what it was."""
+    saved = signal.getsignal(signal.SIGUSR1) if _CURRENT is not None else None
+    if _CURRENT is not None:
+        _CURRENT.fitting = True
+    try:
+        yield
+    finally:
+        if _CURRENT is not None:
+            _CURRENT.fitting = False
+            if saved is not None:  # None: a handler not set from Python, which Tune's replaced for good
+                signal.signal(signal.SIGUSR1, saved)
+    if _CURRENT is not None and _CURRENT.pressed:
+        raise KeyboardInterrupt  # the fit ended on Ctrl-C: no other direction, selection or seed runs
+
+
+@contextlib.contextmanager
+def stops_on_ctrl_c(plan: Plan, search_json: str) -> Iterator[None]:
+    """Around a search's Tuners, selection and seed re-runs: Ctrl-C stops them all, records the search as
+    interrupted (trials ended of planned) and raises SearchInterrupted naming the command that resumes it."""
+    from modsar.records.rows import read_rows
+
+    req = plan.request
+    try:
+        with ctrl_c_stops_the_search():
+            yield
+    except KeyboardInterrupt:
+        rows = read_rows(req.results.rstrip("/"), req.experiment_name)
+        ended = int((rows["role"] == "search").sum()) if len(rows) else 0
+        planned = planned_trials(plan)
+        record_state(search_json, INTERRUPTED, trials_ended=ended, trials_planned=planned)
+        raise SearchInterrupted(
+            f"search '{req.experiment_name}' ({ended} of {planned} trials ended; what ran is saved): "
+            f"resume it with `{resume_command(req)}`"
+        ) from None
+
+
+def planned_trials(plan: Plan) -> int:
+    """The trials the search plans: every grid point (per direction, times --num-samples), or the samples of
+    each direction."""
+    if plan.search == "grid":
+        return sum(grid_size_by_task(plan.space).values()) * plan.num_samples
+    return plan.num_samples * len(plan.space.tasks())
+
+
+_FLAGS = {"time_budget_s": "--time-budget"}  # SearchRequest fields whose option is not --<field-name>
+_NOT_REPEATED = {"space", "dataset", "overrides", "resume", "overwrite"}
+
+
+def resume_command(req: SearchRequest) -> str:
+    """The `modsar search` command that resumes `req`'s search: its options as given, and --resume. A
+    password the request held is shown as *** (it never reaches a file or a message): type it again."""
+    args = ["modsar", "search", "--space", req.space, "--dataset", req.dataset]
+    for field in fields(req):
+        value = getattr(req, field.name)
+        if field.name in _NOT_REPEATED or value == field.default:
+            continue
+        flag = _FLAGS.get(field.name, "--" + field.name.replace("_", "-"))
+        args += [flag] if value is True else [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    return shlex.join([*args, *req.overrides, "--resume"])
+
+
+def record_state(search_json: str, status: str, **facts: Any) -> None:
+    """Set the search's status (and facts: trials planned, ended) in its search.json, the rest kept."""
+    from modsar.outputs import atomic_write, to_json
+
+    fs, path = filesystem(search_json)
+    with fs.open_input_stream(path) as stream:
+        stored = json.loads(stream.read().decode())
+    stored.update(status=status, **facts)
+    with atomic_write(path, fs) as tmp, fs.open_output_stream(tmp) as out:
+        out.write(to_json(stored, default=str).encode())
+
+
+def incomplete_searches(results: str, experiments: list[str]) -> dict[str, int]:
+    """Experiment -> trials planned, for each of `experiments` whose search (search.json) is not recorded
+    complete: interrupted, killed, or running now. Searches from before the status was recorded, and
+    experiments that are no search (`modsar train`), are not listed."""
+    found = {}
+    for name in experiments:
+        fs, path = filesystem(f"{results.rstrip('/')}/{name}/search.json")
+        try:
+            with fs.open_input_stream(path) as stream:
+                stored = json.loads(stream.read().decode())
+        except (OSError, ValueError):
+            continue
+        if stored.get("status") in (RUNNING, INTERRUPTED) and stored.get("trials_planned"):
+            found[name] = int(stored["trials_planned"])
+    return found
