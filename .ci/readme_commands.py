@@ -16,14 +16,12 @@ SECTIONS = {"main": "## Quick start", "tests": "### Tests"}
 
 
 def commands(readme: str) -> dict[str, str]:
-    """{"main": ..., "tests": ...}: the first ```bash block after each section's heading, which must hold
-    exactly one command line (a README that says otherwise is refused: the test cannot guess)."""
+    """{"main": ..., "tests": ...}: the first ```bash block of each section (between its heading and the next
+    heading, so a block of a later section is never taken for it), which must hold exactly one command line
+    (a README that says otherwise is refused: the test cannot guess)."""
     found = {}
     for name, heading in SECTIONS.items():
-        start = readme.find(f"\n{heading}\n")
-        if start < 0:
-            raise SystemExit(f"README.md has no {heading!r} section")
-        block = re.search(r"```bash\n(.*?)```", readme[start:], re.S)
+        block = re.search(r"```bash\n(.*?)```", section(readme, heading), re.S)
         if block is None:
             raise SystemExit(f"README.md's {heading!r} section has no ```bash block")
         lines = [line for line in block.group(1).splitlines() if line.strip()]
@@ -31,6 +29,25 @@ def commands(readme: str) -> dict[str, str]:
             raise SystemExit(f"README.md's {heading!r} block must be one command line; it has {len(lines)}")
         found[name] = lines[0]
     return found
+
+
+def section(readme: str, heading: str) -> str:
+    """The text of the section under `heading` (a line of its own), up to the next heading of any level: a
+    line starting with '#' outside a ``` fence (a comment inside a bash block is no heading)."""
+    lines = ("\n" + readme).splitlines(keepends=True)
+    try:
+        start = next(i for i, line in enumerate(lines) if line.rstrip("\r\n") == heading)
+    except StopIteration:
+        raise SystemExit(f"README.md has no {heading!r} section") from None
+    body: list[str] = []
+    fenced = False
+    for line in lines[start + 1 :]:
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,6}(\s|$)", line):
+            break
+        body.append(line)
+    return "".join(body)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Outputs: atomic files (a reader never sees a half-written row, table or figure: `atomic_write` writes a
-temporary name and renames it) and strict JSON."""
+temporary name and renames it), strict JSON, and what of a URI may be printed or written (`redact`: never
+its password or a secret query value)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import errno
 import json
 import math
 import os
+import re
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from modsar.errors import ModsarError
@@ -19,6 +23,52 @@ from modsar.errors import ModsarError
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow.fs as pafs
+    from matplotlib.figure import Figure
+
+HIDDEN = "***"  # what a password or a secret query value of a URI is shown as
+# a URI within a text: up to whitespace or a quote
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"`<>]*")
+# ?token=... &password=... : query values whose name says they are secret; one hidden already (*** and the
+# punctuation of the sentence it ends, `?token=***:`) is left as it is: redacting twice changes nothing
+SECRET_QUERY = re.compile(
+    r"(?P<name>[?&][^=&#\s]*(?:secret|token|passw|pwd|credential|signature|sig|api_?key)[^=&#\s]*=)"
+    r"(?P<value>(?!\*{3}[:;,.)\]]*(?:[&#\s]|$))[^&#\s]*)",
+    re.IGNORECASE,
+)
+CREDENTIALS_ADVICE = (
+    "give the credentials through the environment or a credential file instead (for S3: AWS_ACCESS_KEY_ID "
+    "and AWS_SECRET_ACCESS_KEY, or ~/.aws/credentials; for MLflow: MLFLOW_TRACKING_USERNAME and "
+    "MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN) and drop them from the URI"
+)
+
+
+def redact(text: str) -> str:
+    """`text` with the password of every URI in it replaced by *** (`http://user:***@host`), and the values of
+    query parameters named like secrets (token, password, signature) too: what may be written or printed. The
+    password runs to the URI's last '@', so one with a raw '/' or '@' (an AWS secret key pasted as it is) is
+    hidden whole."""
+
+    def hide(match: re.Match) -> str:
+        scheme, _, rest = match.group(0).partition("://")
+        info, at, host = rest.rpartition("@")
+        user, colon, _ = info.partition(":")
+        if at and colon and "/" not in user:
+            rest = f"{user}:{HIDDEN}@{host}"
+        return SECRET_QUERY.sub(rf"\g<name>{HIDDEN}", f"{scheme}://{rest}")
+
+    return _URI.sub(hide, text)
+
+
+def refuse_credentials(option: str, value: str | None) -> None:
+    """Refuse, in one line that shows it redacted, a value of `option` holding a URI with a password or a
+    secret query value: ModSAR takes no credentials in a URI where it would print them or write them to
+    disk (every command but `modsar search`, which takes them out of its own URIs: sweep.credentials)."""
+    if value is not None and redact(value) != value:
+        raise ModsarError(
+            f"{option} {redact(value)}: a URI here may carry no password or token (ModSAR would print it or "
+            f"write it to disk); {CREDENTIALS_ADVICE}"
+        )
+
 
 PARTIAL_PREFIX = ".tmp-"  # a write in progress, or one a killed process left: listings skip hidden names
 
@@ -66,6 +116,18 @@ def write_fault(exc: BaseException) -> str | None:
     """What a full disk, a read-only filesystem or a folder without write permission did to a write, from
     `exc`'s errno (pyarrow's errors carry it too); None for any other error."""
     return WRITE_FAULTS.get(exc.errno or 0) if isinstance(exc, OSError) else None
+
+
+def fault_line(exc: BaseException) -> str | None:
+    """The one line (no `modsar: error:` prefix) that an OSError of a full disk, a read-only filesystem or a
+    denied permission becomes where it reached the CLI unhandled; None for any other error. Permission is
+    denied to reads too, so EACCES and EPERM are said as `cannot access`, never as a write's fault."""
+    fault = write_fault(exc)
+    if fault is None or not isinstance(exc, OSError):
+        return None
+    where = f" {redact(str(exc.filename))}" if exc.filename else ""
+    verb = "cannot access" if exc.errno in (errno.EACCES, errno.EPERM) else "cannot write"
+    return f"{verb}{where}: {fault}"
 
 
 def write_error(path: str | Path, exc: BaseException) -> ModsarError | None:
@@ -161,28 +223,32 @@ def writer_lock(
                 break
 
 
+# A holder's release takes the lock exclusive for a moment (flock has no atomic upgrade: _release_lock tries
+# LOCK_EX to learn whether it is the last holder), so a lock refused without `wait` is tried again for this
+# long before the refusal: a writer that starts while another one ends is not turned away.
+RELEASE_GRACE_S = 0.5
+
+
 def _take_lock(lock: Path, what: str, shared: bool, wait: bool) -> tuple[int, bool]:
     """(descriptor, whether it is locked) of the lock file, locked shared or exclusive; refused in one line
     where another process holds it (unless `wait`). A filesystem without flock is said once, and written
-    unguarded."""
+    unguarded. Each try opens the file afresh and keeps its lock only while that file is still the one at
+    the path (a releasing holder may have removed it meanwhile): no two writers hold two different files."""
     import fcntl
 
-    for _attempt in range(100):
-        try:
-            lock.parent.mkdir(parents=True, exist_ok=True)
-            fd = _open_lock(lock)
-        except FileNotFoundError:  # another writer's empty root, removed between the two steps
+    refuse_at = time.monotonic() + RELEASE_GRACE_S
+    for _attempt in range(1000):
+        fd = _open_or_refuse(lock)
+        if fd is None:  # another writer's empty root, removed between mkdir and open
             continue
-        except OSError as exc:
-            raise write_error(lock, exc) or ModsarError(
-                f"cannot open the lock file {lock}: {exc.strerror or exc}; remove what is there, or write "
-                "to another folder"
-            ) from None
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB))
         except OSError as exc:
             os.close(fd)
             if isinstance(exc, BlockingIOError):
+                if time.monotonic() < refuse_at:  # maybe a holder ending: its exclusive moment passes
+                    time.sleep(0.01)
+                    continue
                 raise ModsarError(
                     f"{what} is being written by another modsar process right now (it holds {lock}); "
                     "wait for that one to end, or choose another name"
@@ -201,6 +267,27 @@ def _take_lock(lock: Path, what: str, shared: bool, wait: bool) -> tuple[int, bo
     raise ModsarError(f"cannot lock {lock}: other processes keep removing it; run the command again")
 
 
+def _open_or_refuse(lock: Path) -> int | None:
+    """A descriptor of the lock file (its folder made where missing), None where the folder vanished
+    meanwhile, or one ModsarError: a write fault where the folder or file cannot be written, a read fault
+    (never said to be a write's) where another user's lock file cannot even be read."""
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        return _open_lock(lock)
+    except FileNotFoundError:
+        return None
+    except _UnreadableLock as exc:
+        raise ModsarError(
+            f"cannot read the lock file {lock}: {exc.strerror or exc} (another user's file, not readable to "
+            "you); ask its owner to make it readable (chmod a+r), or write to another folder"
+        ) from None
+    except OSError as exc:
+        raise write_error(lock, exc) or ModsarError(
+            f"cannot open the lock file {lock}: {exc.strerror or exc}; remove what is there, or write "
+            "to another folder"
+        ) from None
+
+
 def _same_file(fd: int, lock: Path) -> bool:
     """Whether the descriptor is still the file at `lock`'s path."""
     try:
@@ -213,7 +300,9 @@ def _same_file(fd: int, lock: Path) -> bool:
 
 def _release_lock(fd: int, lock: Path, locked: bool) -> None:
     """Remove the lock file where this process is its last holder (the exclusive lock taken without waiting
-    says so), then release it by closing the descriptor."""
+    says so), then release it by closing the descriptor. The upgrade of a shared lock is not atomic (the
+    kernel drops the shared lock first): a failed one leaves this process no lock, which it is giving up
+    anyway, and the exclusive moment of a successful one is what `_take_lock`'s grace period waits out."""
     import fcntl
 
     if fd < 0:
@@ -228,6 +317,10 @@ def _release_lock(fd: int, lock: Path, locked: bool) -> None:
         os.close(fd)
 
 
+class _UnreadableLock(PermissionError):
+    """The lock file exists and this user may neither write nor read it: a read's fault, not a write's."""
+
+
 def _open_lock(lock: Path) -> int:
     """A descriptor of the lock file, created if missing (0666 less the umask, so other users of a shared
     folder can lock it too), never through a symlink; read-only where another user's file is not writable
@@ -237,8 +330,11 @@ def _open_lock(lock: Path) -> int:
         return os.open(lock, flags | os.O_RDWR, 0o666)
     except PermissionError:
         if not lock.is_file():
-            raise
+            raise  # the folder refuses a new file: a write fault
+    try:
         return os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except PermissionError as exc:
+        raise _UnreadableLock(exc.errno, exc.strerror, str(lock)) from None
 
 
 def write_text(path: str | Path, text: str) -> Path:
@@ -247,7 +343,7 @@ def write_text(path: str | Path, text: str) -> Path:
     return Path(path)
 
 
-def pyplot():
+def pyplot() -> ModuleType:
     """matplotlib.pyplot on the headless Agg backend (clusters and CI have no display)."""
     import matplotlib
 
@@ -284,7 +380,7 @@ def ensure_writable_dir(path: str | Path, flag: str, *, write: bool = True) -> N
         )
 
 
-def save_figure(fig, path: Path) -> Path:
+def save_figure(fig: Figure, path: Path) -> Path:
     plt = pyplot()
     try:
         with atomic_write(path) as tmp:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,24 +25,35 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 WANTED = ["torch==2.13.0", f"{CHECKOUT}[test]", "setuptools>=68", "wheel"]  # as .ci/run's wheelhouse
 
 
-def readme_commands() -> dict[str, str]:
-    """The README's two set-up commands, read by the extractor CI uses."""
+def extractor():
+    """.ci/readme_commands.py, the extractor CI uses, as a module."""
     spec = importlib.util.spec_from_file_location("readme_commands", CHECKOUT / ".ci" / "readme_commands.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.commands((CHECKOUT / "README.md").read_text())
+    return module
+
+
+def readme_commands() -> dict[str, str]:
+    """The README's two set-up commands, read by the extractor CI uses."""
+    return extractor().commands((CHECKOUT / "README.md").read_text())
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=CHECKOUT, capture_output=True, check=True).stdout.decode()
 
 
 def fresh_copy(target: Path) -> Path:
-    """What a clone of this checkout holds: every file git tracks or would add (the committed rows under
-    results/published/ included), none that it ignores (no venv, no earlier results)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=CHECKOUT,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
+    """What a new user's clone of this checkout holds: the committed rows under results/published/ included,
+    nothing git ignores (no venv, no earlier results). A clean working tree is cloned for real (`git clone
+    --no-local`: objects copied through git's transport, no hard links into this checkout) at this checkout's
+    commit. A tree with uncommitted work (while one develops, or a CI copy with changes) cannot be cloned
+    with that work, so it is copied instead: every file git tracks or would add, as found on disk."""
+    if not git("status", "--porcelain", "--untracked-files=all").strip():
+        git("clone", "--quiet", "--no-local", str(CHECKOUT), str(target))
+        git("-C", str(target), "checkout", "--quiet", "--detach", git("rev-parse", "HEAD").strip())
+        return target
+    listed = git("ls-files", "-z", "--cached", "--others", "--exclude-standard")
     for name in filter(None, listed.split("\0")):
         source = CHECKOUT / name
         if source.is_file():  # a tracked file deleted in the working tree is not in the copy either
@@ -70,6 +82,7 @@ def wheelhouse(folder: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.readme
 def test_the_readme_main_job_runs_as_written_in_a_fresh_clone(tmp_path):
     """The first thing a new user runs: install, a real search, its rows, its report. The copy holds the
     committed rows of the same experiment name under results/published/, which must not mix with the
@@ -120,3 +133,53 @@ def test_ci_runs_the_readme_tests_command_as_written():
     assert commands["tests"].endswith(".venv/bin/python -m pytest")
     ci = (CHECKOUT / ".ci" / "run").read_text()
     assert ".ci/readme_commands.py tests" in ci and "MODSAR_WHEELHOUSE" in ci
+    # a plain pytest leaves the README's main job out (-m 'not readme'): CI runs it on its own
+    assert "pytest -m readme" in ci
+    assert "'not readme'" in (CHECKOUT / "pyproject.toml").read_text()
+
+
+def test_each_command_is_read_from_its_own_section_only():
+    """A section's command is the ```bash block between its heading and the next heading: a block of a later
+    section is never taken for a section without one, and a '#' line inside a fence is no heading."""
+    read = extractor()
+    good = (
+        "# Tool\n\n## Quick start\n\n```text\n# a comment, no heading\n```\n\n```bash\nrun main\n```\n\n"
+        "### Tests\n\nRun:\n\n```bash\nrun tests\n```\n\n## Later\n\n```bash\nrun later\n```\n"
+    )
+    assert read.commands(good) == {"main": "run main", "tests": "run tests"}
+    assert read.section(good, "### Tests") == "\nRun:\n\n```bash\nrun tests\n```\n\n"
+    for text, said in (
+        (good.replace("```bash\nrun tests\n```", "(none)"), "'### Tests' section has no ```bash block"),
+        (good.replace("Run:", "#### Sub"), "'### Tests' section has no ```bash block"),
+        (good.replace("```bash\nrun main\n```", "nothing here"), "'## Quick start' section has no ```bash"),
+        (good.replace("### Tests", "### Testing"), "README.md has no '### Tests' section"),
+    ):
+        with pytest.raises(SystemExit, match=re.escape(said)):
+            read.commands(text)
+
+
+def test_a_clean_checkout_is_cloned_and_uncommitted_work_is_copied(tmp_path, monkeypatch):
+    """fresh_copy: a clean tree is a real clone (its own .git, at the same commit); a tree with uncommitted
+    work is copied with that work, never with what git ignores."""
+    import test_readme
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / ".gitignore").write_text(".venv/\n")
+    (repo / "kept.txt").write_text("committed")
+    (repo / ".venv").mkdir()
+    (repo / ".venv" / "ignored").write_text("x")
+    monkeypatch.setattr(test_readme, "CHECKOUT", repo)
+    git("init", "--quiet")
+    git("add", ".")
+    who = ("-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false")
+    git(*who, "commit", "--quiet", "-m", "one")
+    clone = fresh_copy(tmp_path / "clone")
+    assert (clone / ".git").is_dir() and (clone / "kept.txt").read_text() == "committed"
+    assert git("-C", str(clone), "rev-parse", "HEAD") == git("rev-parse", "HEAD")
+    assert not (clone / ".venv").exists()
+    (repo / "kept.txt").write_text("changed")
+    (repo / "new.txt").write_text("new")
+    copy = fresh_copy(tmp_path / "copy")
+    assert not (copy / ".git").exists() and not (copy / ".venv").exists()
+    assert (copy / "kept.txt").read_text() == "changed" and (copy / "new.txt").read_text() == "new"

@@ -24,7 +24,7 @@ import sys
 from modsar.cli import analyze, data, evaluate, generate, report, results, search, spaces, submit, train
 from modsar.cli.common import Parser, check_folders
 from modsar.errors import ModsarError
-from modsar.outputs import write_fault
+from modsar.outputs import fault_line, redact
 from modsar.version import __version__
 
 COMMANDS = (data, train, evaluate, search, spaces, results, report, analyze, generate, submit)  # --help order
@@ -68,20 +68,19 @@ def main(argv: list[str] | None = None) -> int:
             else contextlib.nullcontext()
         ):
             return args.handler(args)
-    except ModsarError as exc:
-        print(f"modsar: error: {exc}", file=sys.stderr)
+    except ModsarError as exc:  # no message shows the password of a URI (modsar.outputs.redact)
+        print(f"modsar: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C has no message; one raised by a plugin says where
-        print(f"modsar: interrupted{f' {exc}' if str(exc) else ''}", file=sys.stderr)
+        print(f"modsar: interrupted{f' {redact(str(exc))}' if str(exc) else ''}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into `head` and closed early
         sys.stderr.close()
         return 0
-    except OSError as exc:  # a full disk or read-only folder that a write outside atomic_write met
-        if write_fault(exc) is None:
+    except OSError as exc:  # a full disk, a read-only folder or a denied permission met outside atomic_write
+        if (line := fault_line(exc)) is None:
             raise
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"modsar: error: cannot write {where}{write_fault(exc)}", file=sys.stderr)
+        print(f"modsar: error: {line}", file=sys.stderr)
         return 2
 
 

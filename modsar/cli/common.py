@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, NoReturn, TypeAlias
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"  # what add_subparsers returns
 Handler: TypeAlias = Callable[[argparse.Namespace], int]
@@ -25,6 +25,12 @@ class Parser(argparse.ArgumentParser):
         if callable(self.epilog):
             self.epilog = self.epilog()
         return super().format_help()
+
+    def error(self, message: str) -> NoReturn:
+        """A usage error, with the password of any URI it quotes (an unknown option's value) hidden."""
+        from modsar.outputs import redact
+
+        super().error(redact(message))
 
 
 def add_command(
@@ -57,10 +63,12 @@ def print_json(args: argparse.Namespace, document: str) -> None:
 
 
 def check_folders(args: argparse.Namespace) -> None:
-    """Refuse a folder option that names, or lies under, a file, or (where the command writes there) a folder
-    that cannot be written: --out, the --results of train and search, the --data-dir of data prepare."""
+    """Refuse a URI with credentials in any option (`check_credentials`), and a folder option that names, or
+    lies under, a file, or (where the command writes there) a folder that cannot be written: --out, the
+    --results of train and search, the --data-dir of data prepare."""
     from modsar.outputs import ensure_writable_dir
 
+    check_credentials(args)
     check_names(args)
     if getattr(args, "data_dir", None):  # only `data prepare` must write there; the others may read a copy
         ensure_writable_dir(
@@ -72,6 +80,28 @@ def check_folders(args: argparse.Namespace) -> None:
         ensure_writable_dir(args.results, "--results")
         if args.experiment and "://" not in args.results:
             ensure_writable_dir(Path(args.results) / args.experiment, "--results")
+
+
+# options that keep their own check of credentials in a URI: a search takes them out of these three
+# (sweep.credentials); submit refuses them in the job's command, and its --address goes to the dashboard alone
+OWN_CREDENTIALS = {"search": {"mlflow", "results", "address"}, "submit": {"rest", "address"}}
+POSITIONAL = {"overrides": "override", "name": "name"}
+
+
+def check_credentials(args: argparse.Namespace) -> None:
+    """Refuse, before any work and in one line that shows it redacted, any option's URI that carries a
+    password or a secret query value (modsar.outputs.refuse_credentials): ModSAR never prints credentials or
+    writes them to disk, and takes them only from the environment or credential files."""
+    from modsar.outputs import refuse_credentials
+
+    own = OWN_CREDENTIALS.get(args.command, set())
+    for dest, given in sorted(vars(args).items()):
+        if dest in own or dest in ("handler", "json_stdout"):
+            continue
+        option = POSITIONAL.get(dest, f"--{dest.replace('_', '-')}")
+        for value in given if isinstance(given, list) else [given]:
+            if isinstance(value, str):
+                refuse_credentials(option, value)
 
 
 def check_names(args: argparse.Namespace) -> None:

@@ -78,6 +78,7 @@ def _write_out(args: argparse.Namespace, reports: list, text: str) -> tuple[Path
     plots), never another file of the folder; the report's path and the plots'."""
     from modsar.report import plot_all
     from modsar.report.files import replace_outputs
+    from modsar.report.plots import file_part
 
     name = f"report.{'tex' if args.format == 'latex' else args.format}"
 
@@ -92,7 +93,7 @@ def _write_out(args: argparse.Namespace, reports: list, text: str) -> tuple[Path
                 r.datasets,
                 r.spaces,
                 args.metric,
-                folder / r.experiment if r.experiment else folder,
+                folder / file_part(r.experiment) if r.experiment else folder,  # a name: never a path
             )
         ]
 

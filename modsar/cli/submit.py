@@ -43,7 +43,8 @@ def add_parser(sub: Subparsers) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="environment variable for the job (e.g. MODSAR_DATA=/mnt/shared/datasets)",
+        help="environment variable for the job (e.g. MODSAR_DATA=/mnt/shared/datasets); the cluster shows "
+        "them with the job, so no secrets: those come from the nodes' own environment or credential files",
     )
     submit.add_argument(
         "rest", nargs=argparse.REMAINDER, help="-- <modsar command ...>, or: status JOB | logs JOB | stop JOB"

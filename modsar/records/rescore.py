@@ -21,6 +21,7 @@ from modsar.data.store import StoredDataset, dataset_identity, load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
 from modsar.evaluation.ranking import Evaluator, model_scorer
+from modsar.outputs import check_name
 from modsar.records.rows import read_rows
 from modsar.task import Task
 from modsar.training.checkpoints import CHECKPOINT_FILE, load_checkpoint, local_checkpoint
@@ -32,13 +33,18 @@ PROTOCOL_KEYS = ("eval.ks", "eval.filter_seen", "eval.sampled_negatives")  # wha
 def checkpoint_row(where: str | Path) -> dict[str, Any] | None:
     """The row that records this checkpoint, where it lies in its usual place: beside a `modsar train`
     checkpoint (<results>/<experiment>/checkpoints/<trial>.pt) or above a search trial's checkpoint folder
-    (<results>/<experiment>/<trial folder>/checkpoint_N). None when no such row is found (a moved file)."""
+    (<results>/<experiment>/<trial folder>/checkpoint_N). None when no such row is found (a moved file, or
+    a folder whose name no experiment could have: check_name)."""
     if "://" in str(where):
         return None
     target = Path(where).expanduser().resolve()
     for experiment in list(target.parents)[:4]:
         if not (experiment / "trials").is_dir():
             continue
+        try:
+            check_name(experiment.name, "experiment")
+        except ModsarError:  # an old or hand-named folder: no row of it is read, the checkpoint still scores
+            return None
         rows = read_rows(str(experiment.parent), experiment.name)
         if "checkpoint" not in rows:
             return None

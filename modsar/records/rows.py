@@ -13,6 +13,7 @@ import os
 import platform
 import socket
 import sys
+import tempfile
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
@@ -26,7 +27,7 @@ import pyarrow.parquet as pq
 from modsar.config import Config
 from modsar.data.store import dataset_identity
 from modsar.errors import ModsarError
-from modsar.outputs import PARTIAL_PREFIX, atomic_write, check_name
+from modsar.outputs import NAME_RULE, PARTIAL_PREFIX, atomic_write, check_name, redact
 
 STATUSES = ("finished", "stopped", "diverged", "error")  # diverged: NaN/inf loss, weights or metrics
 ROW_KIND = (b"modsar.kind", b"trial-row")  # schema metadata of every row file: `read_rows` takes nothing else
@@ -131,11 +132,53 @@ def differing_keys(rows) -> list[str]:
     return [k for k in keys if rows[k].astype(str).nunique() > 1]
 
 
+URI_ADVICE = (
+    "name a local folder, or a URI of a filesystem pyarrow supports, installed and reachable from here "
+    "(s3://bucket/path, gs://bucket/path, hdfs://host:port/path, file:///absolute/path), its credentials "
+    "in the environment"
+)
+
+
 def filesystem(root: str) -> tuple[pafs.FileSystem, str]:
-    """(filesystem, path) for a local path (made absolute) or a pyarrow URI (s3://, gs://, ...)."""
-    if "://" in root:
+    """(filesystem, path) for a local path (made absolute) or a pyarrow URI (s3://, gs://, ...). A URI no
+    filesystem opens (an unknown scheme, no bucket, an unreachable host, a missing client library) is one
+    ModsarError that shows it redacted (outputs.redact), never pyarrow's traceback."""
+    if "://" not in root:
+        return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(root))
+    if not root.partition("://")[2].strip("/"):  # s3:// alone would list every bucket of the account
+        raise ModsarError(
+            f"cannot open the results root {redact(root)}: it names no bucket or folder; {URI_ADVICE}"
+        )
+    try:
+        return _from_uri(root)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise root_error(root, exc, "open") from None
+
+
+def root_error(root: str, exc: BaseException, verb: str = "read") -> ModsarError:
+    """The one line a results root that pyarrow could not open or read becomes: the root (redacted), the
+    first line of what the filesystem said, and what to pass instead."""
+    reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    return ModsarError(f"cannot {verb} the results root {redact(root)}: {redact(reason)}; {URI_ADVICE}")
+
+
+def _from_uri(root: str) -> tuple[pafs.FileSystem, str]:
+    """pafs.FileSystem.from_uri; for HDFS with what its native client prints meanwhile (a line for each place
+    it looked for a Java runtime) held back, and printed only where the filesystem opened."""
+    if root.partition("://")[0].lower() not in ("hdfs", "viewfs"):
         return pafs.FileSystem.from_uri(root)
-    return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(root))
+    with tempfile.TemporaryFile() as held:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(held.fileno(), 2)
+        try:
+            opened = pafs.FileSystem.from_uri(root)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        held.seek(0)
+        sys.stderr.write(held.read().decode(errors="replace"))
+    return opened
 
 
 def write_row(root: str, row: dict[str, Any]) -> str:
@@ -174,39 +217,112 @@ def read_rows(root: str, experiment: str | None = None):
     written before rows were marked, one without a `modsar.kind` that has the ROW_KEYS columns: the rollouts,
     profiles and diagnostics that --out writes under a results root are never rows. A file in a `trials`
     folder that cannot be read (corrupt, truncated, empty), is no row, or has a column whose type clashes with
-    the other rows' is named in one warning line on stderr; the other rows count. A root that is a file is
-    one ModsarError."""
+    the other rows' is named in one warning line on stderr; the other rows count. So are, in one line for
+    the read, the files whose `experiment` is not the name of the folder they lie in or whose `dataset` is no
+    name (check_name): a report makes folders and file names of both, so a tampered row never places a file
+    outside --out. A root that is a file, or that its filesystem cannot reach, is one ModsarError."""
     if experiment is not None:  # a name, never a path: nothing is read outside the root
         experiment = check_name(experiment, "experiment")
     fs, base = filesystem(root)
-    if (
-        fs.get_file_info(base).type == pafs.FileType.File
-    ):  # a row file given for the folder: not a listing error
-        raise ModsarError(
-            f"the results root {root} is a file; pass the results folder (the one `modsar train` "
-            "or `modsar search` wrote to, which holds <experiment>/trials/)"
+    _check_root(fs, base, root, experiment)
+    try:
+        listed = (
+            _local_row_files(base, experiment)
+            if isinstance(fs, pafs.LocalFileSystem)
+            else _remote_row_files(fs, base, experiment)
         )
-    if experiment and fs.get_file_info(f"{base}/{experiment}/trials").type == pafs.FileType.File:
-        raise ModsarError(
-            f"{base}/{experiment}/trials is a file where the trials folder of experiment {experiment!r} "
-            "belongs; move it away"
-        )
-    listed = (
-        _local_row_files(base, experiment)
-        if isinstance(fs, pafs.LocalFileSystem)
-        else _remote_row_files(fs, base, experiment)
-    )
+    except OSError as exc:  # an unreadable folder, a bucket without access
+        raise root_error(root, exc) from None
     files = sorted(f for f in listed if f.endswith(".parquet") and not f.rsplit("/", 1)[-1].startswith("."))
     with ThreadPoolExecutor(max_workers=16) as pool:  # an object store answers each file after a round trip
         read = list(pool.map(lambda file: _read_row_file(fs, file), files))
     tables = {file: table for file, table in zip(files, read, strict=True) if isinstance(table, pa.Table)}
     tables, copies = _drop_copies(tables)
+    tables, misnamed = _drop_misnamed(tables, isinstance(fs, pafs.LocalFileSystem))
     combined, clashes = _combine(tables)
-    for problem in [r for r in read if isinstance(r, str)] + copies + clashes:
+    for problem in [r for r in read if isinstance(r, str)] + copies + misnamed + clashes:
         if problem not in _WARNED:  # a search reads its rows several times: one warning per file and process
             _WARNED.add(problem)
             print(f"modsar: warning: {problem}", file=sys.stderr)
     return combined.to_pandas() if combined is not None else pd.DataFrame()
+
+
+def _check_root(fs: pafs.FileSystem, base: str, root: str, experiment: str | None) -> None:
+    """Refuse a root, or the trials folder of `experiment`, that is a file, and a root the filesystem cannot
+    reach (a bucket that does not exist or refuses access, no network)."""
+    try:
+        root_type = fs.get_file_info(base).type
+        trials_type = fs.get_file_info(f"{base}/{experiment}/trials").type if experiment else None
+    except OSError as exc:
+        raise root_error(root, exc) from None
+    if root_type == pafs.FileType.File:  # a row file given for the folder: not a listing error
+        raise ModsarError(
+            f"the results root {root} is a file; pass the results folder (the one `modsar train` "
+            "or `modsar search` wrote to, which holds <experiment>/trials/)"
+        )
+    if trials_type == pafs.FileType.File:
+        raise ModsarError(
+            f"{base}/{experiment}/trials is a file where the trials folder of experiment {experiment!r} "
+            "belongs; move it away"
+        )
+
+
+def _drop_misnamed(tables: dict[str, pa.Table], local: bool) -> tuple[dict[str, pa.Table], list[str]]:
+    """The row tables whose names may become paths, and one warning line naming the files left out (none if
+    none is): a file whose `experiment` is not the name of the experiment folder it lies in (nor, on a local
+    disk, of the folder a link of that name points to), or whose `dataset` is no name (check_name; an empty
+    one is kept: it makes no path). `modsar report` writes <out>/<experiment>/ and bars_<dataset>_*.png."""
+    why = {file: problem for file, table in tables.items() if (problem := _name_problem(file, table, local))}
+    if not why:
+        return tables, []
+    said = (
+        "; ".join(f"{file}: {problem}" for file, problem in why.items())
+        if len(why) == 1
+        else f"{len(why)} row files: " + "; ".join(f"{file} ({problem})" for file, problem in why.items())
+    )
+    line = (
+        f"skipped {said}. A row's experiment and dataset name report folders and files, so a row file whose "
+        "names do not match where it lies (renamed, copied or tampered with) is not read: move it out of the "
+        "trials folder, or into the experiment folder it names"
+    )
+    return {f: t for f, t in tables.items() if f not in why}, [line]
+
+
+def _name_problem(file: str, table: pa.Table, local: bool) -> str | None:
+    """Why the names in a row file may not build paths (see _drop_misnamed), or None."""
+    trials = os.path.dirname(file)
+    folder = os.path.basename(os.path.dirname(trials))
+    homes = {folder}
+    if local:  # `latest -> exp`: the rows of exp, read under the alias
+        homes.add(os.path.basename(os.path.dirname(os.path.realpath(trials))))
+    for value in _values(table, "experiment"):
+        if value not in homes:
+            return f"its experiment column holds {_shown_value(value)}, not its folder's name {folder!r}"
+        if (problem := _not_a_name(value, "its experiment column")) is not None:
+            return problem
+    for value in _values(table, "dataset"):
+        if value is not None and (problem := _not_a_name(value, "its dataset column")) is not None:
+            return problem
+    return None
+
+
+def _values(table: pa.Table, column: str) -> list:
+    """The distinct values of a column of a row table (none where a marked row lacks the column)."""
+    return table.column(column).unique().to_pylist() if column in table.column_names else []
+
+
+def _not_a_name(value: object, what: str) -> str | None:
+    """check_name's reason that `value` is no name, as "<what> '<value>' <reason>"; None for a name."""
+    try:
+        check_name(value, what)
+    except ModsarError as exc:
+        return str(exc).removesuffix(f"; {NAME_RULE}")
+    return None
+
+
+def _shown_value(value: object) -> str:
+    """A cell value in a warning line: its repr, cut after 40 characters."""
+    return repr(value) if not isinstance(value, str) or len(value) <= 60 else f"{value[:40]!r}..."
 
 
 def experiment_folders(root: str) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Any
 from modsar.config import Config
 from modsar.data.store import load_dataset
 from modsar.errors import ModsarError
-from modsar.outputs import check_name, ensure_writable_dir, writer_lock
+from modsar.outputs import check_name, ensure_writable_dir, refuse_credentials, writer_lock
 from modsar.records.rows import result_row, trial_facts, write_row
 from modsar.training.trainer import TrainingDiverged, TrialResult, resolve_device, run_trial
 
@@ -127,7 +127,9 @@ def _train_and_write(
 def _uri_results(results: str, checkpoint: bool) -> str:
     """A file:// results root as the local path it names (its checkpoint is written as a path's is); any
     other URI with a checkpoint asked for is refused before training, since the checkpoint is written to a
-    local file: a row would name none, and `modsar evaluate` or `analyze` would find nothing."""
+    local file: a row would name none, and `modsar evaluate` or `analyze` would find nothing. A URI with a
+    password is refused: messages would print it (credentials come from the environment or ~/.aws)."""
+    refuse_credentials("--results", results)
     if results.startswith("file://"):
         import pyarrow.fs as pafs
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from modsar.outputs import to_json, write_text
+from modsar.outputs import to_json, write_error, write_text
 
 OUTPUTS_LIST = ".modsar-report.json"  # the files the last report wrote here, relative to the folder
 STAGING_PREFIX = ".report-staging-"
@@ -64,28 +64,56 @@ def previous_outputs(out: Path) -> set[str]:
 def replace_outputs(out: Path, produce: Callable[[Path], list[Path]]) -> list[Path]:
     """Write a report's files with `produce` (given a staging folder, it returns the paths it wrote there),
     move them into `out`, and remove the previous report's files that were not written again; the paths in
-    `out`, in `produce`'s order."""
-    out.mkdir(parents=True, exist_ok=True)
-    _remove_stale_staging(out)
-    staging = Path(tempfile.mkdtemp(dir=out, prefix=STAGING_PREFIX))
+    `out`, in `produce`'s order. A full disk, a read-only filesystem or a folder without write permission is
+    one ModsarError (modsar.outputs.write_error); the staging folder goes, and so do the folders of `out`
+    this call created, so a failed report leaves no folder behind and every file in `out` whole."""
+    created = [folder for folder in (out, *out.parents) if not folder.exists()]  # deepest first
+    staging, new = None, list[str]()
     try:
+        out.mkdir(parents=True, exist_ok=True)
+        _remove_stale_staging(out)
+        staging = Path(tempfile.mkdtemp(dir=out, prefix=STAGING_PREFIX))
         new = [path.relative_to(staging).as_posix() for path in produce(staging)]
-        previous = previous_outputs(out)
-        _write_list(out, previous | set(new))  # until the stale files are gone, every file that may be ours
-        for relative in new:
-            (out / relative).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(staging / relative, out / relative)
-        for relative in sorted(previous - set(new)):
-            stale = out / relative
-            if stale.is_file() and not stale.is_symlink():
-                stale.unlink()
-            if stale.parent != out:
-                with contextlib.suppress(OSError):  # an experiment folder no longer written, if now empty
-                    stale.parent.rmdir()
-        _write_list(out, set(new))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        _move_into(out, staging, new)
+    except BaseException as exc:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if out in created:  # a folder this call made holds this report's files alone: they go with it
+            for relative in (OUTPUTS_LIST, *new):
+                with contextlib.suppress(OSError):
+                    (out / relative).unlink()
+                if (out / relative).parent != out:
+                    with contextlib.suppress(OSError):
+                        (out / relative).parent.rmdir()  # an experiment's plot folder, if now empty
+        for folder in created:
+            try:
+                folder.rmdir()  # only if empty: nothing of this report, or of anyone else's, is there
+            except OSError:
+                break
+        if isinstance(exc, OSError) and (error := write_error(out, exc)) is not None:
+            raise error from None
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
     return [out / relative for relative in new]
+
+
+def _move_into(out: Path, staging: Path, new: list[str]) -> None:
+    """Move the files written in `staging` into `out` and remove the previous report's files not written
+    again. The outputs list names both until the stale ones are gone, so an interruption leaves no file the
+    next report does not recognise."""
+    previous = previous_outputs(out)
+    _write_list(out, previous | set(new))  # until the stale files are gone, every file that may be ours
+    for relative in new:
+        (out / relative).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging / relative, out / relative)
+    for relative in sorted(previous - set(new)):
+        stale = out / relative
+        if stale.is_file() and not stale.is_symlink():
+            stale.unlink()
+        if stale.parent != out:
+            with contextlib.suppress(OSError):  # an experiment folder no longer written, if now empty
+                stale.parent.rmdir()
+    _write_list(out, set(new))
 
 
 def _write_list(out: Path, names: set[str]) -> None:

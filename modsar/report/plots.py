@@ -3,14 +3,17 @@ the AR-over-AE improvement per design choice."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from modsar.outputs import pyplot, save_figure
+from modsar.errors import ModsarError
+from modsar.outputs import check_name, pyplot, save_figure
 from modsar.report.cells import Cells, cell_at, improvement, short
 from modsar.task import Task
 
@@ -49,7 +52,7 @@ def _bars(cells: Cells, dataset: str, spaces: list[str], metric: str, out: Path)
     ax.set_title(f"{dataset}: AE vs AR")
     ax.legend()
     fig.tight_layout()
-    return save_figure(fig, out / f"bars_{dataset}_{metric.replace('@', '')}.png")
+    return save_figure(fig, out / f"bars_{file_part(dataset)}_{file_part(metric.replace('@', ''))}.png")
 
 
 def _curves(experiment: str, group: pd.DataFrame, out: Path) -> Path:
@@ -66,7 +69,19 @@ def _curves(experiment: str, group: pd.DataFrame, out: Path) -> Path:
     ax.set_ylabel(curve_label(group))
     ax.set_title(f"{experiment} (blue AE, orange AR; dotted: stopped by ASHA)", fontsize=8)
     fig.tight_layout()
-    return save_figure(fig, out / f"curves_{experiment}.png")
+    return save_figure(fig, out / f"curves_{file_part(experiment)}.png")
+
+
+def file_part(name: str) -> str:
+    """`name` (a dataset, experiment or metric) as part of a plot's file name: itself where it is a name
+    (check_name; read_rows hands over no other), else its letters, digits and `-_` with a hash of the whole,
+    so that no value in a row ever names a path outside --out, nor two values one file."""
+    try:
+        return check_name(name, "name")
+    except ModsarError:
+        digest = hashlib.sha256(str(name).encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        slug = re.sub(r"[^A-Za-z0-9_-]+", "-", str(name)).strip("-_")[:60]
+        return f"{slug}-{digest}" if slug else digest
 
 
 METRIC_NAMES = {"ndcg": "NDCG", "recall": "Recall", "hr": "HR", "mrr": "MRR"}
@@ -111,4 +126,4 @@ def _improvement(cells: Cells, datasets: list[str], spaces: list[str], metric: s
     ax.set_ylabel(f"AR over AE, test {short(metric)} (%)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    return save_figure(fig, out / f"improvement_{metric.replace('@', '')}.png")
+    return save_figure(fig, out / f"improvement_{file_part(metric.replace('@', ''))}.png")

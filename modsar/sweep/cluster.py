@@ -26,6 +26,7 @@ import secrets
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from modsar.errors import ModsarError
@@ -100,19 +101,43 @@ def _closed_loopback_port() -> int:
 _HELD_PORT: socket.socket | None = None
 
 
+# The Ray this module's private hooks were written against and tested with (tests/test_ray_contracts.py holds
+# the installed Ray to them): pyproject.toml asks for ray>=2.44 and sets no upper bound, so a newer Ray that
+# drops a hook is refused in one line (`ray_hook`) rather than with a traceback.
+TESTED_RAY = "2.60.0"
+
+
+def ray_hook(module: str, name: str) -> Any:
+    """`module.name` of Ray's private API, or one ModsarError naming the Ray versions ModSAR supports."""
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        import ray
+
+        raise ModsarError(
+            f"Ray {ray.__version__} has no {module}.{name}, which ModSAR needs to start a local cluster "
+            f"that stays off the network; install a supported Ray (>=2.44, tested with {TESTED_RAY}): "
+            f"pip install 'ray[default,tune]=={TESTED_RAY}'"
+        ) from None
+
+
 @contextlib.contextmanager
 def quiet_dashboard() -> Iterator[None]:
     """While a local cluster starts: its dashboard process is started with HTTP(S) proxies at a closed
     127.0.0.1 port (and 127.0.0.1, localhost and ::1 exempt), so that its cloud-metadata requests end at once
-    on loopback; the other Ray processes are started with the environment as it was."""
+    on loopback; the other Ray processes are started with the environment as it was. Ray's Node starts the
+    dashboard through the module attribute `ray._private.services.start_api_server`, swapped here for the
+    while (a private API: `ray_hook` refuses a Ray without it)."""
+    start_api_server = ray_hook("ray._private.services", "start_api_server")
     from ray._private import services
 
-    start_api_server = services.start_api_server
     dead = f"http://127.0.0.1:{_closed_loopback_port()}"
     proxies = {name: dead for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")}
     exempt = {name: "127.0.0.1,localhost,::1" for name in ("no_proxy", "NO_PROXY")}
 
-    def start_dashboard(*args, **kwargs):
+    def start_dashboard(*args: Any, **kwargs: Any) -> Any:  # Ray's (webui url, process info), passed on
         with environment({**proxies, **exempt}):
             return start_api_server(*args, **kwargs)
 

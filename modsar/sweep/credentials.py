@@ -9,48 +9,29 @@ messages show); the MLflow client gets the URI without user info and the credent
 environment variables, MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD (`mlflow_env`), while the search
 runs. An S3 results URI becomes `s3://bucket/...` with the keys in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY,
 which pyarrow's S3 filesystem reads (`results_env`); a Ray address takes no credentials at all (a cluster's
-token is RAY_AUTH_TOKEN). Other URIs with a password are refused in one line.
+token is RAY_AUTH_TOKEN). Other URIs with a password are refused in one line, and so are an --mlflow URI
+with a token in its query and, on an existing cluster, one with a password (`refuse_on_a_cluster`). Every
+other command refuses any URI with a password (modsar.outputs.refuse_credentials).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
+import sys
 from collections.abc import Iterator
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from modsar.errors import ModsarError
+from modsar.outputs import HIDDEN, SECRET_QUERY, redact  # redact: every command's messages use it (outputs)
 
-HIDDEN = "***"
-# a URI within a text: up to whitespace or a quote
-_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"`<>]*")
-# ?token=... &password=... : query values whose name says they are secret
-_SECRET_QUERY = re.compile(
-    r"(?P<name>[?&][^=&#\s]*(?:secret|token|passw|pwd|credential|signature|sig|api_?key)[^=&#\s]*=)"
-    r"(?P<value>[^&#\s]*)",
-    re.IGNORECASE,
+MLFLOW_ADVICE = (
+    "give MLflow the credentials through MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or "
+    "MLFLOW_TRACKING_TOKEN) instead, and drop them from the URI (a database URI: through its driver's own "
+    "variables or files, e.g. PGPASSWORD or ~/.pgpass)"
 )
-
 _MLFLOW: dict[str, tuple[str, str, str]] = {}  # redacted URI -> (URI without user info, user, password)
 _RESULTS: dict[str, tuple[str, str]] = {}  # S3 URI without user info -> (access key, secret key)
-
-
-def redact(text: str) -> str:
-    """`text` with the password of every URI in it replaced by *** (`http://user:***@host`), and the values of
-    query parameters named like secrets (token, password, signature) too: what may be written or printed. The
-    password runs to the URI's last '@', so one with a raw '/' or '@' (an AWS secret key pasted as it is) is
-    hidden whole."""
-
-    def hide(match: re.Match) -> str:
-        scheme, _, rest = match.group(0).partition("://")
-        info, at, host = rest.rpartition("@")
-        user, colon, _ = info.partition(":")
-        if at and colon and "/" not in user:
-            rest = f"{user}:{HIDDEN}@{host}"
-        return _SECRET_QUERY.sub(rf"\g<name>{HIDDEN}", f"{scheme}://{rest}")
-
-    return _URI.sub(hide, text)
 
 
 def _split(uri: str) -> tuple[str, str, str | None]:
@@ -67,8 +48,9 @@ def take_secrets(option: str, uri: str | None) -> str | None:
     """The form of `option`'s URI a search may keep, write and print; its credentials stay in this process.
 
     --mlflow: the redacted URI (the MLflow client gets the credentials from `mlflow_env`, or, for a database
-    URI, which has no such variables, the URI itself from `mlflow_uri`); --results: an S3 URI without its keys
-    (`results_env`); --address, and any other URI with a password: refused in one line."""
+    URI, which has no such variables, the URI itself from `mlflow_uri`), but a token in its query is refused;
+    --results: an S3 URI without its keys (`results_env`); --address, and any other URI with a password:
+    refused in one line."""
     if uri is None or "://" not in uri:
         return uri
     if f":{HIDDEN}@" in uri or f"={HIDDEN}" in uri:  # copied from search.json or a message: no secret left
@@ -81,6 +63,10 @@ def take_secrets(option: str, uri: str | None) -> str | None:
     if redact(uri) == uri:  # no password: a user name alone (hdfs://user@host) is no secret
         return uri
     shown, (clean, user, password) = redact(uri), _split(uri)
+    if option == "--mlflow" and SECRET_QUERY.search(f"?{urlsplit(uri).query}"):
+        raise ModsarError(  # the MLflow client would hold it in MLFLOW_TRACKING_URI, which children inherit
+            f"--mlflow {shown}: a token or password in the URI's query is not taken; {MLFLOW_ADVICE}"
+        )
     if option == "--mlflow":
         web = urlsplit(uri).scheme in ("http", "https")
         _MLFLOW[shown] = (clean, user, password or "") if web else (uri, "", "")
@@ -93,11 +79,37 @@ def take_secrets(option: str, uri: str | None) -> str | None:
     ):
         _RESULTS[clean] = (user, password)
         return clean
-    where = "RAY_AUTH_TOKEN (the cluster's token)" if option == "--address" else "the environment"
+    where = (
+        "RAY_AUTH_TOKEN (the cluster's token)"
+        if option == "--address"
+        else "the environment or a credential file (AWS_* variables, ~/.aws)"
+    )
     raise ModsarError(
         f"{option} {shown} carries a secret, which ModSAR would write into the search's files; give it "
         f"through {where} instead and drop it from the URI"
     )
+
+
+def refuse_on_a_cluster(address: str | None, mlflow: str | None, results: str | None = None) -> None:
+    """Refuse, in one line, credentials given in a URI when the search joins an existing Ray cluster
+    (`address`, or RAY_ADDRESS, other than 'local'): Ray's GCS records the driver's command line (its job's
+    entrypoint) on the cluster, where `ray list jobs` and the dashboard show it, and the cluster's workers
+    never get what this process keeps. An --mlflow URI that carries (or carried) a password, and S3 keys in
+    --results, are refused; the nodes take them from their own environment."""
+    address = address or os.environ.get("RAY_ADDRESS")
+    if not address or address == "local":
+        return
+    if mlflow is not None and (redact(mlflow) != mlflow or mlflow in _MLFLOW):
+        raise ModsarError(
+            f"--mlflow {redact(mlflow)}: a search on an existing Ray cluster (--address or RAY_ADDRESS) "
+            f"would leave the password on the cluster, which records the command line; {MLFLOW_ADVICE}"
+        )
+    if results is not None and (redact(results) != results or results_env(results)):
+        raise ModsarError(
+            f"--results {redact(results)}: the S3 keys given in the URI are not sent to the cluster's "
+            "workers, and the cluster records the command line; give the cluster's nodes their S3 "
+            "credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws, a role) and drop them from the URI"
+        )
 
 
 def mlflow_uri(shown: str) -> str:
@@ -114,6 +126,38 @@ def environment(values: dict[str, str]) -> Iterator[None]:
     try:
         yield
     finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+# what the MLflow client reads or sets in os.environ (set_tracking_uri sets MLFLOW_TRACKING_URI for children)
+MLFLOW_VARIABLES = (
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_TRACKING_USERNAME",
+    "MLFLOW_TRACKING_PASSWORD",
+    "MLFLOW_TRACKING_TOKEN",
+    "MLFLOW_ALLOW_FILE_STORE",
+)
+
+
+@contextlib.contextmanager
+def mlflow_session(shown: str | None) -> Iterator[None]:
+    """MLflow's credential variables for the --mlflow URI `shown` (`mlflow_env`) while the block runs, and
+    afterwards MLflow's variables and its tracking URI as they were: Ray's MLflow logger sets the URI it is
+    given (a database URI with its password) as MLflow's tracking URI, which MLflow puts into
+    MLFLOW_TRACKING_URI for every later child process of this one to inherit."""
+    saved = {name: os.environ.get(name) for name in MLFLOW_VARIABLES}
+    try:
+        with environment(mlflow_env(shown)):
+            yield
+    finally:
+        if shown is not None and "mlflow" in sys.modules:
+            import mlflow
+
+            mlflow.set_tracking_uri(saved["MLFLOW_TRACKING_URI"])  # type: ignore[arg-type]  # None: unset
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)

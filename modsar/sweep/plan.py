@@ -13,7 +13,14 @@ from modsar.config import Config, apply_overrides, parse_override
 from modsar.data.store import data_root, load_dataset
 from modsar.errors import ModsarError
 from modsar.sweep.cluster import probe
-from modsar.sweep.credentials import environment, mlflow_env, mlflow_uri, redact, take_secrets
+from modsar.sweep.credentials import (
+    environment,
+    mlflow_env,
+    mlflow_uri,
+    redact,
+    refuse_on_a_cluster,
+    take_secrets,
+)
 from modsar.sweep.space_check import SpaceCheck, check_space, dataset_sizes
 from modsar.sweep.spaces import Param, SearchSpace, load_space
 
@@ -52,6 +59,7 @@ class SearchRequest:
 
     def __post_init__(self) -> None:
         """No secret stays in a request: search.json records it and Tune pickles it (sweep.credentials)."""
+        refuse_on_a_cluster(self.address, self.mlflow, self.results)  # before the passwords are taken out
         self.mlflow = take_secrets("--mlflow", self.mlflow)
         self.results = take_secrets("--results", self.results) or self.results
         self.address = take_secrets("--address", self.address)

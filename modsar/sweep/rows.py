@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -143,17 +144,32 @@ def rows_dir(plan: Plan) -> str:
     return plan.request.results.rstrip("/")
 
 
+# rows folder -> the write fault (a full disk, a read-only folder: outputs.write_error) that stopped the fit
+# writing there; held by the driver, which runs every callback, and raised after the fit (`raise_row_fault`)
+_ROW_FAULTS: dict[str, ModsarError] = {}
+
+
 class ResultRows(tune.Callback):
-    """Writes a trial's Parquet row the moment it ends, so a killed driver loses nothing finished."""
+    """Writes a trial's Parquet row the moment it ends, so a killed driver loses nothing finished.
+
+    A row that cannot be written (a full disk, a read-only folder) ends the fit the way Ctrl-C does (Tune's
+    SIGUSR1 handler: its state is saved, the unfinished trials resume with --resume), and the fault is raised
+    in one line after the fit (`raise_row_fault`): raised here, Tune would print its traceback, retry the
+    trial as failed, and raise its own error with the traceback as message."""
 
     def __init__(self, plan: Plan, role: str) -> None:
         self.plan, self.role = plan, role
         self.results: dict[str, list[dict]] = {}
 
+    def setup(self, **info):
+        _ROW_FAULTS.pop(rows_dir(self.plan), None)  # one a fit that raised never handed on
+
     def on_trial_result(self, iteration, trials, trial, result, **info):
         self.results.setdefault(trial.trial_id, []).append(dict(result))
 
     def _write(self, trial, error: str | None) -> None:
+        if rows_dir(self.plan) in _ROW_FAULTS:  # the fit is ending on a write fault: no row is tried again
+            return
         checkpoint = trial.checkpoint.path if trial.checkpoint else None
         row = row_from_results(
             self.plan,
@@ -165,7 +181,13 @@ class ResultRows(tune.Callback):
             self.role,
             trial.experiment_tag,
         )
-        write_row(rows_dir(self.plan), row)
+        try:
+            write_row(rows_dir(self.plan), row)
+        except ModsarError as fault:  # atomic_write's one line for a write fault; any other error as raised
+            _ROW_FAULTS[rows_dir(self.plan)] = fault
+            tune_stop = signal.getsignal(signal.SIGUSR1)  # Tune's, installed for a fit in the main thread
+            if callable(tune_stop):
+                tune_stop(signal.SIGUSR1, None)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._write(trial, None)
@@ -243,8 +265,17 @@ def make_callbacks(plan: Plan, role: str = "search") -> list[tune.Callback]:
     return callbacks
 
 
+def raise_row_fault(plan: Plan) -> None:
+    """After a fit: raise the write fault that ended it (`ResultRows`), if one did."""
+    fault = _ROW_FAULTS.pop(rows_dir(plan), None)
+    if fault is not None:
+        raise fault
+
+
 def reconcile_rows(plan: Plan, grid, role: str = "search") -> None:
-    """Write rows for trials whose end the callback missed (driver killed between state save and row)."""
+    """Write rows for trials whose end the callback missed (driver killed between state save and row); first,
+    raise the write fault that ended the fit, if one did."""
+    raise_row_fault(plan)
     existing = read_rows(rows_dir(plan), plan.request.experiment_name)
     have = set(existing["trial_id"]) if len(existing) else set()
     for result in grid:

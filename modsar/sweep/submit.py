@@ -103,8 +103,10 @@ def submit(
     if secret := next((part for part in command if redact(part) != part), None):
         raise ModsarError(
             f"the job's command holds a password ({redact(secret)}), and the cluster stores and shows a "
-            "job's command; give the credentials as --env variables (MLFLOW_TRACKING_USERNAME and "
-            "MLFLOW_TRACKING_PASSWORD, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) and the URI without them"
+            "job's command (and its --env variables); give the cluster's nodes the credentials in their own "
+            "environment or credential files (MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD or "
+            "MLFLOW_TRACKING_TOKEN, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or ~/.aws, a role), not "
+            "--env, and the URI without them"
         )
     jobs = client(address)
     runtime_env = code_to_upload(env)

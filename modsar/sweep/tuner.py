@@ -30,7 +30,7 @@ from modsar.errors import ModsarError
 from modsar.outputs import atomic_write, check_name, ensure_writable_dir, to_json, writer_lock
 from modsar.records.rows import differing_keys, filesystem, read_rows, remove_partial_rows
 from modsar.sweep.cluster import check_address, host_and_port, is_loopback, private_token, quiet_dashboard
-from modsar.sweep.credentials import environment, mlflow_env, redact, results_env
+from modsar.sweep.credentials import environment, mlflow_session, redact, refuse_on_a_cluster, results_env
 from modsar.sweep.interrupt import (
     COMPLETE,
     RUNNING,
@@ -40,7 +40,14 @@ from modsar.sweep.interrupt import (
     stops_on_ctrl_c,
 )
 from modsar.sweep.plan import Plan, SearchRequest, make_plan
-from modsar.sweep.rows import SchedulerState, make_callbacks, reconcile_rows, rewrite_row, rows_dir
+from modsar.sweep.rows import (
+    SchedulerState,
+    make_callbacks,
+    raise_row_fault,
+    reconcile_rows,
+    rewrite_row,
+    rows_dir,
+)
 from modsar.sweep.storage import never_saved, remove_partial_files, restore_snapshot, snapshots_of_tune_state
 from modsar.sweep.trial import make_trainable
 
@@ -121,12 +128,7 @@ def connect_ray(req: SearchRequest) -> None:
     address = None if address == "local" else address
     if ray.is_initialized() and _keep_connection(address):
         return
-    if address and results_env(req.results):
-        raise ModsarError(
-            f"--results {req.results}: the S3 keys given in the URI are not sent to the cluster's workers; "
-            "give the cluster's nodes their S3 credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a "
-            "role) and drop them from --results"
-        )
+    refuse_on_a_cluster(address, req.mlflow, req.results)  # the cluster records this driver's command line
     os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     try:
@@ -488,7 +490,8 @@ def _run_locked(req: SearchRequest, plan: Plan, storage: str) -> dict[str, Any]:
     search_json = f"{storage}/search.json"
     _check_start(req, plan, storage, search_json)
     connect_ray(req)
-    with environment(mlflow_env(req.mlflow)):  # after ray.init: no Ray process inherits them
+    # after ray.init: no Ray process inherits them; MLflow's variables as they were after the search
+    with mlflow_session(req.mlflow):
         return _run_connected(req, plan, storage, search_json)
 
 
@@ -802,4 +805,5 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
     )
     with fitting():
         grid = tuner.fit()
+    raise_row_fault(plan)  # a seed's row the disk refused ended the fit: said in one line
     drop_resume_state(grid)

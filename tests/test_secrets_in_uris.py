@@ -1,0 +1,234 @@
+"""Credentials in URIs are never printed or written to disk, by any command (issue 39): every command but
+`modsar search` refuses a URI with a password or a secret query value in one line that shows it redacted;
+a search refuses them where it cannot keep them to itself (on an existing Ray cluster, in an --mlflow
+URI's query), and leaves MLflow's variables as they were once it ends."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from modsar.cli import main
+from modsar.errors import ModsarError
+from modsar.outputs import redact, refuse_credentials
+from modsar.sweep import SearchRequest
+
+SECRET = "SUPERSECRET"
+S3 = f"s3://AKIAFAKE:{SECRET}@bucket/x"
+TOKEN = f"s3://bucket/x?token={SECRET}"
+MODSAR = Path(sys.executable).parent / "modsar"
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+SEARCH = ["search", "--space", "quickstart", "--dataset", "synthetic", "--no-estimate", "--quiet"]
+DEAD = f"127.0.0.1:{closed_port()}"  # never asked: every refusal comes before a connection
+
+REFUSED = {
+    "train": ["train", "--dataset", "synthetic", "--results", S3],
+    "train-no-checkpoint": ["train", "--dataset", "synthetic", "--no-checkpoint", "--results", S3],
+    "train-token": ["train", "--dataset", "synthetic", "--no-checkpoint", "--results", TOKEN],
+    "train-override": ["train", "--dataset", "synthetic", f"data.path={TOKEN}"],
+    "results": ["results", "--results", S3],
+    "results-json": ["results", "--json", "--results", TOKEN],
+    "report": ["report", "--results", S3],
+    "report-out": ["report", "--out", S3],
+    "analyze": ["analyze", "--experiment", "e", "--results", S3],
+    "evaluate": ["evaluate", "--checkpoint", f"{S3}/ar.pt"],
+    "generate": ["generate", "--checkpoint", f"{S3}/ar.pt", "--steps", "2"],
+    "data-stats": ["data", "stats", "synthetic", "--data-dir", S3],
+    "search-on-a-cluster-results": [*SEARCH, "--address", DEAD, "--results", S3],
+    "search-on-a-cluster-mlflow": [*SEARCH, "--address", DEAD, "--mlflow", f"http://alice:{SECRET}@{DEAD}"],
+    "search-mlflow-query-token": [*SEARCH, "--mlflow", f"http://{DEAD}/?access_token={SECRET}"],
+    "search-override": [*SEARCH, f"data.path={TOKEN}"],
+    "submit-env": ["submit", "--address", f"http://{DEAD}", "--env", f"X={S3}", "--", "results"],
+}
+
+
+def _leaks(root: Path) -> list[str]:
+    return [str(p) for p in root.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+
+
+@pytest.mark.parametrize("argv", REFUSED.values(), ids=REFUSED.keys())
+def test_a_uri_with_credentials_is_refused_in_one_line_that_hides_them(argv, tmp_path, monkeypatch, capsys):
+    """Refused before any work: exit 2, one line naming the option, the URI redacted, the secret nowhere in
+    the output or in any file under the working folder (results, reports, Ray, the home folder)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    assert err.startswith("modsar: error: ") and err.count("\n") == 1 and "***" in err, err
+    assert SECRET not in out + err
+    assert not _leaks(tmp_path)
+
+
+def test_the_refusal_says_where_credentials_come_from(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--dataset", "synthetic", "--results", S3]) == 2
+    err = capsys.readouterr().err
+    assert "--results s3://AKIAFAKE:***@bucket/x" in err
+    assert "AWS_ACCESS_KEY_ID" in err and "~/.aws" in err and "environment" in err
+
+
+def test_the_installed_command_prints_no_secret(tmp_path):
+    """`modsar train --results s3://KEY:SECRET@bucket/x`, as a user runs it: exit 2, one line, no secret."""
+    env = {**os.environ, "MODSAR_DATA": str(tmp_path / "data"), "HOME": str(tmp_path / "home")}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(
+        [str(MODSAR), "train", "--dataset", "synthetic", "--no-checkpoint", "--results", S3],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert SECRET not in done.stdout + done.stderr and not _leaks(tmp_path)
+
+
+def test_a_usage_error_quotes_no_secret(capsys):
+    """argparse quotes what it did not understand: the URI it quotes is redacted."""
+    with pytest.raises(SystemExit) as exited:
+        main(["results", f"--bogus={TOKEN}"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--bogus=s3://bucket/x?token=***" in err and SECRET not in err
+
+
+def test_the_python_api_refuses_a_results_uri_with_credentials():
+    import modsar
+
+    with pytest.raises(ModsarError) as refused:
+        modsar.train(dataset="synthetic", results=S3, checkpoint=False)
+    assert SECRET not in str(refused.value) and "***" in str(refused.value)
+
+
+def test_redacting_twice_changes_nothing():
+    once = redact(f"{TOKEN}: and {S3}.")
+    assert (
+        SECRET not in once
+        and redact(once) == once == "s3://bucket/x?token=*** and s3://AKIAFAKE:***@bucket/x."
+    )
+    with pytest.raises(ModsarError, match=r"--checkpoint s3://bucket/x\?token=\*\*\*: "):
+        refuse_credentials("--checkpoint", TOKEN)
+    refuse_credentials("--results", "s3://bucket/x")  # none: nothing to refuse
+    refuse_credentials("--results", "hdfs://bob@namenode/x")  # a user name alone is no secret
+
+
+# --- a search on an existing cluster, and MLflow's query and variables -------------------------------------
+
+
+@pytest.mark.parametrize("how", ["--address", "RAY_ADDRESS"])
+def test_an_mlflow_password_is_refused_on_an_existing_cluster(how, monkeypatch):
+    """Ray's GCS records the driver's command line on the cluster: the MLflow password is refused there,
+    with the variables to use instead."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    address = {"address": "10.0.0.1:6379"} if how == "--address" else {}
+    if how == "RAY_ADDRESS":
+        monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    with pytest.raises(ModsarError) as refused:
+        SearchRequest(space="quickstart", dataset="", mlflow=f"http://alice:{SECRET}@h:5000", **address)
+    message = str(refused.value)
+    assert message.startswith("--mlflow http://alice:***@h:5000: ") and "\n" not in message
+    assert SECRET not in message and "existing Ray cluster" in message
+    assert "MLFLOW_TRACKING_USERNAME" in message and "MLFLOW_TRACKING_TOKEN" in message
+
+
+def test_a_local_search_still_takes_an_mlflow_password(monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "local")  # a local cluster: nothing records the command elsewhere
+    req = SearchRequest(space="quickstart", dataset="", mlflow=f"http://alice:{SECRET}@h:5000")
+    assert req.mlflow == "http://alice:***@h:5000"
+
+
+def test_joining_a_cluster_refuses_an_mlflow_password_taken_before(monkeypatch):
+    """RAY_ADDRESS set after the request was made: refused when the search connects, before ray.init."""
+    from modsar.sweep.tuner import connect_ray
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    req = SearchRequest(space="quickstart", dataset="", mlflow=f"http://alice:{SECRET}@h:5000")
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{closed_port()}")
+    with pytest.raises(ModsarError, match="existing Ray cluster") as refused:
+        connect_ray(req)
+    assert SECRET not in str(refused.value)
+
+
+@pytest.mark.parametrize("query", ["token", "password", "access_token", "api_key"])
+def test_an_mlflow_uri_with_a_secret_in_its_query_is_refused(query, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(ModsarError) as refused:
+        SearchRequest(space="quickstart", dataset="", mlflow=f"https://h/?x=1&{query}={SECRET}")
+    message = str(refused.value)
+    assert message.startswith(f"--mlflow https://h/?x=1&{query}=***: ") and "\n" not in message
+    assert SECRET not in message and "MLFLOW_TRACKING_TOKEN" in message
+
+
+def test_mlflow_variables_are_as_they_were_after_a_search(monkeypatch):
+    """Ray's MLflow logger sets the URI it gets (a database URI with its password) as MLflow's tracking URI,
+    which MLflow puts into MLFLOW_TRACKING_URI: after the search both are as they were."""
+    mlflow = pytest.importorskip("mlflow")
+    from modsar.sweep import tuner
+    from modsar.sweep.credentials import mlflow_uri
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    req = SearchRequest(space="quickstart", dataset="", mlflow=f"mysql://bob:{SECRET}@127.0.0.1:1/db")
+    during = {}
+
+    def search(req, plan, storage, search_json):
+        mlflow.set_tracking_uri(mlflow_uri(req.mlflow))  # what MLflowLoggerCallback.setup does
+        os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # what tracking.mlflow_callback does
+        during["uri"] = os.environ.get("MLFLOW_TRACKING_URI")
+        raise RuntimeError("the search failed")
+
+    monkeypatch.setattr(tuner, "_check_start", lambda *args: None)
+    monkeypatch.setattr(tuner, "connect_ray", lambda req: None)
+    monkeypatch.setattr(tuner, "_run_connected", search)
+    with pytest.raises(RuntimeError):
+        tuner._run_locked(req, None, "/nowhere")
+    assert SECRET in during["uri"]  # the fake did what MLflow does
+    assert "MLFLOW_TRACKING_URI" not in os.environ and "MLFLOW_ALLOW_FILE_STORE" not in os.environ
+    assert SECRET not in mlflow.get_tracking_uri()
+
+
+def test_a_tracking_uri_set_before_the_search_is_set_again_after_it(monkeypatch):
+    mlflow = pytest.importorskip("mlflow")
+    from modsar.sweep.credentials import mlflow_session, mlflow_uri
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "file:/tmp/theirs")
+    req = SearchRequest(space="quickstart", dataset="", mlflow=f"http://alice:{SECRET}@h:5000")
+    with mlflow_session(req.mlflow):
+        assert os.environ["MLFLOW_TRACKING_PASSWORD"] == SECRET
+        mlflow.set_tracking_uri(mlflow_uri(req.mlflow))
+    assert os.environ["MLFLOW_TRACKING_URI"] == "file:/tmp/theirs"
+    assert "MLFLOW_TRACKING_PASSWORD" not in os.environ and "MLFLOW_TRACKING_USERNAME" not in os.environ
+    assert mlflow.get_tracking_uri() == "file:/tmp/theirs"
+    mlflow.set_tracking_uri(None)
+
+
+def test_submit_advises_the_nodes_own_environment_not_env(capsys):
+    """A job's --env variables are shown in Ray's job table too: the advice is the nodes' own environment."""
+    command = [
+        "search",
+        "--space",
+        "quickstart",
+        "--dataset",
+        "synthetic",
+        "--mlflow",
+        f"http://a:{SECRET}@h",
+    ]
+    assert main(["submit", "--address", f"http://{DEAD}", "--no-wait", "--", *command]) == 2
+    err = capsys.readouterr().err
+    assert "not --env" in err and "own environment or credential files" in err and SECRET not in err
