@@ -14,10 +14,13 @@ them (a notebook's loop between calls draws its own stream, not the run's seed).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
+import re
 import warnings
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # the API is imported with `modsar`: torch, pandas and Ray load when a function is called
@@ -44,6 +47,55 @@ def _keeps_caller_state(function: F) -> F:
             return function(*args, **kwargs)
 
     return kept  # type: ignore[return-value]
+
+
+def _refuses_credentials(*own: str) -> Callable[[F], F]:
+    """The function refuses, before any work and in one line that shows it redacted, a URI with a password
+    or a secret query value in any of its text arguments (inside lists, tuples, mappings and a Config too,
+    and a Path's text), and in MODSAR_DATA, RAY_ADDRESS and RAY_DASHBOARD_ADDRESS: what the CLI refuses in
+    its options (modsar.cli.common.check_credentials), named by the argument. `own`: the arguments that keep
+    a check of their own (a search takes the credentials out of its mlflow, results and address URIs)."""
+
+    def decorate(function: F) -> F:
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            from modsar.outputs import refuse_credentials, refuse_environment_credentials
+
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:  # the call itself is wrong: the function says how, as Python does
+                return function(*args, **kwargs)
+            for name, value in bound.arguments.items():
+                keyed = signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD
+                for where, text in _texts(value, name, keyed):
+                    if where.partition("[")[0] not in own:
+                        refuse_credentials(where, text)
+            refuse_environment_credentials()
+            return function(*args, **kwargs)
+
+        return refused  # type: ignore[return-value]
+
+    return decorate
+
+
+def _texts(value: Any, name: str, keyed: bool = False) -> Iterator[tuple[str, str]]:
+    """(where, text) of every text in an argument: itself, its items, a mapping's values (where: the
+    argument and the key; `keyed`: the key alone, for **options), a dataclass's fields. A Path's text gets
+    its URI scheme's '//' back (Path("s3://k:s@b") reads "s3:/k:s@b")."""
+    if isinstance(value, str):
+        yield name, value
+    elif isinstance(value, PurePath):
+        yield name, re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*:)/(?!/)", r"\1//", str(value))
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _texts(item, str(key) if keyed else f"{name}[{key!r}]")
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for item in value:
+            yield from _texts(item, name)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        yield from _texts(dataclasses.asdict(value), name)
 
 
 def _config(
@@ -78,6 +130,7 @@ def _text(path: str | Path | None) -> str | None:
     return None if path is None else str(Path(path).expanduser())
 
 
+@_refuses_credentials()
 @_keeps_caller_state
 def train(
     config: Config | Mapping[str, Any] | str | Path | list[str] | None = None,
@@ -104,6 +157,7 @@ def train(
     return run.row
 
 
+@_refuses_credentials()
 @_keeps_caller_state
 def evaluate(
     checkpoint: str | Path,
@@ -120,6 +174,7 @@ def evaluate(
     used, on the device the row was tested on (device None), and the metrics equal the row's; a changed
     protocol is warned about (the row was not selected and tested under it), as is a result that differs from
     the row's beside the checkpoint."""
+    from modsar.outputs import redact
     from modsar.records.rescore import evaluate_checkpoint
 
     scores = evaluate_checkpoint(
@@ -132,22 +187,27 @@ def evaluate(
         data_dir=_text(data_dir),
         option="device",
     )
-    if not scores.comparable:
+    if not scores.comparable:  # the paths shown redacted, as in every message
         changes = ", ".join(f"{k}={used} (stored: {stored})" for k, (stored, used) in scores.changed.items())
         warnings.warn(
-            f"{checkpoint}: evaluated under another protocol than its run was selected and tested "
-            f"under: {changes}",
+            redact(
+                f"{checkpoint}: evaluated under another protocol than its run was selected and tested "
+                f"under: {changes}"
+            ),
             stacklevel=2,
         )
     elif scores.row_differences():
         warnings.warn(
-            f"{checkpoint}: {split} metrics differ from its row {scores.row_trial_id}: "
-            f"{scores.row_differences()}",
+            redact(
+                f"{checkpoint}: {split} metrics differ from its row {scores.row_trial_id}: "
+                f"{scores.row_differences()}"
+            ),
             stacklevel=2,
         )
     return scores.metrics
 
 
+@_refuses_credentials()
 @_keeps_caller_state
 def load(checkpoint: str | Path, device: str = "cpu") -> tuple[Recommender, Config]:
     """The model of a saved checkpoint (in eval mode, on `device`) and its configuration. Evaluation scores
@@ -160,6 +220,7 @@ def load(checkpoint: str | Path, device: str = "cpu") -> tuple[Recommender, Conf
     return model, cfg
 
 
+@_refuses_credentials()
 def results(
     experiment: str | None = None,
     where: Mapping[str, Any] | list[str] | str | None = None,
@@ -187,6 +248,7 @@ def results(
     return matching_rows(root, experiment, conditions, option="where").reset_index(drop=True)
 
 
+@_refuses_credentials("mlflow", "results", "address")
 @_keeps_caller_state
 def search(
     space: str | Path, dataset: str, overrides: list[str] | str | None = None, **options: Any

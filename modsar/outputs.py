@@ -14,6 +14,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -26,8 +27,11 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 HIDDEN = "***"  # what a password or a secret query value of a URI is shown as
-# a URI within a text: up to whitespace or a quote
-_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"`<>]*")
+# A URI within a text: a scheme, then everything up to whitespace (quotes, <, > and ` included: a password
+# may hold them). Where a user name and ':' follow the scheme, the password runs to the last '@' on the line
+# that comes before any other URI: it may hold spaces and '/' too (an AWS secret key pasted as it is), and a
+# text that merely looks like one (`http://host:80 ... bob@corp`) has more hidden, never less.
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://(?:[^\s/?#@:]*:(?:(?!://)[^\r\n])*@)?\S*")
 # ?token=... &password=... : query values whose name says they are secret; one hidden already (*** and the
 # punctuation of the sentence it ends, `?token=***:`) is left as it is: redacting twice changes nothing
 SECRET_QUERY = re.compile(
@@ -40,34 +44,97 @@ CREDENTIALS_ADVICE = (
     "and AWS_SECRET_ACCESS_KEY, or ~/.aws/credentials; for MLflow: MLFLOW_TRACKING_USERNAME and "
     "MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN) and drop them from the URI"
 )
+RAY_ADVICE = (
+    "a Ray address takes no credentials (Ray prints and records it); the cluster's token comes from "
+    "RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH"
+)
+# environment variables ModSAR reads a folder or an address from, and what to do instead of credentials in
+# them: refused like an option where they carry some (modsar.cli.common, the Python API)
+URI_VARIABLES = {
+    "MODSAR_DATA": "a data folder is a local path (a shared mount on a cluster), not a URI",
+    "RAY_ADDRESS": RAY_ADVICE,
+    "RAY_DASHBOARD_ADDRESS": RAY_ADVICE,
+}
+
+
+@dataclass(frozen=True)
+class Uri:
+    """One URI as `uris_in` found it in a text. The user info runs to the URI's last '@' (a password may
+    hold '/', '@', quotes or spaces), unless the part before its first ':' holds '/', '?' or '#' (then the
+    '@' is the path's or the query's and there is no user info)."""
+
+    text: str  # as found
+    scheme: str
+    user: str  # as written (percent-encoded); "" where none
+    password: str | None  # as written; None where the user info has no ':'
+    rest: str  # all after the user info: host, port, path, query, fragment
+    secret_queries: tuple[str, ...]  # names of the query parameters whose value is secret (not hidden yet)
+
+    @property
+    def bare(self) -> str:
+        """The URI without its user info."""
+        return f"{self.scheme}://{self.rest}"
+
+    @property
+    def secret(self) -> bool:
+        """Whether it holds a password or a secret query value that is not hidden (***) already."""
+        return self.password not in (None, HIDDEN) or bool(self.secret_queries)
+
+
+def _parse_uri(text: str) -> Uri:
+    scheme, _, after = text.partition("://")
+    info, at, rest = after.rpartition("@")
+    user, colon, password = info.partition(":")
+    if not at or any(char in user for char in "/?#"):
+        user, colon, password, rest = "", "", "", after
+    names = tuple(m.group("name").strip("?&=") for m in SECRET_QUERY.finditer(rest))
+    return Uri(text, scheme, user, password if colon else None, rest, names)
+
+
+def uris_in(text: str) -> list[Uri]:
+    """Every URI in `text`, parsed: the one reading of a URI's password and secret query values that
+    `redact`, `holds_credentials` and a search's taking of credentials (sweep.credentials) share."""
+    return [_parse_uri(match.group(0)) for match in _URI.finditer(text)]
+
+
+def holds_credentials(text: str) -> bool:
+    """Whether `text` holds a URI with a password or a secret query value (not hidden already): a user name
+    alone (hdfs://user@host) is no secret."""
+    return "://" in text and any(uri.secret for uri in uris_in(text))
 
 
 def redact(text: str) -> str:
     """`text` with the password of every URI in it replaced by *** (`http://user:***@host`), and the values of
     query parameters named like secrets (token, password, signature) too: what may be written or printed. The
-    password runs to the URI's last '@', so one with a raw '/' or '@' (an AWS secret key pasted as it is) is
-    hidden whole."""
+    password runs to the URI's last '@' (`uris_in`), so one with a raw '/', '@', quote or space (an AWS
+    secret key pasted as it is) is hidden whole. Redacting twice changes nothing."""
 
     def hide(match: re.Match) -> str:
-        scheme, _, rest = match.group(0).partition("://")
-        info, at, host = rest.rpartition("@")
-        user, colon, _ = info.partition(":")
-        if at and colon and "/" not in user:
-            rest = f"{user}:{HIDDEN}@{host}"
-        return SECRET_QUERY.sub(rf"\g<name>{HIDDEN}", f"{scheme}://{rest}")
+        uri = _parse_uri(match.group(0))
+        shown = f"{uri.scheme}://{uri.user}:{HIDDEN}@{uri.rest}" if uri.password is not None else uri.text
+        return SECRET_QUERY.sub(rf"\g<name>{HIDDEN}", shown)
 
-    return _URI.sub(hide, text)
+    return _URI.sub(hide, text) if "://" in text else text
 
 
-def refuse_credentials(option: str, value: str | None) -> None:
+def refuse_credentials(option: str, value: str | None, advice: str = CREDENTIALS_ADVICE) -> None:
     """Refuse, in one line that shows it redacted, a value of `option` holding a URI with a password or a
     secret query value: ModSAR takes no credentials in a URI where it would print them or write them to
     disk (every command but `modsar search`, which takes them out of its own URIs: sweep.credentials)."""
-    if value is not None and redact(value) != value:
+    if value is not None and holds_credentials(value):
         raise ModsarError(
             f"{option} {redact(value)}: a URI here may carry no password or token (ModSAR would print it or "
-            f"write it to disk); {CREDENTIALS_ADVICE}"
+            f"write it to disk); {advice}"
         )
+
+
+def refuse_environment_credentials(skip: tuple[str, ...] = ()) -> None:
+    """Refuse, naming the variable, a URI with credentials in MODSAR_DATA, RAY_ADDRESS or
+    RAY_DASHBOARD_ADDRESS (those in `skip` aside): ModSAR prints and records the folders and addresses it
+    uses."""
+    for name, advice in URI_VARIABLES.items():
+        if name not in skip:
+            refuse_credentials(f"${name}", os.environ.get(name), advice)
 
 
 PARTIAL_PREFIX = ".tmp-"  # a write in progress, or one a killed process left: listings skip hidden names
@@ -187,6 +254,9 @@ def _name_problem(value: object) -> str | None:
     if value[-1] == " ":
         return "ends in a space"
     return None
+
+
+name_problem = _name_problem  # public: check_name's reason that a value is no name, or None (a name)
 
 
 LOCK_PREFIX = ".lock-"  # `<root>/.lock-<name>`: hidden, so no listing of datasets or experiments shows it

@@ -270,13 +270,70 @@ def test_sessions_are_not_joined_with_files_of_users(tmp_path, isolated_data_roo
     assert "is read as sessions and" in error and "session numbers would merge with user ids" in error
 
 
+# ---- a folder of the user's where a dataset would go ----
+
+
+def _foreign(root, kind: str):
+    """Something under root/mine that is not a prepared dataset, and the file in it that must survive."""
+    root.mkdir(parents=True, exist_ok=True)
+    mine = root / "mine"
+    if kind == "file":
+        return write(mine, "x\n")
+    if kind == "symlink":  # a link, even to a real dataset folder, is not replaced through
+        target = root.parent / "elsewhere"
+        write(target / "manifest.json", "{}")
+        mine.symlink_to(target)
+        return target / "manifest.json"
+    if kind == "corrupt manifest":
+        write(mine / "manifest.json", "{not json")
+        return write(mine / "important.txt", "x\n")
+    return write(mine / "important.txt", "x\n")
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+@pytest.mark.parametrize("kind", ["folder", "file", "symlink", "corrupt manifest"])
+def test_prepare_never_replaces_what_is_not_a_prepared_dataset(
+    tmp_path, isolated_data_root, capsys, kind, force
+):
+    src = write(tmp_path / "log.txt", _user_lines(range(1, 9)))
+    kept = _foreign(isolated_data_root, kind)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    code, out, err = _prepare(capsys, "mine", "--source", str(src), *force)
+    assert code == 2 and out == [] and len(err) == 1, (out, err)
+    assert (
+        err[0].startswith(f"modsar: error: {isolated_data_root / 'mine'} is ") and "choose another" in err[0]
+    )
+    assert kept.read_text() in ("x\n", "{}")
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert not list(isolated_data_root.glob(".staging-mine-*")) and not list(
+        isolated_data_root.glob(".old-*")
+    )
+
+
+def test_prepare_fills_an_empty_folder_and_force_replaces_a_prepared_dataset(tmp_path, isolated_data_root):
+    first = write(tmp_path / "a.txt", _user_lines(range(1, 9)))
+    second = write(tmp_path / "b.txt", _user_lines(range(1, 12), seed=1))
+    (isolated_data_root / "mine").mkdir(parents=True)
+    _, reused = prepare_dataset("mine", [first])
+    assert not reused and load_dataset("mine").num_users == 8
+    with pytest.raises(ModsarError, match="already exists"):
+        prepare_dataset("mine", [second])
+    _, reused = prepare_dataset("mine", [second], force=True)
+    assert not reused and load_dataset("mine").num_users == 11
+    assert sorted(p.name for p in (isolated_data_root / "mine").iterdir()) == [
+        "interactions.parquet",
+        "items.parquet",
+        "manifest.json",
+    ]
+
+
 # ---- degenerate catalogues ----
 
 
 def test_a_one_item_catalogue_is_refused_at_prepare(tmp_path, isolated_data_root, capsys):
     src = write(tmp_path / "one.txt", "1 7\n1 7\n1 7\n1 7\n2 7\n2 7\n2 7\n")
     error = _refused(capsys, isolated_data_root, "one", "--source", str(src))
-    assert "only 1 item after preparation" in error and "every metric would be 1.0" in error
+    assert "only 1 item after preparation (raw id 7)" in error and "every metric would be 1.0" in error
 
 
 def test_training_refuses_a_catalogue_its_ranking_cannot_tell_apart():
@@ -329,6 +386,15 @@ def test_train_into_a_file_uri_writes_its_checkpoint(tmp_path, capsys):
     assert row["checkpoint"].startswith(str(tmp_path / "results" / "train-synthetic" / "checkpoints"))
     assert (tmp_path / "results" / "train-synthetic" / "checkpoints").is_dir()
     assert list((tmp_path / "results" / "train-synthetic" / "checkpoints").glob("*.pt"))
+
+
+@pytest.mark.parametrize("uri", ["file://rel", "file://rel/results"])
+def test_train_into_a_relative_file_uri_is_one_line(tmp_path, capsys, uri, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--dataset", "synthetic", "--results", uri, "--quiet", "train.max_epochs=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"modsar: error: cannot open the results root {uri}: "), err
+    assert "file:///absolute/path" in err[0] and list(tmp_path.iterdir()) == []
 
 
 # ---- analyze ----

@@ -249,6 +249,38 @@ def test_overwrite_replaces_a_search_it_recognises(tmp_path, capsys, monkeypatch
     assert (results / "other" / "trials").is_dir()  # the other experiments are untouched
 
 
+def test_overwrite_refuses_a_search_folder_that_modsar_train_added_to(tmp_path, capsys, monkeypatch):
+    """`modsar train --experiment <a search's name>` adds its rows (role "train") to the search's trials/ and
+    its checkpoints/ beside them: --overwrite deletes neither, and says which files and how to proceed. The
+    search's own rows (search, seed, superseded), and files in trials/ that are no row, go with the folder."""
+    from modsar.records.rows import write_row
+    from modsar.sweep import tuner
+
+    monkeypatch.setattr(tuner, "connect_ray", lambda req: pytest.fail("Ray started"))
+    results = tmp_path / "results"
+    (results / "s").mkdir(parents=True)
+    (results / "s" / "search.json").write_text(json.dumps({"request": {"space": "x"}, "base": {}}))
+    for trial_id, role in (("a", "search"), ("b", "seed"), ("c", "superseded"), ("t1", "train")):
+        write_row(str(results), {"experiment": "s", "trial_id": trial_id, "role": role})
+    (results / "s" / "trials" / "notes.parquet").write_text("no row")
+    before = files_under(results)
+    assert tuner._added_by_train(str(results / "s")) == ["trials/t1.parquet"]
+    assert _search(results, "s", "--overwrite") == 2
+    err = one_error_line(capsys)
+    assert "also holds what `modsar train --experiment s` added to the search (trials/t1.parquet)" in err, err
+    assert "nothing was deleted" in err and "choose another --experiment" in err, err
+    assert files_under(results) == before
+
+    (results / "s" / "trials" / "t1.parquet").unlink()
+    (results / "s" / "checkpoints").mkdir()  # a training's checkpoint folder, its row moved away
+    (results / "s" / "checkpoints" / "t1.pt").write_bytes(b"")
+    assert _search(results, "s", "--overwrite") == 2
+    assert "added to the search (checkpoints/)" in one_error_line(capsys)
+    (results / "s" / "checkpoints" / "t1.pt").unlink()
+    (results / "s" / "checkpoints").rmdir()
+    assert tuner._added_by_train(str(results / "s")) == []  # the search's own: --overwrite replaces them
+
+
 # --- concurrent writers ---------------------------------------------------------------------------
 
 

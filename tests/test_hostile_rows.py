@@ -30,12 +30,13 @@ def _rows(root: str) -> None:
         write_row(root, report_row(trial, dataset, "vanilla", task, value, **{"train.monitor": "ndcg@10"}))
 
 
-def _tamper(source: Path, target: Path, **columns: str) -> Path:
+def _tamper(source: Path, target: Path, **columns: object) -> Path:
     """A copy of a real row file with `columns` set to other values, its schema (and row mark) kept."""
     table = pq.read_table(source)
     for name, value in columns.items():
         index = table.schema.get_field_index(name)
-        table = table.set_column(index, table.schema.field(index), pa.array([value] * table.num_rows))
+        field = table.schema.field(index)
+        table = table.set_column(index, field, pa.array([value] * table.num_rows, field.type))
     pq.write_table(table, target)
     return target
 
@@ -44,13 +45,22 @@ def _files(folder: Path) -> set[Path]:
     return {p for p in folder.rglob("*") if p.is_file() or p.is_symlink()}
 
 
-def test_a_tampered_row_is_skipped_and_the_report_writes_nothing_outside_out(tmp_path, capsys):
+def _warnings(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+
+
+def test_a_tampered_row_is_read_as_its_folders_or_skipped_and_the_report_writes_nothing_outside_out(
+    tmp_path, capsys
+):
     root = tmp_path / "results"
     _rows(str(root))
     trials = root / "vanilla-video" / "trials"
     real = trials / "v2.parquet"
-    escaping = _tamper(real, trials / "x1.parquet", experiment="../../evil", trial_id="x1")
-    dotted = _tamper(real, trials / "x2.parquet", dataset="../../x", trial_id="x2")
+    _tamper(real, trials / "x1.parquet", experiment="../../evil", trial_id="x1", selected=False)
+    _tamper(real, trials / "x2.parquet", dataset="../../x", trial_id="x2")
+    odd = root / "odd#name" / "trials"  # a folder no experiment could be named: its rows make no path
+    odd.mkdir(parents=True)
+    _tamper(real, odd / "o1.parquet", experiment="odd#name", trial_id="o1")
     before = _files(tmp_path)
     out = tmp_path / "deep" / "report"
     capsys.readouterr()
@@ -58,29 +68,55 @@ def test_a_tampered_row_is_skipped_and_the_report_writes_nothing_outside_out(tmp
     assert main(["report", "--results", str(root), "--out", str(out)]) == 0
     written = _files(tmp_path) - before
     assert written and all(out in p.parents for p in written), sorted(map(str, written))
-    assert not any("evil" in p.name or p.name.startswith("bars_.") for p in written)
-    err = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
-    assert len(err) == 1, err  # one line per read, naming both files and why
-    assert f"{escaping}" in err[0] and f"{dotted}" in err[0]
-    assert "'../../evil'" in err[0] and "'vanilla-video'" in err[0] and "'../../x'" in err[0]
+    assert not any("evil" in str(p) or "odd" in str(p) or p.name.startswith("bars_.") for p in written)
+    err = _warnings(capsys)
+    assert err == [  # one line per folder and kind, each file's reason, not every path
+        f"modsar: warning: rows in {root}/vanilla-video name experiment '../../evil': read as "
+        "'vanilla-video' (the folder was renamed or copied)",
+        f"modsar: warning: skipped 1 row file in {odd} (first o1.parquet: the folder's name 'odd#name' holds "
+        "the character '#'): a report names folders and files after a row's experiment and dataset; rename "
+        "the folder",
+        f"modsar: warning: skipped 1 row file in {trials} (first x2.parquet: its dataset '../../x' holds the "
+        "path separator '/'): a report names folders and files after a row's experiment and dataset; move "
+        "such files out of the trials folder",
+    ], err
 
-    rows = read_rows(str(root), "vanilla-video")  # the warning was said once in this process
-    assert sorted(rows["trial_id"]) == ["v1", "v2"] and set(rows["dataset"]) == {"video"}
+    rows = read_rows(str(root), "vanilla-video")  # the warnings were said once in this process
+    assert sorted(rows["trial_id"]) == ["v1", "v2", "x1"] and set(rows["dataset"]) == {"video"}
+    assert set(rows["experiment"]) == {"vanilla-video"}
     assert capsys.readouterr().err == ""
 
 
-def test_a_renamed_experiment_folder_is_named_and_an_alias_of_one_still_reads(tmp_path, capsys):
+def test_a_renamed_experiment_folder_reads_as_its_new_name_and_an_alias_of_one_still_reads(tmp_path, capsys):
     root = tmp_path / "results"
     _rows(str(root))
     (root / "vanilla-video").rename(root / "renamed")
     os.symlink("vanilla-beauty", root / "latest")
     capsys.readouterr()
-    assert sorted(read_rows(str(root), "latest")["trial_id"]) == ["b1", "b2"]  # its real folder's name
-    assert sorted(read_rows(str(root))["trial_id"]) == ["b1", "b2"]
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("modsar: warning: skipped 2 row files: ")
-    assert f"{root}/renamed/trials/v1.parquet" in err[0] and f"{root}/renamed/trials/v2.parquet" in err[0]
-    assert "its experiment column holds 'vanilla-video', not its folder's name 'renamed'" in err[0]
+    latest = read_rows(str(root), "latest")
+    assert sorted(latest["trial_id"]) == ["b1", "b2"] and set(latest["experiment"]) == {"vanilla-beauty"}
+    rows = read_rows(str(root))
+    assert sorted(rows["trial_id"]) == ["b1", "b2", "v1", "v2"]
+    assert set(rows[rows["dataset"] == "video"]["experiment"]) == {"renamed"}
+    assert _warnings(capsys) == [  # once for the folder, not once per file
+        f"modsar: warning: rows in {root}/renamed name experiment 'vanilla-video': read as 'renamed' (the "
+        "folder was renamed or copied)"
+    ]
+
+
+def test_a_hostile_experiment_column_is_said_in_a_short_line(tmp_path, capsys):
+    root = tmp_path / "results"
+    _rows(str(root))
+    trials = root / "vanilla-beauty" / "trials"
+    for i, name in enumerate(("e" * 2500, "../" * 800, "\x00")):
+        _tamper(trials / "b1.parquet", trials / f"t{i}.parquet", experiment=name, trial_id=f"t{i}")
+    capsys.readouterr()
+    rows = read_rows(str(root), "vanilla-beauty")
+    assert sorted(rows["trial_id"]) == ["b1", "b2", "t0", "t1", "t2"]
+    assert set(rows["experiment"]) == {"vanilla-beauty"}
+    err = _warnings(capsys)
+    assert len(err) == 1 and len(err[0]) < 200 + len(str(root)), err
+    assert " and 2 others: read as 'vanilla-beauty'" in err[0] and "'eeeeeeeeee" in err[0]
 
 
 def test_read_rows_hands_report_only_names(tmp_path, capsys):
@@ -88,13 +124,17 @@ def test_read_rows_hands_report_only_names(tmp_path, capsys):
     root = tmp_path / "results"
     _rows(str(root))
     trials = root / "vanilla-beauty" / "trials"
-    for i, name in enumerate(("..", ".hidden", "a\\b", "x" * 200)):
+    for i, name in enumerate(("x" * 2500, "..", ".hidden", "a\\b")):
         _tamper(trials / "b1.parquet", trials / f"t{i}.parquet", dataset=name, trial_id=f"t{i}")
     capsys.readouterr()
     rows = read_rows(str(root), "vanilla-beauty")
     assert sorted(rows["trial_id"]) == ["b1", "b2"]
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "skipped 4 row files" in err[0] and "'xxxxxxxxxx" in err[0]
+    err = _warnings(capsys)
+    assert len(err) == 1 and len(err[0]) < 300 + len(str(trials)), err
+    assert err[0].startswith(
+        f"modsar: warning: skipped 4 row files in {trials} (first t0.parquet: its dataset "
+    )
+    assert "'xxxxxxxxxx" in err[0] and "is 2500 bytes long" in err[0]
 
 
 def test_plot_file_names_never_hold_a_path():

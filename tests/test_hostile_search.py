@@ -393,6 +393,44 @@ def test_the_token_ray_writes_for_a_local_cluster_is_private(tmp_path, monkeypat
     assert not token.exists()
 
 
+def test_the_token_is_written_whole_and_never_through_a_symbolic_link(tmp_path, monkeypatch):
+    """The token is written under a temporary name (0600 from the start) and linked into place, leaving no
+    temporary file; a token path that is a symbolic link is refused in one line, and the file it points at
+    keeps its mode; a token another process wrote first is kept."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    token = tmp_path / ".ray" / "auth_token"
+    with private_token():
+        assert sorted(p.name for p in token.parent.iterdir()) == ["auth_token"]
+    token.unlink()
+    shared = tmp_path / "shared.txt"
+    shared.write_text("not a token")
+    shared.chmod(0o644)
+    token.symlink_to(shared)
+    with (
+        pytest.raises(ModsarError, match=r"^Ray's token file .* is a symbolic link") as raised,
+        private_token(),
+    ):
+        pytest.fail("entered")
+    assert "\n" not in str(raised.value)
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o644 and shared.read_text() == "not a token"
+    token.unlink()
+
+    from modsar.sweep import cluster
+
+    def first(path):  # another process writes the token between the check and this write
+        path.write_text("theirs")
+        write_token(path)
+
+    write_token = cluster._write_token
+    monkeypatch.setattr(cluster, "_write_token", first)
+    with private_token():
+        assert token.read_text() == "theirs"
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600  # made private afterwards, as an earlier Ray's
+    assert sorted(p.name for p in token.parent.iterdir()) == ["auth_token"]
+
+
 def test_an_address_where_nothing_answers_fails_in_seconds_in_one_line():
     """A refused port at once; a silent one (a full listen queue drops the connection, as a firewall does)
     after the probe's 3 s, where Ray itself retried for many minutes."""
@@ -454,6 +492,122 @@ def test_the_resume_command_repeats_every_option_given():
         "--cpus-per-trial 2 --max-concurrent 1 --fresh-actors --mlflow 'http://alice:***@h:5000' "
         "train.lr=0.01 --resume"
     )
+
+
+def _plan_of(results: Path, experiment: str = "c"):
+    """What stops_on_ctrl_c reads of a plan: its request, and what planned_trials counts (3 samples of 2
+    directions): no Ray, no dataset."""
+    from types import SimpleNamespace
+
+    req = SearchRequest(space="quickstart", dataset="synthetic", experiment=experiment, results=str(results))
+    return SimpleNamespace(
+        request=req, search="random", num_samples=3, space=SimpleNamespace(tasks=lambda: ["ae", "ar"])
+    )
+
+
+def _raise(error: BaseException):
+    def fail(*args, **kwargs):
+        raise error
+
+    return fail
+
+
+@pytest.mark.parametrize(
+    ("where", "error", "said"),
+    [
+        ("record_state", OSError(28, "No space left on device"), "its state was not recorded (OSError)"),
+        ("record_state", ModsarError("cannot write search.json"), "its state was not recorded (ModsarError)"),
+        ("record_state", KeyboardInterrupt(), "its state was not recorded (a second Ctrl-C)"),
+        ("read_rows", ModsarError("cannot reach s3://b/r"), "its state was not recorded (ModsarError)"),
+        ("read_rows", KeyboardInterrupt(), "its state was not recorded (a second Ctrl-C)"),
+    ],
+)
+def test_ctrl_c_still_names_the_resume_command_where_its_state_cannot_be_recorded(
+    tmp_path, monkeypatch, where, error, said
+):
+    """A full disk, an unreachable object store or a second Ctrl-C while the search records itself as
+    interrupted: still SearchInterrupted (exit 130) naming the command that resumes it, never exit 2 or a
+    bare message."""
+    from modsar.records import rows
+    from modsar.sweep import interrupt
+
+    plan = _plan_of(tmp_path / "results")
+    search_json = tmp_path / "results" / "c" / "search.json"
+    search_json.parent.mkdir(parents=True)
+    search_json.write_text(json.dumps({"status": "running", "trials_planned": 6}))
+    monkeypatch.setattr(interrupt if where == "record_state" else rows, where, _raise(error))
+    with (
+        pytest.raises(interrupt.SearchInterrupted) as raised,
+        interrupt.stops_on_ctrl_c(plan, str(search_json)),
+    ):
+        raise KeyboardInterrupt
+    line = str(raised.value)
+    assert said in line and line.endswith(f"resume it with `{resume_command(plan.request)}`"), line
+    assert ("0 of 6 trials ended" in line) == (where == "record_state"), line  # the rows were read
+    assert json.loads(search_json.read_text())["status"] == "running"
+
+
+def test_ctrl_c_records_the_search_interrupted(tmp_path):
+    from modsar.sweep import interrupt
+
+    plan = _plan_of(tmp_path / "results")
+    search_json = tmp_path / "results" / "c" / "search.json"
+    search_json.parent.mkdir(parents=True)
+    search_json.write_text(json.dumps({"status": "running", "trials_planned": 6}))
+    with (
+        pytest.raises(interrupt.SearchInterrupted) as raised,
+        interrupt.stops_on_ctrl_c(plan, str(search_json)),
+    ):
+        raise KeyboardInterrupt
+    assert str(raised.value) == (
+        "search 'c' (0 of 6 trials ended; what ran is saved): "
+        f"resume it with `{resume_command(plan.request)}`"
+    )
+    assert json.loads(search_json.read_text()) == {
+        "status": "interrupted",
+        "trials_planned": 6,
+        "trials_ended": 0,
+    }
+
+
+BAD_SEARCH_JSON = [
+    "[1, 2]",
+    '"running"',
+    "null",
+    '{"status": "running", "trials_planned": "abc"}',
+    '{"status": "running", "trials_planned": true}',
+    '{"status": ["running"], "trials_planned": 6}',
+]
+
+
+@pytest.mark.parametrize("text", BAD_SEARCH_JSON)
+def test_a_malformed_search_json_is_one_warning_and_an_unknown_status(tmp_path, capsys, text):
+    """A search.json that is no object, or whose status or trials_planned is of the wrong kind (edited,
+    damaged), is skipped with one warning line: the search's status is unknown; the others are read."""
+    from modsar.sweep.interrupt import incomplete_searches
+
+    for name, content in (("bad", text), ("ok", '{"status": "interrupted", "trials_planned": 6}')):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "search.json").write_text(content)
+    assert incomplete_searches(str(tmp_path), ["bad", "ok"]) == {"ok": 6}
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("modsar: warning: ") and "bad" in err, err
+    assert "the status of search 'bad' is unknown" in err, err
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '{"status": "running", "trials_planned": "abc"}'])
+def test_a_report_over_a_malformed_search_json_still_reports(tmp_path, capsys, text):
+    """`modsar report` over a copy of a committed experiment whose search.json was damaged: the report, and
+    one warning line that the search's status is unknown."""
+    published = Path(__file__).parents[1] / "results" / "published" / "quickstart" / "quickstart-synthetic"
+    shutil.copytree(published, tmp_path / "res" / "quickstart-synthetic")
+    (tmp_path / "res" / "quickstart-synthetic" / "search.json").write_text(text)
+    args = ["report", "--results", str(tmp_path / "res"), "--experiment", "quickstart-synthetic"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert "synthetic" in out and "Traceback" not in err
+    warnings = [line for line in err.splitlines() if line.startswith("modsar: ")]
+    assert len(warnings) == 1 and "the status of search 'quickstart-synthetic' is unknown" in warnings[0], err
 
 
 def test_a_verdict_on_an_unfinished_search_starts_with_how_far_it_got():

@@ -15,7 +15,7 @@ import pytest
 
 from modsar.cli import main
 from modsar.errors import ModsarError
-from modsar.outputs import redact, refuse_credentials
+from modsar.outputs import holds_credentials, redact, refuse_credentials, uris_in
 from modsar.sweep import SearchRequest
 
 SECRET = "SUPERSECRET"
@@ -50,6 +50,9 @@ REFUSED = {
     "search-on-a-cluster-mlflow": [*SEARCH, "--address", DEAD, "--mlflow", f"http://alice:{SECRET}@{DEAD}"],
     "search-mlflow-query-token": [*SEARCH, "--mlflow", f"http://{DEAD}/?access_token={SECRET}"],
     "search-override": [*SEARCH, f"data.path={TOKEN}"],
+    # the password taken out before the URI is parsed: no ValueError from urlsplit's port, no traceback
+    "search-mlflow-password-with-slash": [*SEARCH, "--mlflow", f"http://alice:pa/{SECRET}@{DEAD}"],
+    "search-mlflow-port-no-number": [*SEARCH, "--mlflow", f"http://alice:{SECRET}@127.0.0.1:port"],
     "submit-env": ["submit", "--address", f"http://{DEAD}", "--env", f"X={S3}", "--", "results"],
 }
 
@@ -232,3 +235,240 @@ def test_submit_advises_the_nodes_own_environment_not_env(capsys):
     assert main(["submit", "--address", f"http://{DEAD}", "--no-wait", "--", *command]) == 2
     err = capsys.readouterr().err
     assert "not --env" in err and "own environment or credential files" in err and SECRET not in err
+
+
+# --- one reading of a URI: a password holding any character is hidden whole and refused --------------------
+
+ODD = {
+    "quote": "'",
+    "double-quote": '"',
+    "less": "<",
+    "greater": ">",
+    "backtick": "`",
+    "space": " ",
+    "slash": "/",
+}
+
+
+def _one_line_without_the_secret(code: int, out: str, err: str, root: Path, status: int = 2) -> None:
+    assert code == status, err
+    assert err.startswith("modsar: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err and SECRET not in out + err
+    assert not _leaks(root)
+
+
+def test_the_password_runs_to_the_last_at_sign():
+    (uri,) = uris_in(f"see http://alice:pa/{SECRET}@host/x?y=1 there")
+    assert (uri.user, uri.password, uri.rest) == ("alice", f"pa/{SECRET}", "host/x?y=1")
+    assert uri.bare == "http://host/x?y=1" and uri.secret
+    (named,) = uris_in("hdfs://bob@namenode/x")  # a user name alone is no secret
+    assert named.user == "bob" and named.password is None and not named.secret
+    (path,) = uris_in("s3://bucket/a:b@c")  # the '@' of a path: no user info
+    assert path.password is None and not holds_credentials("s3://bucket/a:b@c")
+
+
+@pytest.mark.parametrize("char", ODD.values(), ids=ODD.keys())
+def test_a_password_with_any_character_is_hidden_whole(char):
+    uri = f"s3://AKIAFAKE:pa{char}{SECRET}@bucket/x"
+    for text in (uri, f"--results {uri}: cannot open", f"'{uri}'", f"<{uri}>", f"`{uri}`"):
+        shown = redact(text)
+        assert SECRET not in shown and "s3://AKIAFAKE:***@bucket/x" in shown, shown
+        assert redact(shown) == shown and holds_credentials(text) and not holds_credentials(shown)
+    with pytest.raises(ModsarError) as refused:
+        refuse_credentials("--results", uri)
+    assert SECRET not in str(refused.value)
+
+
+@pytest.mark.parametrize("char", ODD.values(), ids=ODD.keys())
+def test_a_password_with_any_character_is_refused_by_a_command(char, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    code = main(["results", "--results", f"s3://AKIAFAKE:pa{char}{SECRET}@bucket/x"])
+    out, err = capsys.readouterr()
+    _one_line_without_the_secret(code, out, err, tmp_path)
+    assert "--results s3://AKIAFAKE:***@bucket/x: " in err
+
+
+@pytest.mark.parametrize("char", ODD.values(), ids=ODD.keys())
+def test_a_search_takes_out_a_password_with_any_character(char, monkeypatch):
+    """The request keeps the redacted URI, the MLflow client gets the URI without user info and the whole
+    password in its variable: one reading of the URI for redacting and for taking the password out."""
+    from modsar.sweep.credentials import mlflow_env, mlflow_uri
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    req = SearchRequest(space="quickstart", dataset="", mlflow=f"http://alice:pa{char}{SECRET}@h:5000/x")
+    assert req.mlflow == "http://alice:***@h:5000/x" and mlflow_uri(req.mlflow) == "http://h:5000/x"
+    assert mlflow_env(req.mlflow) == {
+        "MLFLOW_TRACKING_USERNAME": "alice",
+        "MLFLOW_TRACKING_PASSWORD": f"pa{char}{SECRET}",
+    }
+
+
+def test_an_mlflow_port_that_is_no_number_is_one_line():
+    from modsar.sweep.plan import _reach_mlflow
+
+    with pytest.raises(ModsarError, match=r"^--mlflow http://h:port: its port is not a number"):
+        _reach_mlflow("http://h:port")
+
+
+# --- the environment: MODSAR_DATA, RAY_ADDRESS, RAY_DASHBOARD_ADDRESS, and a data folder that is a URI ----
+
+RAY = f"ray://u:{SECRET}@10.0.0.1:10001"
+ENV_REFUSED = {
+    "data-list": (["data", "list"], "MODSAR_DATA", S3),
+    "data-stats": (["data", "stats", "synthetic"], "MODSAR_DATA", S3),
+    "train": (["train", "--dataset", "synthetic", "--no-checkpoint"], "MODSAR_DATA", S3),
+    "train-token": (["train", "--dataset", "synthetic", "--no-checkpoint"], "MODSAR_DATA", TOKEN),
+    "results-ray-address": (["results"], "RAY_ADDRESS", RAY),
+    "search-ray-address": (SEARCH, "RAY_ADDRESS", RAY),
+    "train-dashboard-address": (["data", "list"], "RAY_DASHBOARD_ADDRESS", f"http://u:{SECRET}@h:8265"),
+}
+
+
+@pytest.mark.parametrize("argv, name, value", ENV_REFUSED.values(), ids=ENV_REFUSED.keys())
+def test_credentials_in_the_environment_are_refused_naming_the_variable(
+    argv, name, value, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv(name, value)
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    _one_line_without_the_secret(code, out, err, tmp_path)
+    assert err.startswith(f"modsar: error: ${name} ") and "***" in err
+
+
+@pytest.mark.parametrize(
+    "argv, where",
+    [
+        (["data", "prepare", "synthetic", "--data-dir", "s3://bucket/x"], "--data-dir s3://bucket/x"),
+        (["data", "list", "--data-dir", "s3://bucket/x"], "--data-dir s3://bucket/x"),
+        (["data", "list"], "$MODSAR_DATA s3://bucket/x"),
+    ],
+)
+def test_a_data_folder_is_a_local_path(argv, where, tmp_path, monkeypatch, capsys):
+    """No URI is taken as a path (which would make folders of its parts, its password among them)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MODSAR_DATA", "s3://bucket/x")
+    code = main(argv)
+    out, err = capsys.readouterr()
+    _one_line_without_the_secret(code, out, err, tmp_path)
+    assert err.startswith(f"modsar: error: {where}: a data folder is a local path")
+    assert not (tmp_path / "s3:").exists()
+
+
+def test_joining_a_cluster_refuses_a_ray_address_with_credentials(monkeypatch):
+    from modsar.sweep.tuner import connect_ray
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    req = SearchRequest(space="quickstart", dataset="")
+    monkeypatch.setenv("RAY_ADDRESS", RAY)
+    with pytest.raises(ModsarError, match=r"^\$RAY_ADDRESS ray://u:\*\*\*@10\.0\.0\.1:10001: ") as refused:
+        connect_ray(req)
+    assert SECRET not in str(refused.value) and "RAY_AUTH_TOKEN" in str(refused.value)
+
+
+# --- submit --env: the cluster shows a job's variables ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        f"MLFLOW_TRACKING_PASSWORD={SECRET}",
+        f"MLFLOW_TRACKING_TOKEN={SECRET}",
+        f"AWS_SECRET_ACCESS_KEY={SECRET}",
+        f"aws_access_key_id={SECRET}",
+        f"MY_CREDENTIALS={SECRET}",
+        f"X={S3}",
+        f"X=http://u:pa/{SECRET}@h",
+    ],
+)
+def test_submit_refuses_secrets_in_env(given, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = main(["submit", "--address", f"http://{DEAD}", "--env", given, "--", "results"])
+    out, err = capsys.readouterr()
+    _one_line_without_the_secret(code, out, err, tmp_path)
+    assert err.startswith("modsar: error: --env ") and "***" in err
+    assert "own environment or credential files" in err and "not --env" in err
+
+
+def test_submit_takes_plain_env():
+    from modsar.cli.submit import parse_env
+
+    assert parse_env("MODSAR_DATA=/mnt/shared/datasets") == ("MODSAR_DATA", "/mnt/shared/datasets")
+    assert parse_env("RESULTS=s3://bucket/x") == ("RESULTS", "s3://bucket/x")
+
+
+# --- the Python API: every text argument, and the environment ---------------------------------------------
+
+
+def _api_calls() -> dict:
+    import modsar
+
+    return {
+        "results-root": lambda: modsar.results(root=S3),
+        "results-root-path": lambda: modsar.results(root=Path(S3)),
+        "results-where": lambda: modsar.results(where={"task": TOKEN}),
+        "train-data-dir": lambda: modsar.train(dataset="synthetic", data_dir=S3, checkpoint=False),
+        "train-config": lambda: modsar.train({"task": "ae", "data.path": TOKEN}, dataset="synthetic"),
+        "train-overrides": lambda: modsar.train([f"data.path={TOKEN}"], dataset="synthetic"),
+        "evaluate": lambda: modsar.evaluate(f"{S3}/ar.pt"),
+        "load": lambda: modsar.load(f"{S3}/ar.pt"),
+        "search-overrides": lambda: modsar.search(
+            "quickstart", "synthetic", overrides=[f"data.path={TOKEN}"]
+        ),
+        "search-data-dir": lambda: modsar.search("quickstart", "synthetic", data_dir=S3),
+    }
+
+
+API = ["results-root", "results-root-path", "results-where", "train-data-dir", "train-config"]
+API += ["train-overrides", "evaluate", "load", "search-overrides", "search-data-dir"]
+
+
+@pytest.mark.parametrize("call", API)
+def test_the_python_api_refuses_credentials_in_any_argument(call, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(ModsarError) as refused:
+        _api_calls()[call]()
+    message = str(refused.value)
+    assert SECRET not in message and "***" in message and "\n" not in message
+    assert not _leaks(tmp_path)
+
+
+def test_the_python_api_refuses_credentials_in_the_environment(tmp_path, monkeypatch):
+    import modsar
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAY_ADDRESS", RAY)
+    with pytest.raises(ModsarError, match=r"^\$RAY_ADDRESS ray://u:\*\*\*@") as refused:
+        modsar.results(root=str(tmp_path / "results"))
+    assert SECRET not in str(refused.value)
+
+
+# --- a bug's exception: one redacted line, its traceback only when asked for, redacted too -----------------
+
+
+def test_an_unexpected_error_is_one_redacted_line(tmp_path, monkeypatch, capsys):
+    from modsar.cli import results
+
+    def bug(args):
+        raise RuntimeError(f"cannot open {S3} or http://alice:pa'{SECRET}@h\nsecond line")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(results, "run", bug)
+    monkeypatch.delenv("MODSAR_TRACEBACK", raising=False)
+    assert main(["results"]) == 1
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and SECRET not in out + err and "Traceback" not in err
+    assert err.startswith(
+        "modsar: internal error: RuntimeError: cannot open s3://AKIAFAKE:***@bucket/x or http://alice:***@h "
+    )
+    assert "MODSAR_TRACEBACK=1" in err
+    monkeypatch.setenv("MODSAR_TRACEBACK", "1")
+    assert main(["results"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "in bug" in err and SECRET not in err
+    assert err.splitlines()[-1].startswith("modsar: internal error: RuntimeError: ")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import ray
 from test_hostile_data_report import _report_rows
 from test_hostile_names_faults import files_under, one_error_line
 
@@ -108,18 +109,71 @@ def test_a_full_disk_at_a_search_row_write_is_one_line_and_leaves_no_partial_row
     tmp_path, capsys, monkeypatch
 ):
     """The row of a trial is written by the driver (sweep.rows.ResultRows) the moment the trial ends: a full
-    disk there ends the search in one line, with no half-written row file."""
+    disk there ends the search in one line, with no half-written row file. The line ends with the command
+    that resumes the search (the same command again is refused: the experiment exists), and search.json
+    records it interrupted, as Ctrl-C does."""
     space = tmp_path / "one.yaml"
     space.write_text(ONE_TRIAL)
     results = tmp_path / "results"
     load_dataset("synthetic")  # the data are there before the disk fills
     monkeypatch.setattr(pq, "write_table", _fault(errno.ENOSPC))  # in the driver: it writes the rows
     args = ["search", "--space", str(space), "--dataset", "synthetic", "--results", str(results)]
-    assert main([*args, "--experiment", "full", "--no-estimate", "--quiet"]) == 2
+    try:
+        assert main([*args, "--experiment", "full", "--no-estimate", "--quiet"]) == 2
+    finally:
+        ray.shutdown()  # the search keeps the local cluster it started for this process's next search
     err = one_error_line(capsys)
     assert "no space left on the device" in err and "nothing was left half-written" in err, err
+    assert "run the command again" not in err, err
+    assert err.rstrip().endswith("--resume`") and "then resume the search with `modsar search --space" in err
+    assert "--experiment full" in err, err
+    assert json.loads((results / "full" / "search.json").read_text())["status"] == "interrupted"
     left = files_under(results)
     assert not [f for f in left if f.endswith(".parquet") or ".tmp-" in f], left
+
+
+def _fake_plan(results: Path):
+    """What stops_on_ctrl_c reads of a plan: its request, and what planned_trials counts (3 samples of 2
+    directions)."""
+    from types import SimpleNamespace
+
+    from modsar.sweep import SearchRequest
+
+    req = SearchRequest(space="quickstart", dataset="synthetic", experiment="e", results=str(results))
+    return SimpleNamespace(
+        request=req, search="random", num_samples=3, space=SimpleNamespace(tasks=lambda: ["ae", "ar"])
+    )
+
+
+@pytest.mark.parametrize("state_fault", [False, True])
+def test_a_row_write_fault_stops_the_search_resumable(tmp_path, monkeypatch, state_fault):
+    """A row the disk refused (after a fit, or at a seed re-run: sweep.rows.RowWriteFault) ends in one line
+    that ends with the resume command, search.json recorded interrupted; where recording that fails too (the
+    same full disk), the line says so and still names the command: the second fault never masks the first."""
+    from modsar.sweep import interrupt
+    from modsar.sweep.rows import RowWriteFault
+
+    plan = _fake_plan(tmp_path / "results")
+    search_json = tmp_path / "results" / "e" / "search.json"
+    search_json.parent.mkdir(parents=True)
+    search_json.write_text(json.dumps({"status": "running", "trials_planned": 6}))
+    if state_fault:
+        monkeypatch.setattr(interrupt, "record_state", _fault(errno.ENOSPC))
+    fault = ModsarError(
+        "cannot write /r/e/trials/x.parquet: no space left on the device (the disk is full); nothing was "
+        "left half-written. Free some space, or write to a folder you can write to, and run the command again"
+    )
+    with pytest.raises(ModsarError) as raised, interrupt.stops_on_ctrl_c(plan, str(search_json)):
+        raise RowWriteFault(fault)
+    line = str(raised.value)
+    assert line.startswith("cannot write /r/e/trials/x.parquet: no space left on the device"), line
+    assert line.endswith(f"resume the search with `{interrupt.resume_command(plan.request)}`"), line
+    assert "run the command again" not in line and "\n" not in line
+    stored = json.loads(search_json.read_text())
+    if state_fault:
+        assert "its state was not recorded (OSError)" in line and stored["status"] == "running"
+    else:
+        assert stored == {"status": "interrupted", "trials_planned": 6, "trials_ended": 0}
 
 
 # --- faults met outside atomic_write, and the writers' lock ----------------------------------------------

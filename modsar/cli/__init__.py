@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; its exit status: 0, 2 for a ModsarError (printed as one line), 130 on Ctrl-C."""
+    """Run one command; its exit status: 0, 2 for a ModsarError (printed as one line), 130 on Ctrl-C, 1 for
+    any other exception (one redacted line: `internal_error`)."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # KEY=VALUE overrides may come after options (e.g. `train --quiet task=ae`); anything else is an error.
@@ -79,9 +80,34 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except OSError as exc:  # a full disk, a read-only folder or a denied permission met outside atomic_write
         if (line := fault_line(exc)) is None:
-            raise
+            return internal_error(exc)
         print(f"modsar: error: {line}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a bug (ModSAR's, a plugin's, a library's): its message may quote a password
+        return internal_error(exc)
+
+
+TRACEBACK_ENV = "MODSAR_TRACEBACK"  # set to 1: an internal error prints its whole traceback (redacted)
+
+
+def internal_error(exc: BaseException) -> int:
+    """Exit status 1 for an exception no command expected: one line, `modsar: internal error: TYPE: first
+    line of its message`, redacted like every message (a traceback quotes the values it met, URIs with
+    passwords among them), and how to see the traceback: with MODSAR_TRACEBACK=1, every line redacted."""
+    import os
+    import traceback
+
+    if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        print(redact(text), file=sys.stderr, end="")
+    message = (str(exc).strip().splitlines() or [""])[0]
+    line = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    print(
+        f"modsar: internal error: {redact(line)} (a bug: run again with {TRACEBACK_ENV}=1 for the full "
+        "traceback, and report it)",
+        file=sys.stderr,
+    )
+    return 1
 
 
 if __name__ == "__main__":

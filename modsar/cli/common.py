@@ -83,17 +83,21 @@ def check_folders(args: argparse.Namespace) -> None:
 
 
 # options that keep their own check of credentials in a URI: a search takes them out of these three
-# (sweep.credentials); submit refuses them in the job's command, and its --address goes to the dashboard alone
-OWN_CREDENTIALS = {"search": {"mlflow", "results", "address"}, "submit": {"rest", "address"}}
+# (sweep.credentials); submit refuses them in the job's command and its --env (cli.submit.parse_env, which
+# says the nodes' own environment must hold them), and its --address goes to the dashboard alone
+OWN_CREDENTIALS = {"search": {"mlflow", "results", "address"}, "submit": {"rest", "address", "env"}}
 POSITIONAL = {"overrides": "override", "name": "name"}
 
 
 def check_credentials(args: argparse.Namespace) -> None:
     """Refuse, before any work and in one line that shows it redacted, any option's URI that carries a
     password or a secret query value (modsar.outputs.refuse_credentials): ModSAR never prints credentials or
-    writes them to disk, and takes them only from the environment or credential files."""
-    from modsar.outputs import refuse_credentials
+    writes them to disk, and takes them only from the environment or credential files. The environment's
+    MODSAR_DATA, RAY_ADDRESS and RAY_DASHBOARD_ADDRESS too, naming the variable (submit's --address takes
+    RAY_DASHBOARD_ADDRESS as its default, and keeps the check of its own --address)."""
+    from modsar.outputs import refuse_credentials, refuse_environment_credentials
 
+    refuse_environment_credentials(skip=("RAY_DASHBOARD_ADDRESS",) if args.command == "submit" else ())
     own = OWN_CREDENTIALS.get(args.command, set())
     for dest, given in sorted(vars(args).items()):
         if dest in own or dest in ("handler", "json_stdout"):

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 
 from modsar.cli.common import Subparsers, add_command
 from modsar.errors import ModsarError
-from modsar.outputs import to_json
+from modsar.outputs import HIDDEN, holds_credentials, redact, to_json
 
 EPILOG = """examples:
   modsar submit --address http://HEAD:8265 --follow -- search --space local_attn --dataset beauty \\
@@ -51,11 +52,27 @@ def add_parser(sub: Subparsers) -> None:
     )
 
 
+# names of variables that hold secrets (MLFLOW_TRACKING_PASSWORD, RAY_AUTH_TOKEN, AWS_SECRET_ACCESS_KEY,
+# WANDB_API_KEY, ...): a job's --env is shown with the job (ray list jobs, the dashboard)
+SECRET_NAME = re.compile(r"PASSWORD|PASSWD|TOKEN|SECRET|_KEY|CREDENTIAL", re.IGNORECASE)
+ENV_ADVICE = (
+    "the cluster stores a job's --env variables and shows them with the job (ray list jobs, the dashboard), "
+    "so the cluster's nodes must hold secrets in their own environment or credential files (e.g. "
+    "MLFLOW_TRACKING_PASSWORD or MLFLOW_TRACKING_TOKEN, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or "
+    "~/.aws, a role), not --env"
+)
+
+
 def parse_env(text: str) -> tuple[str, str]:
-    """An --env KEY=VALUE option."""
+    """An --env KEY=VALUE option; refused in one line, its value unshown, where the name says it holds a
+    secret or the value holds a URI with credentials."""
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise ModsarError(f"--env {text!r} is not KEY=VALUE")
+        raise ModsarError(f"--env {redact(text)!r} is not KEY=VALUE")
+    if SECRET_NAME.search(key):
+        raise ModsarError(f"--env {key}={HIDDEN}: {key} names a secret; {ENV_ADVICE}")
+    if holds_credentials(value):
+        raise ModsarError(f"--env {key}={redact(value)}: the value holds credentials; {ENV_ADVICE}")
     return key, value
 
 
@@ -64,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     unless it succeeded (or, not waited for, is pending)."""
     from modsar.sweep import submit
 
+    env = dict(parse_env(e) for e in args.env)  # refused before anything is asked of the cluster
     if not args.address:
         raise ModsarError("--address is required (the cluster's dashboard, e.g. http://HEAD:8265)")
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
@@ -78,7 +96,6 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"{job_id}: {'stop requested' if submit.stop(args.address, job_id) else 'not running'}")
         return 0
-    env = dict(parse_env(e) for e in args.env)
     job_id, status = submit.submit(args.address, rest, env, wait=not args.no_wait, follow=args.follow)
     print(f"{job_id} {status}")
     return 0 if status in ("SUCCEEDED", "PENDING") else 1

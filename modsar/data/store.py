@@ -39,10 +39,18 @@ from modsar.version import __version__
 
 
 def data_root(override: str | Path | None = None) -> Path:
-    if override:
-        return Path(override).expanduser()
-    env = os.environ.get("MODSAR_DATA")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "modsar" / "datasets"
+    """The prepared-datasets folder: `override` (--data-dir), else $MODSAR_DATA, else the cache. A URI is
+    refused in one line naming where it came from, shown redacted: datasets are read and written as local
+    files (a shared mount on a cluster), and a URI taken as a path would make a folder of its password."""
+    from modsar.outputs import redact
+
+    given = str(override) if override else os.environ.get("MODSAR_DATA")
+    if given and "://" in given:
+        raise ModsarError(
+            f"{'--data-dir' if override else '$MODSAR_DATA'} {redact(given)}: a data folder is a local path "
+            "(a shared mount on a cluster), not a URI; name a folder"
+        )
+    return Path(given).expanduser() if given else Path.home() / ".cache" / "modsar" / "datasets"
 
 
 @dataclass
@@ -81,7 +89,10 @@ def read_manifest(name: str, root: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError:
-        raise ModsarError(f"manifest '{path}' is corrupt; run 'modsar data prepare {name} --force'") from None
+        raise ModsarError(
+            f"manifest '{path}' is corrupt; move the folder {root / name} away, then run "
+            f"'modsar data prepare {name}' again"
+        ) from None
 
 
 def _checksum_problem(spec: DatasetSpec, path: Path) -> str | None:
@@ -188,6 +199,7 @@ def _prepare_locked(
     """prepare_dataset's work, while this process holds the dataset's lock: whatever it finds stored (a
     manifest, a killed prepare's staging folder) no other live process is writing."""
     remove_stale_staging(root, name)  # what a killed prepare of this name left behind
+    _refuse_foreign_folder(root, name)  # before any source is read: nothing of the user's is replaced
     spec = spec or get_spec(name)
     generated = is_generated(name) and not sources
     given = fmt
@@ -230,6 +242,40 @@ def _prepare_locked(
     _write(root, name, log, manifest)
     _announce(announce, paths, detected)
     return manifest, False
+
+
+def _refuse_foreign_folder(root: Path, name: str) -> None:
+    """`<root>/<name>` is replaced only when it is absent, an empty folder, or a prepared dataset (a folder
+    with a readable manifest.json): anything else there (a folder of the user's own files, a file, a link)
+    is refused in one line, with or without --force, and left as it is."""
+    final = root / name
+    if final.is_symlink():
+        what = "a symbolic link"
+    elif not final.exists():
+        return
+    elif not final.is_dir():
+        what = "a file, not a dataset folder"
+    elif not any(final.iterdir()):
+        return
+    elif not _manifest_path(root, name).is_file():
+        what = "a folder with no manifest.json, not a prepared dataset"
+    elif _readable_manifest(root, name) is None:
+        what = "a folder whose manifest.json cannot be read"
+    else:
+        return
+    raise ModsarError(
+        f"{final} is {what}; it is left as it is (--force replaces only a prepared dataset): "
+        f"choose another dataset name, or move it out of {root}"
+    )
+
+
+def _readable_manifest(root: Path, name: str) -> dict | None:
+    """The manifest.json in `<root>/<name>` when it reads as a JSON object, else None."""
+    try:
+        manifest = json.loads(_manifest_path(root, name).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
 
 
 def _formats(name: str, paths: list[Path], given: str, fmt: str, spec: DatasetSpec | None) -> list[Detection]:
@@ -396,7 +442,7 @@ def _trainable_statistics(log: PreparedLog, where: str) -> dict:
     stats = statistics(log.user, log.num_users, log.num_items)
     if stats["items"] < MIN_ITEMS:
         raise ModsarError(
-            f"{where}: only {stats['items']} item after preparation (raw id {log.raw_items[0]!r}): every "
+            f"{where}: only {stats['items']} item after preparation (raw id {log.raw_items[0]}): every "
             "ranking puts it first, so every metric would be 1.0; the data needs 2+ items (lower "
             "--min-item-count / --min-rating if filtering removed them)"
         )
@@ -575,6 +621,7 @@ def _write_staged(root: Path, name: str, log: PreparedLog, manifest: dict) -> No
         (staging / "manifest.json").write_text(to_json(manifest) + "\n")
         (staging / ".owner").unlink()  # the dataset's folder holds its files only
         final = root / name
+        _refuse_foreign_folder(root, name)  # checked again: replaced only while it is still a dataset
         if final.exists():
             trash = _temp_folder(root, f".old-{name}-")
             os.replace(final, trash / name)

@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import os
 import platform
+import reprlib
 import socket
 import sys
 import tempfile
@@ -27,7 +28,7 @@ import pyarrow.parquet as pq
 from modsar.config import Config
 from modsar.data.store import dataset_identity
 from modsar.errors import ModsarError
-from modsar.outputs import NAME_RULE, PARTIAL_PREFIX, atomic_write, check_name, redact
+from modsar.outputs import PARTIAL_PREFIX, atomic_write, check_name, name_problem, redact
 
 STATUSES = ("finished", "stopped", "diverged", "error")  # diverged: NaN/inf loss, weights or metrics
 ROW_KIND = (b"modsar.kind", b"trial-row")  # schema metadata of every row file: `read_rows` takes nothing else
@@ -217,10 +218,12 @@ def read_rows(root: str, experiment: str | None = None):
     written before rows were marked, one without a `modsar.kind` that has the ROW_KEYS columns: the rollouts,
     profiles and diagnostics that --out writes under a results root are never rows. A file in a `trials`
     folder that cannot be read (corrupt, truncated, empty), is no row, or has a column whose type clashes with
-    the other rows' is named in one warning line on stderr; the other rows count. So are, in one line for
-    the read, the files whose `experiment` is not the name of the folder they lie in or whose `dataset` is no
-    name (check_name): a report makes folders and file names of both, so a tampered row never places a file
-    outside --out. A root that is a file, or that its filesystem cannot reach, is one ModsarError."""
+    the other rows' is named in one warning line on stderr; the other rows count. A report makes folders and
+    file names of a row's experiment and dataset, so a tampered row never places a file outside --out: rows
+    whose `experiment` is not their folder's name are read as that folder's (one warning per folder: it was
+    renamed or copied), and the files in a folder whose name is no name, or whose `dataset` is no name
+    (check_name), are skipped (one warning per folder). A root that is a file, or that its filesystem cannot
+    reach, is one ModsarError."""
     if experiment is not None:  # a name, never a path: nothing is read outside the root
         experiment = check_name(experiment, "experiment")
     fs, base = filesystem(root)
@@ -238,9 +241,10 @@ def read_rows(root: str, experiment: str | None = None):
         read = list(pool.map(lambda file: _read_row_file(fs, file), files))
     tables = {file: table for file, table in zip(files, read, strict=True) if isinstance(table, pa.Table)}
     tables, copies = _drop_copies(tables)
-    tables, misnamed = _drop_misnamed(tables, isinstance(fs, pafs.LocalFileSystem))
+    tables, misnamed = _name_rows(tables, isinstance(fs, pafs.LocalFileSystem))
+    tables, repeated = _drop_copies(tables)  # a renamed row may repeat a trial of its folder's experiment
     combined, clashes = _combine(tables)
-    for problem in [r for r in read if isinstance(r, str)] + copies + misnamed + clashes:
+    for problem in [r for r in read if isinstance(r, str)] + copies + misnamed + repeated + clashes:
         if problem not in _WARNED:  # a search reads its rows several times: one warning per file and process
             _WARNED.add(problem)
             print(f"modsar: warning: {problem}", file=sys.stderr)
@@ -267,42 +271,58 @@ def _check_root(fs: pafs.FileSystem, base: str, root: str, experiment: str | Non
         )
 
 
-def _drop_misnamed(tables: dict[str, pa.Table], local: bool) -> tuple[dict[str, pa.Table], list[str]]:
-    """The row tables whose names may become paths, and one warning line naming the files left out (none if
-    none is): a file whose `experiment` is not the name of the experiment folder it lies in (nor, on a local
-    disk, of the folder a link of that name points to), or whose `dataset` is no name (check_name; an empty
-    one is kept: it makes no path). `modsar report` writes <out>/<experiment>/ and bars_<dataset>_*.png."""
-    why = {file: problem for file, table in tables.items() if (problem := _name_problem(file, table, local))}
-    if not why:
-        return tables, []
-    said = (
-        "; ".join(f"{file}: {problem}" for file, problem in why.items())
-        if len(why) == 1
-        else f"{len(why)} row files: " + "; ".join(f"{file} ({problem})" for file, problem in why.items())
-    )
-    line = (
-        f"skipped {said}. A row's experiment and dataset name report folders and files, so a row file whose "
-        "names do not match where it lies (renamed, copied or tampered with) is not read: move it out of the "
-        "trials folder, or into the experiment folder it names"
-    )
-    return {f: t for f, t in tables.items() if f not in why}, [line]
+def _name_rows(tables: dict[str, pa.Table], local: bool) -> tuple[dict[str, pa.Table], list[str]]:
+    """The row tables with names that may become paths, and the warning lines (one per experiment folder and
+    kind) on the others. `modsar report` writes <out>/<experiment>/ and bars_<dataset>_*.png, so:
+
+    - a file whose `experiment` is not its folder's name (nor, on a local disk, the name of the folder a link
+      of that name points to: `latest -> exp` reads exp's rows as exp's) is read with the folder's name as its
+      experiment when that name is a name (check_name): the folder was renamed or copied;
+    - a file in a folder whose name is no name, or whose `dataset` is no name (a missing one is kept: it
+      makes no path), is skipped."""
+    kept: dict[str, pa.Table] = {}
+    renamed: dict[str, tuple[str, list]] = {}  # experiment folder -> (its name, other names its rows hold)
+    skipped: dict[str, list[tuple[str, str, str]]] = {}  # experiment folder -> [(file, why, what to do)]
+    for file, table in tables.items():
+        trials = os.path.dirname(file)
+        folder = os.path.dirname(trials)
+        name = os.path.basename(folder)
+        homes = {name}
+        if local:
+            homes.add(os.path.basename(os.path.dirname(os.path.realpath(trials))))
+        homes = {home for home in homes if name_problem(home) is None}
+        foreign = [v for v in _values(table, "experiment") if v not in homes]
+        why, fix = _dataset_problem(table), "move such files out of the trials folder"
+        if why is None and foreign and name not in homes:
+            why, fix = f"the folder's name {_shown_value(name)} {name_problem(name)}", "rename the folder"
+        if why is not None:
+            skipped.setdefault(folder, []).append((os.path.basename(file), why, fix))
+            continue
+        if foreign:
+            index = table.schema.get_field_index("experiment")
+            table = table.set_column(index, "experiment", pa.array([name] * table.num_rows, pa.string()))
+            others = renamed.setdefault(folder, (name, []))[1]
+            others += [v for v in foreign if v not in others]
+        kept[file] = table
+    lines = [
+        f"rows in {folder} name experiment {_some(others)}: read as {name!r} (the folder was renamed or "
+        "copied)"
+        for folder, (name, others) in renamed.items()
+    ]
+    lines += [
+        f"skipped {len(files)} row file{'s' * (len(files) > 1)} in {folder}/trials (first {files[0][0]}: "
+        f"{files[0][1]}): a report names folders and files after a row's experiment and dataset; "
+        f"{files[0][2]}"
+        for folder, files in skipped.items()
+    ]
+    return kept, lines
 
 
-def _name_problem(file: str, table: pa.Table, local: bool) -> str | None:
-    """Why the names in a row file may not build paths (see _drop_misnamed), or None."""
-    trials = os.path.dirname(file)
-    folder = os.path.basename(os.path.dirname(trials))
-    homes = {folder}
-    if local:  # `latest -> exp`: the rows of exp, read under the alias
-        homes.add(os.path.basename(os.path.dirname(os.path.realpath(trials))))
-    for value in _values(table, "experiment"):
-        if value not in homes:
-            return f"its experiment column holds {_shown_value(value)}, not its folder's name {folder!r}"
-        if (problem := _not_a_name(value, "its experiment column")) is not None:
-            return problem
+def _dataset_problem(table: pa.Table) -> str | None:
+    """Why a row file's `dataset` may not name a file (check_name), or None when it may."""
     for value in _values(table, "dataset"):
-        if value is not None and (problem := _not_a_name(value, "its dataset column")) is not None:
-            return problem
+        if value is not None and (problem := name_problem(value)) is not None:
+            return f"its dataset {_shown_value(value)} {problem}"
     return None
 
 
@@ -311,18 +331,19 @@ def _values(table: pa.Table, column: str) -> list:
     return table.column(column).unique().to_pylist() if column in table.column_names else []
 
 
-def _not_a_name(value: object, what: str) -> str | None:
-    """check_name's reason that `value` is no name, as "<what> '<value>' <reason>"; None for a name."""
-    try:
-        check_name(value, what)
-    except ModsarError as exc:
-        return str(exc).removesuffix(f"; {NAME_RULE}")
-    return None
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 40  # a tampered cell may hold kilobytes: its ends are enough
 
 
 def _shown_value(value: object) -> str:
-    """A cell value in a warning line: its repr, cut after 40 characters."""
-    return repr(value) if not isinstance(value, str) or len(value) <= 60 else f"{value[:40]!r}..."
+    """A cell value in a warning line: its repr, at most 40 characters (the middle of a longer one cut)."""
+    return _SHORT.repr(value)
+
+
+def _some(values: list) -> str:
+    """The first value of `values` (shown), and how many others there are."""
+    more = len(values) - 1
+    return _shown_value(values[0]) + (f" and {more} other{'s' * (more > 1)}" if more else "")
 
 
 def experiment_folders(root: str) -> list[str]:

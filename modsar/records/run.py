@@ -13,7 +13,7 @@ from modsar.config import Config
 from modsar.data.store import load_dataset
 from modsar.errors import ModsarError
 from modsar.outputs import check_name, ensure_writable_dir, refuse_credentials, writer_lock
-from modsar.records.rows import result_row, trial_facts, write_row
+from modsar.records.rows import filesystem, result_row, trial_facts, write_row
 from modsar.training.trainer import TrainingDiverged, TrialResult, resolve_device, run_trial
 
 
@@ -130,10 +130,8 @@ def _uri_results(results: str, checkpoint: bool) -> str:
     local file: a row would name none, and `modsar evaluate` or `analyze` would find nothing. A URI with a
     password is refused: messages would print it (credentials come from the environment or ~/.aws)."""
     refuse_credentials("--results", results)
-    if results.startswith("file://"):
-        import pyarrow.fs as pafs
-
-        return pafs.FileSystem.from_uri(results)[1]
+    if results.startswith("file://"):  # a relative or malformed one is one line (filesystem), no traceback
+        return filesystem(results)[1]
     if "://" in results and checkpoint:
         raise ModsarError(
             f"--results {results}: modsar train writes its best checkpoint to a local or shared folder, not "

@@ -13,8 +13,8 @@ connect/sendto of a search under strace):
   fail at once on loopback without resolving a name (`quiet_dashboard`); 127.0.0.1 itself is exempt.
 - usage stats: off (RAY_USAGE_STATS_ENABLED=0; ray.init sets it for a local cluster too).
 - the token: a local cluster turns on Ray's token authentication and writes ~/.ray/auth_token with the
-  user's umask (0644: readable by every user). `private_token` writes it first, 0600, and makes an existing
-  one private.
+  user's umask (0644: readable by every user). `private_token` writes it first, 0600 (a temporary file
+  linked into place), makes an existing one private, and refuses a token path that is a symbolic link.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import ipaddress
 import os
 import secrets
 import socket
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -159,19 +160,62 @@ def private_token() -> Iterator[None]:
     """Around a local ray.init: Ray's token file, readable by its user only (0600). Ray writes a missing one
     with the umask's mode, so it is written here first, as Ray would (a random hex token), then Ray reads it;
     one that exists (written by an earlier Ray) is made private afterwards. Nothing is done where the token
-    comes from elsewhere (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH) or authentication is off."""
+    comes from elsewhere (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH) or authentication is off.
+
+    The token is written whole to a temporary file beside it, created 0600 (never through a link), and
+    linked into place, so Ray never reads half a token and one another process wrote first is kept. A token
+    path that is a symbolic link is refused in one line: no mode is changed where a link points."""
     path = token_path()
     ours = os.environ.get("RAY_AUTH_MODE", "token").lower() != "disabled" and not (
         os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
     )
+    if ours and path.is_symlink():
+        raise ModsarError(
+            f"Ray's token file {path} is a symbolic link (to {os.path.realpath(path)}); ModSAR makes the "
+            "token private and changes no file through a link: replace the link with the file itself, or "
+            "set RAY_AUTH_TOKEN_PATH to the file"
+        )
     if ours and not path.exists():
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):  # another process wrote it first: made private below
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(descriptor, "w") as out:
-                out.write(secrets.token_hex(32))
+        _write_token(path)
     try:
         yield
     finally:
-        if ours and path.is_file() and path.stat().st_uid == os.getuid() and path.stat().st_mode & 0o077:
-            path.chmod(0o600)
+        if ours:
+            _make_private(path)
+
+
+def _write_token(path: Path) -> None:
+    """A random hex token in `path`, written 0600 under a temporary name beside it and linked into place: a
+    token that another process wrote there first is kept (and made private afterwards)."""
+    tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(6)}")
+    descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(descriptor, "w") as out:
+            out.write(secrets.token_hex(32))
+            out.flush()
+            os.fsync(out.fileno())
+        try:
+            os.link(tmp, path)  # atomic, and never over a token another process wrote first
+        except FileExistsError:
+            pass
+        except OSError:  # a filesystem without hard links: renamed into place where still missing
+            if not os.path.lexists(path):
+                os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _make_private(path: Path) -> None:
+    """Mode 0600 for the user's own token file; a missing file, or a link made while Ray ran, is left."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # no wait on a FIFO
+    except OSError:  # missing, or a symbolic link (ELOOP): nothing is changed through it
+        return
+    try:
+        info = os.fstat(descriptor)
+        if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and info.st_mode & 0o077:
+            os.fchmod(descriptor, 0o600)
+    finally:
+        os.close(descriptor)

@@ -20,10 +20,15 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote
 
 from modsar.errors import ModsarError
-from modsar.outputs import HIDDEN, SECRET_QUERY, redact  # redact: every command's messages use it (outputs)
+from modsar.outputs import (  # redact: every command's messages use it (outputs)
+    HIDDEN,
+    holds_credentials,
+    redact,
+    uris_in,
+)
 
 MLFLOW_ADVICE = (
     "give MLflow the credentials through MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or "
@@ -34,23 +39,14 @@ _MLFLOW: dict[str, tuple[str, str, str]] = {}  # redacted URI -> (URI without us
 _RESULTS: dict[str, tuple[str, str]] = {}  # S3 URI without user info -> (access key, secret key)
 
 
-def _split(uri: str) -> tuple[str, str, str | None]:
-    """(URI without user info, user, password or None) of `uri`."""
-    parts = urlsplit(uri)
-    if "@" not in parts.netloc:
-        return uri, "", None
-    info, _, host = parts.netloc.rpartition("@")
-    user, sep, password = info.partition(":")
-    return urlunsplit(parts._replace(netloc=host)), unquote(user), unquote(password) if sep else None
-
-
 def take_secrets(option: str, uri: str | None) -> str | None:
     """The form of `option`'s URI a search may keep, write and print; its credentials stay in this process.
 
     --mlflow: the redacted URI (the MLflow client gets the credentials from `mlflow_env`, or, for a database
     URI, which has no such variables, the URI itself from `mlflow_uri`), but a token in its query is refused;
     --results: an S3 URI without its keys (`results_env`); --address, and any other URI with a password:
-    refused in one line."""
+    refused in one line. The URI is read as every command reads it (modsar.outputs.uris_in): the password
+    runs to its last '@', so one holding '/' is taken out whole."""
     if uri is None or "://" not in uri:
         return uri
     if f":{HIDDEN}@" in uri or f"={HIDDEN}" in uri:  # copied from search.json or a message: no secret left
@@ -60,25 +56,23 @@ def take_secrets(option: str, uri: str | None) -> str | None:
             f"{option} {uri}: the password is hidden (***); give the URI with its password, or the "
             "credentials through the environment and a URI without them"
         )
-    if redact(uri) == uri:  # no password: a user name alone (hdfs://user@host) is no secret
+    found = uris_in(uri)
+    if not any(each.secret for each in found):  # no password: a user name alone (hdfs://user@host) is none
         return uri
-    shown, (clean, user, password) = redact(uri), _split(uri)
-    if option == "--mlflow" and SECRET_QUERY.search(f"?{urlsplit(uri).query}"):
+    shown = redact(uri)
+    whole = found[0] if len(found) == 1 and found[0].text == uri else None  # the value is one URI
+    if option == "--mlflow" and whole is not None and whole.secret_queries:
         raise ModsarError(  # the MLflow client would hold it in MLFLOW_TRACKING_URI, which children inherit
             f"--mlflow {shown}: a token or password in the URI's query is not taken; {MLFLOW_ADVICE}"
         )
-    if option == "--mlflow":
-        web = urlsplit(uri).scheme in ("http", "https")
-        _MLFLOW[shown] = (clean, user, password or "") if web else (uri, "", "")
+    if option == "--mlflow" and whole is not None:
+        web = whole.scheme in ("http", "https")
+        password = unquote(whole.password or "")
+        _MLFLOW[shown] = (whole.bare, unquote(whole.user), password) if web else (uri, "", "")
         return shown
-    if (
-        option == "--results"
-        and urlsplit(uri).scheme == "s3"
-        and password is not None
-        and redact(clean) == clean
-    ):
-        _RESULTS[clean] = (user, password)
-        return clean
+    if option == "--results" and whole is not None and whole.scheme == "s3" and not whole.secret_queries:
+        _RESULTS[whole.bare] = (unquote(whole.user), unquote(whole.password or ""))
+        return whole.bare
     where = (
         "RAY_AUTH_TOKEN (the cluster's token)"
         if option == "--address"
@@ -99,12 +93,12 @@ def refuse_on_a_cluster(address: str | None, mlflow: str | None, results: str | 
     address = address or os.environ.get("RAY_ADDRESS")
     if not address or address == "local":
         return
-    if mlflow is not None and (redact(mlflow) != mlflow or mlflow in _MLFLOW):
+    if mlflow is not None and (holds_credentials(mlflow) or mlflow in _MLFLOW):
         raise ModsarError(
             f"--mlflow {redact(mlflow)}: a search on an existing Ray cluster (--address or RAY_ADDRESS) "
             f"would leave the password on the cluster, which records the command line; {MLFLOW_ADVICE}"
         )
-    if results is not None and (redact(results) != results or results_env(results)):
+    if results is not None and (holds_credentials(results) or results_env(results)):
         raise ModsarError(
             f"--results {redact(results)}: the S3 keys given in the URI are not sent to the cluster's "
             "workers, and the cluster records the command line; give the cluster's nodes their S3 "

@@ -17,12 +17,14 @@ import json
 import os
 import shlex
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import fields
 from types import FrameType
 from typing import Any
 
+from modsar.outputs import redact
 from modsar.records.rows import filesystem
 from modsar.sweep.plan import Plan, SearchRequest
 from modsar.sweep.spaces import grid_size_by_task
@@ -98,22 +100,49 @@ def fitting() -> Iterator[None]:
 @contextlib.contextmanager
 def stops_on_ctrl_c(plan: Plan, search_json: str) -> Iterator[None]:
     """Around a search's Tuners, selection and seed re-runs: Ctrl-C stops them all, records the search as
-    interrupted (trials ended of planned) and raises SearchInterrupted naming the command that resumes it."""
-    from modsar.records.rows import read_rows
+    interrupted (trials ended of planned) and raises SearchInterrupted naming the command that resumes it.
+    A row the disk refused (sweep.rows.RowWriteFault) is recorded the same way, and its one line ends with
+    that command too: the same command without --resume is refused, since the experiment exists."""
+    from modsar.errors import ModsarError
+    from modsar.sweep.rows import RowWriteFault
 
     req = plan.request
     try:
         with ctrl_c_stops_the_search():
             yield
     except KeyboardInterrupt:
-        rows = read_rows(req.results.rstrip("/"), req.experiment_name)
-        ended = int((rows["role"] == "search").sum()) if len(rows) else 0
-        planned = planned_trials(plan)
-        record_state(search_json, INTERRUPTED, trials_ended=ended, trials_planned=planned)
+        ended, unrecorded = record_interrupted(plan, search_json)
+        counts = f"{ended} of {planned_trials(plan)} trials ended; " if ended is not None else ""
         raise SearchInterrupted(
-            f"search '{req.experiment_name}' ({ended} of {planned} trials ended; what ran is saved): "
+            f"search '{req.experiment_name}' ({counts}what ran is saved{unrecorded}): "
             f"resume it with `{resume_command(req)}`"
         ) from None
+    except RowWriteFault as fault:
+        _, unrecorded = record_interrupted(plan, search_json)
+        raise ModsarError(
+            f"{fault.what}{unrecorded}. Free some space (or make the folder writable again), then resume "
+            f"the search with `{resume_command(req)}`"
+        ) from None
+
+
+def record_interrupted(plan: Plan, search_json: str) -> tuple[int | None, str]:
+    """Record the search as interrupted in its search.json (trials ended of planned): (trials ended, "").
+    Where reading its rows or writing search.json fails (a full disk, an unreachable object store, a second
+    Ctrl-C), what did is said in a few words instead ("; its state was not recorded (...)"), and trials ended
+    is None where the rows could not be read: the caller's line still names the command that resumes it, and
+    never gives way to the second fault."""
+    from modsar.records.rows import read_rows
+
+    req, ended = plan.request, None
+    try:
+        rows = read_rows(req.results.rstrip("/"), req.experiment_name)
+        ended = int((rows["role"] == "search").sum()) if len(rows) else 0
+        record_state(search_json, INTERRUPTED, trials_ended=ended, trials_planned=planned_trials(plan))
+    except KeyboardInterrupt:  # a second Ctrl-C while recording: the search stops all the same
+        return ended, "; its state was not recorded (a second Ctrl-C)"
+    except Exception as exc:
+        return ended, f"; its state was not recorded ({type(exc).__name__})"
+    return ended, ""
 
 
 def planned_trials(plan: Plan) -> int:
@@ -156,15 +185,36 @@ def record_state(search_json: str, status: str, **facts: Any) -> None:
 def incomplete_searches(results: str, experiments: list[str]) -> dict[str, int]:
     """Experiment -> trials planned, for each of `experiments` whose search (search.json) is not recorded
     complete: interrupted, killed, or running now. Searches from before the status was recorded, and
-    experiments that are no search (`modsar train`), are not listed."""
+    experiments that are no search (`modsar train`), are not listed; nor is a search.json that is no JSON
+    object or holds a status or trials_planned of the wrong kind (edited, damaged): one warning line says its
+    search's status is unknown, and the report goes on."""
     found = {}
     for name in experiments:
-        fs, path = filesystem(f"{results.rstrip('/')}/{name}/search.json")
+        where = f"{results.rstrip('/')}/{name}/search.json"
+        fs, path = filesystem(where)
         try:
             with fs.open_input_stream(path) as stream:
                 stored = json.loads(stream.read().decode())
         except (OSError, ValueError):
             continue
+        if not _well_formed(stored):
+            print(
+                f"modsar: warning: {redact(where)} is not a search.json modsar search wrote (its status or "
+                f"trials_planned is malformed); the status of search '{name}' is unknown",
+                file=sys.stderr,
+            )
+            continue
         if stored.get("status") in (RUNNING, INTERRUPTED) and stored.get("trials_planned"):
-            found[name] = int(stored["trials_planned"])
+            found[name] = stored["trials_planned"]
     return found
+
+
+def _well_formed(stored: object) -> bool:
+    """Whether `stored` (a search.json's JSON) is an object whose status and trials_planned, where present,
+    are what record_state writes: one of the statuses, and a count."""
+    if not isinstance(stored, dict):
+        return False
+    planned = stored.get("trials_planned")
+    return stored.get("status") in (None, RUNNING, INTERRUPTED, COMPLETE) and (
+        planned is None or (isinstance(planned, int) and not isinstance(planned, bool) and planned >= 0)
+    )

@@ -297,7 +297,12 @@ def _reach_mlflow(shown: str) -> None:
     parts = urlsplit(mlflow_uri(shown))
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:  # urlsplit reads what follows the host's ':' as its port
+        raise ModsarError(
+            f"--mlflow {redact(shown)}: its port is not a number from 0 to 65535; use e.g. http://HOST:5000"
+        ) from None
     probe(parts.hostname, port, f"--mlflow {shown}", "start the MLflow server or fix --mlflow")
     from mlflow.tracking import MlflowClient
 

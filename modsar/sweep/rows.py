@@ -144,9 +144,30 @@ def rows_dir(plan: Plan) -> str:
     return plan.request.results.rstrip("/")
 
 
+class RowWriteFault(ModsarError):
+    """A search row the disk refused (a full disk, a read-only folder: outputs.write_error's line). It ends
+    the search resumable: interrupt.stops_on_ctrl_c records the search as interrupted and ends the line with
+    the command that resumes it: the same command without --resume is refused (the experiment exists)."""
+
+    def __init__(self, fault: ModsarError) -> None:
+        text = str(fault)
+        # write_error's line without its advice ("... and run the command again"), which --resume replaces
+        self.what = text.split(". Free some space", 1)[0]
+        super().__init__(text)
+
+
+def write_search_row(plan: Plan, row: dict[str, Any]) -> None:
+    """Write one row of the search; a write fault is a RowWriteFault (write_row raises a ModsarError for a
+    write fault only: atomic_write's one line)."""
+    try:
+        write_row(rows_dir(plan), row)
+    except ModsarError as fault:
+        raise RowWriteFault(fault) from None
+
+
 # rows folder -> the write fault (a full disk, a read-only folder: outputs.write_error) that stopped the fit
 # writing there; held by the driver, which runs every callback, and raised after the fit (`raise_row_fault`)
-_ROW_FAULTS: dict[str, ModsarError] = {}
+_ROW_FAULTS: dict[str, RowWriteFault] = {}
 
 
 class ResultRows(tune.Callback):
@@ -182,8 +203,8 @@ class ResultRows(tune.Callback):
             trial.experiment_tag,
         )
         try:
-            write_row(rows_dir(self.plan), row)
-        except ModsarError as fault:  # atomic_write's one line for a write fault; any other error as raised
+            write_search_row(self.plan, row)
+        except RowWriteFault as fault:  # atomic_write's one line for a write fault; any other error as raised
             _ROW_FAULTS[rows_dir(self.plan)] = fault
             tune_stop = signal.getsignal(signal.SIGUSR1)  # Tune's, installed for a fit in the main thread
             if callable(tune_stop):
@@ -266,7 +287,8 @@ def make_callbacks(plan: Plan, role: str = "search") -> list[tune.Callback]:
 
 
 def raise_row_fault(plan: Plan) -> None:
-    """After a fit: raise the write fault that ended it (`ResultRows`), if one did."""
+    """After a fit: raise the write fault that ended it (`ResultRows`), if one did: a RowWriteFault, which
+    stops_on_ctrl_c turns into a line that ends with the command that resumes the search."""
     fault = _ROW_FAULTS.pop(rows_dir(plan), None)
     if fault is not None:
         raise fault
@@ -291,14 +313,13 @@ def reconcile_rows(plan: Plan, grid, role: str = "search") -> None:
         history = frame.to_dict("records") if frame is not None else []
         error = f"{type(result.error).__name__}: {result.error}".splitlines()[0] if result.error else None
         checkpoint = result.checkpoint.path if result.checkpoint else None
-        write_row(
-            rows_dir(plan),
-            row_from_results(plan, trial_id, result.config, history, error, checkpoint, role, tag),
+        write_search_row(
+            plan, row_from_results(plan, trial_id, result.config, history, error, checkpoint, role, tag)
         )
 
 
 def rewrite_row(plan: Plan, row: dict[str, Any]) -> None:
     """Write back a row read from Parquet (NaN where the row had no value becomes missing again)."""
-    write_row(
-        rows_dir(plan), {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+    write_search_row(
+        plan, {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
     )

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from modsar.errors import ModsarError
+from modsar.outputs import holds_credentials
 from modsar.sweep.credentials import redact
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -100,7 +101,7 @@ def submit(
         )
     if command[0] in ("submit",):
         raise ModsarError("submit cannot submit itself")
-    if secret := next((part for part in command if redact(part) != part), None):
+    if secret := next((part for part in command if holds_credentials(part)), None):
         raise ModsarError(
             f"the job's command holds a password ({redact(secret)}), and the cluster stores and shows a "
             "job's command (and its --env variables); give the cluster's nodes the credentials in their own "

@@ -27,7 +27,15 @@ from ray.tune.search import ConcurrencyLimiter
 from modsar.data.store import load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
-from modsar.outputs import atomic_write, check_name, ensure_writable_dir, to_json, writer_lock
+from modsar.outputs import (
+    RAY_ADVICE,
+    atomic_write,
+    check_name,
+    ensure_writable_dir,
+    refuse_credentials,
+    to_json,
+    writer_lock,
+)
 from modsar.records.rows import differing_keys, filesystem, read_rows, remove_partial_rows
 from modsar.sweep.cluster import check_address, host_and_port, is_loopback, private_token, quiet_dashboard
 from modsar.sweep.credentials import environment, mlflow_session, redact, refuse_on_a_cluster, results_env
@@ -126,6 +134,7 @@ def connect_ray(req: SearchRequest) -> None:
 
     address = req.address or os.environ.get("RAY_ADDRESS")
     address = None if address == "local" else address
+    refuse_credentials("--address" if req.address else "$RAY_ADDRESS", address, RAY_ADVICE)
     if ray.is_initialized() and _keep_connection(address):
         return
     refuse_on_a_cluster(address, req.mlflow, req.results)  # the cluster records this driver's command line
@@ -574,12 +583,46 @@ def _check_overwrite(storage: str, search_json: str) -> None:
         )
     if fs.get_file_info(path).type != pafs.FileType.Directory:
         return
-    if not fs.get_file_info(pafs.FileSelector(path)) or _is_search(search_json):
+    if not fs.get_file_info(pafs.FileSelector(path)):
         return
-    raise ModsarError(
-        f"--overwrite: {storage} holds no search that modsar search wrote (no readable search.json); "
-        "nothing was deleted. Remove it yourself if it should go, or choose another --experiment"
-    )
+    if not _is_search(search_json):
+        raise ModsarError(
+            f"--overwrite: {storage} holds no search that modsar search wrote (no readable search.json); "
+            "nothing was deleted. Remove it yourself if it should go, or choose another --experiment"
+        )
+    if added := _added_by_train(storage):
+        name = storage.rstrip("/").rpartition("/")[2]
+        more = f" and {len(added) - 3} more" if len(added) > 3 else ""
+        raise ModsarError(
+            f"--overwrite: {storage} also holds what `modsar train --experiment {name}` added to the search "
+            f"({', '.join(added[:3])}{more}); nothing was deleted. Move those out of the folder (e.g. into "
+            "another experiment's trials/ and checkpoints/), or choose another --experiment"
+        )
+
+
+SEARCH_ROLES = frozenset({"search", "seed", "superseded"})  # the `role` of every row a search writes
+
+
+def _added_by_train(storage: str) -> list[str]:
+    """What `modsar train` added to a search's folder, which --overwrite must not delete: its checkpoints/
+    folder (a search keeps its checkpoints under ray-*/), and the row files in trials/ whose `role` is no
+    search's (result_row makes a training's "train"); paths relative to the folder. A file there that is no
+    readable row with a role is no training's: the search's folder goes with it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    fs, path = filesystem(storage)
+    added = ["checkpoints/"] if fs.get_file_info(f"{path}/checkpoints").type != pafs.FileType.NotFound else []
+    for info in fs.get_file_info(pafs.FileSelector(f"{path}/trials", allow_not_found=True)):
+        if info.type != pafs.FileType.File or info.base_name.startswith(".") or info.extension != "parquet":
+            continue
+        try:
+            roles = pq.read_table(info.path, columns=["role"], filesystem=fs).column("role").to_pylist()
+        except (OSError, ValueError, pa.ArrowException):  # no Parquet, or no `role` column
+            continue
+        if set(roles) - SEARCH_ROLES:
+            added.append(f"trials/{info.base_name}")
+    return sorted(added)
 
 
 def _is_search(search_json: str) -> bool:
