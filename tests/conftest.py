@@ -8,32 +8,41 @@ import torch
 # default of one thread per core oversubscribe the cores (a fixture that trains in 8 s took 86 s so).
 torch.set_num_threads(1)
 
-README_LEFT_OUT = (
-    "the README's main job (tests/test_readme.py, marked readme, ~7 min) was left out: "
-    "run `pytest --readme -m readme` (CI does)"
-)
+# tests a plain `pytest` leaves out (deselected, and said so at the end), each run by its option; CI runs all:
+# the README's main job (an install and a real search, ~7 min) and the end-to-end runs of over a minute each
+OPT_IN = {
+    "readme": ("--readme", "the README's main job as written in a fresh clone (tests/test_readme.py)"),
+    "long": ("--long", "the end-to-end runs of over a minute (one curve, SIGKILL/Ctrl-C resume, two nodes)"),
+}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """--readme: also run the README's main job as written in a fresh clone. It installs everything and runs
-    a real search, so a plain `pytest` (any -m included) leaves it out and says so; CI runs it."""
-    parser.addoption("--readme", action="store_true", help="also run the tests marked readme (CI does)")
+    """--readme and --long: also run the tests of that marker, which keep a plain `pytest` under ten minutes
+    on 2 cores; CI passes both."""
+    for flag, what in OPT_IN.values():
+        parser.addoption(flag, action="store_true", help=f"also run {what} (CI does)")
+
+
+def _left_out(config: pytest.Config) -> list[str]:
+    """The opt-in markers whose option was not given."""
+    return [marker for marker, (flag, _) in OPT_IN.items() if not config.getoption(flag)]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without --readme, the readme-marked tests are deselected (counted as such), never skipped."""
-    if config.getoption("--readme"):
-        return
-    left = [item for item in items if item.get_closest_marker("readme")]
+    """Without its option, a test of an opt-in marker is deselected (counted as such), never skipped."""
+    markers = _left_out(config)
+    left = [item for item in items if any(item.get_closest_marker(m) for m in markers)]
     if left:
         config.hook.pytest_deselected(items=left)
-        items[:] = [item for item in items if not item.get_closest_marker("readme")]
+        items[:] = [item for item in items if item not in left]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    """Say that the README's job was left out, so a deselected test is never mistaken for a passed one."""
-    if not config.getoption("--readme"):
-        terminalreporter.write_line(README_LEFT_OUT)
+    """Say what was left out, so a deselected test is never mistaken for a passed one."""
+    for marker in _left_out(config):
+        flag, what = OPT_IN[marker]
+        line = f"left out (marked {marker}): {what}; `pytest {flag} -m {marker}` runs it"
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(autouse=True)

@@ -632,6 +632,7 @@ def test_a_verdict_on_an_unfinished_search_starts_with_how_far_it_got():
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_ctrl_c_stops_the_whole_search_and_the_command_it_prints_resumes_it(tmp_path, capsys):
     """Ctrl-C (SIGINT to the terminal's process group) while the AE direction runs: the search stops, AR never
     starts, it exits 130 with one line naming the command that resumes it, search.json records it interrupted

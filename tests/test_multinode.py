@@ -133,6 +133,7 @@ def kill_marked(marker: str, folders: tuple[str, ...]) -> int:
     return found
 
 
+@pytest.mark.long
 def test_submit_search_to_two_node_cluster(cluster, tmp_path, monkeypatch, capsys):
     address, env = cluster
     for key in ("RAY_AUTH_MODE", "PATH"):

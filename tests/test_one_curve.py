@@ -156,6 +156,7 @@ def _compared_row(results: Path, experiment: str) -> pd.Series:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_train_reused_actor_retry_and_resume_give_one_curve(tmp_path):
     data = tmp_path / "data"
     results = tmp_path / "results"

@@ -124,6 +124,7 @@ def test_grid_asha_one_row_per_trial_and_selection(local_ray, data_dir, tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_seed_reruns_on_a_uri_store(local_ray, data_dir, tmp_path, capsys):
     uri = f"file://{tmp_path}/store"
     assert (
@@ -598,6 +599,7 @@ def _mid_run(experiment: Path, tag: str) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_sigkill_driver_then_resume(data_dir, tmp_path):
     """Kill the driver (and its local Ray) while a trial is mid-run; --resume continues that trial from its
     checkpoint and ASHA from its rungs, and every row equals the row of a search that was never killed."""
