@@ -12,22 +12,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_report import row as report_row
+from test_hostile_data_report import _report_rows
 
 from modsar.cli import main
 from modsar.errors import ModsarError
-from modsar.records.rows import filesystem, read_rows, write_row
-
-
-def _rows(root: str) -> None:
-    """Rows as `modsar search` writes them (write_row), two datasets of one space, one experiment each."""
-    for trial, dataset, task, value in (
-        ("v1", "video", "ae", 0.02),
-        ("v2", "video", "ar", 0.03),
-        ("b1", "beauty", "ae", 0.04),
-        ("b2", "beauty", "ar", 0.05),
-    ):
-        write_row(root, report_row(trial, dataset, "vanilla", task, value, **{"train.monitor": "ndcg@10"}))
+from modsar.records.rows import filesystem, read_rows
 
 
 def _tamper(source: Path, target: Path, **columns: object) -> Path:
@@ -53,7 +42,7 @@ def test_a_tampered_row_is_read_as_its_folders_or_skipped_and_the_report_writes_
     tmp_path, capsys
 ):
     root = tmp_path / "results"
-    _rows(str(root))
+    _report_rows(str(root))
     trials = root / "vanilla-video" / "trials"
     real = trials / "v2.parquet"
     _tamper(real, trials / "x1.parquet", experiment="../../evil", trial_id="x1", selected=False)
@@ -89,7 +78,7 @@ def test_a_tampered_row_is_read_as_its_folders_or_skipped_and_the_report_writes_
 
 def test_a_renamed_experiment_folder_reads_as_its_new_name_and_an_alias_of_one_still_reads(tmp_path, capsys):
     root = tmp_path / "results"
-    _rows(str(root))
+    _report_rows(str(root))
     (root / "vanilla-video").rename(root / "renamed")
     os.symlink("vanilla-beauty", root / "latest")
     capsys.readouterr()
@@ -106,7 +95,7 @@ def test_a_renamed_experiment_folder_reads_as_its_new_name_and_an_alias_of_one_s
 
 def test_a_hostile_experiment_column_is_said_in_a_short_line(tmp_path, capsys):
     root = tmp_path / "results"
-    _rows(str(root))
+    _report_rows(str(root))
     trials = root / "vanilla-beauty" / "trials"
     for i, name in enumerate(("e" * 2500, "../" * 800, "\x00")):
         _tamper(trials / "b1.parquet", trials / f"t{i}.parquet", experiment=name, trial_id=f"t{i}")
@@ -122,7 +111,7 @@ def test_a_hostile_experiment_column_is_said_in_a_short_line(tmp_path, capsys):
 def test_read_rows_hands_report_only_names(tmp_path, capsys):
     """A dataset no check_name accepts (a path, a hidden name) is skipped even where the folder is right."""
     root = tmp_path / "results"
-    _rows(str(root))
+    _report_rows(str(root))
     trials = root / "vanilla-beauty" / "trials"
     for i, name in enumerate(("x" * 2500, "..", ".hidden", "a\\b")):
         _tamper(trials / "b1.parquet", trials / f"t{i}.parquet", dataset=name, trial_id=f"t{i}")

@@ -723,6 +723,7 @@ def test_submit_refuses_a_command_with_a_password_before_it_contacts_the_cluster
     assert main(["submit", "--address", dead, "--no-wait", "--", *command]) == 2
     err = capsys.readouterr().err
     assert "holds a password (http://a:***@h)" in err and SECRET not in err and err.count("\n") == 1
+    assert "not --env" in err and "own environment or credential files" in err  # --env shows in the job table
 
 
 # --- a second search in one process -------------------------------------------------------------------------

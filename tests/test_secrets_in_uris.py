@@ -221,22 +221,6 @@ def test_a_tracking_uri_set_before_the_search_is_set_again_after_it(monkeypatch)
     mlflow.set_tracking_uri(None)
 
 
-def test_submit_advises_the_nodes_own_environment_not_env(capsys):
-    """A job's --env variables are shown in Ray's job table too: the advice is the nodes' own environment."""
-    command = [
-        "search",
-        "--space",
-        "quickstart",
-        "--dataset",
-        "synthetic",
-        "--mlflow",
-        f"http://a:{SECRET}@h",
-    ]
-    assert main(["submit", "--address", f"http://{DEAD}", "--no-wait", "--", *command]) == 2
-    err = capsys.readouterr().err
-    assert "not --env" in err and "own environment or credential files" in err and SECRET not in err
-
-
 # --- one reading of a URI: a password holding any character is hidden whole and refused --------------------
 
 ODD = {
