@@ -257,7 +257,7 @@ def search(
     and return the experiment's rows; the selected ones have `selected` True and test.* metrics.
 
     `options` are SearchRequest's fields, as the CLI's options with dashes as underscores: experiment,
-    results, search, num_samples, max_epochs, time_budget_s, max_t, grace_period, reduction_factor,
+    results, search, full_grid, num_samples, max_epochs, time_budget_s, max_t, grace_period, reduction_factor,
     cpus_per_trial, gpus_per_trial, max_concurrent, max_failures, fresh_actors, seed, seeds, address,
     data_dir, quiet, resume, overwrite, dashboard, mlflow. A search that selects nothing for a model it
     trained raises."""

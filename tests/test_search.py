@@ -95,6 +95,24 @@ def test_grid_asha_one_row_per_trial_and_selection(local_ray, data_dir, tmp_path
         assert best["selected"]
     assert "best AR" in capsys.readouterr().out
 
+    # Where the time went: each trial's parts (set-up, epochs, validation, checkpoints, reports) fit in its
+    # wall-clock, and the trials fit in the slot-seconds of the Tuners search.json timed (1 slot here)
+    from modsar.sweep.timing import breakdown
+
+    for column in ("setup_s", "checkpoint_s", "report_s"):
+        assert (rows[column] >= 0).all(), column
+    assert (rows["setup_s"] > 0).all() and (rows[rows["checkpoint_s"] > 0]["best_epoch"] >= 1).all()
+    parts = rows["setup_s"] + rows["epoch_time_s"] * rows["epochs_run"] + rows["eval_time_s"] * rows["reports"]
+    assert (parts + rows["checkpoint_s"] + rows["report_s"] <= rows["wall_time_s"] + 1e-6).all()
+    stored = json.loads((out / "g" / "search.json").read_text())
+    (run,) = stored["timing"]
+    assert run["slots"] == 1 and set(run["directions"]) == {"ae", "ar"} and run["connect_s"] > 0
+    assert run["wall_s"] >= sum(run["directions"].values()) + run["select_test_s"] > 0
+    table = breakdown(stored["timing"], rows).set_index("part")
+    assert table.loc["search", "trials"] == 12 and table.loc["ae", "trials"] == 8
+    assert 0 < table.loc["search", "trial_s"] <= table.loc["search", "slot_s"]  # busy <= 1
+    assert table.loc["search", "idle_s"] == table.loc["search", "slot_s"] - table.loc["search", "trial_s"]
+
     # A selection left by an earlier run (a resume that retried trials) is undone: one selected row per task.
     from modsar.records.rows import write_row
     from modsar.sweep import SearchRequest, make_plan, select_and_test
@@ -458,10 +476,15 @@ def test_every_bundled_space_passes_its_check(space, capsys):
         == 0
     )
     out = capsys.readouterr().out.strip()
+    search = loaded.budget.get("search", "grid")
     assert (
-        out.startswith(f"space '{space}' (grid search: AE ")
+        out.startswith(f"space '{space}' ({search} search: AE ")
         and "configurations are valid on dataset synthetic" in out
     )
+    if loaded.full_grid:  # the paper spaces: TPE by default, the full grid one flag away
+        assert out.startswith(f"space '{space}' (optuna search: AE 20, AR ")
+        assert main(["spaces", space, "--check", "--dataset", "synthetic", "--full-grid"]) == 0
+        assert capsys.readouterr().out.startswith(f"space '{space}' (grid search: AE ")
 
 
 @pytest.mark.slow
@@ -495,6 +518,27 @@ def test_optuna_seed_reproduces_first_configurations(local_ray, data_dir, tmp_pa
     assert len(configs[0]) == 3 and configs[0] == configs[1]
     assert len({c["train.lr"] for c in configs[0]}) == 3  # really sampled
     assert all(1e-4 <= c["train.lr"] <= 1e-2 and 64 <= c["data.batch_size"] <= 256 for c in configs[0])
+
+
+@pytest.mark.slow
+def test_a_sampled_search_runs_a_small_direction_as_its_grid_and_the_full_grid_on_request(
+    local_ray, data_dir, tmp_path
+):
+    """AE (6 points) is sampled 3 times by TPE; AR (2 points, fewer than 3 samples) runs its grid, each point
+    once; --full-grid runs all 8 points into <space>-<dataset>-full-grid."""
+    out, space = tmp_path / "results", str(SPACES / "tpe_small_ar.yaml")
+    assert search("--space", space, "--dataset", "synthetic", "--results", str(out)) == 0
+    rows = read_rows(str(out), "tpe_small_ar-synthetic")
+    assert rows.groupby("task")["search_algorithm"].agg(list).to_dict() == {
+        "ae": ["optuna"] * 3,
+        "ar": ["grid"] * 2,
+    }
+    assert sorted(rows[rows.task == "ar"]["model.dropout"]) == [0.0, 0.2]
+    assert search("--space", space, "--dataset", "synthetic", "--results", str(out), "--full-grid") == 0
+    full = read_rows(str(out), "tpe_small_ar-synthetic-full-grid")
+    assert len(full) == 8 and set(full["search_algorithm"]) == {"grid"}
+    stored = json.loads((out / "tpe_small_ar-synthetic-full-grid" / "search.json").read_text())
+    assert stored["full_grid"] is True and stored["directions"] == {"ae": ["grid", 1], "ar": ["grid", 1]}
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from modsar.data.split import make_split
 from modsar.data.store import load_dataset
 from modsar.randomness import global_states, same_states
 from modsar.sweep import SearchRequest, make_plan
-from modsar.sweep.cost import Schedule, asha_epochs, duration, estimate
+from modsar.sweep.cost import Resources, Schedule, asha_epochs, duration, estimate
 
 
 @pytest.fixture(scope="module")
@@ -72,10 +72,12 @@ def test_a_plans_epochs_trials_and_steps_per_epoch(data_dir, tmp_path):
         "{search: grid, max_epochs: 200, eval_every: 5}",
     )
     plan = make_plan(SearchRequest(space=path, dataset="synthetic"))
-    est = estimate(plan, probe=False)
+    est = estimate(plan, Resources(cpus=2, gpus=0), probe=False)
     (ar,) = est.directions
     assert ar.trials == 8 and sum(g.trials for g in ar.groups) == 8 and len(ar.groups) == 2  # 2 batch sizes
-    assert ar.epochs() == 80 and ar.passes() == 16
+    # async ASHA on 2 workers lets more through than the synchronous count (80 epochs, 16 passes), never more
+    # than every trial to max_t (160 epochs)
+    assert 80 < ar.epochs() < 160 and ar.passes() == ar.epochs() / 5
     dataset = load_dataset("synthetic")
     split = make_split(plan.space.base_config({"dataset": "synthetic"}), dataset)
     for g in ar.groups:
@@ -93,7 +95,7 @@ def test_a_plans_epochs_trials_and_steps_per_epoch(data_dir, tmp_path):
         assert g.steps_per_epoch == len(list(batches)) > 0
         assert ar.schedule.first_decision(g.steps_per_epoch) == (5 * g.steps_per_epoch, 5)
     assert sorted(ar.shapes()) == sorted(g.steps_per_epoch for g in ar.groups)
-    assert est.to_dict()["directions"]["ar"]["epochs"] == 80
+    assert est.to_dict()["directions"]["ar"]["epochs"] == ar.epochs()
 
 
 def test_a_steps_space_decides_first_at_its_grace_steps(data_dir, tmp_path, capsys):
@@ -149,21 +151,19 @@ def test_modsar_spaces_prints_the_estimate(data_dir, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("cost of 'quickstart' on synthetic (grid search; ASHA in passes: grace 10")
     ae, ar = (next(x for x in lines if x.startswith(f"  {t}: ")) for t in ("AE", "AR"))
-    assert (
-        ae.startswith(
-            "  AE: 8 trials, 16 steps/epoch, first ASHA decision after 480 steps (30 epochs); <= 360 "
-            "epochs, ~"
-        )
-        and "(1 CPU per trial, " in ae
-        and " s/epoch and " in ae
-    )
-    assert ar.startswith(
-        "  AR: 4 trials, 16 steps/epoch, first ASHA decision after 480 steps (30 epochs); <= 180"
-    )
+    # 8 AE trials to 30 epochs, 4 on to max_t (60): 360 epochs if ASHA were synchronous; async ASHA lets more
+    # through (the first trial at a rung always goes on), never more than 8 x 60
+    head = "  AE: 8 trials, 16 steps/epoch, first ASHA decision after 480 steps (30 epochs); <= "
+    assert ae.startswith(head) and "(1 CPU per trial, " in ae and " s/epoch and " in ae
+    assert 360 < int(ae[len(head) :].split()[0].replace(",", "")) <= 480
+    head = "  AR: 4 trials, 16 steps/epoch, first ASHA decision after 480 steps (30 epochs); <= "
+    assert ar.startswith(head) and 180 < int(ar[len(head) :].split()[0]) <= 240
     assert any("an estimate: patience may end a trial" in x for x in lines)
     assert main(["spaces", "quickstart", "--dataset", "synthetic", "--json", "--max-concurrent", "1"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert document["directions"]["ae"]["trials"] == 8 and document["directions"]["ar"]["epochs"] == 180
+    assert (
+        document["directions"]["ae"]["trials"] == 8 and 180 <= document["directions"]["ar"]["epochs"] <= 240
+    )
     assert document["resources"]["parallel"] == 1 and document["seconds"] > 0
 
 

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from modsar.sweep import Plan, SearchRequest
 
 EPILOG = """examples:
-  modsar search --space local_attn --dataset beauty              # full grid, ASHA, local Ray
+  modsar search --space local_attn --dataset beauty              # TPE, ASHA in steps, local Ray
+  modsar search --space local_attn --dataset beauty --full-grid  # the paper's full grid
   modsar search --space loss_ce --dataset synthetic --max-epochs 10 --max-t 5 --grace-period 1
   modsar search --space vanilla --dataset video --search optuna --num-samples 40 --cpus-per-trial 2
   modsar search --space my_space.yaml --dataset ml-1m --gpus-per-trial 0.25 --address ray://head:10001
@@ -46,7 +47,9 @@ def _add_what_and_where(search: argparse.ArgumentParser) -> None:
     search.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="config overrides on the space's base"
     )
-    search.add_argument("--experiment", help="results group (default: <space>-<dataset>)")
+    search.add_argument(
+        "--experiment", help="results group (default: <space>-<dataset>, -full-grid added with --full-grid)"
+    )
     search.add_argument(
         "--results", default="results", help="results root: a path or a pyarrow URI (s3://...)"
     )
@@ -57,7 +60,14 @@ def _add_budget(search: argparse.ArgumentParser) -> None:
     search.add_argument(
         "--search",
         choices=["grid", "random", "optuna"],
-        help="search algorithm (default: the space's budget.search, usually grid)",
+        help="search algorithm (default: the space's budget.search)",
+    )
+    search.add_argument(
+        "--full-grid",
+        action="store_true",
+        help="run the space's full_grid protocol instead of its default budget: every grid point, with the "
+        "paper's ASHA schedule (the paper spaces' default is a TPE search; `modsar spaces NAME --dataset D "
+        "--full-grid` says what each costs). Rows go to <space>-<dataset>-full-grid",
     )
     search.add_argument(
         "--num-samples", type=int, help="grid: repeats of the grid; random/optuna: trials (16)"
@@ -152,6 +162,7 @@ def _request(args: argparse.Namespace) -> SearchRequest:
         experiment=args.experiment,
         results=args.results,
         search=args.search,
+        full_grid=args.full_grid,
         num_samples=args.num_samples,
         max_epochs=args.max_epochs,
         time_budget_s=args.time_budget,
@@ -176,20 +187,22 @@ def _request(args: argparse.Namespace) -> SearchRequest:
     )
 
 
-def _plan_with_estimate(req: SearchRequest) -> Plan:
-    """The search's plan, after printing what it will cost (under --json on stderr, see main). A refused
-    request is refused here, as run_search would."""
+def _plan_with_estimate(req: SearchRequest) -> tuple[Plan, dict[str, Any] | None]:
+    """The search's plan and its cost estimate, after printing it (under --json on stderr, see main). A
+    refused request is refused here, as run_search would."""
     from modsar.sweep import make_plan
     from modsar.sweep.cost import estimate
 
     plan = make_plan(req)
     try:
-        print("\n".join(estimate(plan).lines()), flush=True)
+        cost = estimate(plan)
+        print("\n".join(cost.lines()), flush=True)
+        return plan, cost.to_dict()
     except ModsarError:
         raise
     except Exception as exc:  # a probe that breaks on a bug of ours must not cost the user the search
         print(f"modsar: warning: no cost estimate ({type(exc).__name__}: {exc})", file=sys.stderr)
-    return plan
+    return plan, None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -198,9 +211,9 @@ def run(args: argparse.Namespace) -> int:
     from modsar.sweep import run_search
 
     req = _request(args)
-    plan = None if args.no_estimate or args.resume else _plan_with_estimate(req)
+    plan, predicted = (None, None) if args.no_estimate or args.resume else _plan_with_estimate(req)
     # under --json, the live table (and what Tune prints) goes to stderr: see main
-    summary = run_search(req, plan)
+    summary = run_search(req, plan, predicted)
     if args.json:
         print_json(args, to_json(summary, default=str))
     else:

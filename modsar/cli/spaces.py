@@ -15,13 +15,14 @@ EPILOG = """examples:
   modsar spaces my_space.yaml --check             # is every configuration valid? (before any compute)
   modsar spaces hf_llama --check --dataset video  # ... with the dataset's sizes, as `modsar search` checks
   modsar spaces vanilla --dataset video           # what searching it costs, before anything runs
+  modsar spaces local_attn --dataset beauty --full-grid             # ... the paper's full grid instead
   modsar spaces local_attn --dataset beauty --cpus-per-trial 2 --max-concurrent 8 --json
 
 `modsar search` runs the same check before Ray starts and refuses an invalid space with every problem.
-With --dataset (no --check), the estimate counts each direction's trials, steps per epoch and ASHA's rungs
-(1/reduction_factor of the trials go on at each; patience may stop trials sooner, so the epochs are an
-estimate), and times a few training steps and a validation pass per model size on this machine; `modsar
-search` prints the same lines first."""
+With --dataset (no --check), the estimate counts each direction's trials, steps per epoch and ASHA's rungs,
+replays the search with Ray's ASHA scheduler on the trials that run at once (patience may stop trials
+sooner, so the epochs are an estimate), and times a few training steps and a validation pass per model size
+on this machine; `modsar search` prints the same lines first."""
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -45,6 +46,11 @@ def add_parser(sub: Subparsers) -> None:
         "--search",
         choices=["grid", "random", "optuna"],
         help="with --check or --dataset: the search algorithm (default: the space's budget.search)",
+    )
+    spaces.add_argument(
+        "--full-grid",
+        action="store_true",
+        help="with --check or --dataset: the space's full_grid protocol, as `modsar search --full-grid`",
     )
     spaces.add_argument(
         "--num-samples", type=int, help="with --check or --dataset: as `modsar search --num-samples`"
@@ -98,8 +104,10 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.check:
         return _check_space(args)
-    if args.overrides or args.search or args.num_samples or args.max_epochs:
-        raise ModsarError("--search, --num-samples, --max-epochs and KEY=VALUE go with --check or --dataset")
+    if args.overrides or args.search or args.num_samples or args.max_epochs or args.full_grid:
+        raise ModsarError(
+            "--search, --full-grid, --num-samples, --max-epochs and KEY=VALUE go with --check or --dataset"
+        )
     if args.name:
         print(describe(load_space(args.name)))
         return 0
@@ -120,6 +128,7 @@ def _estimate_space(args: argparse.Namespace) -> int:
         space=args.name,
         dataset=args.dataset,
         search=args.search,
+        full_grid=args.full_grid,
         num_samples=args.num_samples,
         max_epochs=args.max_epochs,
         overrides=list(args.overrides),
@@ -147,6 +156,7 @@ def _check_space(args: argparse.Namespace) -> int:
             space=args.name,
             dataset=args.dataset or "",
             search=args.search,
+            full_grid=args.full_grid,
             num_samples=args.num_samples,
             max_epochs=args.max_epochs,
             overrides=list(args.overrides),

@@ -106,6 +106,9 @@ SPEED_FACTS = ("epoch_gflop", "output_gflop", "gflops", "mfu")  # TrialResult fi
 # TrialResult fields: optimizer steps, and the most-popular ranking's validation value with the steps at which
 # the run first cleared it (train.PLATEAU_FACTOR; None: it never left that level)
 PROGRESS_FACTS = ("steps", "steps_per_epoch", "popularity_level", "escape_steps")
+# TrialResult fields: where a run's time goes besides its epochs and validation passes (a resumed run's are
+# those of its last process)
+TIME_FACTS = ("setup_s", "checkpoint_s")
 
 
 def trial_facts(result) -> dict[str, Any]:
@@ -119,7 +122,7 @@ def trial_facts(result) -> dict[str, Any]:
         "device": result.device,
         "num_parameters": result.num_parameters,
         "checkpoint": result.checkpoint,
-        **{k: getattr(result, k) for k in (*SPEED_FACTS, *PROGRESS_FACTS)},
+        **{k: getattr(result, k) for k in (*SPEED_FACTS, *PROGRESS_FACTS, *TIME_FACTS)},
         **result.protocol,
         **{f"generate.{k}": v for k, v in result.generation.items()},
         "curve": json.dumps([[h["epoch"], h[f"valid.{result.monitor}"]] for h in result.history]),

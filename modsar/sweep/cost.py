@@ -29,6 +29,7 @@ import torch
 
 from modsar.config import Config
 from modsar.model import registry
+from modsar.sweep.asha_replay import Replay, TrialShape, replay
 from modsar.sweep.plan import STEPS_MAX_T, Plan, trial_config
 from modsar.sweep.spaces import MAX_GRID_POINTS, Param, SearchSpace, grid_size_by_task
 from modsar.training.trainer import train_batches
@@ -208,36 +209,70 @@ class Group:
 
 @dataclass
 class Direction:
-    """One direction's (AE or AR) Tuner: its trials, their sizes and what ASHA lets them train."""
+    """One direction's (AE or AR) Tuner: its trials, their sizes and what ASHA lets them train, replayed with
+    Ray's scheduler on `parallel` workers (modsar.sweep.asha_replay)."""
 
     task: str
     trials: int
     groups: list[Group]
     schedule: Schedule
+    parallel: int = 1
+    _replayed: Replay | None = field(default=None, repr=False, compare=False)
+
+    def replayed(self) -> Replay:
+        """The replay of this direction's search (cached; `forget()` after new timings)."""
+        if self._replayed is None:
+            s, timed = self.schedule, all(g.timed for g in self.groups)
+            shapes = [
+                TrialShape(
+                    g.trials,
+                    g.steps_per_epoch,
+                    *(_pass_seconds(g, s) if timed else (g.flops * g.steps_per_epoch or 1.0,) * 2),
+                )
+                for g in self.groups
+                if g.trials > 0
+            ]
+            self._replayed = replay(
+                shapes,
+                self.trials,
+                max(1, self.parallel),
+                unit=s.unit,
+                grace=s.grace,
+                reduction_factor=s.reduction_factor,
+                max_t=s.max_t,
+                eval_every=s.eval_every,
+                max_epochs=s.max_epochs,
+            )
+        return self._replayed
+
+    def forget(self) -> None:
+        self._replayed = None
 
     def epochs(self) -> float:
-        return sum(asha_epochs(g.trials, self.schedule, g.steps_per_epoch) for g in self.groups)
+        return self.replayed().epochs
 
     def passes(self) -> float:
-        return sum(g.trials * self.schedule.per_trial(g.steps_per_epoch)[1] for g in self.groups)
+        return self.replayed().passes
 
-    def trial_seconds(self) -> float:
-        """Seconds of training and validation summed over the trials (nan when no size could be timed)."""
-        total = 0.0
-        for g in self.groups:
-            epochs, passes = self.schedule.per_trial(g.steps_per_epoch)
-            total += g.trials * (epochs * g.epoch_s + passes * g.eval_s)
-        return total
-
-    def seconds(self, parallel: int) -> float:
-        """Wall-clock with `parallel` trials at once (never more than the direction has)."""
-        return self.trial_seconds() / min(parallel, self.trials) if parallel else math.inf
+    def seconds(self) -> float:
+        """Wall-clock of this direction's search (nan when no size could be timed, inf when no trial fits)."""
+        if not self.parallel:
+            return math.inf
+        if not all(g.timed for g in self.groups):
+            return math.nan
+        return self.replayed().seconds
 
     def shapes(self) -> list[int]:
         return sorted({g.steps_per_epoch for g in self.groups})
 
     def decisions(self) -> list[tuple[int, int]]:
         return sorted({self.schedule.first_decision(g.steps_per_epoch) for g in self.groups})
+
+
+def _pass_seconds(g: Group, s: Schedule) -> tuple[float, float]:
+    """(seconds of a validation pass's epochs and the pass, the same for the last pass up to max_epochs)."""
+    last = s.max_epochs - (math.ceil(s.max_epochs / s.eval_every) - 1) * s.eval_every
+    return s.eval_every * g.epoch_s + g.eval_s, last * g.epoch_s + g.eval_s
 
 
 @dataclass
@@ -260,7 +295,7 @@ class CostEstimate:
     def seconds(self) -> float:
         """The whole search: one direction's Tuner after the other; --time-budget cuts each at its half."""
         budget = self.plan.request.time_budget_s
-        each = [d.seconds(self.resources.parallel) for d in self.directions]
+        each = [d.seconds() for d in self.directions]
         if budget:
             each = [min(s, budget / len(self.directions)) for s in each]
         return sum(each)
@@ -288,7 +323,7 @@ class CostEstimate:
             "early)"
         )
         budget = p.request.time_budget_s
-        if budget and parallel and sum(d.seconds(parallel) for d in self.directions) > budget:
+        if budget and parallel and sum(d.seconds() for d in self.directions) > budget:
             lines.append(
                 f"  note: --time-budget stops the search after {duration(budget)}, before all of this"
             )
@@ -324,7 +359,7 @@ class CostEstimate:
             else ""
         )
         measured = f"{per_epoch} s/epoch and {per_eval} s/validation measured{guessed}"
-        return f"{head}, {self._wall(d.seconds(parallel))} on {self.resources.text(measured)}"
+        return f"{head}, {self._wall(d.seconds())} on {self.resources.text(measured)}"
 
     @staticmethod
     def _rung(d: Direction) -> str:
@@ -352,7 +387,7 @@ class CostEstimate:
                 "first_decision": [{"steps": x, "epochs": y} for x, y in decisions],
                 "epochs": d.epochs(),
                 "validation_passes": d.passes(),
-                "seconds": seconds(d.seconds(r.parallel)),
+                "seconds": seconds(d.seconds()),
                 "sizes": [
                     {
                         "key": g.key,
@@ -418,17 +453,21 @@ def estimate(
             "the search joins a Ray cluster: the wall-clock counts this machine's CPUs and GPUs, not the "
             "cluster's"
         )
+    if probe and (busy := busy_note(resources.cpus)):
+        notes.append(busy)
     base = Config.from_dict(plan.base)
     with untouched(device):  # nothing here may shift the training streams (modsar.randomness)
         dataset = viewed(load_dataset(req.dataset, req.data_dir), base.data.view)
         split = make_split(base, dataset)
         schedule = Schedule.of(plan)
-        counts = grid_size_by_task(plan.space) if plan.search == "grid" else {}
+        grids = any(plan.search_of(t) == "grid" for t in plan.space.tasks())
+        counts = grid_size_by_task(plan.space) if grids else {}
         directions = []
         for task in plan.space.tasks():
             groups = size_groups(plan, task, dataset.default_max_len)
-            trials = counts[task] * plan.num_samples if plan.search == "grid" else plan.num_samples
-            directions.append(Direction(task, trials, groups, schedule))
+            grid = plan.search_of(task) == "grid"
+            trials = counts[task] * plan.samples_of(task) if grid else plan.samples_of(task)
+            directions.append(Direction(task, trials, groups, schedule, resources.parallel))
         measure_steps(directions, split, dataset)
         if probe and resources.parallel:  # (where no trial fits, there is no wall-clock to estimate)
             threads = torch.get_num_threads()
@@ -439,12 +478,31 @@ def estimate(
                 torch.set_num_threads(threads)
                 if cuda:  # the driver keeps no probe memory on the GPU its trials will use
                     torch.cuda.empty_cache()
+    for d in directions:
+        d.forget()  # replayed again with the probes' timings
     result = CostEstimate(plan, resources, str(device), directions, notes)
     for d in directions:
         for g in d.groups:
             if g.error:
                 notes.append(f"{d.task.upper()} {result.size_name(g)}: the probe failed ({g.error})")
     return result
+
+
+def busy_note(cpus: int) -> str:
+    """A line saying the machine is busy, when its load average (before the probe) holds half a core or more:
+    the probe then times a shared machine. No factor is guessed: niced work slows a probe far less than the
+    load says, and the search's own trials would compete with it all the same."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # no load average on this platform
+        return ""
+    if load < 0.5:
+        return ""
+    return (
+        f"this machine is busy (load average {load:.1f} on {_count(cpus, 'CPU')}): the probe timed it "
+        "shared, and the search would share it too, so its wall-clock may be far from an idle machine's; "
+        "estimate again when it is idle"
+    )
 
 
 def size_groups(plan: Plan, task: str, default_max_len: int) -> list[Group]:
@@ -454,10 +512,12 @@ def size_groups(plan: Plan, task: str, default_max_len: int) -> list[Group]:
     closure, keys = _cost_params(space), cost_keys()
     groups: dict[tuple, Group] = {}
     for point, share in _points([p for p in space.params if p.key in closure]):
-        if plan.search == "grid":
-            trials = float(space.count_points(_fixed(space, point), MAX_GRID_POINTS)[0] * plan.num_samples)
+        if plan.search_of(task) == "grid":
+            trials = float(
+                space.count_points(_fixed(space, point), MAX_GRID_POINTS)[0] * plan.samples_of(task)
+            )
         else:
-            trials = share * plan.num_samples
+            trials = share * plan.samples_of(task)
         full = _full_point(space, point, closure)
         cfg = trial_config(plan.base, space, full)
         flat = cfg.flat()

@@ -148,9 +148,13 @@ def record_interrupted(plan: Plan, search_json: str) -> tuple[int | None, str]:
 def planned_trials(plan: Plan) -> int:
     """The trials the search plans: every grid point (per direction, times --num-samples), or the samples of
     each direction."""
-    if plan.search == "grid":
-        return sum(grid_size_by_task(plan.space).values()) * plan.num_samples
-    return plan.num_samples * len(plan.space.tasks())
+    counts = (
+        grid_size_by_task(plan.space) if "grid" in {plan.search_of(t) for t in plan.space.tasks()} else {}
+    )
+    return sum(
+        counts[t] * plan.samples_of(t) if plan.search_of(t) == "grid" else plan.samples_of(t)
+        for t in plan.space.tasks()
+    )
 
 
 _FLAGS = {"time_budget_s": "--time-budget"}  # SearchRequest fields whose option is not --<field-name>

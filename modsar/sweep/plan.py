@@ -35,6 +35,7 @@ class SearchRequest:
     experiment: str | None = None
     results: str = "results"
     search: str | None = None  # grid | random | optuna (default: the space's budget.search)
+    full_grid: bool = False  # run the space's full_grid protocol (every grid point) instead of its budget
     num_samples: int | None = None
     max_epochs: int | None = None
     time_budget_s: float | None = None
@@ -66,7 +67,8 @@ class SearchRequest:
 
     @property
     def experiment_name(self) -> str:
-        return self.experiment or f"{Path(self.space).stem}-{self.dataset}"
+        full = "-full-grid" if self.full_grid else ""
+        return self.experiment or f"{Path(self.space).stem}-{self.dataset}{full}"
 
 
 @dataclass
@@ -84,6 +86,15 @@ class Plan:
     data_root: str
     manifest: dict  # the prepared dataset's manifest (recorded in every row)
     unit: str = "passes"  # what max_t and grace_period count: validation passes, or optimizer steps
+    # task -> [search, num_samples] of its Tuner: a sampled direction whose grid has at most num_samples
+    # points runs its grid once instead (see directions())
+    per_task: dict[str, list] = field(default_factory=dict)
+
+    def search_of(self, task: str) -> str:
+        return self.per_task[task][0] if task in self.per_task else self.search
+
+    def samples_of(self, task: str) -> int:
+        return self.per_task[task][1] if task in self.per_task else self.num_samples
 
     @property
     def time_attr(self) -> str:
@@ -93,8 +104,9 @@ class Plan:
     def check(self) -> SpaceCheck:
         """Every configuration this search can run, validated (with the dataset's sizes when there is one)."""
         sizes = dataset_sizes(self.manifest) if self.manifest else None
+        gridded = [t for t in self.space.tasks() if self.search_of(t) != self.search]
         return check_space(
-            self.space, self.base, self.search, self.num_samples, sizes, self.request.dataset or None
+            self.space, self.base, self.search, self.num_samples, sizes, self.request.dataset or None, gridded
         )
 
 
@@ -105,11 +117,15 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
     --dataset)."""
     _check_request_numbers(req)
     space = load_space(req.space)
+    if req.full_grid:
+        if req.search not in (None, "grid"):
+            raise ModsarError(f"--full-grid runs a grid search; drop --search {req.search}")
+        space = space.as_full_grid()
     overrides = _base_overrides(req, space)
     cfg = space.base_config(overrides)
     if "task" in overrides:  # a space without a task param runs the overridden direction: count it as that
         space.base = {**space.base, "task": cfg.task.value}
-    search, num_samples = _search_and_samples(req, space)
+    search, num_samples, per_task = _search_and_samples(req, space)
     unit, max_t, grace, factor = _asha_settings(req, space, cfg)
     _check_resources(req)
     if req.mlflow is not None:
@@ -130,10 +146,31 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
         str(data_root(req.data_dir).resolve()),
         manifest,
         unit,
+        per_task,
     )
     if check:
         plan.check().raise_if_invalid()
     return plan
+
+
+def directions(space: SearchSpace, search: str, num_samples: int) -> dict[str, list]:
+    """Each direction's [search, num_samples]: the search's own, except that a random/optuna direction of
+    grid/choice params with at most num_samples points runs that grid (every point once): sampling it would
+    train some points twice, identically, and miss others."""
+    out: dict[str, list] = {}
+    for task in space.tasks():
+        size = None if search == "grid" else _categorical_size(space.for_task(task), num_samples)
+        out[task] = ["grid", 1] if size is not None and size <= num_samples else [search, num_samples]
+    return out
+
+
+def _categorical_size(space: SearchSpace, limit: int) -> int | None:
+    """The points of a space whose active params are all grid/choice (counted, never built), or None when one
+    is continuous or randint (it stands for more values than any limit) or the count passes `limit`."""
+    # a non-categorical param multiplies the count past the limit (no `when` names one)
+    endless: list = [None] * (limit + 1)
+    size, exact = space.count_points(lambda p: p.values if p.categorical else endless, limit)
+    return size if exact and size <= limit else None
 
 
 def _base_overrides(req: SearchRequest, space: SearchSpace) -> dict[str, Any]:
@@ -163,9 +200,9 @@ def _base_overrides(req: SearchRequest, space: SearchSpace) -> dict[str, Any]:
     return overrides
 
 
-def _search_and_samples(req: SearchRequest, space: SearchSpace) -> tuple[str, int]:
-    """(search, num_samples): the flags' or the space budget's, checked so that no configuration would be
-    trained twice identically."""
+def _search_and_samples(req: SearchRequest, space: SearchSpace) -> tuple[str, int, dict[str, list]]:
+    """(search, num_samples, each direction's [search, num_samples]): the flags' or the space budget's,
+    checked so that no configuration would be trained twice identically."""
     budget = space.budget
     search = req.search or budget.get("search", "grid")
     if search not in ("grid", "random", "optuna"):
@@ -174,6 +211,7 @@ def _search_and_samples(req: SearchRequest, space: SearchSpace) -> tuple[str, in
     if req.num_samples is not None and req.num_samples < 1:
         raise ModsarError(f"--num-samples must be >= 1; got {req.num_samples}")
     num_samples = req.num_samples or default_samples or (1 if search == "grid" else 16)
+    per_task = directions(space, search, num_samples)
     _check_repeats(
         space,
         search,
@@ -183,8 +221,9 @@ def _search_and_samples(req: SearchRequest, space: SearchSpace) -> tuple[str, in
         else f"its budget.num_samples: {num_samples}"
         if default_samples
         else f"the default {num_samples} samples",
+        [t for t, (s, _) in per_task.items() if s == search],
     )
-    return search, num_samples
+    return search, num_samples, per_task
 
 
 def _asha_settings(req: SearchRequest, space: SearchSpace, cfg: Config) -> tuple[str, int, int, int]:
@@ -245,10 +284,11 @@ def _check_request_numbers(req: SearchRequest) -> None:
         )
 
 
-def _check_repeats(space: SearchSpace, search: str, num_samples: int, source: str) -> None:
+def _check_repeats(space: SearchSpace, search: str, num_samples: int, source: str, tasks: list[str]) -> None:
     """Every trial of a search runs on the one --seed, so a configuration sampled twice trains the same model
     twice: a grid search runs each point once, and a random/optuna search of a direction with one possible
-    configuration runs one trial. Replicates on other seeds are --seeds K."""
+    configuration runs one trial (`tasks`: the directions that sample; the others run their grid). Replicates
+    on other seeds are --seeds K."""
     if num_samples == 1:
         return
     replicas = f"replicates of the selected configs on seeds 0..{num_samples - 1} are --seeds {num_samples}"
@@ -257,7 +297,7 @@ def _check_repeats(space: SearchSpace, search: str, num_samples: int, source: st
             f"space '{space.path}': a grid search runs each point once, but {source} would train "
             f"each point {num_samples} times, identically (one --seed); use --num-samples 1: {replicas}"
         )
-    for task in space.tasks():
+    for task in tasks:
         if space.for_task(task).count_points(_distinct_values, 2)[0] == 1:
             raise ModsarError(
                 f"space '{space.path}': {task.upper()} has one possible configuration, so "

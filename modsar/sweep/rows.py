@@ -17,7 +17,15 @@ from ray.tune.schedulers import ASHAScheduler
 
 from modsar.config import Config
 from modsar.errors import ModsarError
-from modsar.records.rows import PROGRESS_FACTS, PROTOCOL_FACTS, SPEED_FACTS, read_rows, result_row, write_row
+from modsar.records.rows import (
+    PROGRESS_FACTS,
+    PROTOCOL_FACTS,
+    SPEED_FACTS,
+    TIME_FACTS,
+    read_rows,
+    result_row,
+    write_row,
+)
 from modsar.sweep.plan import Plan, sampled_values, trial_config
 
 
@@ -63,7 +71,7 @@ def row_from_results(
     # best.* without a best epoch is the 0.0 floor a trial that diverged before validating reports to Tune
     valid = {k[5:]: v for k, v in last.items() if k.startswith("best.")} if "best_epoch" in last else {}
     test = {k[5:]: v for k, v in last.items() if k.startswith("test.")}
-    facts = _trial_facts(plan, last, results, checkpoint, tag)
+    facts = _trial_facts(plan, last, results, checkpoint, tag, cfg.task.value)
     row = result_row(
         cfg,
         experiment=plan.request.experiment_name,
@@ -85,7 +93,7 @@ def row_from_results(
 
 
 def _trial_facts(
-    plan: Plan, last: dict[str, Any], results: list[dict], checkpoint: str | None, tag: str
+    plan: Plan, last: dict[str, Any], results: list[dict], checkpoint: str | None, tag: str, task: str
 ) -> dict[str, Any]:
     """The row's facts of a trial (in the order rows have always had them): its epochs, times, device and
     sizes as last reported, its validation curve, checkpoint and place in the search."""
@@ -96,7 +104,8 @@ def _trial_facts(
         "epoch_time_s": last.get("epoch_time_s"),
         "eval_time_s": last.get("eval_time_s"),
         "device": last.get("device"),
-        **{k: last.get(k) for k in (*SPEED_FACTS, *PROGRESS_FACTS)},
+        **{k: last.get(k) for k in (*SPEED_FACTS, *PROGRESS_FACTS, *TIME_FACTS)},
+        "report_s": last.get("report_s"),
         **{k: last[k] for k in PROTOCOL_FACTS if k in last},
         "num_parameters": _count(last.get("num_parameters")),
         "node_id": last.get("node_id"),
@@ -104,7 +113,7 @@ def _trial_facts(
         "checkpoint": checkpoint,
         "curve": json.dumps(_validation_curve(results, plan.monitor)),
         "reports": len(results),
-        "search_algorithm": plan.search,
+        "search_algorithm": plan.search_of(task),
         "space_arms": json.dumps(plan.space.arms) if plan.space.arms else None,
         "trial_index": int(tag.split("_")[0]) if tag.split("_")[0].isdigit() else None,
     }

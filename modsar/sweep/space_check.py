@@ -41,6 +41,7 @@ class SpaceCheck:
     problems: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # what is wrong -> its points
     dataset: str | None = None
     sampled: bool = False  # random/optuna over more than MAX_GRID_POINTS combinations: `checked` is a sample
+    gridded: list[str] = field(default_factory=list)  # sampled search, directions that run their grid instead
 
     @property
     def ok(self) -> bool:
@@ -50,7 +51,9 @@ class SpaceCheck:
         """One line when valid; else a head line and one line per distinct problem, with its points."""
         trials = ", ".join(f"{task.upper()} {n}" for task, n in sorted(self.trials.items()))
         on = f" on dataset {self.dataset}" if self.dataset else ""
-        head = f"space '{self.space.name}' ({self.search} search: {trials} trials)"
+        grids = " and ".join(t.upper() for t in self.gridded)
+        instead = f"; {grids} {'runs its' if len(self.gridded) == 1 else 'run their'} grid" if grids else ""
+        head = f"space '{self.space.name}' ({self.search} search: {trials} trials{instead})"
         which = (
             f" (a seeded sample: the space has more than {MAX_GRID_POINTS:,} combinations)"
             if self.sampled
@@ -194,11 +197,13 @@ def check_space(
     num_samples: int,
     sizes: dict[str, int] | None = None,
     dataset: str | None = None,
+    gridded: list[str] | None = None,
 ) -> SpaceCheck:
     """Validate every configuration of `space` on top of the full `base` config (nested, as Plan.base).
 
     `sizes` (num_items, num_users, max_len of the dataset) makes the model checks exact; without it the
-    model is built at placeholder sizes."""
+    model is built at placeholder sizes. `gridded`: the directions of a sampled search that run their (small)
+    grid instead, each point once."""
     sampled = False
     if search == "grid":  # counted first: a grid too large, or with continuous params, is refused unbuilt
         trials = {task: n * num_samples for task, n in grid_size_by_task(space).items()}
@@ -206,6 +211,8 @@ def check_space(
     else:
         points, sampled = check_points(space)
         trials = {task: num_samples for task in space.tasks()}
+        if gridded:
+            trials.update({t: n for t, n in grid_size_by_task(space).items() if t in gridded})
     problems: dict[str, list[dict[str, Any]]] = {}
     built: dict[str, str | None] = {}  # model config -> why it cannot be built (None: it can)
     base_cfg = Config.from_dict(base)  # read once: a copy per point costs a twentieth of reading it again
@@ -226,7 +233,7 @@ def check_space(
             built[model_key] = _build_problem(cfg, seen)
         if (problem := built[model_key]) is not None:
             problems.setdefault(problem, []).append(point)
-    return SpaceCheck(space, search, trials, len(points), problems, dataset, sampled)
+    return SpaceCheck(space, search, trials, len(points), problems, dataset, sampled, list(gridded or []))
 
 
 def _build_problem(cfg: Config, sizes: dict[str, int] | None) -> str | None:

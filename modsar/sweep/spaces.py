@@ -16,12 +16,16 @@ Schema (every key is checked; nothing is evaluated as code, YAML is read with ``
                                # unit: steps in optimizer steps (a small dataset then gets as many steps
                                # before a decision as a large one)
     budget: {search: grid, num_samples: 1, max_epochs: 200, eval_every: 5}
+    full_grid:                 # optional: what `--full-grid` runs instead (a grid search, its own ASHA)
+      scheduler: {max_t: 40, grace_period: 5, reduction_factor: 2}
+      budget: {search: grid, num_samples: 1, max_epochs: 200, eval_every: 5}
     arms: [model.positional]   # optional: params whose values are models compared with each other: the search
                                # selects (and tests) the best trial of every task x backbone x arms value
 
 A condition names another param and a value or a list of values; a param whose condition does not hold
-keeps the base/default value. Grid search enumerates the conditional product exactly (AE gets the
-`mask_prob` grid, AR does not), so no point is run twice.
+keeps the base/default value. A sampled search (random, optuna) of a direction whose grid has at most
+num_samples points runs that grid instead: every point once, never one twice. Grid search enumerates the
+conditional product exactly (AE gets the `mask_prob` grid, AR does not), so no point is run twice.
 
 A space means what it says: each key is set by one source in any one point (a key searched is in no `also`
 list of a param that can be active with it, an `also` target in one such list, never `task`; a YAML key
@@ -32,6 +36,7 @@ one above MAX_GRID_POINTS is refused before any point exists.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.resources
 from collections.abc import Callable, Hashable
@@ -56,7 +61,7 @@ def _bundled_folder() -> Path:
 
 SPACES_DIR = _bundled_folder()
 DISTRIBUTIONS = ("grid", "choice", "uniform", "loguniform", "randint")
-TOP_KEYS = {"description", "paper", "base", "params", "scheduler", "budget", "arms"}
+TOP_KEYS = {"description", "paper", "base", "params", "scheduler", "budget", "arms", "full_grid"}
 SCHEDULER_KEYS = {"max_t", "grace_period", "reduction_factor", "unit"}
 SCHEDULER_UNITS = (
     "passes",
@@ -130,6 +135,8 @@ class SearchSpace:
     scheduler: dict[str, int]
     budget: dict[str, Any]
     arms: list[str] = field(default_factory=list)  # params whose values are compared models (see the schema)
+    # the `full_grid` section: {"scheduler": ..., "budget": ...} that `--full-grid` runs instead, or None
+    full_grid: dict[str, dict] | None = None
 
     def base_config(self, overrides: dict[str, Any] | None = None) -> Config:
         cfg = Config()
@@ -154,8 +161,21 @@ class SearchSpace:
     def for_task(self, task: str) -> SearchSpace:
         """The same space with `task` fixed: one ASHA bracket never compares AE with AR trials."""
         params = [Param(p.key, "grid", [task], p.when, p.also) if p.key == "task" else p for p in self.params]
-        return SearchSpace(
-            self.name, self.path, self.description, self.paper, self.base, params, self.scheduler, self.budget
+        return dataclasses.replace(self, params=params, arms=list(self.arms))
+
+    def as_full_grid(self) -> SearchSpace:
+        """The space under its `full_grid` protocol (`--full-grid`): every grid point, with the scheduler and
+        budget that section names; refused for a space that has none."""
+        if self.full_grid is None:
+            raise ModsarError(
+                f"space '{self.path}' has no full_grid section, so --full-grid has no protocol to run; "
+                "drop --full-grid (its budget already says how it searches), or use --search grid"
+            )
+        return dataclasses.replace(
+            self,
+            scheduler=dict(self.full_grid["scheduler"]),
+            budget=dict(self.full_grid["budget"]),
+            full_grid=None,
         )
 
     def points(self, values_of: Callable[[Param], list]) -> list[dict[str, Any]]:
@@ -478,10 +498,11 @@ def parse_space(data: Any, name: str, path: str) -> SearchSpace:
     _check_conditions(where, params, [p.key for p in params])
     _check_one_source(where, params)
     scheduler, budget = _parse_schedule(where, data)
+    full_grid = _parse_full_grid(where, data.get("full_grid"))
     arms = _parse_arms(where, data, params)
     text = _parse_text(where, data)
     space = SearchSpace(
-        name, path, text["description"], text["paper"], base, params, scheduler, budget, list(arms)
+        name, path, text["description"], text["paper"], base, params, scheduler, budget, list(arms), full_grid
     )
     _check_base(where, space)
     return space
@@ -537,6 +558,23 @@ def _check_one_source(where: str, params: list[Param]) -> None:
                     f"params.{other.key} sets too; one key takes one param's value: keep '{target}' in one "
                     "'also'",
                 )
+
+
+def _parse_full_grid(where: str, section: Any) -> dict[str, dict] | None:
+    """The `full_grid` section: a scheduler and a budget like the top-level ones, whose search is a grid."""
+    if section is None:
+        return None
+    where = f"{where}: full_grid"
+    if not isinstance(section, dict):
+        _fail(where, "must be a mapping with scheduler and budget (the protocol --full-grid runs)")
+    _check_keys(where, section, {"scheduler", "budget"}, "full_grid")
+    for part in ("scheduler", "budget"):
+        if not isinstance(section.get(part, {}) or {}, dict):
+            _fail(where, f"'{part}' must be a mapping")
+    scheduler, budget = _parse_schedule(where, section)
+    if budget.get("search", "grid") != "grid":
+        _fail(where, f"budget.search must be grid (it is the full grid); got {budget['search']!r}")
+    return {"scheduler": scheduler, "budget": {**budget, "search": "grid"}}
 
 
 def _parse_schedule(where: str, data: dict) -> tuple[dict, dict]:
@@ -660,6 +698,9 @@ def describe(space: SearchSpace) -> str:
         lines.append(f"  arms (each value selected and tested, per task): {', '.join(space.arms)}")
     sched = ", ".join(f"{k}={v}" for k, v in space.scheduler.items())
     lines.append(f"  ASHA: {sched or 'defaults'}; budget: {space.budget}")
+    if space.full_grid:
+        full = ", ".join(f"{k}={v}" for k, v in space.full_grid["scheduler"].items())
+        lines.append(f"  --full-grid: ASHA: {full or 'defaults'}; budget: {space.full_grid['budget']}")
     return "\n".join(lines)
 
 

@@ -34,14 +34,14 @@ def trainable(
     every validation pass reported to Tune (with the best checkpoint so far), continued from the trial's
     last checkpoint when Tune restores or retries it."""
     from modsar.model import registry
-    from modsar.records.rows import PROGRESS_FACTS, PROTOCOL_FACTS, SPEED_FACTS
+    from modsar.records.rows import PROGRESS_FACTS, PROTOCOL_FACTS, SPEED_FACTS, TIME_FACTS
     from modsar.training.state import load_resume_state
     from modsar.training.trainer import TrainingDiverged, resolve_device, run_trial
 
     registry.load_plugins(list(plugins))  # the driver's plugin backbones, registered in this worker too
     cfg = trial_config(base, space, sampled_values(config))
     _use_assigned_resources(cfg)
-    facts = (*SPEED_FACTS, *PROTOCOL_FACTS, *PROGRESS_FACTS)
+    facts = (*SPEED_FACTS, *PROTOCOL_FACTS, *PROGRESS_FACTS, *TIME_FACTS)
     reports = _TrialReports(cfg.train.monitor_key, facts, _node_facts())
     folder = Path(tempfile.mkdtemp(prefix="modsar-trial-"))
     resume = None
@@ -102,6 +102,7 @@ class _TrialReports:
     best: dict[str, Any] = field(default_factory=dict)
     restored: dict[str, Any] = field(default_factory=dict)
     device: str = ""
+    report_s: float = 0.0  # in tune.report before this report: Tune copying checkpoints into storage
 
     def resume_from(self, resume: dict) -> None:
         """Continue a restored trial's best value, clock and curve where its checkpoint left them."""
@@ -137,14 +138,17 @@ class _TrialReports:
             "num_parameters": facts["num_parameters"],
             "torch_threads": torch.get_num_threads(),
             "wall_time_s": time.perf_counter() - self.started,
+            "report_s": self.report_s,
             "monitor": self.monitor,
             "device": self.device,
             **self.node,
         }
+        tick = time.perf_counter()
         if checkpoint is not None:
             tune.report(report, checkpoint=tune.Checkpoint.from_directory(str(checkpoint.parent)))
         else:
             tune.report(report)
+        self.report_s += time.perf_counter() - tick
         self.restored.clear()  # the first report after a resume carries the earlier curve; once is enough
 
     def diverged(self, exc: TrainingDiverged) -> None:

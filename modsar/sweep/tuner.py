@@ -57,6 +57,7 @@ from modsar.sweep.rows import (
     rows_dir,
 )
 from modsar.sweep.storage import never_saved, remove_partial_files, restore_snapshot, snapshots_of_tune_state
+from modsar.sweep.timing import SearchClock
 from modsar.sweep.trial import make_trainable
 
 RAY_DIR = "ray"
@@ -318,14 +319,20 @@ def _write_json(path: str, data: dict) -> None:
         out.write(to_json(data, default=str).encode())
 
 
+def trial_slots(req: SearchRequest, total: dict[str, float]) -> int:
+    """Trials at once: what the cluster's CPUs (and GPUs) hold at the request's share each, or
+    --max-concurrent."""
+    slots = max(1, int(total.get("CPU", 1) // req.cpus_per_trial))
+    if req.gpus_per_trial:
+        slots = min(slots, max(1, int(total.get("GPU", 0) / req.gpus_per_trial)))
+    return req.max_concurrent or slots
+
+
 def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tuner:
     """A fresh Tuner for one direction. Note: constructing it writes tuner.pkl into its folder."""
     req = plan.request
     storage = _storage(plan)
-    slots = max(1, int(total.get("CPU", 1) // req.cpus_per_trial))
-    if req.gpus_per_trial:
-        slots = min(slots, max(1, int(total.get("GPU", 0) / req.gpus_per_trial)))
-    concurrent = req.max_concurrent or slots
+    concurrent = trial_slots(req, total)
     metric = f"best.{plan.monitor}"  # ASHA compares each trial's best validation value so far
     scheduler = ASHAScheduler(
         time_attr=plan.time_attr,
@@ -335,7 +342,8 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
     )
     search_alg, param_space = None, {}
     space = plan.space.for_task(task)
-    if plan.search == "grid":
+    search = plan.search_of(task)
+    if search == "grid":
         param_space = {"point": tune.grid_search(space.grid_points())}
     else:
         import optuna
@@ -343,7 +351,7 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
 
         sampler = (
             optuna.samplers.RandomSampler(seed=req.seed)
-            if plan.search == "random"
+            if search == "random"
             else optuna.samplers.TPESampler(seed=req.seed)
         )
         search_alg = ConcurrencyLimiter(
@@ -355,7 +363,7 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
         mode="max",
         scheduler=scheduler,
         search_alg=search_alg,
-        num_samples=plan.num_samples,
+        num_samples=plan.samples_of(task),
         time_budget_s=req.time_budget_s / len(plan.space.tasks()) if req.time_budget_s else None,
         max_concurrent_trials=concurrent if search_alg is None else None,
         # reuse saves an actor start (torch import, dataset load) per trial, but
@@ -479,8 +487,11 @@ def modules_under_earlier_names() -> Iterator[None]:
             sys.modules.pop(name, None)
 
 
-def run_search(req: SearchRequest, plan: Plan | None = None) -> dict[str, Any]:
-    """Run the search `req` asks for; `plan` is its make_plan(req) where the caller already made it."""
+def run_search(
+    req: SearchRequest, plan: Plan | None = None, predicted: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Run the search `req` asks for; `plan` is its make_plan(req) where the caller already made it, and
+    `predicted` its cost estimate (CostEstimate.to_dict), kept in search.json beside the time it took."""
     plan = plan or make_plan(req)
     name = check_name(req.experiment_name, "experiment")
     storage = _storage(plan)
@@ -491,23 +502,28 @@ def run_search(req: SearchRequest, plan: Plan | None = None) -> dict[str, Any]:
         environment(results_env(req.results)),  # S3 keys taken out of --results (sweep.credentials)
         writer_lock(storage.rpartition("/")[0], name, f"experiment '{name}' in {req.results}"),
     ):
-        return _run_locked(req, plan, storage)
+        return _run_locked(req, plan, storage, predicted)
 
 
-def _run_locked(req: SearchRequest, plan: Plan, storage: str) -> dict[str, Any]:
+def _run_locked(req: SearchRequest, plan: Plan, storage: str, predicted: dict | None) -> dict[str, Any]:
     """run_search's work, while this process holds the experiment's lock."""
     search_json = f"{storage}/search.json"
     _check_start(req, plan, storage, search_json)
-    connect_ray(req)
+    clock = SearchClock()
+    with clock.part("connect_s"):
+        connect_ray(req)
     # after ray.init: no Ray process inherits them; MLflow's variables as they were after the search
     with mlflow_session(req.mlflow):
-        return _run_connected(req, plan, storage, search_json)
+        return _run_connected(req, plan, storage, search_json, clock, predicted)
 
 
-def _run_connected(req: SearchRequest, plan: Plan, storage: str, search_json: str) -> dict[str, Any]:
+def _run_connected(
+    req: SearchRequest, plan: Plan, storage: str, search_json: str, clock: SearchClock, predicted: dict | None
+) -> dict[str, Any]:
     """The search, on the cluster it runs on; search.json records its status (running, interrupted,
-    complete) for `modsar report`."""
+    complete) for `modsar report`, and where each run of it spent its time (modsar.sweep.timing)."""
     total = check_resources(req)
+    clock.slots = trial_slots(req, total)
     if req.overwrite and not req.resume and _fs_exists(storage):
         fs, path = filesystem(storage)
         fs.delete_dir(path)
@@ -519,16 +535,29 @@ def _run_connected(req: SearchRequest, plan: Plan, storage: str, search_json: st
     else:
         argv = [redact(arg) for arg in sys.argv]  # no password of a URI is written (sweep.credentials)
         state = {"status": RUNNING, "trials_planned": planned_trials(plan)}
+        estimate = {"estimate": predicted} if predicted else {}
         _write_json(
             search_json,
-            {"request": asdict(req), "space_file": plan.space.path, **settings, "argv": argv, **state},
+            {
+                "request": asdict(req),
+                "space_file": plan.space.path,
+                **settings,
+                "argv": argv,
+                **state,
+                **estimate,
+            },
         )
     started = time.perf_counter()
-    with snapshots_of_tune_state(), stops_on_ctrl_c(plan, search_json):
-        trials, errors = _run_directions(req, plan, storage, total)
-        selected = select_and_test(plan)
-        if req.seeds:
-            rerun_seeds(plan, selected)
+    try:
+        with snapshots_of_tune_state(), stops_on_ctrl_c(plan, search_json):
+            trials, errors = _run_directions(req, plan, storage, total, clock)
+            with clock.part("select_test_s"):
+                selected = select_and_test(plan)
+            if req.seeds:
+                with clock.part("seeds_s"):
+                    rerun_seeds(plan, selected)
+    finally:
+        _record_clock(search_json, clock)
     rows = read_rows(rows_dir(plan), req.experiment_name)
     record_state(
         search_json, COMPLETE, trials_ended=int((rows["role"] == "search").sum()) if len(rows) else 0
@@ -640,6 +669,8 @@ def _search_settings(plan: Plan) -> dict[str, Any]:
         "base": plan.base,
         "search": plan.search,
         "num_samples": plan.num_samples,
+        "directions": plan.per_task,
+        "full_grid": plan.request.full_grid,
         "asha": {
             "max_t": plan.max_t,
             "grace_period": plan.grace_period,
@@ -649,7 +680,22 @@ def _search_settings(plan: Plan) -> dict[str, Any]:
     }
 
 
-def _run_directions(req: SearchRequest, plan: Plan, storage: str, total: dict[str, float]) -> tuple[int, int]:
+def _record_clock(search_json: str, clock: SearchClock) -> None:
+    """Add this run's clock to search.json's `timing` (one entry per run of the search). A search that ends
+    on a fault still records it; a search.json it cannot write then keeps its earlier runs, and the fault
+    that ended the search is the one reported."""
+    try:
+        stored = _read_json(search_json)
+        runs = stored.get("timing")
+        runs = runs if isinstance(runs, list) else []
+        record_state(search_json, stored.get("status", RUNNING), timing=[*runs, clock.record()])
+    except (OSError, ValueError):
+        pass
+
+
+def _run_directions(
+    req: SearchRequest, plan: Plan, storage: str, total: dict[str, float], clock: SearchClock
+) -> tuple[int, int]:
     """One Tuner (and ASHA bracket) per direction, as the original experiments, restored where a resumed
     search left one; each direction's rows are written as it ends. Returns (trials, errors)."""
     trials, errors = 0, 0
@@ -668,11 +714,12 @@ def _run_directions(req: SearchRequest, plan: Plan, storage: str, total: dict[st
                 tuner = tune.Tuner.restore(
                     ray_path, trainable=fn, resume_unfinished=True, resume_errored=True
                 )
-                with fitting():
+                with fitting(), clock.part(f"direction:{task}"):
                     grid = tuner.fit()
         else:
             tuner = build_tuner(plan, total, task, fn)
-            with fitting():  # Ctrl-C: Tune saves and ends this fit, and the search stops after it
+            # Ctrl-C: Tune saves and ends this fit, and the search stops after it
+            with fitting(), clock.part(f"direction:{task}"):
                 grid = tuner.fit()
         reconcile_rows(plan, grid)
         drop_resume_state(grid)

@@ -89,6 +89,8 @@ class TrialResult:
     steps_per_epoch: float = math.nan
     popularity_level: float = math.nan  # the monitored metric of a most-popular ranking on validation
     escape_steps: int | None = None  # steps at the first validation clearly above it (None: never left it)
+    setup_s: float = math.nan  # from the trainer's start to its first step: data, split, model, evaluator
+    checkpoint_s: float = 0.0  # writing checkpoints and resume states, in all
 
 
 # a run has left the popularity level once validation reaches 1.25 x the most-popular ranking's value:
@@ -256,6 +258,7 @@ class Trainer:
     protocol: dict[str, Any]  # split_facts
     output_flops: float  # of one training epoch, in the output layer
     model_flops: float  # of one training epoch, the whole model
+    times: dict[str, float]  # setup_s and checkpoint_s (TrialResult)
 
     def __init__(
         self,
@@ -279,6 +282,7 @@ class Trainer:
         """Seed, data and split, model, optimizer, batches, evaluator, then the resume state, in this order:
         the model draws its weights from the seeded global generators, the batches seed their own, and a
         resume state overwrites both last."""
+        setup_started = time.perf_counter()
         cfg = self.cfg
         bound_heap()
         if cfg.train.threads > 0:
@@ -318,6 +322,7 @@ class Trainer:
         self.output_flops, self.model_flops = epoch_flops(
             self.model, cfg, int(self.batches.row_lengths.sum()), self.batches.num_targets, dataset.num_items
         )
+        self.times = {"setup_s": time.perf_counter() - setup_started, "checkpoint_s": 0.0}
 
     def fit(self) -> None:
         """The epochs from `first_epoch` until patience or `train.max_epochs`. A TrainingDiverged leaves with
@@ -404,11 +409,13 @@ class Trainer:
         """Save a new best epoch (where the run has a checkpoint path) and, if resumable, its resume state."""
         if not self.checkpoint_path:
             return
+        tick = time.perf_counter()
         meta = {**self.meta, "epoch": epoch, "valid": metrics}
         save_checkpoint(self.checkpoint_path, self.model, self.cfg, meta)
         if self.resumable:
             elapsed = time.perf_counter() - self.started
             save_resume_state(self.checkpoint_path, self.state, elapsed, training_rng)
+        self.times["checkpoint_s"] += time.perf_counter() - tick
 
     def _stops(self, epoch: int) -> bool:
         """Whether training ends after this validation pass: `train.patience` passes without an improvement
@@ -440,6 +447,7 @@ class Trainer:
             **self.speed(),
             **self.protocol,
             **self.advance(),
+            **self.times,
         }
 
     def advance(self) -> dict[str, Any]:
@@ -471,6 +479,8 @@ class Trainer:
         return TrialResult(
             **self.speed(),
             **self.advance(),
+            setup_s=self.times["setup_s"],
+            checkpoint_s=self.times["checkpoint_s"],
             protocol=self.protocol,
             generation=generation or {},
             valid=state.best_valid,

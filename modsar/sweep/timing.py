@@ -1,0 +1,105 @@
+"""Where a search's time goes: Ray's start-up, each direction's Tuner, selection and seed re-runs, and within
+the trials their set-up, training epochs, validation passes, checkpoints and reports, with the cores the
+search held but left idle.
+
+The driver times what it runs (`SearchClock`); the trials time their own parts and report them in their rows
+(setup_s, epoch_time_s x epochs_run, eval_time_s x validation passes, checkpoint_s, report_s). search.json
+keeps one clock per run of the search (a resumed search adds one), and `breakdown` joins them with the rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pandas as pd
+
+
+@dataclass
+class SearchClock:
+    """Seconds the driver spent on each part of one run of a search (one per --resume)."""
+
+    slots: int = 1  # trials the search can run at once
+    connect_s: float = 0.0  # starting (or joining) Ray
+    directions: dict[str, float] = field(default_factory=dict)  # task -> its Tuner's wall-clock
+    select_test_s: float = 0.0  # selecting and testing the best trial of each model
+    seeds_s: float = 0.0  # re-running the selected configs on other seeds
+    started: float = field(default_factory=time.perf_counter, repr=False)
+
+    @contextlib.contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        """Add the block's wall-clock to `name` (an attribute, or "direction:<task>")."""
+        tick = time.perf_counter()
+        try:
+            yield
+        finally:
+            spent = time.perf_counter() - tick
+            if name.startswith("direction:"):
+                task = name.partition(":")[2]
+                self.directions[task] = self.directions.get(task, 0.0) + spent
+            else:
+                setattr(self, name, getattr(self, name) + spent)
+
+    def record(self) -> dict[str, Any]:
+        """This run as search.json keeps it, with its whole wall-clock so far."""
+        out = {k: v for k, v in asdict(self).items() if k != "started"}
+        return {**out, "wall_s": time.perf_counter() - self.started}
+
+
+def breakdown(runs: list[dict[str, Any]], rows: pd.DataFrame) -> pd.DataFrame:
+    """One line per direction and one for the whole search: the driver's parts summed over the search's runs
+    (`runs`: the clocks search.json keeps), and the trial parts summed over its rows (role search). Seconds,
+    and `idle_s`: slot-seconds of the Tuners' wall-clock no trial used (starting actors, waiting on the
+    last trials, Tune's own work)."""
+    trials = rows[rows["role"] == "search"] if "role" in rows else rows
+    lines = []
+    tasks = sorted({t for run in runs for t in run.get("directions", {})})
+    for task in tasks:
+        wall = sum(run.get("directions", {}).get(task, 0.0) for run in runs)
+        slot_s = sum(run.get("directions", {}).get(task, 0.0) * run.get("slots", 1) for run in runs)
+        lines.append(
+            {"part": task, "wall_s": wall, "slot_s": slot_s, **_trial_parts(trials[trials["task"] == task])}
+        )
+    total = {
+        "part": "search",
+        "wall_s": sum(run.get("wall_s", 0.0) for run in runs),
+        "slot_s": sum(line["slot_s"] for line in lines),
+        **_trial_parts(trials),
+        **{k: sum(run.get(k, 0.0) for run in runs) for k in ("connect_s", "select_test_s", "seeds_s")},
+    }
+    table = pd.DataFrame([*lines, total])
+    table["idle_s"] = table["slot_s"] - table["trial_s"]
+    table["busy"] = table["trial_s"] / table["slot_s"].where(table["slot_s"] > 0)
+    return table
+
+
+def _trial_parts(rows: pd.DataFrame) -> dict[str, float]:
+    """The trials' seconds summed: in all (their wall-clock), set-up, training epochs, validation passes,
+    checkpoints, reports to Tune, and what is left (the trial function's own start, Python between parts)."""
+
+    def total(column: str, times: str | None = None) -> float:
+        if column not in rows or not len(rows):
+            return 0.0
+        values = pd.to_numeric(rows[column], errors="coerce")
+        if times is not None:
+            values = values * pd.to_numeric(rows[times], errors="coerce")
+        return float(values.fillna(0.0).sum())
+
+    parts = {
+        "trials": float(len(rows)),
+        "epochs": total("epochs_run"),
+        "passes": total("reports"),
+        "trial_s": total("wall_time_s"),
+        "setup_s": total("setup_s"),
+        "train_s": total("epoch_time_s", "epochs_run"),
+        "valid_s": total("eval_time_s", "reports"),
+        "checkpoint_s": total("checkpoint_s"),
+        "report_s": total("report_s"),
+    }
+    named = sum(parts[k] for k in ("setup_s", "train_s", "valid_s", "checkpoint_s", "report_s"))
+    parts["other_s"] = parts["trial_s"] - named if math.isfinite(named) else math.nan
+    return parts

@@ -1,0 +1,128 @@
+"""The paper spaces' default search and their full grid one flag away: TPE per direction with ASHA in
+optimizer steps by default, `--full-grid` the paper's protocol (every point, ASHA in validation passes); a
+sampled direction whose grid has at most num_samples points runs that grid; a busy machine is said so. No
+Ray here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from modsar.cli import main
+from modsar.sweep import SearchRequest, make_plan
+from modsar.sweep.cost import busy_note
+from modsar.sweep.interrupt import planned_trials, resume_command
+from modsar.sweep.spaces import grid_size_by_task, load_space
+
+PAPER_SPACES = (
+    "local_attn",
+    "ssept",
+    "loss_ce",
+    "loss_bpr",
+    "loss_bce",
+    "hf_albert",
+    "hf_llama",
+    "hf_transfo_xl",
+)
+PAPER_PROTOCOL = {
+    "scheduler": {"max_t": 40, "grace_period": 5, "reduction_factor": 2},
+    "budget": {"search": "grid", "num_samples": 1, "max_epochs": 200, "eval_every": 5},
+}
+
+
+@pytest.mark.parametrize("name", PAPER_SPACES)
+def test_each_paper_space_defaults_to_tpe_and_keeps_the_paper_grid_one_flag_away(name):
+    default = make_plan(SearchRequest(space=name, dataset=""), check=False)
+    assert (default.search, default.num_samples, default.unit) == ("optuna", 20, "steps")
+    assert (default.grace_period, default.reduction_factor, default.max_t) == (2000, 3, 18000)
+    full = make_plan(SearchRequest(space=name, dataset="", full_grid=True), check=False)
+    assert load_space(name).full_grid == PAPER_PROTOCOL
+    schedule = (full.unit, full.grace_period, full.reduction_factor, full.max_t)
+    assert (full.search, full.num_samples, *schedule) == ("grid", 1, "passes", 5, 2, 40)
+    assert full.base == default.base  # the same trials, only the search differs
+    assert planned_trials(full) == sum(grid_size_by_task(load_space(name)).values())
+    assert (
+        full.request.experiment_name == f"{name}--full-grid"
+    )  # no dataset here: "<space>-<dataset>-full-grid"
+
+
+def test_a_sampled_direction_with_a_small_grid_runs_that_grid():
+    """loss_ce: AE has 80 points (TPE samples 20 of them), AR 20 (all of them, once each, as a grid)."""
+    plan = make_plan(SearchRequest(space="loss_ce", dataset=""), check=False)
+    assert grid_size_by_task(plan.space) == {"ae": 80, "ar": 20}
+    assert plan.per_task == {"ae": ["optuna", 20], "ar": ["grid", 1]}
+    assert planned_trials(plan) == 40
+    more = make_plan(SearchRequest(space="loss_ce", dataset="", num_samples=19), check=False)
+    assert more.per_task == {"ae": ["optuna", 19], "ar": ["optuna", 19]} and planned_trials(more) == 38
+
+
+def test_the_check_says_which_direction_runs_its_grid(capsys):
+    assert main(["spaces", "loss_ce", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("space 'loss_ce' (optuna search: AE 20, AR 20 trials; AR runs its grid): all 100 ")
+
+
+def test_a_continuous_direction_is_always_sampled(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "params:\n  task: {grid: [ae, ar]}\n  train.lr: {loguniform: [1.0e-4, 1.0e-2], when: {task: ar}}\n"
+        "  model.dropout: {grid: [0.1, 0.2]}\nbudget: {search: random, num_samples: 4}\n"
+    )
+    plan = make_plan(SearchRequest(space=str(path), dataset=""), check=False)
+    assert plan.per_task == {"ae": ["grid", 1], "ar": ["random", 4]}
+
+
+def test_full_grid_is_refused_where_it_means_nothing(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text("params:\n  task: {grid: [ae, ar]}\n")
+    assert main(["spaces", str(path), "--check", "--full-grid"]) == 2
+    assert f"space '{path}' has no full_grid section" in capsys.readouterr().err
+    assert main(["spaces", "local_attn", "--check", "--full-grid", "--search", "optuna"]) == 2
+    assert "--full-grid runs a grid search; drop --search optuna" in capsys.readouterr().err
+    assert main(["spaces", "local_attn", "--full-grid"]) == 2  # describing takes no protocol flag
+    assert "--full-grid" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "section,message",
+    [
+        ("full_grid: [1]\n", "full_grid: must be a mapping with scheduler and budget"),
+        ("full_grid: {budget: {search: optuna}}\n", "full_grid: budget.search must be grid"),
+        ("full_grid: {scheduler: {grace: 2}}\n", "full_grid: unknown scheduler key 'grace'"),
+        ("full_grid: {budget: {max_epochs: 0}}\n", "full_grid: 'max_epochs' must be a positive integer"),
+        ("full_grid: {sampler: {}}\n", "full_grid: unknown full_grid key 'sampler'"),
+    ],
+)
+def test_a_malformed_full_grid_section_is_one_line(tmp_path, capsys, section, message):
+    path = tmp_path / "s.yaml"
+    path.write_text("params:\n  task: {grid: [ae, ar]}\n" + section)
+    assert main(["spaces", str(path), "--check"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_the_full_grid_is_described_and_resumed_with_its_flag(capsys):
+    assert main(["spaces", "local_attn"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "  --full-grid: ASHA: max_t=40, grace_period=5, reduction_factor=2; budget: {'search': 'grid'" in out
+    )
+    req = SearchRequest(space="local_attn", dataset="beauty", full_grid=True)
+    assert req.experiment_name == "local_attn-beauty-full-grid"
+    assert resume_command(req) == "modsar search --space local_attn --dataset beauty --full-grid --resume"
+
+
+def test_a_busy_machine_is_said_so(monkeypatch):
+    monkeypatch.setattr("os.getloadavg", lambda: (0.2, 0.2, 0.2))
+    assert busy_note(2) == ""
+    monkeypatch.setattr("os.getloadavg", lambda: (3.1, 2.0, 1.0))
+    assert busy_note(2).startswith(
+        "this machine is busy (load average 3.1 on 2 CPUs): the probe timed it shared"
+    )
+
+
+def test_the_bundled_paper_spaces_are_the_ones_listed():
+    bundled = Path(__file__).parent.parent / "search_spaces"
+    with_full = sorted(p.stem for p in bundled.glob("*.yaml") if load_space(str(p)).full_grid)
+    assert with_full == sorted(PAPER_SPACES)
