@@ -358,6 +358,57 @@ def quickstart() -> str:
     return report_markdown("quickstart", "quickstart-synthetic")
 
 
+@table("search-cost", "search-cost")
+def search_cost() -> str:
+    """Each way of cheapening the headline search, costed from one probe by the estimate's ASHA replay."""
+    frame = pd.read_parquet(PUBLISHED / "search-cost" / "strategies-local_attn-beauty.parquet")
+    body = [
+        [
+            r.strategy,
+            f"{r.trials_ae:,} / {r.trials_ar:,}",
+            f"{r.epochs:,.0f}",
+            f"{r.hours:.1f}",
+            "–" if pd.isna(r.saving_vs_previous) else f"{r.saving_vs_previous:.2f}x",
+            f"{r.saving_vs_paper:.1f}x",
+            f"{r.validation_share:.1%}",
+        ]
+        for r in frame.itertuples()
+    ]
+    header = ["local_attn on Beauty", "trials AE / AR", "epochs", "hours, 2 CPUs", "saving", "vs paper"]
+    return markdown([*header, "validation share"], body)
+
+
+@table("search-time", "search-time")
+def search_time() -> str:
+    """Where searches' time went: the driver's parts, the trials' parts, the idle slot-seconds."""
+    frames = [pd.read_parquet(f) for f in sorted((PUBLISHED / "search-time").glob("time-*.parquet"))]
+    body = []
+    for r in pd.concat(frames).itertuples():
+        slot = r.slot_s if r.slot_s > 0 else math.nan
+
+        def share(seconds: float, slot: float = slot) -> str:
+            return f"{seconds / slot:.1%}"
+
+        ratio = "–" if pd.isna(r.measured_over_estimate) else f"{r.measured_over_estimate:.2f}"
+        body.append(
+            [
+                f"{r.experiment} ({r.part})",
+                f"{r.trials:.0f}",
+                f"{r.epochs:,.0f}",
+                f"{r.wall_s:,.0f}",
+                share(r.train_s),
+                share(r.valid_s),
+                share(r.setup_s),
+                share(r.checkpoint_s + r.report_s),
+                share(r.other_s),
+                share(r.idle_s),
+                ratio,
+            ]
+        )
+    header = ["search (part)", "trials", "epochs", "wall s", "training", "validation", "set-up"]
+    return markdown([*header, "checkpoints, reports", "other", "idle", "measured / estimate"], body)
+
+
 @table("synthetic-seeds", "synthetic")
 def synthetic_seeds() -> str:
     rows = rows_of("synthetic")

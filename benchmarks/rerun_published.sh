@@ -3,8 +3,8 @@
 # Every table on that page names the group it is generated from; this script is the command that made the rows.
 # Usage, from the repository root, with the shared datasets prepared (python benchmarks/import_all.py
 # --data-dir ~/.cache/modsar/datasets):  bash benchmarks/rerun_published.sh GROUP [GROUP ...]
-# Groups, in the page's order: quickstart synthetic table4-ae tables23 video-ar-ce residual-models residual-table2
-#   residual-toys residual-split datasets profiles views plateau speed peers
+# Groups, in the page's order: quickstart synthetic table4-ae tables23 video-ar-ce search-cost search-time
+#   residual-models residual-table2 residual-toys residual-split datasets profiles views plateau speed peers
 # A group's folder is replaced. Checkpoints and Ray's own state are written beside the rows and removed once the
 # group's `modsar analyze` (if any) has read them; only rows, reports and analysis tables are committed.
 # Times are those of the 2-core CPU machine the page names. A run is bit-identical given its config, seed and
@@ -40,6 +40,15 @@ for group in "$@"; do
             mask_prob=0.4
       done
     done ;;
+  search-cost)  # what each way of cheapening the headline search saves, from one probe (the estimate's replay)
+    fresh search-cost
+    python benchmarks/search_strategies.py --space local_attn --dataset beauty --out "$root/search-cost" ;;
+  search-time)  # where the README's quickstart search spends its time (idle machine), against its estimate
+    fresh search-time
+    scratch=$(mktemp -d)
+    loopback modsar search --space quickstart --dataset synthetic --results "$scratch" --quiet > /dev/null
+    python benchmarks/search_time.py --results "$scratch" --experiment quickstart-synthetic --out "$root/search-time"
+    rm -rf "$scratch" ;;
   views)  # ML-100K: per-user vs per-item view, sampled vs full ranking, leave-one-out vs temporal split
     fresh views
     common="--dataset ml-100k --experiment views-ml-100k --no-checkpoint data.max_len=50 train.patience=5

@@ -5,13 +5,16 @@ Ray here."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from modsar.cli import main
 from modsar.sweep import SearchRequest, make_plan
-from modsar.sweep.cost import busy_note
+from modsar.sweep.cost import busy_cores, busy_note
 from modsar.sweep.interrupt import planned_trials, resume_command
 from modsar.sweep.spaces import grid_size_by_task, load_space
 
@@ -113,13 +116,22 @@ def test_the_full_grid_is_described_and_resumed_with_its_flag(capsys):
     assert resume_command(req) == "modsar search --space local_attn --dataset beauty --full-grid --resume"
 
 
-def test_a_busy_machine_is_said_so(monkeypatch):
-    monkeypatch.setattr("os.getloadavg", lambda: (0.2, 0.2, 0.2))
-    assert busy_note(2) == ""
-    monkeypatch.setattr("os.getloadavg", lambda: (3.1, 2.0, 1.0))
-    assert busy_note(2).startswith(
-        "this machine is busy (load average 3.1 on 2 CPUs): the probe timed it shared"
+def test_a_busy_machine_is_said_so():
+    assert busy_note(2, busy=0.2) == ""
+    assert busy_note(2, busy=1.6).startswith(
+        "this machine is busy (1.6 of its 2 CPUs in use by other processes): the probe timed it shared"
     )
+
+
+def test_busy_cores_sees_a_spinning_process():
+    """A process spinning on one core is seen as about one busy core (the test machine may add its own)."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        busy = busy_cores(1.0)
+    finally:
+        spinner.kill()
+    assert busy is not None and busy >= 0.8
 
 
 def test_the_bundled_paper_spaces_are_the_ones_listed():

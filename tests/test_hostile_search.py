@@ -495,14 +495,17 @@ def test_the_resume_command_repeats_every_option_given():
 
 
 def _plan_of(results: Path, experiment: str = "c"):
-    """What stops_on_ctrl_c reads of a plan: its request, and what planned_trials counts (3 samples of 2
-    directions): no Ray, no dataset."""
-    from types import SimpleNamespace
+    """A plan of 3 random samples of each of 2 directions (6 trials), planned without data (no Ray, no
+    dataset), for a search of synthetic."""
+    import dataclasses
 
-    req = SearchRequest(space="quickstart", dataset="synthetic", experiment=experiment, results=str(results))
-    return SimpleNamespace(
-        request=req, search="random", num_samples=3, space=SimpleNamespace(tasks=lambda: ["ae", "ar"])
+    from modsar.sweep import make_plan
+
+    planned = make_plan(
+        SearchRequest(space="quickstart", dataset="", search="random", num_samples=3), check=False
     )
+    req = SearchRequest(space="quickstart", dataset="synthetic", experiment=experiment, results=str(results))
+    return dataclasses.replace(planned, request=req)
 
 
 def _raise(error: BaseException):

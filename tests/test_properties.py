@@ -478,6 +478,8 @@ def test_same_seed_same_cpu_identical_result_rows(tmp_path, capsys):
         "eval_time_s",
         "gflops",
         "mfu",
+        "setup_s",
+        "checkpoint_s",
     }
     assert len(rows) == 2 and set(rows[0]) == set(rows[1])
     assert {k: v for k, v in rows[0].items() if k not in own} == {

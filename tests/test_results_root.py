@@ -323,7 +323,7 @@ def test_json_stdout_is_the_document_alone_whatever_a_plugin_prints(tmp_path, ca
 
     import modsar.sweep
 
-    def noisy_search(request, plan=None):
+    def noisy_search(request, plan=None, predicted=None):
         print("HELLO FROM search")
         return {"experiment": request.experiment or "x", "trials": 0, "problem": None}
 

@@ -233,7 +233,7 @@ def test_no_estimate_skips_the_probe(data_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(
         modsar.sweep,
         "run_search",
-        lambda req, plan=None: (
+        lambda req, plan=None, predicted=None: (
             ran.append(req)
             or {
                 "experiment": "x",

@@ -189,7 +189,7 @@ def test_mlflow_variables_are_as_they_were_after_a_search(monkeypatch):
     req = SearchRequest(space="quickstart", dataset="", mlflow=f"mysql://bob:{SECRET}@127.0.0.1:1/db")
     during = {}
 
-    def search(req, plan, storage, search_json):
+    def search(req, plan, storage, search_json, clock, predicted):
         mlflow.set_tracking_uri(mlflow_uri(req.mlflow))  # what MLflowLoggerCallback.setup does
         os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # what tracking.mlflow_callback does
         during["uri"] = os.environ.get("MLFLOW_TRACKING_URI")
@@ -199,7 +199,7 @@ def test_mlflow_variables_are_as_they_were_after_a_search(monkeypatch):
     monkeypatch.setattr(tuner, "connect_ray", lambda req: None)
     monkeypatch.setattr(tuner, "_run_connected", search)
     with pytest.raises(RuntimeError):
-        tuner._run_locked(req, None, "/nowhere")
+        tuner._run_locked(req, None, "/nowhere", None)
     assert SECRET in during["uri"]  # the fake did what MLflow does
     assert "MLFLOW_TRACKING_URI" not in os.environ and "MLFLOW_ALLOW_FILE_STORE" not in os.environ
     assert SECRET not in mlflow.get_tracking_uri()

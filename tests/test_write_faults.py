@@ -133,16 +133,10 @@ def test_a_full_disk_at_a_search_row_write_is_one_line_and_leaves_no_partial_row
 
 
 def _fake_plan(results: Path):
-    """What stops_on_ctrl_c reads of a plan: its request, and what planned_trials counts (3 samples of 2
-    directions)."""
-    from types import SimpleNamespace
+    """A plan of 3 random samples of each of 2 directions (6 trials), planned without data."""
+    from test_hostile_search import _plan_of
 
-    from modsar.sweep import SearchRequest
-
-    req = SearchRequest(space="quickstart", dataset="synthetic", experiment="e", results=str(results))
-    return SimpleNamespace(
-        request=req, search="random", num_samples=3, space=SimpleNamespace(tasks=lambda: ["ae", "ar"])
-    )
+    return _plan_of(results, "e")
 
 
 @pytest.mark.parametrize("state_fault", [False, True])

@@ -33,6 +33,7 @@ class TrialShape:
     steps_per_epoch: int
     pass_s: float  # seconds of eval_every epochs and one validation pass
     last_pass_s: float  # seconds of the pass that ends at max_epochs (it may hold fewer epochs)
+    start_s: float = 0.0  # seconds before a trial's first step: Tune starting it, the trainer's set-up
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def _one_run(
     def start(index: int, now: float) -> None:
         trial = SimpleNamespace(trial_id=str(index))
         scheduler.on_trial_add(None, trial)  # type: ignore[arg-type]
-        heapq.heappush(events, (now + _pass_s(order[index], 1, last_pass), index, 1))
+        heapq.heappush(events, (now + order[index].start_s + _pass_s(order[index], 1, last_pass), index, 1))
 
     for _ in range(min(parallel, len(order))):
         start(next_trial, 0.0)
@@ -123,7 +124,7 @@ def _one_run(
             heapq.heappush(events, (now + _pass_s(shape, done + 1, last_pass), index, done + 1))
             continue
         epochs, passes = epochs + trained, passes + done
-        worked += sum(_pass_s(shape, k, last_pass) for k in range(1, done + 1))
+        worked += shape.start_s + sum(_pass_s(shape, k, last_pass) for k in range(1, done + 1))
         if next_trial < len(order):
             start(next_trial, now)
             next_trial += 1

@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -65,8 +66,17 @@ def cost_keys() -> tuple[str, ...]:
 # per search)
 SHAPE_KEYS = ("task", "data.max_len", "data.batch_size", "data.samples", "data.batching", "data.padding_free")
 MAX_PROBES = 6  # model sizes timed per search; the others are interpolated from the nearest probed sizes
-PROBE_STEPS = 3  # timed training steps per probe, after one warm-up step
+PROBE_STEPS = 3  # timed training steps per probe at least, after one warm-up step
+PROBE_S = 1.0  # ... and more, up to MAX_PROBE_STEPS, until this many seconds are timed: the median holds on a
+MAX_PROBE_STEPS = 12  # shared machine, where three steps' mean moved an estimate by 40% from run to run
 EVAL_PROBE_S = 0.3  # a validation pass is timed whole up to here, extrapolated from its batches beyond
+# what a search spends besides its trials' epochs and validation passes, measured by modsar.sweep.timing on
+# the quickstart (2 CPUs, idle): Tune starting a trial and the trainer's set-up (a reused actor's dataset is
+# loaded once), a report with its checkpoint per validation pass, Ray's start-up, each direction's Tuner
+TRIAL_START_S = 1.0
+REPORT_S = 0.02
+RAY_START_S = 4.0
+TUNER_START_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -228,6 +238,7 @@ class Direction:
                     g.trials,
                     g.steps_per_epoch,
                     *(_pass_seconds(g, s) if timed else (g.flops * g.steps_per_epoch or 1.0,) * 2),
+                    TRIAL_START_S if timed else 0.0,
                 )
                 for g in self.groups
                 if g.trials > 0
@@ -260,7 +271,7 @@ class Direction:
             return math.inf
         if not all(g.timed for g in self.groups):
             return math.nan
-        return self.replayed().seconds
+        return TUNER_START_S + self.replayed().seconds
 
     def shapes(self) -> list[int]:
         return sorted({g.steps_per_epoch for g in self.groups})
@@ -272,7 +283,7 @@ class Direction:
 def _pass_seconds(g: Group, s: Schedule) -> tuple[float, float]:
     """(seconds of a validation pass's epochs and the pass, the same for the last pass up to max_epochs)."""
     last = s.max_epochs - (math.ceil(s.max_epochs / s.eval_every) - 1) * s.eval_every
-    return s.eval_every * g.epoch_s + g.eval_s, last * g.epoch_s + g.eval_s
+    return s.eval_every * g.epoch_s + g.eval_s + REPORT_S, last * g.epoch_s + g.eval_s + REPORT_S
 
 
 @dataclass
@@ -298,7 +309,7 @@ class CostEstimate:
         each = [d.seconds() for d in self.directions]
         if budget:
             each = [min(s, budget / len(self.directions)) for s in each]
-        return sum(each)
+        return RAY_START_S + sum(each)
 
     def size_name(self, g: Group) -> str:
         return ", ".join(f"{k}={g.key[k]}" for k in self.varied) or "the only size"
@@ -488,20 +499,40 @@ def estimate(
     return result
 
 
-def busy_note(cpus: int) -> str:
-    """A line saying the machine is busy, when its load average (before the probe) holds half a core or more:
-    the probe then times a shared machine. No factor is guessed: niced work slows a probe far less than the
-    load says, and the search's own trials would compete with it all the same."""
+def busy_cores(window_s: float = 0.5) -> float | None:
+    """Cores other processes kept busy over the last `window_s` seconds (this one sleeps meanwhile), from
+    /proc/stat's CPU times; the 1-minute load average where there is no /proc (None: neither)."""
+
+    def times() -> tuple[int, int]:
+        with open("/proc/stat") as stat:
+            fields = [int(x) for x in stat.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+        return sum(fields[:8]) - idle, sum(fields[:8])
+
     try:
-        load = os.getloadavg()[0]
-    except OSError:  # no load average on this platform
-        return ""
-    if load < 0.5:
+        busy0, total0 = times()
+        time.sleep(window_s)
+        busy1, total1 = times()
+    except (OSError, ValueError, IndexError):
+        try:
+            return os.getloadavg()[0]
+        except OSError:
+            return None
+    cpus = os.cpu_count() or 1
+    return cpus * (busy1 - busy0) / max(1, total1 - total0)
+
+
+def busy_note(cpus: int, busy: float | None = None) -> str:
+    """A line saying the machine is busy, when other processes keep half a core or more busy just before the
+    probe: the probe then times a shared machine. No factor is guessed: niced work slows a probe far less
+    than it shows, and the search's own trials would compete with it all the same."""
+    busy = busy_cores() if busy is None else busy
+    if busy is None or busy < 0.5:
         return ""
     return (
-        f"this machine is busy (load average {load:.1f} on {_count(cpus, 'CPU')}): the probe timed it "
-        "shared, and the search would share it too, so its wall-clock may be far from an idle machine's; "
-        "estimate again when it is idle"
+        f"this machine is busy ({busy:.1f} of its {_count(cpus, 'CPU')} in use by other processes): the "
+        "probe timed it shared, and the search would share it too, so its wall-clock may be far from an idle "
+        "machine's; estimate again when it is idle"
     )
 
 
@@ -674,7 +705,8 @@ class _Enough(Exception):
 
 def probe(cfg: Config, dataset, split, max_len: int, device: torch.device) -> tuple[float, float]:
     """(seconds per optimizer step, seconds per validation pass) of `cfg`, built as run_trial builds it: one
-    warm-up step, then the mean of PROBE_STEPS real steps; then validation_seconds."""
+    warm-up step, then the median of PROBE_STEPS to MAX_PROBE_STEPS real steps (PROBE_S seconds of them);
+    then validation_seconds."""
     from modsar.training.trainer import build_model, make_optimizer
 
     model = build_model(cfg, dataset.num_items, dataset.num_users, max_len).to(device)
@@ -683,13 +715,15 @@ def probe(cfg: Config, dataset, split, max_len: int, device: torch.device) -> tu
     plan = batches.epoch_plan()
     per_batch = batches.num_targets / max(len(plan), 1)
     model.train()
-    times = []
-    for rows in itertools.islice(itertools.cycle(plan), 1 + PROBE_STEPS):
+    times: list[float] = []
+    for rows in itertools.islice(itertools.cycle(plan), 1 + MAX_PROBE_STEPS):
         tick = time.perf_counter()
         _step(model, optimizer, batches.make(rows).to(device), cfg, per_batch)
         times.append(time.perf_counter() - tick)
+        if len(times) > PROBE_STEPS and sum(times[1:]) >= PROBE_S:
+            break
     model.eval()
-    return sum(times[1:]) / PROBE_STEPS, validation_seconds(model, split, cfg, max_len, device)
+    return statistics.median(times[1:]), validation_seconds(model, split, cfg, max_len, device)
 
 
 def _step(model, optimizer: torch.optim.Optimizer, batch, cfg: Config, per_batch: float) -> None:
