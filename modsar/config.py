@@ -247,6 +247,9 @@ class TrainConfig:
     warmup_steps: int = bounded(0, low=0, why="0 = no warm-up")
     lr_schedule: str = choice("constant", "constant", "linear")  # linear: decay to 0 at max_epochs (BERT's)
     max_epochs: int = bounded(200, **SIZE)  # the epoch budget (patience and ASHA may stop earlier)
+    # a step budget: the run ends at its first validation pass at or past this many optimizer steps, as ASHA's
+    # max_t in steps ends a search trial (a seed re-run of one gets it)
+    max_steps: int = bounded(0, low=0, why="0 = none, max_epochs ends the run")
     eval_every: int = bounded(1, **SIZE)  # epochs between validation passes
     # validation passes without improvement before stopping
     patience: int = bounded(10, low=0, why="0 = never stop early")

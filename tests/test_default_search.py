@@ -138,3 +138,20 @@ def test_the_bundled_paper_spaces_are_the_ones_listed():
     bundled = Path(__file__).parent.parent / "search_spaces"
     with_full = sorted(p.stem for p in bundled.glob("*.yaml") if load_space(str(p)).full_grid)
     assert with_full == sorted(PAPER_SPACES)
+
+
+def test_seed_replicates_get_the_budget_asha_gave_their_search_trial():
+    """The default's last rung (18,000 steps) comes before 200 epochs of a 176-step dataset: a replicate stops
+    there too; on an 8-step dataset 200 epochs come first and nothing is added; the paper's ASHA (40 passes of
+    5 epochs) ends at 200 epochs either way."""
+    import pandas as pd
+
+    from modsar.sweep.tuner import _asha_budget
+
+    default = make_plan(SearchRequest(space="local_attn", dataset=""), check=False)
+    assert _asha_budget(default, pd.Series({"steps_per_epoch": 176.0})) == {"train.max_steps": 18000}
+    assert _asha_budget(default, pd.Series({"steps_per_epoch": 8.0})) == {}
+    full = make_plan(SearchRequest(space="local_attn", dataset="", full_grid=True), check=False)
+    assert _asha_budget(full, pd.Series({"steps_per_epoch": 176.0})) == {}
+    short = make_plan(SearchRequest(space="local_attn", dataset="", full_grid=True, max_t=4), check=False)
+    assert _asha_budget(short, pd.Series({"steps_per_epoch": 176.0})) == {"train.max_epochs": 20}

@@ -495,3 +495,14 @@ def test_truncated_normal_init_and_the_norm_epsilon():
     assert 0.015 < torch.cat([w.flatten() for w in weights]).std().item() < 0.02  # cut at 2 std: 0.88 x 0.02
     norms = [m for m in model.blocks.modules() if isinstance(m, torch.nn.LayerNorm)]
     assert norms and all(n.eps == 1e-12 and bool((n.weight == 1).all()) for n in norms)
+
+
+def test_a_step_budget_ends_the_run_at_the_first_pass_past_it():
+    """16 steps an epoch, validation every 2 epochs (32 steps): train.max_steps=40 ends the run at the pass of
+    epoch 4 (64 steps), as ASHA's max_t of 40 steps would; the learning rate never knew (constant)."""
+    result = run_trial(
+        quick("train.max_epochs=10", "train.eval_every=2", "train.max_steps=40"), progress=False
+    )
+    assert (result.epochs_run, result.steps) == (4, 64)
+    assert [h["steps"] for h in result.history] == [32, 64]
+    assert run_trial(quick("train.max_epochs=3", "train.max_steps=0"), progress=False).epochs_run == 3

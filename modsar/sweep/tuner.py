@@ -47,7 +47,7 @@ from modsar.sweep.interrupt import (
     record_state,
     stops_on_ctrl_c,
 )
-from modsar.sweep.plan import Plan, SearchRequest, make_plan
+from modsar.sweep.plan import STEPS_MAX_T, Plan, SearchRequest, make_plan
 from modsar.sweep.rows import (
     SchedulerState,
     make_callbacks,
@@ -852,8 +852,23 @@ def search_problem(plan: Plan, rows: pd.DataFrame, selected: dict[str, dict], co
     return f"search '{name}' selected {what} ended with a validation score ({counts}{first}); {see}"
 
 
+def _asha_budget(plan: Plan, row: pd.Series) -> dict[str, int]:
+    """What ends a replicate where ASHA's max_t ended its search trial, before train.max_epochs: in steps,
+    train.max_steps (the run stops at the same validation pass); in passes, the epochs of max_t passes."""
+    train = plan.base["train"]
+    if plan.unit == "steps":
+        per_epoch = float(row.get("steps_per_epoch") or 0)
+        if plan.max_t >= STEPS_MAX_T or not plan.max_t < per_epoch * train["max_epochs"]:
+            return {}
+        return {"train.max_steps": plan.max_t}
+    epochs = plan.max_t * train["eval_every"]
+    return {"train.max_epochs": epochs} if epochs < train["max_epochs"] else {}
+
+
 def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
-    """Re-train each selected config on seeds 0..K-1 (full training, tested in-trial); rows role=seed."""
+    """Re-train each selected config on seeds 0..K-1 (tested in-trial); rows role=seed. A replicate gets the
+    budget its search trial had: its patience, and ASHA's max_t where that ends a trial before its epochs do
+    (the default search's last rung, 18,000 steps, comes before 200 epochs on Beauty)."""
     if not selected:
         return
     rows = read_rows(rows_dir(plan), plan.request.experiment_name)
@@ -875,8 +890,9 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
         ):  # retried below, as search trials are
             rewrite_row(plan, {**failed, "role": "superseded"})
         done = set(mine[mine["status"] != "error"]["seed"])
+        budget = _asha_budget(plan, row)
         points += [
-            {**sampled, "seed": s} for s in range(plan.request.seeds) if s not in done
+            {**sampled, **budget, "seed": s} for s in range(plan.request.seeds) if s not in done
         ]  # resumed: the rest
     if not points:
         return

@@ -419,11 +419,12 @@ class Trainer:
 
     def _stops(self, epoch: int) -> bool:
         """Whether training ends after this validation pass: `train.patience` passes without an improvement
-        (never before `train.min_steps` optimizer steps), or the last epoch."""
+        (never before `train.min_steps` optimizer steps), `train.max_steps` reached, or the last epoch."""
         train = self.cfg.train
         patient = self.rate.steps < train.min_steps  # no stop on a plateau before min_steps
         stale = bool(train.patience and self.state.stale >= train.patience and not patient)
-        return stale or epoch == train.max_epochs
+        budget = bool(train.max_steps and self.rate.steps >= train.max_steps)
+        return stale or budget or epoch == train.max_epochs
 
     def test(self) -> TrialResult:
         """Test the best epoch's weights once, and roll out from them (eval.generate_steps)."""
