@@ -5,6 +5,7 @@ Ray here."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -154,4 +155,107 @@ def test_seed_replicates_get_the_budget_asha_gave_their_search_trial():
     full = make_plan(SearchRequest(space="local_attn", dataset="", full_grid=True), check=False)
     assert _asha_budget(full, pd.Series({"steps_per_epoch": 176.0})) == {}
     short = make_plan(SearchRequest(space="local_attn", dataset="", full_grid=True, max_t=4), check=False)
-    assert _asha_budget(short, pd.Series({"steps_per_epoch": 176.0})) == {"train.max_epochs": 20}
+    assert _asha_budget(short, pd.Series({"steps_per_epoch": 176.0})) == {"train.max_steps": 4 * 5 * 176}
+
+
+def test_the_time_breakdown_of_hand_made_runs_and_rows():
+    """Two runs of a search (one resumed): the driver's parts add up over runs, the slot-seconds are each
+    Tuner's wall-clock times its slots, and the trials' parts come from their rows."""
+    import pandas as pd
+
+    from modsar.sweep.timing import breakdown
+
+    runs = [
+        {
+            "slots": 2,
+            "connect_s": 4.0,
+            "directions": {"ae": 100.0},
+            "select_test_s": 0.0,
+            "seeds_s": 0.0,
+            "wall_s": 105.0,
+        },
+        {
+            "slots": 2,
+            "connect_s": 3.0,
+            "directions": {"ae": 20.0, "ar": 50.0},
+            "select_test_s": 2.0,
+            "seeds_s": 0.0,
+            "wall_s": 76.0,
+        },
+    ]
+    rows = pd.DataFrame(
+        {
+            "role": ["search"] * 3 + ["seed"],
+            "task": ["ae", "ae", "ar", "ar"],
+            "epochs_run": [10, 20, 10, 99],
+            "passes": [2, 4, 2, 99],
+            "wall_time_s": [60.0, 150.0, 80.0, 999.0],
+            "setup_s": [1.0, 2.0, 1.0, 9.0],
+            "epoch_time_s": [5.0, 6.0, 7.0, 9.0],
+            "eval_time_s": [1.0, 1.0, 2.0, 9.0],
+            "checkpoint_s": [0.5, 0.5, 0.5, 9.0],
+            "report_s": [0.5, 0.5, 0.5, 9.0],
+        }
+    )
+    table = breakdown(runs, rows).set_index("part")
+    assert table.loc["ae", "wall_s"] == 120.0 and table.loc["ae", "slot_s"] == 240.0
+    assert table.loc["ae", "trial_s"] == 210.0 and table.loc["ae", "idle_s"] == 30.0
+    assert table.loc["ae", "train_s"] == 5 * 10 + 6 * 20 and table.loc["ae", "valid_s"] == 2 + 4
+    assert table.loc["ar", "other_s"] == 80.0 - (1.0 + 70.0 + 4.0 + 0.5 + 0.5)
+    whole = table.loc["search"]
+    assert (whole["wall_s"], whole["connect_s"], whole["select_test_s"], whole["trials"]) == (
+        181.0,
+        7.0,
+        2.0,
+        3,
+    )
+    assert whole["busy"] == (210.0 + 80.0) / (240.0 + 100.0)  # the seed re-run is no search trial
+
+
+def test_a_malformed_search_json_never_fails_the_clock(tmp_path):
+    """The clock is a fact about the search: a search.json that is no JSON object, or unreadable, is left as
+    it is; a readable one gets this run's entry once, replaced as the run goes on."""
+    from modsar.sweep.timing import SearchClock
+    from modsar.sweep.tuner import _record_clock
+
+    path = tmp_path / "search.json"
+    path.write_text("[1, 2]")
+    _record_clock(str(path), SearchClock())
+    assert path.read_text() == "[1, 2]"
+    _record_clock(str(tmp_path / "missing.json"), SearchClock())
+    path.write_text('{"status": "running", "timing": [{"wall_s": 5.0}, "junk"]}')
+    clock = SearchClock(slots=2)
+    _record_clock(str(path), clock)
+    _record_clock(str(path), clock)
+    stored = json.loads(path.read_text())
+    assert stored["status"] == "running" and len(stored["timing"]) == 2
+    assert stored["timing"][0] == {"wall_s": 5.0} and stored["timing"][1]["slots"] == 2
+
+
+def test_a_sampled_continuous_direction_beside_a_gridded_one_plans_and_checks(tmp_path, capsys):
+    """AE samples a continuous mask rate; AR's two points run as a grid: the plan, its check and its count
+    never treat AE as a grid."""
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "params:\n  task: {grid: [ae, ar]}\n  mask_prob: {uniform: [0.1, 0.5], when: {task: ae}}\n"
+        "  model.dropout: {grid: [0.1, 0.2]}\nbudget: {search: optuna, num_samples: 4}\n"
+    )
+    plan = make_plan(SearchRequest(space=str(path), dataset=""), check=False)
+    assert plan.per_task == {"ae": ["optuna", 4], "ar": ["grid", 1]} and plan.trials == {"ae": 4, "ar": 2}
+    assert planned_trials(plan) == 6
+    assert main(["spaces", str(path), "--check"]) == 0
+    assert "(optuna search: AE 4, AR 2 trials; AR runs its grid)" in capsys.readouterr().out
+
+
+def test_switches_are_bools_and_an_old_grid_search_is_told_how_to_resume():
+    from modsar.errors import ModsarError
+    from modsar.sweep.tuner import _check_same_search, _search_settings
+
+    with pytest.raises(ModsarError, match="full_grid must be True or False; got 'yes'"):
+        SearchRequest(space="local_attn", dataset="beauty", full_grid="yes")  # type: ignore[arg-type]
+    default = make_plan(SearchRequest(space="local_attn", dataset="", experiment="e"), check=False)
+    full = make_plan(SearchRequest(space="local_attn", dataset="", full_grid=True), check=False)
+    stored = _search_settings(full)  # what a grid search started before this default wrote, more or less
+    with pytest.raises(ModsarError) as refused:
+        _check_same_search(default, stored, _search_settings(default))
+    assert str(refused.value).endswith("a full-grid search resumes with --full-grid --experiment e --resume")

@@ -102,9 +102,8 @@ def test_grid_asha_one_row_per_trial_and_selection(local_ray, data_dir, tmp_path
     for column in ("setup_s", "checkpoint_s", "report_s"):
         assert (rows[column] >= 0).all(), column
     assert (rows["setup_s"] > 0).all() and (rows[rows["checkpoint_s"] > 0]["best_epoch"] >= 1).all()
-    parts = (
-        rows["setup_s"] + rows["epoch_time_s"] * rows["epochs_run"] + rows["eval_time_s"] * rows["reports"]
-    )
+    assert (rows["passes"] == rows["reports"]).all()  # one report a validation pass (no trial was resumed)
+    parts = rows["setup_s"] + rows["epoch_time_s"] * rows["epochs_run"] + rows["eval_time_s"] * rows["passes"]
     assert (parts + rows["checkpoint_s"] + rows["report_s"] <= rows["wall_time_s"] + 1e-6).all()
     stored = json.loads((out / "g" / "search.json").read_text())
     (run,) = stored["timing"]

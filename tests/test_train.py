@@ -157,6 +157,25 @@ def test_resumed_trial_continues_exactly_as_the_uninterrupted_one(tmp_path, sche
         on_eval=lambda e, m, imp, c, f: closing.append((e, imp, f["last"])),
     )
     assert closing == [(state["epoch"], False, True)] and again.valid == state["valid"]
+    # ... and resumed at a pass past its step budget (train.max_steps): the same, whatever epochs are left
+    spent = quick(
+        "seed=3",
+        "task=ae",
+        "train.max_epochs=5",
+        f"train.max_steps={16 * state['epoch']}",
+        "model.dropout=0.3",
+        *schedule,
+    )
+    closing.clear()
+    again = run_trial(
+        spent,
+        resume=load_resume_state(tmp_path / "cut"),
+        progress=False,
+        on_eval=lambda e, m, imp, c, f: closing.append((e, imp, f["last"])),
+    )
+    assert closing == [(state["epoch"], False, True)] and again.epochs_run == state["epoch"]
+    # the time facts of the resumed run add its own to those its resume state carried
+    assert again.setup_s > state["times"]["setup_s"] > 0 and again.passes == state["epoch"]
 
 
 def test_best_epoch_is_the_validation_max_not_the_last(monkeypatch):

@@ -105,9 +105,9 @@ PROTOCOL_FACTS = ("valid_targets", "test_targets", "split_valid_cut", "split_tes
 SPEED_FACTS = ("epoch_gflop", "output_gflop", "gflops", "mfu")  # TrialResult fields (modsar.training.flops)
 # TrialResult fields: optimizer steps, and the most-popular ranking's validation value with the steps at which
 # the run first cleared it (train.PLATEAU_FACTOR; None: it never left that level)
-PROGRESS_FACTS = ("steps", "steps_per_epoch", "popularity_level", "escape_steps")
-# TrialResult fields: where a run's time goes besides its epochs and validation passes (a resumed run's are
-# those of its last process)
+PROGRESS_FACTS = ("steps", "passes", "steps_per_epoch", "popularity_level", "escape_steps")
+# TrialResult fields: where a run's time goes besides its epochs and validation passes (summed over a resumed
+# run's processes, as its wall_time_s is)
 TIME_FACTS = ("setup_s", "checkpoint_s")
 
 

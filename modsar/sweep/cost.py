@@ -3,16 +3,16 @@ the epochs of the whole search, and a wall-clock from a few seconds' timed probe
 
 A search of hundreds of trials is sized by numbers nobody multiplies by hand: a grace period in validation
 passes of `eval_every` epochs of a dataset's steps, rungs that keep 1/reduction_factor of the trials, trials
-in parallel on the CPUs a trial takes. `estimate` multiplies them, and times 1 warm-up + PROBE_STEPS real
-training steps and a validation pass (or its first batches) of one configuration per model size (cost_keys()),
-so `modsar spaces NAME --dataset D` and the first lines of `modsar search` say what a search costs before any
-of it runs.
+in parallel on the CPUs a trial takes. `estimate` times a warm-up and at least PROBE_STEPS real training steps
+and a validation pass (or its first batches) of one configuration per model size (cost_keys()), then replays
+each direction's asynchronous ASHA with Ray's own scheduler on as many workers as trials run at once
+(modsar.sweep.asha_replay), adding the seconds a search spends besides epochs (TRIAL_START_S, REPORT_S,
+RAY_START_S, TUNER_START_S); so `modsar spaces NAME --dataset D` and the first lines of `modsar search` say
+what a search costs before any of it runs.
 
-The epochs are an estimate: patience may end a trial before ASHA does, and asynchronous ASHA lets a few more
-than 1/reduction_factor of the early trials through a rung. Every trial runs to the first rung
-(grace period); of the trials that reach a rung, 1/reduction_factor go on to the next (grace x rf^k), up to
-max_t, and no trial runs past train.max_epochs. The probe draws nothing from the global random generators a
-trial's training reads (modsar.randomness.untouched) and writes no file.
+The epochs are an estimate: patience may end a trial before ASHA does (it is not modelled). The probe draws
+nothing from the global random generators a trial's training reads (modsar.randomness.untouched) and writes
+no file.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from modsar.config import Config
 from modsar.model import registry
 from modsar.sweep.asha_replay import Replay, TrialShape, replay
 from modsar.sweep.plan import STEPS_MAX_T, Plan, trial_config
-from modsar.sweep.spaces import MAX_GRID_POINTS, Param, SearchSpace, grid_size_by_task
+from modsar.sweep.spaces import MAX_GRID_POINTS, Param, SearchSpace
 from modsar.training.trainer import train_batches
 
 # the config keys that change what a training step costs, for every backbone: points that agree on them (and
@@ -81,7 +81,8 @@ TUNER_START_S = 2.0
 
 @dataclass(frozen=True)
 class Schedule:
-    """ASHA's rungs in epochs: where a search's trials may stop, and so what a trial costs on average."""
+    """ASHA's settings and the trial budget of a search: where its first decision falls (the replay,
+    modsar.sweep.asha_replay, counts what the whole search trains)."""
 
     grace: int
     reduction_factor: int
@@ -110,40 +111,12 @@ class Schedule:
             return min(passes * self.eval_every, self.max_epochs)
         return min(t * self.eval_every, self.max_epochs)
 
-    def stretches(self, steps_per_epoch: int) -> list[tuple[float, int]]:
-        """(share of the trials that train it, epoch it ends at) for each stretch between ASHA's decisions:
-        all trials to the grace period, 1/rf of them on to each next rung grace x rf^k, max_t last (Ray's
-        _Bracket), cut where train.max_epochs ends every trial."""
-        out: list[tuple[float, int]] = []
-        share, t = 1.0, self.grace
-        while True:
-            end = self.epochs_at(min(t, self.max_t), steps_per_epoch)
-            out.append((share, end))
-            if t >= self.max_t or end >= self.max_epochs:
-                return out
-            share, t = share / self.reduction_factor, t * self.reduction_factor
-
-    def per_trial(self, steps_per_epoch: int) -> tuple[float, float]:
-        """(epochs, validation passes) of an average trial (patience may end one sooner)."""
-        epochs = passes = 0.0
-        done = 0
-        for share, end in self.stretches(steps_per_epoch):
-            epochs += share * (end - done)
-            passes += share * (math.ceil(end / self.eval_every) - math.ceil(done / self.eval_every))
-            done = end
-        return epochs, passes
-
     def first_decision(self, steps_per_epoch: int) -> tuple[int, int]:
         """(optimizer steps, epochs) before ASHA's first decision: at the first validation pass at or past the
         grace period (in steps: 2,000 on Video's 121 steps an epoch, validated every 5, is epoch 20, 2,420
         steps)."""
         epochs = self.epochs_at(self.grace, steps_per_epoch)
         return epochs * steps_per_epoch, epochs
-
-
-def asha_epochs(trials: float, schedule: Schedule, steps_per_epoch: int) -> float:
-    """Epochs `trials` trials train in all under `schedule` (see Schedule.stretches)."""
-    return trials * schedule.per_trial(steps_per_epoch)[0]
 
 
 @dataclass(frozen=True)
@@ -330,8 +303,8 @@ class CostEstimate:
             wall = f", {self._wall(self.seconds())} (one direction after the other)" if parallel else ""
             lines.append(f"  in all: <= {_int(sum(d.epochs() for d in self.directions))} epochs{wall}")
         lines.append(
-            "  (an estimate: patience may end a trial before ASHA does; async ASHA lets a few more through "
-            "early)"
+            "  (an estimate: Ray's ASHA replayed on the trials that run at once; patience may end a trial "
+            "sooner)"
         )
         budget = p.request.time_budget_s
         if budget and parallel and sum(d.seconds() for d in self.directions) > budget:
@@ -393,6 +366,7 @@ class CostEstimate:
         for d in self.directions:
             decisions = d.decisions()
             directions[d.task] = {
+                "search": p.search_of(d.task),
                 "trials": d.trials,
                 "steps_per_epoch": d.shapes(),
                 "first_decision": [{"steps": x, "epochs": y} for x, y in decisions],
@@ -471,14 +445,10 @@ def estimate(
         dataset = viewed(load_dataset(req.dataset, req.data_dir), base.data.view)
         split = make_split(base, dataset)
         schedule = Schedule.of(plan)
-        grids = any(plan.search_of(t) == "grid" for t in plan.space.tasks())
-        counts = grid_size_by_task(plan.space) if grids else {}
         directions = []
         for task in plan.space.tasks():
             groups = size_groups(plan, task, dataset.default_max_len)
-            grid = plan.search_of(task) == "grid"
-            trials = counts[task] * plan.samples_of(task) if grid else plan.samples_of(task)
-            directions.append(Direction(task, trials, groups, schedule, resources.parallel))
+            directions.append(Direction(task, plan.trials_of(task), groups, schedule, resources.parallel))
         measure_steps(directions, split, dataset)
         if probe and resources.parallel:  # (where no trial fits, there is no wall-clock to estimate)
             threads = torch.get_num_threads()

@@ -27,7 +27,6 @@ from typing import Any
 from modsar.outputs import redact
 from modsar.records.rows import filesystem
 from modsar.sweep.plan import Plan, SearchRequest
-from modsar.sweep.spaces import grid_size_by_task
 
 RUNNING, INTERRUPTED, COMPLETE = "running", "interrupted", "complete"  # search.json's "status"
 
@@ -147,14 +146,8 @@ def record_interrupted(plan: Plan, search_json: str) -> tuple[int | None, str]:
 
 def planned_trials(plan: Plan) -> int:
     """The trials the search plans: every grid point (per direction, times --num-samples), or the samples of
-    each direction."""
-    counts = (
-        grid_size_by_task(plan.space) if "grid" in {plan.search_of(t) for t in plan.space.tasks()} else {}
-    )
-    return sum(
-        counts[t] * plan.samples_of(t) if plan.search_of(t) == "grid" else plan.samples_of(t)
-        for t in plan.space.tasks()
-    )
+    each direction (Plan.trials)."""
+    return sum(plan.trials_of(t) for t in plan.space.tasks())
 
 
 _FLAGS = {"time_budget_s": "--time-budget"}  # SearchRequest fields whose option is not --<field-name>

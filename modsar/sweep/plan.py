@@ -22,7 +22,7 @@ from modsar.sweep.credentials import (
     take_secrets,
 )
 from modsar.sweep.space_check import SpaceCheck, check_space, dataset_sizes
-from modsar.sweep.spaces import Param, SearchSpace, load_space
+from modsar.sweep.spaces import Param, SearchSpace, grid_size_by_task, load_space
 
 # ASHA's max_t where a space counts optimizer steps and names none: max_epochs ends trials
 STEPS_MAX_T = 2**62
@@ -59,7 +59,11 @@ class SearchRequest:
     mlflow: str | None = None  # MLflow tracking URI: one run per trial (params, per-epoch metrics)
 
     def __post_init__(self) -> None:
-        """No secret stays in a request: search.json records it and Tune pickles it (sweep.credentials)."""
+        """No secret stays in a request: search.json records it and Tune pickles it (sweep.credentials). A
+        switch is a bool (the API passes anything): "yes" would name the experiment and the resume command."""
+        for switch in ("full_grid", "resume", "overwrite", "quiet", "dashboard", "fresh_actors"):
+            if not isinstance(getattr(self, switch), bool):
+                raise ModsarError(f"{switch} must be True or False; got {getattr(self, switch)!r}")
         refuse_on_a_cluster(self.address, self.mlflow, self.results)  # before the passwords are taken out
         self.mlflow = take_secrets("--mlflow", self.mlflow)
         self.results = take_secrets("--results", self.results) or self.results
@@ -89,12 +93,16 @@ class Plan:
     # task -> [search, num_samples] of its Tuner: a sampled direction whose grid has at most num_samples
     # points runs its grid once instead (see directions())
     per_task: dict[str, list] = field(default_factory=dict)
+    trials: dict[str, int] = field(default_factory=dict)  # task -> the trials its Tuner runs
 
     def search_of(self, task: str) -> str:
         return self.per_task[task][0] if task in self.per_task else self.search
 
     def samples_of(self, task: str) -> int:
         return self.per_task[task][1] if task in self.per_task else self.num_samples
+
+    def trials_of(self, task: str) -> int:
+        return self.trials[task]
 
     @property
     def time_attr(self) -> str:
@@ -104,9 +112,14 @@ class Plan:
     def check(self) -> SpaceCheck:
         """Every configuration this search can run, validated (with the dataset's sizes when there is one)."""
         sizes = dataset_sizes(self.manifest) if self.manifest else None
-        gridded = [t for t in self.space.tasks() if self.search_of(t) != self.search]
         return check_space(
-            self.space, self.base, self.search, self.num_samples, sizes, self.request.dataset or None, gridded
+            self.space,
+            self.base,
+            self.search,
+            self.trials,
+            sizes,
+            self.request.dataset or None,
+            self.per_task,
         )
 
 
@@ -125,7 +138,7 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
     cfg = space.base_config(overrides)
     if "task" in overrides:  # a space without a task param runs the overridden direction: count it as that
         space.base = {**space.base, "task": cfg.task.value}
-    search, num_samples, per_task = _search_and_samples(req, space)
+    search, num_samples, per_task, trials = _search_and_samples(req, space)
     unit, max_t, grace, factor = _asha_settings(req, space, cfg)
     _check_resources(req)
     if req.mlflow is not None:
@@ -147,21 +160,31 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
         manifest,
         unit,
         per_task,
+        trials,
     )
     if check:
         plan.check().raise_if_invalid()
     return plan
 
 
-def directions(space: SearchSpace, search: str, num_samples: int) -> dict[str, list]:
-    """Each direction's [search, num_samples]: the search's own, except that a random/optuna direction of
-    grid/choice params with at most num_samples points runs that grid (every point once): sampling it would
-    train some points twice, identically, and miss others."""
-    out: dict[str, list] = {}
+def directions(space: SearchSpace, search: str, num_samples: int) -> tuple[dict[str, list], dict[str, int]]:
+    """Each direction's [search, num_samples], and its trials: the search's own, except that a random/optuna
+    direction of grid/choice params with at most num_samples points runs that grid (every point once):
+    sampling it would train some points twice, identically, and miss others. Only the directions that run a
+    grid are counted as one (a sampled direction may have continuous params)."""
+    per_task: dict[str, list] = {}
+    trials: dict[str, int] = {}
+    counts = grid_size_by_task(space) if search == "grid" else {}
     for task in space.tasks():
-        size = None if search == "grid" else _categorical_size(space.for_task(task), num_samples)
-        out[task] = ["grid", 1] if size is not None and size <= num_samples else [search, num_samples]
-    return out
+        if search == "grid":
+            per_task[task], trials[task] = ["grid", num_samples], counts[task] * num_samples
+            continue
+        size = _categorical_size(space.for_task(task), num_samples)
+        if size is not None and size <= num_samples:
+            per_task[task], trials[task] = ["grid", 1], size
+        else:
+            per_task[task], trials[task] = [search, num_samples], num_samples
+    return per_task, trials
 
 
 def _categorical_size(space: SearchSpace, limit: int) -> int | None:
@@ -200,9 +223,11 @@ def _base_overrides(req: SearchRequest, space: SearchSpace) -> dict[str, Any]:
     return overrides
 
 
-def _search_and_samples(req: SearchRequest, space: SearchSpace) -> tuple[str, int, dict[str, list]]:
-    """(search, num_samples, each direction's [search, num_samples]): the flags' or the space budget's,
-    checked so that no configuration would be trained twice identically."""
+def _search_and_samples(
+    req: SearchRequest, space: SearchSpace
+) -> tuple[str, int, dict[str, list], dict[str, int]]:
+    """(search, num_samples, each direction's [search, num_samples], its trials): the flags' or the space
+    budget's, checked so that no configuration would be trained twice identically."""
     budget = space.budget
     search = req.search or budget.get("search", "grid")
     if search not in ("grid", "random", "optuna"):
@@ -211,7 +236,7 @@ def _search_and_samples(req: SearchRequest, space: SearchSpace) -> tuple[str, in
     if req.num_samples is not None and req.num_samples < 1:
         raise ModsarError(f"--num-samples must be >= 1; got {req.num_samples}")
     num_samples = req.num_samples or default_samples or (1 if search == "grid" else 16)
-    per_task = directions(space, search, num_samples)
+    per_task, trials = directions(space, search, num_samples)
     _check_repeats(
         space,
         search,
@@ -223,7 +248,7 @@ def _search_and_samples(req: SearchRequest, space: SearchSpace) -> tuple[str, in
         else f"the default {num_samples} samples",
         [t for t, (s, _) in per_task.items() if s == search],
     )
-    return search, num_samples, per_task
+    return search, num_samples, per_task, trials
 
 
 def _asha_settings(req: SearchRequest, space: SearchSpace, cfg: Config) -> tuple[str, int, int, int]:

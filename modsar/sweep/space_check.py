@@ -23,7 +23,7 @@ import torch
 from modsar import memory
 from modsar.config import Config, apply_overrides
 from modsar.errors import ModsarError
-from modsar.sweep.spaces import MAX_GRID_POINTS, Param, SearchSpace, grid_size_by_task
+from modsar.sweep.spaces import MAX_GRID_POINTS, Param, SearchSpace
 from modsar.training.feasible import validate_for_dataset
 
 PLACEHOLDER_SIZES = {"num_items": 100, "num_users": 100}  # model sizes when no dataset is named
@@ -194,25 +194,22 @@ def check_space(
     space: SearchSpace,
     base: dict[str, Any],
     search: str,
-    num_samples: int,
+    trials: dict[str, int],
     sizes: dict[str, int] | None = None,
     dataset: str | None = None,
-    gridded: list[str] | None = None,
+    per_task: dict[str, list] | None = None,
 ) -> SpaceCheck:
     """Validate every configuration of `space` on top of the full `base` config (nested, as Plan.base).
 
     `sizes` (num_items, num_users, max_len of the dataset) makes the model checks exact; without it the
-    model is built at placeholder sizes. `gridded`: the directions of a sampled search that run their (small)
-    grid instead, each point once."""
+    model is built at placeholder sizes. `trials`: each direction's trials (Plan.trials); `per_task`: each
+    direction's [search, samples] (a sampled search's direction with a small grid runs that grid)."""
     sampled = False
-    if search == "grid":  # counted first: a grid too large, or with continuous params, is refused unbuilt
-        trials = {task: n * num_samples for task, n in grid_size_by_task(space).items()}
+    if search == "grid":  # counted first (make_plan): a grid too large, or continuous, is refused unbuilt
         points = space.grid_points()  # the points the search's Tuners get (spaces.grid_size_by_task)
     else:
         points, sampled = check_points(space)
-        trials = {task: num_samples for task in space.tasks()}
-        if gridded:
-            trials.update({t: n for t, n in grid_size_by_task(space).items() if t in gridded})
+    gridded = [t for t, (s, _) in (per_task or {}).items() if s != search]
     problems: dict[str, list[dict[str, Any]]] = {}
     built: dict[str, str | None] = {}  # model config -> why it cannot be built (None: it can)
     base_cfg = Config.from_dict(base)  # read once: a copy per point costs a twentieth of reading it again
@@ -233,7 +230,7 @@ def check_space(
             built[model_key] = _build_problem(cfg, seen)
         if (problem := built[model_key]) is not None:
             problems.setdefault(problem, []).append(point)
-    return SpaceCheck(space, search, trials, len(points), problems, dataset, sampled, list(gridded or []))
+    return SpaceCheck(space, search, dict(trials), len(points), problems, dataset, sampled, gridded)
 
 
 def _build_problem(cfg: Config, sizes: dict[str, int] | None) -> str | None:

@@ -29,6 +29,7 @@ class SearchClock:
     select_test_s: float = 0.0  # selecting and testing the best trial of each model
     seeds_s: float = 0.0  # re-running the selected configs on other seeds
     started: float = field(default_factory=time.perf_counter, repr=False)
+    recorded: bool = field(default=False, repr=False)  # search.json holds this run's entry already
 
     @contextlib.contextmanager
     def part(self, name: str) -> Iterator[None]:
@@ -46,7 +47,7 @@ class SearchClock:
 
     def record(self) -> dict[str, Any]:
         """This run as search.json keeps it, with its whole wall-clock so far."""
-        out = {k: v for k, v in asdict(self).items() if k != "started"}
+        out = {k: v for k, v in asdict(self).items() if k not in ("started", "recorded")}
         return {**out, "wall_s": time.perf_counter() - self.started}
 
 
@@ -92,11 +93,11 @@ def _trial_parts(rows: pd.DataFrame) -> dict[str, float]:
     parts = {
         "trials": float(len(rows)),
         "epochs": total("epochs_run"),
-        "passes": total("reports"),
+        "passes": total("passes" if "passes" in rows else "reports"),  # rows before `passes` count reports
         "trial_s": total("wall_time_s"),
         "setup_s": total("setup_s"),
         "train_s": total("epoch_time_s", "epochs_run"),
-        "valid_s": total("eval_time_s", "reports"),
+        "valid_s": total("eval_time_s", "passes" if "passes" in rows else "reports"),
         "checkpoint_s": total("checkpoint_s"),
         "report_s": total("report_s"),
     }

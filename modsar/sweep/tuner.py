@@ -299,11 +299,18 @@ def _check_same_search(plan: Plan, stored: dict, settings: dict) -> None:
     was, now = flatten({k: stored[k] for k in settings if k in stored}), flatten(settings)
     changed = [f"{k} {was[k]!r} -> {now.get(k)!r}" for k in sorted(was) if was[k] != now.get(k)]
     if changed:
+        name = plan.request.experiment_name
+        # a grid search of a paper space started before its default became a sampled one
+        hint = (
+            f"; a full-grid search resumes with --full-grid --experiment {name} --resume"
+            if stored.get("search") == "grid" and plan.search != "grid" and plan.space.full_grid is not None
+            else ""
+        )
         raise ModsarError(
-            f"--resume must repeat the search that was started as '{plan.request.experiment_name}', "
+            f"--resume must repeat the search that was started as '{name}', "
             f"but {', '.join(changed[:4])} changed (your options, or the space file since the search "
             "started, e.g. a bundled space a newer ModSAR revised); drop the changed options (only "
-            "--seeds may differ) or start a new --experiment"
+            f"--seeds may differ) or start a new --experiment{hint}"
         )
 
 
@@ -681,15 +688,18 @@ def _search_settings(plan: Plan) -> dict[str, Any]:
 
 
 def _record_clock(search_json: str, clock: SearchClock) -> None:
-    """Add this run's clock to search.json's `timing` (one entry per run of the search). A search that ends
-    on a fault still records it; a search.json it cannot write then keeps its earlier runs, and the fault
-    that ended the search is the one reported."""
+    """Put this run's clock in search.json's `timing` (one entry per run of the search), after each direction
+    and when the run ends: a driver killed later keeps what it had timed. Best effort: a search.json it cannot
+    read or write keeps its earlier entries, and never replaces the fault that ended the search."""
     try:
         stored = _read_json(search_json)
-        runs = stored.get("timing")
-        runs = runs if isinstance(runs, list) else []
+        runs = stored.get("timing") if isinstance(stored, dict) else None
+        runs = [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
+        if clock.recorded:  # this run's entry is the last one: replace it
+            runs = runs[:-1]
         record_state(search_json, stored.get("status", RUNNING), timing=[*runs, clock.record()])
-    except (OSError, ValueError):
+        clock.recorded = True
+    except Exception:  # timing is a fact about the search, never a reason for it to fail
         pass
 
 
@@ -721,6 +731,7 @@ def _run_directions(
             # Ctrl-C: Tune saves and ends this fit, and the search stops after it
             with fitting(), clock.part(f"direction:{task}"):
                 grid = tuner.fit()
+        _record_clock(f"{storage}/search.json", clock)
         reconcile_rows(plan, grid)
         drop_resume_state(grid)
         trials, errors = trials + len(grid), errors + grid.num_errors
@@ -853,16 +864,17 @@ def search_problem(plan: Plan, rows: pd.DataFrame, selected: dict[str, dict], co
 
 
 def _asha_budget(plan: Plan, row: pd.Series) -> dict[str, int]:
-    """What ends a replicate where ASHA's max_t ended its search trial, before train.max_epochs: in steps,
-    train.max_steps (the run stops at the same validation pass); in passes, the epochs of max_t passes."""
+    """train.max_steps for a replicate where ASHA's max_t ended its search trial before train.max_epochs:
+    the run then stops at the same validation pass, its learning-rate schedule (which counts max_epochs)
+    untouched. In passes, max_t passes of the row's steps per epoch (exact for batches of users; token
+    batches vary by a step or two an epoch, so a replicate may run one pass more)."""
     train = plan.base["train"]
-    if plan.unit == "steps":
-        per_epoch = float(row.get("steps_per_epoch") or 0)
-        if plan.max_t >= STEPS_MAX_T or not plan.max_t < per_epoch * train["max_epochs"]:
-            return {}
-        return {"train.max_steps": plan.max_t}
-    epochs = plan.max_t * train["eval_every"]
-    return {"train.max_epochs": epochs} if epochs < train["max_epochs"] else {}
+    per_epoch = float(row.get("steps_per_epoch") or 0)
+    if not per_epoch > 0 or (plan.unit == "steps" and plan.max_t >= STEPS_MAX_T):
+        return {}
+    passes = round(plan.max_t * train["eval_every"] * per_epoch)  # max_t passes, in steps
+    steps = plan.max_t if plan.unit == "steps" else passes
+    return {"train.max_steps": steps} if steps < per_epoch * train["max_epochs"] else {}
 
 
 def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:

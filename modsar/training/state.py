@@ -59,6 +59,8 @@ class TrainState:
     history: list[dict[str, Any]] = field(default_factory=list)  # one entry per validation pass
     epoch_times: list[float] = field(default_factory=list)
     eval_times: list[float] = field(default_factory=list)
+    # seconds of set-up and of checkpoint writes, summed over the run's processes (a resumed run adds its own)
+    times: dict[str, float] = field(default_factory=lambda: {"setup_s": 0.0, "checkpoint_s": 0.0})
 
     def record(
         self, model: Recommender, epoch: int, metrics: dict[str, float], monitor: str, loss: float
@@ -102,6 +104,7 @@ class TrainState:
             "history": self.history,
             "epoch_times": self.epoch_times,
             "eval_times": self.eval_times,
+            "times": self.times,
             "wall_time_s": wall_time_s,
             "steps": self.rate.steps,
             "total_steps": self.rate.total,
@@ -130,6 +133,8 @@ class TrainState:
             resume["epoch_times"],
             resume["eval_times"],
         )
+        earlier = resume.get("times") or {}  # earlier resume files have none
+        self.times = {k: v + float(earlier.get(k, 0.0)) for k, v in self.times.items()}
         # earlier resume files have no step count: a constant rate does not need one
         self.rate.steps, self.rate.total = resume.get("steps", 0), resume.get("total_steps", 0)
         return float(resume["wall_time_s"])

@@ -86,6 +86,7 @@ class TrialResult:
     protocol: dict[str, Any] = field(default_factory=dict)  # targets evaluated; a temporal split's cut times
     generation: dict[str, float] = field(default_factory=dict)  # eval.generate_steps: rollout metrics on test
     steps: int = 0  # optimizer steps taken
+    passes: int = 0  # validation passes run
     steps_per_epoch: float = math.nan
     popularity_level: float = math.nan  # the monitored metric of a most-popular ranking on validation
     escape_steps: int | None = None  # steps at the first validation clearly above it (None: never left it)
@@ -258,7 +259,6 @@ class Trainer:
     protocol: dict[str, Any]  # split_facts
     output_flops: float  # of one training epoch, in the output layer
     model_flops: float  # of one training epoch, the whole model
-    times: dict[str, float]  # setup_s and checkpoint_s (TrialResult)
 
     def __init__(
         self,
@@ -322,14 +322,16 @@ class Trainer:
         self.output_flops, self.model_flops = epoch_flops(
             self.model, cfg, int(self.batches.row_lengths.sum()), self.batches.num_targets, dataset.num_items
         )
-        self.times = {"setup_s": time.perf_counter() - setup_started, "checkpoint_s": 0.0}
+        self.state.times["setup_s"] += time.perf_counter() - setup_started  # after a resume's earlier ones
 
     def fit(self) -> None:
         """The epochs from `first_epoch` until patience or `train.max_epochs`. A TrainingDiverged leaves with
         what the run had reached (`partial`: the best epoch so far, no test)."""
         cfg = self.cfg
+        # resumed after its final epoch, or at a pass past its step budget: nothing is left to train
+        ended = self.first_epoch > cfg.train.max_epochs or self._spent(self.rate.steps)
         epochs = tqdm(
-            range(self.first_epoch, cfg.train.max_epochs + 1),
+            range(self.first_epoch, cfg.train.max_epochs + 1 if not ended else self.first_epoch),
             desc=f"{cfg.task.label} {cfg.dataset}",
             unit="epoch",
             disable=not self.progress,
@@ -348,8 +350,7 @@ class Trainer:
             raise
         finally:
             epochs.close()
-        if self.first_epoch > cfg.train.max_epochs and self.on_eval is not None:
-            # resumed after its final epoch: say it ended
+        if ended and self.on_eval is not None:  # say it ended
             last_loss = self.state.history[-1]["loss"]
             self.on_eval(
                 self.state.best_epoch, self.state.best_valid, False, None, self.facts(True, last_loss)
@@ -415,7 +416,7 @@ class Trainer:
         if self.resumable:
             elapsed = time.perf_counter() - self.started
             save_resume_state(self.checkpoint_path, self.state, elapsed, training_rng)
-        self.times["checkpoint_s"] += time.perf_counter() - tick
+        self.state.times["checkpoint_s"] += time.perf_counter() - tick
 
     def _stops(self, epoch: int) -> bool:
         """Whether training ends after this validation pass: `train.patience` passes without an improvement
@@ -423,8 +424,11 @@ class Trainer:
         train = self.cfg.train
         patient = self.rate.steps < train.min_steps  # no stop on a plateau before min_steps
         stale = bool(train.patience and self.state.stale >= train.patience and not patient)
-        budget = bool(train.max_steps and self.rate.steps >= train.max_steps)
-        return stale or budget or epoch == train.max_epochs
+        return stale or self._spent(self.rate.steps) or epoch == train.max_epochs
+
+    def _spent(self, steps: int) -> bool:
+        """Whether `steps` optimizer steps use up `train.max_steps` (0: no step budget)."""
+        return bool(self.cfg.train.max_steps and steps >= self.cfg.train.max_steps)
 
     def test(self) -> TrialResult:
         """Test the best epoch's weights once, and roll out from them (eval.generate_steps)."""
@@ -448,7 +452,7 @@ class Trainer:
             **self.speed(),
             **self.protocol,
             **self.advance(),
-            **self.times,
+            **self.state.times,
         }
 
     def advance(self) -> dict[str, Any]:
@@ -457,6 +461,7 @@ class Trainer:
         steps = self.rate.steps
         return {
             "steps": steps,
+            "passes": len(self.state.eval_times),  # validation passes (restored on a resume, as the times)
             "steps_per_epoch": steps / epochs_done if epochs_done else math.nan,
             "popularity_level": self.popularity,
             "escape_steps": escape_steps(self.state.history, self.monitor, self.popularity),
@@ -480,8 +485,8 @@ class Trainer:
         return TrialResult(
             **self.speed(),
             **self.advance(),
-            setup_s=self.times["setup_s"],
-            checkpoint_s=self.times["checkpoint_s"],
+            setup_s=self.state.times["setup_s"],
+            checkpoint_s=self.state.times["checkpoint_s"],
             protocol=self.protocol,
             generation=generation or {},
             valid=state.best_valid,
