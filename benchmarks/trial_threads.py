@@ -23,6 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import pandas as pd
+
+import modsar
+from modsar.outputs import write_parquet
+
 BASE = ["task=ar", "model.hidden_size=64", "model.num_heads=2", "model.num_layers=2", "data.max_len=50"]
 
 
@@ -30,8 +35,8 @@ def trainings(
     dataset: str, overrides: list[str], threads: int, epochs: int, parallel: bool
 ) -> tuple[float, list]:
     """(wall seconds, the two rows' facts) of two trainings, at once or one after the other."""
-    modsar = str(Path(sys.executable).with_name("modsar"))  # the command of this environment
-    command = [modsar, "train", "--dataset", dataset, "--quiet", "--json", "--no-checkpoint"]
+    executable = str(Path(sys.executable).with_name("modsar"))  # the command of this environment
+    command = [executable, "train", "--dataset", dataset, "--quiet", "--json", "--no-checkpoint"]
     budget = [f"train.threads={threads}", f"train.max_epochs={epochs}", f"train.eval_every={epochs}"]
     args = [*BASE, *overrides, *budget]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
@@ -60,9 +65,10 @@ def main() -> None:
     parser.add_argument("--dataset", default="beauty")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--out", help="folder for trial-threads-<dataset>.parquet, one line per round")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     args = parser.parse_args()
-    train_ratio, wall_ratio = [], []
+    train_ratio, wall_ratio, lines = [], [], []
     for r in range(args.rounds):
         one_wall, one = trainings(args.dataset, args.overrides, 1, args.epochs, parallel=True)
         two_wall, two = trainings(args.dataset, args.overrides, 2, args.epochs, parallel=False)
@@ -71,6 +77,21 @@ def main() -> None:
         two_rate = 2 * args.epochs / sum(row["epoch_time_s"] * args.epochs for row in two)
         train_ratio.append(one_rate / two_rate)
         wall_ratio.append(two_wall / one_wall)
+        lines.append(
+            {
+                "dataset": args.dataset,
+                "round": r + 1,
+                "config": " ".join([*BASE, *args.overrides]),
+                "epochs": args.epochs,
+                "one_thread_epoch_s": max(row["epoch_time_s"] for row in one),
+                "two_threads_epoch_s": statistics.mean(row["epoch_time_s"] for row in two),
+                "one_thread_wall_s": one_wall,
+                "two_threads_wall_s": two_wall,
+                "training_ratio": train_ratio[-1],
+                "process_ratio": wall_ratio[-1],
+                "modsar": modsar.__version__,
+            }
+        )
         ones, twos = ([round(row["epoch_time_s"], 2) for row in rows] for rows in (one, two))
         print(
             f"round {r + 1}: 2 x 1 thread: {ones} s/epoch, {one_wall:.1f} s wall; 1 x 2 threads: {twos} "
@@ -83,6 +104,9 @@ def main() -> None:
         f"median over {args.rounds} rounds: two 1-thread trials train {train:.2f}x the epochs per second of "
         f"one 2-thread trial ({wall:.2f}x counting whole processes)"
     )
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        write_parquet(pd.DataFrame(lines), Path(args.out) / f"trial-threads-{args.dataset}.parquet")
 
 
 if __name__ == "__main__":

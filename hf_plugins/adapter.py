@@ -248,9 +248,13 @@ class HFBackbone(nn.Module):
         return attention_skips(self.model)
 
     def describe(self) -> str:
+        """The model type, as messages name it ("model type 'electra'")."""
         return f"model type '{self.model.config.model_type}'"
 
     def forward(self, inputs: torch.Tensor, users: torch.Tensor | None = None, need_weights: bool = False):
+        """inputs (B, T) left-padded ids -> the stock model's last hidden states (B, T, d) [, per-layer
+        attention]: the padding and the AE/AR direction go in as the model's own attention mask
+        (Transformer-XL: a padding mask and its direction flag)."""
         B, T = inputs.shape
         if self.spec.model_type == "modsar_transfo_xl":  # relative positions; padding mask + direction flag
             out = self.model(

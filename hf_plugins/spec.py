@@ -13,6 +13,9 @@ from typing import NoReturn
 
 @dataclass(frozen=True)
 class Backbone:
+    """What ModSAR must know of one stock architecture to drive it as an item-ID model: its norm placement,
+    positions, and which of its config fields take model.dropout and model.attn_dropout."""
+
     model_type: str
     norm: str  # the architecture's own norm placement
     positional: str  # learned | rope

@@ -29,6 +29,9 @@ from transformers.utils import ModelOutput
 
 
 class TransfoXLConfig(PretrainedConfig):
+    """Transformer-XL's configuration, as transformers 4.x had it (v5 removed the model): the fields and
+    defaults of the original, registered with AutoConfig under its own model type."""
+
     model_type = "modsar_transfo_xl"
 
     def __init__(
@@ -79,16 +82,22 @@ def rel_shift(x: torch.Tensor) -> torch.Tensor:
 
 
 class PositionalEmbedding(nn.Module):
+    """The sinusoidal embedding of relative distances that Transformer-XL's attention reads (not added to the
+    inputs)."""
+
     def __init__(self, demb: int) -> None:
         super().__init__()
         self.register_buffer("inv_freq", 1 / (10000 ** (torch.arange(0.0, demb, 2.0) / demb)))
 
     def forward(self, pos_seq: torch.Tensor) -> torch.Tensor:
+        """Distances (R,) -> their sine/cosine embeddings (R, 1, d)."""
         angles = torch.outer(pos_seq, self.get_buffer("inv_freq"))
         return torch.cat([angles.sin(), angles.cos()], dim=-1)[:, None, :]
 
 
 class PositionwiseFF(nn.Module):
+    """The feed-forward sub-layer (ReLU, dropouts), pre- or post-LN as the config says."""
+
     def __init__(self, d_model: int, d_inner: int, dropout: float, pre_lnorm: bool, eps: float) -> None:
         super().__init__()
         self.CoreNet = nn.Sequential(
@@ -102,12 +111,16 @@ class PositionwiseFF(nn.Module):
         self.pre_lnorm = pre_lnorm
 
     def forward(self, inp: torch.Tensor) -> torch.Tensor:
+        """x (T, B, d) -> the sub-layer's output, with its residual."""
         if self.pre_lnorm:
             return self.CoreNet(self.layer_norm(inp)) + inp
         return self.layer_norm(inp + self.CoreNet(inp))
 
 
 class RelPartialLearnableMultiHeadAttn(nn.Module):
+    """Transformer-XL's attention: content and relative-position scores with the learnt global biases u and v
+    (r_w_bias, r_r_bias), over the memory and the current segment."""
+
     def __init__(self, config: TransfoXLConfig) -> None:
         super().__init__()
         c = config
@@ -163,6 +176,8 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
 
 
 class RelPartialLearnableDecoderLayer(nn.Module):
+    """One Transformer-XL layer: relative attention, then the feed-forward sub-layer."""
+
     def __init__(self, config: TransfoXLConfig) -> None:
         super().__init__()
         self.dec_attn = RelPartialLearnableMultiHeadAttn(config)
@@ -171,6 +186,8 @@ class RelPartialLearnableDecoderLayer(nn.Module):
         )
 
     def forward(self, x, r, attn_mask, mems, r_w_bias=None, r_r_bias=None, output_attentions=False):
+        """x (T, B, d), relative embeddings r, mask, memory -> (the layer's output, attention probabilities or
+        None)."""
         out, probs = self.dec_attn(x, r, attn_mask, mems, r_w_bias, r_r_bias, output_attentions)
         return self.pos_ff(out), probs
 
@@ -187,6 +204,7 @@ class AdaptiveEmbedding(nn.Module):
         self.emb_scale = d_proj**0.5
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids (T, B) -> embeddings scaled by sqrt(d_model), projected where d_embed differs."""
         embed = self.emb_layers[0](ids)
         if len(self.emb_projs):
             embed = F.linear(embed, self.emb_projs[0])
@@ -195,12 +213,18 @@ class AdaptiveEmbedding(nn.Module):
 
 @dataclass
 class TransfoXLOutput(ModelOutput):
+    """What TransfoXLModel returns, as transformers' ModelOutput: the last hidden states, the memory, and
+    attention maps when asked."""
+
     last_hidden_state: torch.Tensor | None = None
     mems: list[torch.Tensor] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
 class TransfoXLPreTrainedModel(PreTrainedModel):
+    """The PreTrainedModel base: the config class and 4.x's weight initialisation (normal weights, unit
+    LayerNorms, the global biases)."""
+
     config_class = TransfoXLConfig
     base_model_prefix = "transformer"
 
@@ -223,6 +247,10 @@ class TransfoXLPreTrainedModel(PreTrainedModel):
 
 
 class TransfoXLModel(TransfoXLPreTrainedModel):
+    """Transformer-XL's encoder, as transformers 4.x had it, ported to v5's API: time-major inside,
+    batch-major at its boundary, a padding mask from ModSAR and a causal mask unless the config says
+    `bidirectional`."""
+
     def __init__(self, config: TransfoXLConfig) -> None:
         super().__init__(config)
         c = config
@@ -238,12 +266,16 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Module:
+        """The item table transformers ties and resizes."""
         return self.word_emb.emb_layers[0]
 
     def set_input_embeddings(self, value: nn.Module) -> None:
+        """Replace the item table (transformers' resize and tie)."""
         self.word_emb.emb_layers[0] = value
 
     def init_mems(self, bsz: int) -> list[torch.Tensor] | None:
+        """Zero memories for a batch of `bsz`, one per layer (None with mem_len 0, as ModSAR runs it: one
+        segment a sequence)."""
         if self.mem_len <= 0:
             return None
         param = next(self.parameters())
@@ -269,6 +301,8 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         output_attentions: bool = False,
         **kwargs,
     ):
+        """input_ids (B, T) -> TransfoXLOutput: relative positions over the memory and the segment;
+        attention_mask (B, T) marks real items; attention is causal unless the config says `bidirectional`."""
         ids = input_ids.transpose(0, 1).contiguous()  # 4.x works time-major: (qlen, B)
         qlen, bsz = ids.shape
         mems = self.init_mems(bsz) if mems is None else mems

@@ -67,6 +67,9 @@ def low_pass_matrix(window: int, keep: int, causal: bool) -> torch.Tensor:
 
 
 class FrequencyBranch(nn.Module):
+    """BSARec's frequency branch: a fixed low-pass filter over the window (causal under AR) plus a learnt
+    per-channel boost of the high frequencies, beta^2 (x - low), in a post-LN residual."""
+
     def __init__(self, d: int, cutoff: int, window: int, dropout: float, causal: bool) -> None:
         super().__init__()
         # the official init: standard normal, squared in use
@@ -75,6 +78,8 @@ class FrequencyBranch(nn.Module):
         self.drop, self.norm = nn.Dropout(dropout), nn.LayerNorm(d, eps=EPS)
 
     def forward(self, x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """x (B, T, d), real (B, T) non-padding flags -> LN(x + dropout(low + beta^2 (x - low))), padding
+        zeroed first."""
         T = x.size(1)
         signal = x * real[..., None]  # padding is zero, as in the official left-padded window
         # the window's last T positions: the rest is padding
@@ -83,17 +88,24 @@ class FrequencyBranch(nn.Module):
 
 
 class AttentionBranch(nn.Module):
+    """BSARec's attention branch: the modular SelfAttention in a post-LN residual, kept a module of its own so
+    the residual analyses find its skip (attention_site)."""
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.attn = SelfAttention(cfg.hidden_size, cfg.num_heads, cfg.attn_dropout)
         self.drop, self.norm = nn.Dropout(cfg.dropout), nn.LayerNorm(cfg.hidden_size, eps=EPS)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False):
+        """x (B, T, d), mask -> (LN(x + dropout(Attn(x))), attention probabilities or None)."""
         a, probs = self.attn(x, mask, need_weights)
         return self.norm(x + self.drop(a)), probs
 
 
 class BSALayer(nn.Module):
+    """One BSARec layer: alpha x frequency branch + (1 - alpha) x attention branch, then a post-LN
+    feed-forward sub-layer, as the official code mixes them."""
+
     def __init__(self, cfg: ModelConfig, window: int, causal: bool) -> None:
         super().__init__()
         d, inner = cfg.hidden_size, cfg.ffn_size or 4 * cfg.hidden_size
@@ -105,12 +117,16 @@ class BSALayer(nn.Module):
         self.drop, self.norm = nn.Dropout(cfg.dropout), nn.LayerNorm(d, eps=EPS)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, real: torch.Tensor, need_weights: bool = False):
+        """x (B, T, d) -> (the layer's output, the attention branch's probabilities or None)."""
         a, probs = self.attention(x, mask, need_weights)
         y = self.alpha * self.frequency(x, real) + (1 - self.alpha) * a
         return self.norm(y + self.drop(self.ffn(y))), probs
 
 
 class BSARec(nn.Module):
+    """BSARec (the residual paper's model zoo): learned positions, N(0, 0.02) init and layers that mix a
+    low-pass frequency branch with attention; AE or AR by its mask."""
+
     def __init__(self, cfg: ModelConfig, num_items: int, num_users: int, max_len: int, task: Task) -> None:
         super().__init__()
         self.cfg, self.num_items, self.causal = cfg, num_items, Task(task).causal
@@ -145,6 +161,7 @@ class BSARec(nn.Module):
     def score(
         self, hidden: torch.Tensor, users: torch.Tensor | None = None, items: torch.Tensor | None = None
     ) -> torch.Tensor:
+        """Scores against the tied item table, as every backbone's (see `item_scores`)."""
         return item_scores(hidden, self.item_emb, self.num_items, items)
 
     def output_layer(self, hidden: torch.Tensor) -> OutputLayer:
@@ -156,6 +173,7 @@ class BSARec(nn.Module):
         return [attention_site(layer.attention) for layer in self.layers if isinstance(layer, BSALayer)]
 
     def describe(self) -> str:
+        """A few words naming the model in messages, with its two own settings."""
         return f"BSARec (alpha {self.cfg.bsa_alpha}, cutoff {self.cfg.bsa_cutoff})"
 
 

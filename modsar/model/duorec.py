@@ -96,4 +96,5 @@ class DuoRec(ModularSAR):
         return cfg.cl_weight * loss
 
     def describe(self) -> str:
+        """A few words naming the model in messages."""
         return f"DuoRec (the modular encoder, {self.cfg.norm} blocks, + contrastive views)"

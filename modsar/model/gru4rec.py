@@ -20,6 +20,9 @@ from modsar.task import Task
 
 
 class GRU4Rec(nn.Module):
+    """GRU4Rec as RecBole builds it (a GRU without bias, a projection back to d, RecBole's init), for the
+    residual paper's comparison; item rows and scoring as every backbone's."""
+
     def __init__(self, cfg: ModelConfig, num_items: int, num_users: int, max_len: int, task: Task) -> None:
         super().__init__()
         d, hidden = cfg.hidden_size, cfg.gru_size or cfg.hidden_size
@@ -49,6 +52,7 @@ class GRU4Rec(nn.Module):
     def score(
         self, hidden: torch.Tensor, users: torch.Tensor | None = None, items: torch.Tensor | None = None
     ) -> torch.Tensor:
+        """Scores against the tied item table, as every backbone's (see `item_scores`)."""
         return item_scores(hidden, self.item_emb, self.num_items, items)
 
     def output_layer(self, hidden: torch.Tensor) -> OutputLayer:
@@ -56,7 +60,10 @@ class GRU4Rec(nn.Module):
         return tied_output(hidden, self.item_emb, self.num_items)
 
     def skip_sites(self) -> list[SkipSite] | None:
+        """None: a recurrent model has no attention sub-layer, so the residual analyses have no skip to
+        read."""
         return None  # no attention sub-layer, so no attention skip
 
     def describe(self) -> str:
+        """A few words naming the model in messages."""
         return "GRU4Rec (a recurrent model)"

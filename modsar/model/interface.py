@@ -20,6 +20,10 @@ from modsar.model.skips import SkipSite
 
 @runtime_checkable
 class Recommender(Protocol):
+    """What the trainer, the evaluator and the analyses ask of a backbone (every registered one, plugins
+    included): encode left-padded ids, score items against the tied table, name itself, and the few
+    nn.Module members they use. A Protocol, so a plugin need not inherit from ModSAR."""
+
     num_items: int  # items are ids 1..num_items; 0 pads, num_items + 1 is the AE mask token
     item_emb: nn.Embedding  # rows 0..num_items + 1, tied to the output scores
 
@@ -52,13 +56,33 @@ class Recommender(Protocol):
         ...
 
     # nn.Module members the trainer uses
-    def parameters(self, recurse: bool = True) -> Iterator[nn.Parameter]: ...
-    def modules(self) -> Iterator[nn.Module]: ...
-    def train(self, mode: bool = True) -> Recommender: ...
-    def eval(self) -> Recommender: ...
-    def to(self, *args, **kwargs) -> Recommender: ...
-    def state_dict(self, *args, **kwargs) -> dict[str, Any]: ...
-    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False) -> Any: ...
+    def parameters(self, recurse: bool = True) -> Iterator[nn.Parameter]:
+        """nn.Module's: the optimizer's parameters, and the weight checks."""
+        ...
+
+    def modules(self) -> Iterator[nn.Module]:
+        """nn.Module's: walked by initialisers and the FLOP count."""
+        ...
+
+    def train(self, mode: bool = True) -> Recommender:
+        """nn.Module's: dropout on, for training epochs."""
+        ...
+
+    def eval(self) -> Recommender:
+        """nn.Module's: dropout off, for validation, test and the analyses."""
+        ...
+
+    def to(self, *args, **kwargs) -> Recommender:
+        """nn.Module's: onto the run's device."""
+        ...
+
+    def state_dict(self, *args, **kwargs) -> dict[str, Any]:
+        """nn.Module's: what a checkpoint saves."""
+        ...
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False) -> Any:
+        """nn.Module's: what a checkpoint, or the best epoch's weights, restore."""
+        ...
 
 
 def encode(

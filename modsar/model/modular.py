@@ -167,6 +167,9 @@ class SelfAttention(nn.Module):
 
 
 class Block(nn.Module):
+    """One transformer block of the modular backbone, in the norm style the config names (post-norm BERT,
+    pre-norm, SASRec's, the ModSAR code's normed skip), with optional user and time biases on attention."""
+
     def __init__(self, cfg: ModelConfig, codes: int = 0, code_dim: int = 0, user_dim: int = 0) -> None:
         super().__init__()
         d = cfg.hidden_size
@@ -192,6 +195,8 @@ class Block(nn.Module):
         user: torch.Tensor | None = None,
         time_bias: torch.Tensor | None = None,
     ):
+        """x (B, T, d) -> (the block's output, attention probabilities or None); `codes`, `user` and
+        `time_bias` feed the attention where the config asks for them."""
         bias = self.user_query(user) if self.user_query is not None and user is not None else None
         attend = partial(
             self.attn,
@@ -227,6 +232,8 @@ def position_ids(inputs: torch.Tensor, positions: int, from_start: bool) -> torc
 
 
 def sinusoidal_table(positions: int, d: int) -> torch.Tensor:
+    """The fixed sine/cosine position table (positions, d) of "Attention is all you need", for
+    model.positional=sinusoidal."""
     pos = torch.arange(positions, dtype=torch.float32)[:, None]
     freq = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
     table = torch.zeros(positions, d)
@@ -277,6 +284,8 @@ class OutputHead(nn.Module):
         self.num_items = num_items
 
     def transform(self, hidden: torch.Tensor) -> torch.Tensor:
+        """h -> LN(GELU(W h + b)): the states BERT4Rec scores, shared by `forward` and the fused CE's output
+        layer."""
         return self.norm(F.gelu(self.dense(hidden)))
 
     def forward(self, hidden: torch.Tensor, table: nn.Embedding, items: torch.Tensor | None) -> torch.Tensor:
@@ -286,6 +295,10 @@ class OutputHead(nn.Module):
 
 
 class ModularSAR(nn.Module):
+    """The modular backbone: one transformer whose Feature / Modeling / Loss / Task choices (positions, user
+    fusion, local heads, time biases, norm style, head) span the ModSAR paper's design space; `task` makes it
+    AE or AR."""
+
     def __init__(self, cfg: ModelConfig, num_items: int, num_users: int, max_len: int, task: Task) -> None:
         super().__init__()
         self.cfg, self.num_items, self.causal = cfg, num_items, Task(task).causal
@@ -463,9 +476,11 @@ class ModularSAR(nn.Module):
         )
 
     def skip_sites(self) -> list[SkipSite]:
+        """Each block's attention skip, for the residual analyses (modsar.model.skips.modular_sites)."""
         return modular_sites(self)
 
     def describe(self) -> str:
+        """A few words naming the model in messages, with its block style."""
         return f"the modular backbone ({self.cfg.norm} blocks)"
 
     def score(

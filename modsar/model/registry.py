@@ -76,6 +76,8 @@ class BackboneEntry:
     cost_settings: tuple[str, ...] = ()
 
     def matches(self, name: str) -> bool:
+        """Whether `name` is this backbone: its exact name, or for a prefix entry ("hf:") any name it
+        starts."""
         if self.name.endswith(":"):
             return name.startswith(self.name) and len(name) > len(self.name)
         return name == self.name
@@ -110,6 +112,8 @@ def unregister(name: str) -> None:
 
 
 def names() -> list[str]:
+    """Every registered backbone name as a user types it ("hf:<model_type>" for a prefix entry), for
+    messages."""
     return [entry.name + ("<model_type>" if entry.name.endswith(":") else "") for entry in _ENTRIES.values()]
 
 
@@ -135,6 +139,7 @@ def _unknown(name: str) -> str:
 
 
 def lookup(name: str) -> BackboneEntry:
+    """The entry of a backbone name, or one line naming the known ones (plugins loaded first)."""
     entry = find(name)
     if entry is None:
         raise ModsarError(_unknown(name))
@@ -357,6 +362,7 @@ def _load_configured() -> None:
 
 
 def loaded_plugins() -> list[str]:
+    """The plugin modules registered so far, in order: a search hands them to its Ray workers."""
     return list(_LOADED)
 
 

@@ -20,6 +20,9 @@ from modsar.errors import ModsarError
 
 @dataclass
 class SkipSite:
+    """Where an attention sub-layer's skip and output can be read: what the residual analyses (last-item
+    reliance, mixing ratios, residual scaling) need of any backbone's layer."""
+
     container: nn.Module  # its first input is the skip x (the layer input, or the normed input's source)
     # W_O (and b_O): its output is the attention sub-layer's contribution before the sum
     projection: nn.Module

@@ -93,6 +93,7 @@ class Schedule:
 
     @classmethod
     def of(cls, plan: Plan) -> Schedule:
+        """The schedule a plan's search runs: its ASHA settings and its trials' budget."""
         train = plan.base["train"]
         return cls(
             plan.grace_period,
@@ -183,10 +184,12 @@ class Group:
 
     @property
     def epoch_s(self) -> float:
+        """Seconds of one training epoch of this size (nan until timed)."""
         return self.step_s * self.steps_per_epoch
 
     @property
     def timed(self) -> bool:
+        """Whether the probe (or interpolation) has given this size a step time."""
         return math.isfinite(self.step_s)
 
 
@@ -230,12 +233,15 @@ class Direction:
         return self._replayed
 
     def forget(self) -> None:
+        """Drop the cached replay: the probes have changed the timings it was replayed with."""
         self._replayed = None
 
     def epochs(self) -> float:
+        """Epochs the direction's trials train in all, as the replay counts them."""
         return self.replayed().epochs
 
     def passes(self) -> float:
+        """Validation passes the direction's trials run in all, as the replay counts them."""
         return self.replayed().passes
 
     def seconds(self) -> float:
@@ -247,9 +253,12 @@ class Direction:
         return TUNER_START_S + self.replayed().seconds
 
     def shapes(self) -> list[int]:
+        """The distinct steps per epoch of the direction's sizes (a varied batch size or window gives
+        several)."""
         return sorted({g.steps_per_epoch for g in self.groups})
 
     def decisions(self) -> list[tuple[int, int]]:
+        """(steps, epochs) of ASHA's first decision, one for each steps-per-epoch the direction has."""
         return sorted({self.schedule.first_decision(g.steps_per_epoch) for g in self.groups})
 
 
@@ -261,6 +270,9 @@ def _pass_seconds(g: Group, s: Schedule) -> tuple[float, float]:
 
 @dataclass
 class CostEstimate:
+    """What a search will cost on the resources it runs on: each direction's trials, sizes and replayed ASHA,
+    with notes (a cluster, a busy machine, a failed probe); printed by `lines`, recorded by `to_dict`."""
+
     plan: Plan
     resources: Resources
     device: str  # where the probes ran
@@ -285,9 +297,12 @@ class CostEstimate:
         return RAY_START_S + sum(each)
 
     def size_name(self, g: Group) -> str:
+        """A size as the estimate names it: the cost keys its direction varies, with this size's values."""
         return ", ".join(f"{k}={g.key[k]}" for k in self.varied) or "the only size"
 
     def lines(self) -> list[str]:
+        """The estimate as `modsar spaces NAME --dataset D` and the first lines of `modsar search` print
+        it."""
         p, s = self.plan, Schedule.of(self.plan)
         max_t = "none" if p.max_t >= STEPS_MAX_T else f"{p.max_t:,}"
         lines = [
@@ -357,6 +372,8 @@ class CostEstimate:
         return f"~{duration(seconds)}" if math.isfinite(seconds) else "wall-clock unknown"
 
     def to_dict(self) -> dict[str, Any]:
+        """The estimate as JSON (`--json`; kept in search.json, where the search's own clock is compared with
+        it)."""
         p, s, r = self.plan, Schedule.of(self.plan), self.resources
 
         def seconds(value: float) -> float | None:

@@ -30,6 +30,9 @@ STEPS_MAX_T = 2**62
 
 @dataclass
 class SearchRequest:
+    """What `modsar search` (or the API's `modsar.search`) is asked to do: its options as given, credentials
+    taken out; make_plan derives the rest."""
+
     space: str
     dataset: str  # "" only to plan without data (`modsar spaces --check`)
     experiment: str | None = None
@@ -71,12 +74,16 @@ class SearchRequest:
 
     @property
     def experiment_name(self) -> str:
+        """The experiment's folder name: --experiment, or <space>-<dataset> (-full-grid with --full-grid)."""
         full = "-full-grid" if self.full_grid else ""
         return self.experiment or f"{Path(self.space).stem}-{self.dataset}{full}"
 
 
 @dataclass
 class Plan:
+    """Everything a search will do, derived from its request and checked before Ray starts: the space, the
+    base config of every trial, each direction's search and trials, ASHA's settings, where rows go."""
+
     request: SearchRequest
     space: SearchSpace
     base: dict[str, Any]  # full base config (space base + CLI overrides), nested
@@ -96,12 +103,15 @@ class Plan:
     trials: dict[str, int] = field(default_factory=dict)  # task -> the trials its Tuner runs
 
     def search_of(self, task: str) -> str:
+        """The search algorithm of `task`'s Tuner (a sampled direction with a small grid runs "grid")."""
         return self.per_task[task][0] if task in self.per_task else self.search
 
     def samples_of(self, task: str) -> int:
+        """The num_samples of `task`'s Tuner (1 where a sampled direction runs its grid)."""
         return self.per_task[task][1] if task in self.per_task else self.num_samples
 
     def trials_of(self, task: str) -> int:
+        """The trials `task`'s Tuner runs: its grid points times num_samples, or its samples."""
         return self.trials[task]
 
     @property
@@ -383,6 +393,8 @@ def _reach_mlflow(shown: str) -> None:
 
 
 def trial_config(base: dict[str, Any], space: SearchSpace, sampled: dict[str, Any]) -> Config:
+    """The Config a trial runs: the plan's base with the sampled point (and its `also` keys) applied and
+    validated."""
     cfg = Config.from_dict(base)
     return apply_overrides(cfg, space.expand(sampled), "trial")
 

@@ -150,6 +150,7 @@ def _error_message(trial) -> str:
 
 
 def rows_dir(plan: Plan) -> str:
+    """The results root a plan's rows are written under (a path or URI, without a trailing slash)."""
     return plan.request.results.rstrip("/")
 
 
@@ -192,9 +193,11 @@ class ResultRows(tune.Callback):
         self.results: dict[str, list[dict]] = {}
 
     def setup(self, **info):
+        """Forget a row fault an earlier fit raised and never handed on: each fit starts clean."""
         _ROW_FAULTS.pop(rows_dir(self.plan), None)  # one a fit that raised never handed on
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
+        """Keep every report of the trial: its row is built from them all when it ends."""
         self.results.setdefault(trial.trial_id, []).append(dict(result))
 
     def _write(self, trial, error: str | None) -> None:
@@ -220,9 +223,11 @@ class ResultRows(tune.Callback):
                 tune_stop(signal.SIGUSR1, None)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
+        """A finished (or ASHA-stopped) trial: write its row."""
         self._write(trial, None)
 
     def on_trial_error(self, iteration, trials, trial, **info):
+        """An errored trial: write its row with the error's last line."""
         self._write(trial, _error_message(trial))
 
 
@@ -258,12 +263,15 @@ class LiveTable(tune.Callback):
         print("\n".join(lines), flush=True)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
+        """Redraw the table (at most every few seconds) as trials report."""
         self._show(trials)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
+        """Redraw the table when a trial ends."""
         self._show(trials)
 
     def on_experiment_end(self, trials, **info):
+        """Draw the final table, whenever the last one was drawn."""
         self._show(trials, force=True)
 
 
@@ -278,13 +286,16 @@ class SchedulerState(tune.Callback):
         self.scheduler = scheduler
 
     def get_state(self) -> dict:
+        """ASHA's rung records, saved with Tune's experiment state."""
         return {"scheduler": dict(self.scheduler.__dict__)}  # what ASHAScheduler.save pickles
 
     def set_state(self, state: dict) -> None:
+        """Put the saved rung records back into the restored scheduler."""
         self.scheduler.__dict__.update(state["scheduler"])
 
 
 def make_callbacks(plan: Plan, role: str = "search") -> list[tune.Callback]:
+    """The Tune callbacks of a fit: the rows always, the live table unless --quiet, MLflow with --mlflow."""
     callbacks: list[tune.Callback] = [ResultRows(plan, role)] + (
         [] if plan.request.quiet else [LiveTable(plan)]
     )

@@ -34,6 +34,9 @@ RATES = ("dropout", "attn_dropout", "item_sse_prob", "user_sse_prob")
 
 @dataclass
 class SpaceCheck:
+    """The outcome of checking every configuration of a search before Ray starts: the trials each direction
+    runs, how many configurations were checked, and each distinct problem with its points."""
+
     space: SearchSpace
     search: str
     trials: dict[str, int]  # trials per direction (task) the search would run
@@ -45,6 +48,7 @@ class SpaceCheck:
 
     @property
     def ok(self) -> bool:
+        """Whether no configuration has a problem."""
         return not self.problems
 
     def summary(self) -> str:
@@ -69,6 +73,7 @@ class SpaceCheck:
         return "\n".join(lines)
 
     def raise_if_invalid(self) -> None:
+        """Refuse the search with every problem at once (one ModsarError), before anything runs."""
         if not self.ok:
             raise ModsarError(self.summary())
 

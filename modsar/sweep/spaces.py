@@ -110,6 +110,9 @@ FIXED_PREFIXES = ("data.view", "data.split")  # how the data is viewed and cut (
 
 @dataclass
 class Param:
+    """One searched key: its distribution, its values or range, when it is active, and the keys that take its
+    value too."""
+
     key: str
     kind: str  # one of DISTRIBUTIONS
     values: list  # grid/choice: the values; uniform/loguniform/randint: [low, high]
@@ -117,15 +120,21 @@ class Param:
     also: list[str] = field(default_factory=list)
 
     def active(self, point: dict[str, Any]) -> bool:
+        """Whether the param is sampled at `point` (its `when` conditions hold there)."""
         return all(point.get(k) in allowed for k, allowed in self.when.items())
 
     @property
     def categorical(self) -> bool:
+        """Whether its values are a finite list (grid or choice): the only kind a grid, or a `when`, can
+        name."""
         return self.kind in ("grid", "choice")
 
 
 @dataclass
 class SearchSpace:
+    """A design space as its YAML file says it (see the module docstring): fixed base values, searched params,
+    ASHA's settings and the budget, and optionally the full-grid protocol and the arms compared."""
+
     name: str
     path: str
     description: str
@@ -139,6 +148,7 @@ class SearchSpace:
     full_grid: dict[str, dict] | None = None
 
     def base_config(self, overrides: dict[str, Any] | None = None) -> Config:
+        """The Config of the space's base with `overrides` on top, validated."""
         cfg = Config()
         apply_overrides(cfg, {**self.base, **(overrides or {})}, f"space '{self.name}'")
         return cfg
@@ -671,10 +681,12 @@ def load_space(name_or_path: str) -> SearchSpace:
 
 
 def bundled_spaces() -> list[SearchSpace]:
+    """Every space ModSAR ships (search_spaces/), loaded and checked."""
     return [load_space(str(p)) for p in sorted(SPACES_DIR.glob("*.yaml"))]
 
 
 def describe(space: SearchSpace) -> str:
+    """What `modsar spaces NAME` prints: the space's purpose, source, size, base, params and schedule."""
     lines = [f"{space.name}: {space.description}"]
     if space.paper:
         lines.append(f"  source: {space.paper}")

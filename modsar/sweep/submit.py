@@ -72,6 +72,8 @@ def auth_headers() -> dict[str, str]:
 
 
 def client(address: str):
+    """A job client of the cluster's dashboard at `address`, after a quick probe: an unreachable or refusing
+    server is one line (with the token hint where it asks for authentication)."""
     from ray.job_submission import JobSubmissionClient
 
     _probe(address)
@@ -95,6 +97,8 @@ def client(address: str):
 def submit(
     address: str, command: list[str], env: dict[str, str], wait: bool, follow: bool
 ) -> tuple[str, str]:
+    """Submit a `modsar` command as a Ray job with this package in its working_dir; optionally wait for it and
+    follow its logs. Returns (job id, status)."""
     if not command:
         raise ModsarError(
             "nothing to submit; add the modsar command after --, e.g. -- search --space S --dataset D"
@@ -141,6 +145,7 @@ def submit(
 
 
 def wait_for(jobs, job_id: str, poll_s: float = 1.0) -> str:
+    """Poll the job until it ends; its final status."""
     while True:
         status = str(jobs.get_job_status(job_id)).split(".")[-1]
         if status in TERMINAL:
@@ -149,6 +154,7 @@ def wait_for(jobs, job_id: str, poll_s: float = 1.0) -> str:
 
 
 def status(address: str, job_id: str) -> dict:
+    """A submitted job's status, message and entrypoint (`modsar submit ... status JOB`)."""
     info = client(address).get_job_info(job_id)
     return {
         "job_id": job_id,
@@ -159,8 +165,10 @@ def status(address: str, job_id: str) -> dict:
 
 
 def logs(address: str, job_id: str) -> str:
+    """A submitted job's logs so far (`modsar submit ... logs JOB`)."""
     return client(address).get_job_logs(job_id)
 
 
 def stop(address: str, job_id: str) -> bool:
+    """Ask the cluster to stop a submitted job; whether it did."""
     return client(address).stop_job(job_id)

@@ -29,10 +29,13 @@ class MLflowRuns(MLflowLoggerCallback):
             self.tracking_uri = shown
 
     def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
+        """MLflow refuses '@' in metric names: ndcg@10 is logged as ndcg_at_10."""
         super().log_trial_result(iteration, trial, {k.replace("@", "_at_"): v for k, v in result.items()})
 
 
 def mlflow_callback(plan: Plan, role: str) -> MLflowRuns:
+    """The MLflow logger of a search's fit: one run per trial in an experiment named after the search, tagged
+    with its space, dataset and role."""
     uri = str(plan.request.mlflow)
     if uri.startswith("file:"):  # MLflow 3 keeps the file store only on request; --mlflow file:... is one
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
