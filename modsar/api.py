@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from modsar.outputs import is_uri  # standard library only
+
 if TYPE_CHECKING:  # the API is imported with `modsar`: torch, pandas and Ray load when a function is called
     import pandas as pd
 
@@ -244,7 +246,7 @@ def results(
         raise ModsarError(
             f"where must be a mapping ({{'task': 'ar'}}) or 'key=value' strings; got {type(where).__name__}"
         )
-    root = str(root) if "://" in str(root) else _text(root) or "results"
+    root = str(root) if is_uri(root) else _text(root) or "results"
     return matching_rows(root, experiment, conditions, option="where").reset_index(drop=True)
 
 

@@ -91,6 +91,12 @@ def _parse_uri(text: str) -> Uri:
     return Uri(text, scheme, user, password if colon else None, rest, names)
 
 
+def is_uri(where: object) -> bool:
+    """Whether a results root, dataset folder or checkpoint place is a pyarrow URI (s3://, gs://, file://,
+    ...) rather than a local path: one test for every module that reads or writes one."""
+    return "://" in str(where)
+
+
 def uris_in(text: str) -> list[Uri]:
     """Every URI in `text`, parsed: the one reading of a URI's password and secret query values that
     `redact`, `holds_credentials` and a search's taking of credentials (sweep.credentials) share."""
@@ -276,7 +282,7 @@ def writer_lock(
     locks the new one, so no two writers ever hold two different files; a root the lock had to create is
     removed again if the block left it empty (a refused command leaves nothing). A URI root (s3://...) has
     no such lock and is written unlocked."""
-    if "://" in str(root):
+    if is_uri(root):
         yield
         return
     folder = Path(root).expanduser().absolute()
@@ -430,7 +436,7 @@ def ensure_writable_dir(path: str | Path, flag: str, *, write: bool = True) -> N
     left to their filesystem."""
     if "\x00" in str(path):  # no filesystem takes one; Path.exists would raise ValueError
         raise ModsarError(f"{flag} {str(path)!r} holds a NUL byte, which no path can; name a folder")
-    if "://" in str(path):
+    if is_uri(path):
         return
     given = Path(path).expanduser()
     folder = given.absolute()

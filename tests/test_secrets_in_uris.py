@@ -15,7 +15,7 @@ import pytest
 
 from modsar.cli import main
 from modsar.errors import ModsarError
-from modsar.outputs import holds_credentials, redact, refuse_credentials, uris_in
+from modsar.outputs import holds_credentials, is_uri, redact, refuse_credentials, uris_in
 from modsar.sweep import SearchRequest
 
 SECRET = "SUPERSECRET"
@@ -456,3 +456,12 @@ def test_an_unexpected_error_is_one_redacted_line(tmp_path, monkeypatch, capsys)
     err = capsys.readouterr().err
     assert "Traceback" in err and "in bug" in err and SECRET not in err
     assert err.splitlines()[-1].startswith("modsar: internal error: RuntimeError: ")
+
+
+def test_one_test_tells_a_uri_from_a_local_path():
+    """Every module asks modsar.outputs.is_uri whether a results root, dataset folder or checkpoint place is
+    a pyarrow URI: a scheme and '://', of a string or a path object."""
+    from pathlib import Path
+
+    assert all(is_uri(x) for x in ("s3://bucket/results", "file:///tmp/r", "gs://b", "hdfs://nn:8020/r"))
+    assert not any(is_uri(x) for x in ("results", Path("/tmp/results"), "./s3:/x", "C:\\results"))

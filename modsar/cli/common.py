@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeAlias
 
+from modsar.outputs import is_uri
+
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"  # what add_subparsers returns
 Handler: TypeAlias = Callable[[argparse.Namespace], int]
 
@@ -78,7 +80,7 @@ def check_folders(args: argparse.Namespace) -> None:
         ensure_writable_dir(args.out, "--out")
     if args.command in ("train", "search") and not getattr(args, "list_keys", False):
         ensure_writable_dir(args.results, "--results")
-        if args.experiment and "://" not in args.results:
+        if args.experiment and not is_uri(args.results):
             ensure_writable_dir(Path(args.results) / args.experiment, "--results")
 
 

@@ -34,7 +34,15 @@ from modsar.data.registry import DatasetSpec, get_spec, is_generated
 from modsar.data.split import LeaveOneOut
 from modsar.errors import ModsarError
 from modsar.limits import SIZE_LIMITS
-from modsar.outputs import atomic_write, check_name, ensure_writable_dir, to_json, write_error, writer_lock
+from modsar.outputs import (
+    atomic_write,
+    check_name,
+    ensure_writable_dir,
+    is_uri,
+    to_json,
+    write_error,
+    writer_lock,
+)
 from modsar.version import __version__
 
 
@@ -45,7 +53,7 @@ def data_root(override: str | Path | None = None) -> Path:
     from modsar.outputs import redact
 
     given = str(override) if override else os.environ.get("MODSAR_DATA")
-    if given and "://" in given:
+    if given and is_uri(given):
         raise ModsarError(
             f"{'--data-dir' if override else '$MODSAR_DATA'} {redact(given)}: a data folder is a local path "
             "(a shared mount on a cluster), not a URI; name a folder"

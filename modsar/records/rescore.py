@@ -21,7 +21,7 @@ from modsar.data.store import StoredDataset, dataset_identity, load_dataset
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
 from modsar.evaluation.ranking import Evaluator, model_scorer
-from modsar.outputs import check_name
+from modsar.outputs import check_name, is_uri
 from modsar.records.rows import read_rows
 from modsar.task import Task
 from modsar.training.checkpoints import CHECKPOINT_FILE, load_checkpoint, local_checkpoint
@@ -35,7 +35,7 @@ def checkpoint_row(where: str | Path) -> dict[str, Any] | None:
     checkpoint (<results>/<experiment>/checkpoints/<trial>.pt) or above a search trial's checkpoint folder
     (<results>/<experiment>/<trial folder>/checkpoint_N). None when no such row is found (a moved file, or
     a folder whose name no experiment could have: check_name)."""
-    if "://" in str(where):
+    if is_uri(where):
         return None
     target = Path(where).expanduser().resolve()
     for experiment in list(target.parents)[:4]:
@@ -52,7 +52,7 @@ def checkpoint_row(where: str | Path) -> dict[str, Any] | None:
             recorded = row.get("checkpoint")
             if (
                 isinstance(recorded, str)
-                and "://" not in recorded
+                and not is_uri(recorded)
                 and Path(recorded).resolve()
                 in (target, target.parent if target.name == CHECKPOINT_FILE else None)
             ):

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from modsar.config import Config
 from modsar.data.store import dataset_identity
 from modsar.errors import ModsarError
-from modsar.outputs import PARTIAL_PREFIX, atomic_write, check_name, name_problem, redact
+from modsar.outputs import PARTIAL_PREFIX, atomic_write, check_name, is_uri, name_problem, redact
 
 STATUSES = ("finished", "stopped", "diverged", "error")  # diverged: NaN/inf loss, weights or metrics
 ROW_KIND = (b"modsar.kind", b"trial-row")  # schema metadata of every row file: `read_rows` takes nothing else
@@ -147,7 +147,7 @@ def filesystem(root: str) -> tuple[pafs.FileSystem, str]:
     """(filesystem, path) for a local path (made absolute) or a pyarrow URI (s3://, gs://, ...). A URI no
     filesystem opens (an unknown scheme, no bucket, an unreachable host, a missing client library) is one
     ModsarError that shows it redacted (outputs.redact), never pyarrow's traceback."""
-    if "://" not in root:
+    if not is_uri(root):
         return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(root))
     if not root.partition("://")[2].strip("/"):  # s3:// alone would list every bucket of the account
         raise ModsarError(

@@ -12,7 +12,7 @@ from typing import Any
 from modsar.config import Config
 from modsar.data.store import load_dataset
 from modsar.errors import ModsarError
-from modsar.outputs import check_name, ensure_writable_dir, refuse_credentials, writer_lock
+from modsar.outputs import check_name, ensure_writable_dir, is_uri, refuse_credentials, writer_lock
 from modsar.records.rows import filesystem, result_row, trial_facts, write_row
 from modsar.training.trainer import TrainingDiverged, TrialResult, resolve_device, run_trial
 
@@ -55,7 +55,7 @@ def train_and_record(
             f"train-{cfg.dataset}", "the default experiment name train-<dataset> (pass --experiment)"
         )
     check_name(experiment, "experiment")
-    if "://" not in results:  # before training: a row that cannot be written is a run lost
+    if not is_uri(results):  # before training: a row that cannot be written is a run lost
         for folder in ("trials", "checkpoints") if checkpoint else ("trials",):
             ensure_writable_dir(Path(results) / experiment / folder, "--results")
     # shared: trainings each add a row file of their own; a search writing this experiment excludes them
@@ -72,7 +72,7 @@ def _train_and_write(
     trial_id = f"{cfg.task}-{uuid.uuid4().hex[:8]}"
     path = (
         Path(results).resolve() / experiment / "checkpoints" / f"{trial_id}.pt"
-        if checkpoint and "://" not in results
+        if checkpoint and not is_uri(results)
         else None
     )
     try:
@@ -132,7 +132,7 @@ def _uri_results(results: str, checkpoint: bool) -> str:
     refuse_credentials("--results", results)
     if results.startswith("file://"):  # a relative or malformed one is one line (filesystem), no traceback
         return filesystem(results)[1]
-    if "://" in results and checkpoint:
+    if is_uri(results) and checkpoint:
         raise ModsarError(
             f"--results {results}: modsar train writes its best checkpoint to a local or shared folder, not "
             "to an object store; pass a folder (a mounted bucket works), or --no-checkpoint to record only "

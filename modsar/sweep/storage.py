@@ -26,7 +26,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from modsar.errors import ModsarError
-from modsar.outputs import PARTIAL_PREFIX, atomic_write
+from modsar.outputs import PARTIAL_PREFIX, atomic_write, is_uri
 from modsar.records.rows import filesystem
 
 # in each Tuner's folder (ray-ae, ray-ar, ray-seeds); not .pkl or .json, the files Tune's restore copies into
@@ -134,7 +134,7 @@ def restore_snapshot(ray_path: str) -> bool:
 def remove_partial_files(ray_path: str) -> int:
     """Delete the temporary files of writes a killed search never finished, under one Tuner's folder; returns
     how many. Only while nothing writes there: `--resume` calls it before it restores the Tuner."""
-    if "://" in ray_path:
+    if is_uri(ray_path):
         return 0
     partial = [
         Path(folder, name)

@@ -32,6 +32,7 @@ from modsar.outputs import (
     atomic_write,
     check_name,
     ensure_writable_dir,
+    is_uri,
     refuse_credentials,
     to_json,
     writer_lock,
@@ -264,7 +265,7 @@ def check_resources(req: SearchRequest) -> dict[str, float]:
 def _storage(plan: Plan) -> str:
     """The experiment folder: storage_path of every Tuner of this search."""
     root = plan.root
-    return root if "://" in root else os.path.abspath(os.path.expanduser(root))
+    return root if is_uri(root) else os.path.abspath(os.path.expanduser(root))
 
 
 def drop_resume_state(grid) -> None:
@@ -611,7 +612,7 @@ def _check_overwrite(storage: str, search_json: str) -> None:
     that holds something else (another command's rows, a user's files), nor the target of a symbolic link,
     which may lie outside the results root. A missing or empty folder has nothing to lose."""
     fs, path = filesystem(storage)
-    if "://" not in storage and os.path.islink(path):
+    if not is_uri(storage) and os.path.islink(path):
         raise ModsarError(
             f"--overwrite: {storage} is a symbolic link (to {os.path.realpath(path)}); nothing was deleted. "
             "ModSAR deletes only a search folder of its own, never where a link points: remove the link "

@@ -22,6 +22,7 @@ from modsar.errors import ModsarError
 from modsar.memory import check_model
 from modsar.model.interface import Recommender
 from modsar.model.registry import build
+from modsar.outputs import is_uri
 
 CHECKPOINT_FILE = "best.pt"  # what a search trial's checkpoint folder holds
 
@@ -108,7 +109,7 @@ def local_checkpoint(where: str | Path) -> Iterator[Path]:
         raise ModsarError(
             "no checkpoint given: pass a .pt written by modsar train, or a search row's checkpoint folder"
         )
-    if "://" not in where:
+    if not is_uri(where):
         path = Path(where).expanduser()
         if path.is_dir() and not (path / CHECKPOINT_FILE).is_file():
             inside = sorted(p.name for p in path.glob("checkpoint_*") if (p / CHECKPOINT_FILE).is_file())
