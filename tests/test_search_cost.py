@@ -288,3 +288,19 @@ def test_a_rung_past_the_run_is_named_in_steps_and_impossible_requests_are_refus
     assert "grace period (100 steps) is past its max_t (5 steps)" in capsys.readouterr().err
     assert main(["spaces", path, "--dataset", "synthetic", "--cpus-per-trial", "nan"]) == 2
     assert "--cpus-per-trial must be > 0; got nan" in capsys.readouterr().err
+
+
+def test_an_ae_mask_rate_changes_the_cost_of_a_step(data_dir, tmp_path):
+    """An AE step scores every masked position against every item: four times the mask rate, four times the
+    output layer's FLOPs (on synthetic's few items the encoder's share keeps the whole step's ratio lower), so
+    each rate is its own size, never one that copies the first rate's count of labelled targets."""
+    path = space_file(
+        tmp_path,
+        "  task: {grid: [ae]}\n  mask_prob: {grid: [0.2, 0.8]}\n",
+        "{max_t: 2, grace_period: 1}",
+        "{search: grid, max_epochs: 2, eval_every: 1}",
+    )
+    (ae,) = estimate(make_plan(SearchRequest(space=path, dataset="synthetic")), probe=False).directions
+    low, high = sorted(ae.groups, key=lambda g: g.key["mask_prob"])
+    assert (low.key["mask_prob"], high.key["mask_prob"]) == (0.2, 0.8)
+    assert 1.5 < high.flops / low.flops < 4

@@ -17,7 +17,6 @@ no file.
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import statistics
@@ -62,13 +61,22 @@ def cost_keys() -> tuple[str, ...]:
     return BASE_COST_KEYS + tuple(dict.fromkeys(k for k in own if k not in BASE_COST_KEYS))
 
 
-# of BASE_COST_KEYS, the ones that change how many steps an epoch takes (data.view and the split are fixed
-# per search)
-SHAPE_KEYS = ("task", "data.max_len", "data.batch_size", "data.samples", "data.batching", "data.padding_free")
+# of BASE_COST_KEYS, the ones that change an epoch's batches: how many steps, their positions, and the
+# labelled targets an AE's mask rate draws (data.view and the split are fixed per search)
+SHAPE_KEYS = (
+    "task",
+    "mask_prob",
+    "data.max_len",
+    "data.batch_size",
+    "data.samples",
+    "data.batching",
+    "data.padding_free",
+)
 MAX_PROBES = 6  # model sizes timed per search; the others are interpolated from the nearest probed sizes
-PROBE_STEPS = 3  # timed training steps per probe at least, after one warm-up step
-PROBE_S = 1.0  # ... and more, up to MAX_PROBE_STEPS, until this many seconds are timed: the median holds on a
-MAX_PROBE_STEPS = 12  # shared machine, where three steps' mean moved an estimate by 40% from run to run
+# timed training steps per probe, after one warm-up step: batches at evenly spaced quantiles of the epoch's
+# batch sizes in positions, so their mean is the epoch's mean step (padding-free batches sorted by length
+# range from a few positions to the whole window; the first few of a shuffled epoch missed Beauty's by 40%)
+PROBE_STEPS = 6
 EVAL_PROBE_S = 0.3  # a validation pass is timed whole up to here, extrapolated from its batches beyond
 # what a search spends besides its trials' epochs and validation passes, measured by modsar.sweep.timing on
 # the quickstart (2 CPUs, idle): Tune starting a trial and the trainer's set-up (a reused actor's dataset is
@@ -692,8 +700,8 @@ class _Enough(Exception):
 
 def probe(cfg: Config, dataset, split, max_len: int, device: torch.device) -> tuple[float, float]:
     """(seconds per optimizer step, seconds per validation pass) of `cfg`, built as run_trial builds it: one
-    warm-up step, then the median of PROBE_STEPS to MAX_PROBE_STEPS real steps (PROBE_S seconds of them);
-    then validation_seconds."""
+    warm-up step, then the mean of PROBE_STEPS real steps on batches at evenly spaced quantiles of the
+    epoch's batch positions (the epoch's mean step); then validation_seconds."""
     from modsar.training.trainer import build_model, make_optimizer
 
     model = build_model(cfg, dataset.num_items, dataset.num_users, max_len).to(device)
@@ -702,15 +710,15 @@ def probe(cfg: Config, dataset, split, max_len: int, device: torch.device) -> tu
     plan = batches.epoch_plan()
     per_batch = batches.num_targets / max(len(plan), 1)
     model.train()
+    by_size = sorted(plan, key=lambda rows: int(batches.row_lengths[rows].sum()))
+    picks = [by_size[int((k + 0.5) * len(by_size) / PROBE_STEPS)] for k in range(PROBE_STEPS)]
     times: list[float] = []
-    for rows in itertools.islice(itertools.cycle(plan), 1 + MAX_PROBE_STEPS):
+    for rows in [by_size[-1], *picks]:  # the warm-up on the largest batch: the allocator grows once
         tick = time.perf_counter()
         _step(model, optimizer, batches.make(rows).to(device), cfg, per_batch)
         times.append(time.perf_counter() - tick)
-        if len(times) > PROBE_STEPS and sum(times[1:]) >= PROBE_S:
-            break
     model.eval()
-    return statistics.median(times[1:]), validation_seconds(model, split, cfg, max_len, device)
+    return statistics.fmean(times[1:]), validation_seconds(model, split, cfg, max_len, device)
 
 
 def _step(model, optimizer: torch.optim.Optimizer, batch, cfg: Config, per_batch: float) -> None:
