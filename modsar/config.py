@@ -202,6 +202,12 @@ class ModelConfig:
     # attention branch
     bsa_alpha: float = bounded(0.9, low=0, high=1, why="the frequency branch's weight")
 
+    @property
+    def timed(self) -> bool:
+        """Whether attention is biased by time (model.time_bias other than none): the model then reads the
+        inputs' timestamps, so batches, evaluation and the data's checks must carry them."""
+        return self.time_bias != "none"
+
 
 @dataclass
 class LossConfig:

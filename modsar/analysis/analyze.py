@@ -105,7 +105,7 @@ def model_label(cfg) -> str:
     if registry.named_by_paper(cfg.model.backbone):
         return registry.paper_name(cfg.model.backbone, cfg.task)
     kind = "Local" if cfg.model.local_heads else "Vanilla"
-    name = f"{kind}-{Task(cfg.task).label}"
+    name = f"{kind}-{cfg.task.label}"
     return name if registry.lookup(cfg.model.backbone).named_by_design else f"{cfg.model.backbone} {name}"
 
 
@@ -130,7 +130,7 @@ class Probe:
         self.attention_rows = np.sort(np.random.default_rng(0).permutation(len(self.users))[:attention_users])
         self.inputs = eval_inputs(self.split, self.users, self.end, self.cfg.task, self.max_len)
         self.user_ids = torch.from_numpy(self.users + 1)
-        self.history = self.inputs[:, :-1] if Task(self.cfg.task).masked else self.inputs  # without [MASK]
+        self.history = self.inputs[:, :-1] if self.cfg.task.masked else self.inputs  # without [MASK]
         self.lengths = (self.history > 0).sum(1).numpy()
 
     def batches(self, size: int = 256):
@@ -292,7 +292,7 @@ def shuffled(probe: Probe, partial: bool, seed: int = 0) -> torch.Tensor:
     out = hist.gather(1, order)
     too_short = torch.from_numpy(probe.lengths < (3 if partial else 2))
     out[too_short] = hist[too_short]
-    if Task(probe.cfg.task).masked:  # the appended [MASK] stays last
+    if probe.cfg.task.masked:  # the appended [MASK] stays last
         out = torch.cat([out, probe.inputs[:, -1:]], dim=1)
     return out
 
@@ -759,4 +759,4 @@ def run(
     for frame in (state.maps, state.spectra):
         if len(frame):
             frame["model"] = label
-    return Analysis(label, probe.cfg.dataset, Task(probe.cfg.task), table, state.maps, state.spectra, notes)
+    return Analysis(label, probe.cfg.dataset, probe.cfg.task, table, state.maps, state.spectra, notes)

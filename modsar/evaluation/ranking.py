@@ -237,7 +237,7 @@ class Evaluator:
             batch_size or cfg.data.eval_batch_size,
             device,
             in_order,
-            cfg.model.time_bias != "none",
+            cfg.model.timed,
         )
 
     def __call__(self, scorer: Scorer, which: str) -> dict[str, float]:

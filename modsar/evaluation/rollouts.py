@@ -569,7 +569,7 @@ def trial_rollouts(
     return generate(
         model,
         split,
-        Task(cfg.task),
+        cfg.task,
         max_len,
         cfg.eval.generate_steps,
         Sampler("greedy"),

@@ -336,7 +336,7 @@ class ModularSAR(nn.Module):
             nn.LayerNorm(d, eps=cfg.norm_eps) if blocks and blocks[0].style != "post" else nn.Identity()
         )
         self.head = OutputHead(self.item_dim, num_items) if cfg.head == "bert4rec" else None
-        self.timed = cfg.time_bias != "none"  # forward needs the inputs' times
+        self.timed = cfg.timed  # forward needs the inputs' times
         tables = (
             [nn.Embedding(time_bucket_count(cfg.time_bias), cfg.num_heads) for _ in blocks]
             if self.timed

@@ -233,7 +233,7 @@ def check_config(cfg: Config, bad: Bad, stored: bool = False) -> None:
             f"backbone {cfg.model.backbone} implements task {' and '.join(entry.tasks)} only; got "
             f"task={cfg.task}"
         )
-    if cfg.model.time_bias != "none" and not entry.time_bias:
+    if cfg.model.timed and not entry.time_bias:
         timed = " and ".join(e.name for e in entries() if e.time_bias) or "no backbone"
         bad(
             f"'model.time_bias={cfg.model.time_bias}' is an attention bias of the {timed} backbone; "

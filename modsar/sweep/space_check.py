@@ -100,7 +100,7 @@ def viewed_sizes(cfg: Config, sizes: dict[str, int], where: str) -> dict[str, in
         for k, v in (
             ("data.view=item", cfg.data.view == "item"),
             ("data.split=temporal", cfg.data.split == "temporal"),
-            (f"model.time_bias={cfg.model.time_bias}", cfg.model.time_bias != "none"),
+            (f"model.time_bias={cfg.model.time_bias}", cfg.model.timed),
         )
         if v
     ]

@@ -85,7 +85,7 @@ def _refuse_trivial_ranking(cfg: Config, num_items: int, where: str) -> None:
 def validate_split(cfg: Config, split: LeaveOneOut) -> None:
     """What training needs of the dataset's split besides its sizes: timestamps where the model reads times
     (model.time_bias), and users with a validation and a test target."""
-    if cfg.model.time_bias != "none" and split.timestamp is None:
+    if cfg.model.timed and split.timestamp is None:
         raise ModsarError(
             f"model.time_bias={cfg.model.time_bias} needs timestamps, and dataset '{cfg.dataset}' has "
             "none (its source gives only the order within each user); use a timestamped dataset or "

@@ -36,7 +36,6 @@ from modsar.model import registry
 from modsar.model.interface import Recommender, encode
 from modsar.model.losses import training_loss
 from modsar.randomness import global_states, seed_everything, untouched
-from modsar.task import Task
 from modsar.training.feasible import validate_for_dataset, validate_split
 from modsar.training.flops import epoch_flops, utilisation
 from modsar.training.heap import bound_heap, roomy_heap
@@ -166,7 +165,7 @@ def train_batches(split, cfg: Config, max_len: int) -> TrainBatches:
     (the one place a config becomes batches: the trainer and the search's cost estimate both call it)."""
     return TrainBatches(
         split,
-        Task(cfg.task),
+        cfg.task,
         max_len,
         cfg.data.batch_size,
         seed=cfg.seed,
@@ -181,7 +180,7 @@ def train_batches(split, cfg: Config, max_len: int) -> TrainBatches:
         item_sse_prob=cfg.model.item_sse_prob,
         user_sse_prob=cfg.model.user_sse_prob,
         sse_style=cfg.model.sse_style,
-        times=cfg.model.time_bias != "none",
+        times=cfg.model.timed,
     )
 
 
