@@ -41,7 +41,7 @@ def _transfo_xl_config(m, vocab: int, positions: int, task: Task):
         d_embed=d,
         n_head=m.num_heads,
         d_head=d // m.num_heads,
-        d_inner=m.ffn_size or 4 * d,
+        d_inner=m.ffn_width,
         n_layer=m.num_layers,
         pre_lnorm=m.norm == "pre",
         mem_len=0,
@@ -72,7 +72,7 @@ def _generic_config(spec: Backbone, m, vocab: int, positions: int):
     common = _sizes(m, vocab, positions)
     ffn_field = dict(spec.extra)["ffn"]
     if ffn_field:
-        common[ffn_field] = m.ffn_size or 4 * m.hidden_size
+        common[ffn_field] = m.ffn_width
     if spec.activation_field:
         common[spec.activation_field] = m.activation
     common.update({f: m.dropout for f in spec.dropout} | {f: m.attn_dropout for f in spec.attn_dropout})
@@ -90,7 +90,7 @@ def _gpt2_sizes(m, vocab: int, positions: int) -> dict[str, Any]:
         "n_embd": m.hidden_size,
         "n_layer": m.num_layers,
         "n_head": m.num_heads,
-        "n_inner": m.ffn_size or 4 * m.hidden_size,
+        "n_inner": m.ffn_width,
         "n_positions": positions,
         "pad_token_id": 0,
         "bos_token_id": None,
@@ -109,7 +109,7 @@ def _hf_config(spec: Backbone, m, vocab: int, positions: int, task: Task):
     if spec.model_type == "gpt2":
         common = _gpt2_sizes(m, vocab, positions)
     else:
-        common = _sizes(m, vocab, positions) | {"intermediate_size": m.ffn_size or 4 * m.hidden_size}
+        common = _sizes(m, vocab, positions) | {"intermediate_size": m.ffn_width}
     common[spec.activation_field] = m.activation
     if spec.model_type == "albert":
         common["embedding_size"] = m.hidden_size  # tie the output head to the item embedding, no projection

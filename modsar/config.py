@@ -203,6 +203,18 @@ class ModelConfig:
     bsa_alpha: float = bounded(0.9, low=0, high=1, why="the frequency branch's weight")
 
     @property
+    def ffn_width(self) -> int:
+        """The feed-forward layer's inner width: ffn_size, or 4 x hidden_size where it is 0 (every backbone,
+        the HuggingFace ones' config fields included)."""
+        return self.ffn_size or 4 * self.hidden_size
+
+    @property
+    def user_width(self) -> int:
+        """The user vector's width beside the item vector under user_fusion=concat (SSE-PT), else 0:
+        user_size, or hidden_size // 2 where it is 0."""
+        return (self.user_size or self.hidden_size // 2) if self.user_fusion == "concat" else 0
+
+    @property
     def timed(self) -> bool:
         """Whether attention is biased by time (model.time_bias other than none): the model then reads the
         inputs' timestamps, so batches, evaluation and the data's checks must carry them."""
@@ -867,7 +879,7 @@ def _user_size_is_concats(cfg: Config, bad: Bad, stored: bool) -> None:
     """`user_size` is the width of concat's user vector, beside an item vector that keeps at least one."""
     m = cfg.model
     if m.user_fusion == "concat":
-        user = m.user_size or m.hidden_size // 2
+        user = m.user_width
         if not 0 < user < m.hidden_size:
             bad(f"'model.user_size' must be between 1 and hidden_size - 1; got {user}")
     elif m.user_size:

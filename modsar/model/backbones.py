@@ -50,7 +50,7 @@ def _check_modular(cfg: Config, bad: Bad) -> None:
             "(beside the item vector) or project ([item; position] projected to the hidden size)"
         )
     if absolute and m.pos_fusion != "add":
-        room = m.hidden_size - ((m.user_size or m.hidden_size // 2) if m.user_fusion == "concat" else 0)
+        room = m.hidden_size - m.user_width
         if not 0 < m.pos_dim < (room if m.pos_fusion == "concat" else m.hidden_size + 1):
             limit = (
                 f"below {room} (the item vector needs the rest)"

@@ -108,7 +108,7 @@ class BSALayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig, window: int, causal: bool) -> None:
         super().__init__()
-        d, inner = cfg.hidden_size, cfg.ffn_size or 4 * cfg.hidden_size
+        d, inner = cfg.hidden_size, cfg.ffn_width
         self.alpha = cfg.bsa_alpha
         self.frequency = FrequencyBranch(d, cfg.bsa_cutoff, window, cfg.dropout, causal)
         self.attention = AttentionBranch(cfg)

@@ -181,7 +181,7 @@ class Block(nn.Module):
         act = nn.GELU() if cfg.activation == "gelu" else nn.ReLU()
         inner = nn.Dropout(cfg.dropout) if cfg.ffn_inner_dropout else nn.Identity()
         self.ffn = nn.Sequential(
-            nn.Linear(d, cfg.ffn_size or 4 * d), act, inner, nn.Linear(cfg.ffn_size or 4 * d, d)
+            nn.Linear(d, cfg.ffn_width), act, inner, nn.Linear(cfg.ffn_width, d)
         )
         self.drop = nn.Dropout(cfg.dropout)
         self.attn_drop = nn.Dropout(cfg.dropout) if cfg.attn_output_dropout else nn.Identity()
@@ -304,7 +304,7 @@ class ModularSAR(nn.Module):
         self.cfg, self.num_items, self.causal = cfg, num_items, Task(task).causal
         d = self.hidden_size = cfg.hidden_size
         self.fusion = cfg.user_fusion
-        self.user_dim = (cfg.user_size or d // 2) if self.fusion == "concat" else 0  # SSE-PT's share of d
+        self.user_dim = cfg.user_width  # SSE-PT's share of d
         self.positions = max_len + 1  # AE reads max_len history items + the mask token
         self.positional = "learned" if cfg.positional == "auto" else cfg.positional
         self.absolute = self.positional in ("learned", "sinusoidal")
