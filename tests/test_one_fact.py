@@ -57,3 +57,22 @@ def test_timed_is_one_answer_for_the_model_and_the_checks():
     assert cfg.model.timed and model.timed
     plain, flat = _built()
     assert not plain.model.timed and not flat.timed
+
+
+def test_the_history_window_is_one_answer_for_the_trainer_the_estimate_and_the_check(tmp_path, monkeypatch):
+    """data.max_len=0 reads the dataset's own window (its manifest's), given: its own; the cost estimate and
+    the space check size the same window as the trainer."""
+    from modsar.data.registry import DEFAULT_MAX_LEN
+    from modsar.data.store import load_dataset, window
+    from modsar.training.trainer import Trainer
+
+    monkeypatch.setenv("MODSAR_DATA", str(tmp_path))
+    dataset = load_dataset("synthetic")
+    assert window(0, dataset.default_max_len) == dataset.default_max_len and window(7, 30) == 7
+    assert window(0, None) == DEFAULT_MAX_LEN == 50
+    for given in (0, 9):
+        trainer = Trainer(
+            load_config(None, [f"data.max_len={given}", "model.hidden_size=16"]), progress=False
+        )
+        trainer.setup(dataset)
+        assert trainer.max_len == window(given, dataset.default_max_len)

@@ -16,12 +16,17 @@ S3REC = (
 SASREC = "https://raw.githubusercontent.com/kang205/SASRec/e3738967fddab206d6eeb4fda433e7a7034dd8b1/data/"
 
 
+# the history window (items a model reads) a dataset is prepared with unless its entry or --max-len says
+# otherwise; a run's data.max_len=0 reads the dataset's own (modsar.data.store.window)
+DEFAULT_MAX_LEN = 50
+
+
 @dataclass(frozen=True)
 class DatasetSpec:
     name: str
     description: str
     format: str
-    max_len: int = 50
+    max_len: int = DEFAULT_MAX_LEN
     min_user_count: int = 0
     min_item_count: int = 0
     kcore: bool = False

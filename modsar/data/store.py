@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from modsar.data import synthetic
 from modsar.data.importers import Detection, Interactions, read_interactions, resolve_format
 from modsar.data.prepare import MIN_ITEMS, PreparedLog, PrepareOptions, prepare_log, statistics
-from modsar.data.registry import DatasetSpec, get_spec, is_generated
+from modsar.data.registry import DEFAULT_MAX_LEN, DatasetSpec, get_spec, is_generated
 from modsar.data.split import LeaveOneOut
 from modsar.errors import ModsarError
 from modsar.limits import SIZE_LIMITS
@@ -75,7 +75,14 @@ class StoredDataset:
 
     @property
     def default_max_len(self) -> int:
-        return int(self.manifest.get("max_len", 50))
+        """The history window the dataset was prepared with (its manifest's)."""
+        return int(self.manifest.get("max_len") or DEFAULT_MAX_LEN)
+
+
+def window(max_len: int, dataset_max_len: int | None) -> int:
+    """The history window a run reads: its data.max_len, or (0) the dataset's own: one answer for the
+    trainer, the cost estimate and the space check."""
+    return max_len or int(dataset_max_len or DEFAULT_MAX_LEN)
 
 
 def file_sha256(path: Path) -> str:
@@ -222,7 +229,7 @@ def _prepare_locked(
         formats = [d.format for d in detected]
         source_facts = [{"path": str(p.resolve()), "sha256": file_sha256(p)} for p in paths]
         _refuse_repeated_sources(paths, source_facts)
-    max_len = max_len or 50
+    max_len = max_len or DEFAULT_MAX_LEN
     existing = read_manifest(name, root)
     request = {
         "sources": [{k: v for k, v in s.items() if k != "path"} for s in source_facts],

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from modsar.config import Config
+from modsar.data.store import window
 from modsar.model import registry
 from modsar.sweep.asha_replay import Replay, TrialShape, replay
 from modsar.sweep.plan import STEPS_MAX_T, Plan, trial_config
@@ -551,7 +552,7 @@ def size_groups(plan: Plan, task: str, default_max_len: int) -> list[Group]:
         found = groups.get(tuple(map(repr, key.values())))
         if found is None:
             groups[tuple(map(repr, key.values()))] = Group(
-                key, full, cfg, cfg.data.max_len or default_max_len, trials
+                key, full, cfg, window(cfg.data.max_len, default_max_len), trials
             )
         else:
             found.trials += trials

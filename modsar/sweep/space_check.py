@@ -22,6 +22,7 @@ import torch
 
 from modsar import memory
 from modsar.config import Config, apply_overrides
+from modsar.data.store import window
 from modsar.errors import ModsarError
 from modsar.sweep.spaces import MAX_GRID_POINTS, Param, SearchSpace
 from modsar.training.feasible import validate_for_dataset
@@ -246,7 +247,7 @@ def _build_problem(cfg: Config, sizes: dict[str, int] | None) -> str | None:
     try:
         with torch.device("meta"):
             model = build_model(
-                cfg, sizes["num_items"], sizes["num_users"], cfg.data.max_len or sizes.get("max_len", 50)
+                cfg, sizes["num_items"], sizes["num_users"], window(cfg.data.max_len, sizes.get("max_len"))
             )
     except Exception as exc:  # whatever the constructor refuses would fail the trial at run time
         first = (str(exc).strip().splitlines() or [""])[0]

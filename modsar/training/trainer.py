@@ -26,7 +26,7 @@ from modsar import devices
 from modsar.config import Config
 from modsar.data.batches import Batch, TrainBatches
 from modsar.data.split import LeaveOneOut, TemporalSplit, make_split
-from modsar.data.store import StoredDataset, dataset_identity, load_dataset
+from modsar.data.store import StoredDataset, dataset_identity, load_dataset, window
 from modsar.data.views import viewed
 from modsar.errors import ModsarError
 from modsar.evaluation.ranking import Evaluator, model_scorer, popularity_scorer
@@ -290,7 +290,7 @@ class Trainer:
         seed_everything(cfg.seed)
         self.dataset = dataset = viewed(dataset or load_dataset(cfg.dataset, data_root), cfg.data.view)
         self.split = make_split(cfg, dataset)
-        self.max_len = max_len = cfg.data.max_len or dataset.default_max_len
+        self.max_len = max_len = window(cfg.data.max_len, dataset.default_max_len)
         validate_for_dataset(cfg, dataset.num_items, "config", self.split, max_len=max_len)
         validate_split(cfg, self.split)
         check_model(cfg, dataset.num_items, dataset.num_users, max_len)  # counted on the meta device first
