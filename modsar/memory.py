@@ -94,7 +94,10 @@ def batch_positions(cfg: Config, split: Any, max_len: int) -> int:
     or max(1, round(length x mask_prob)) of them (AE), or its last (data.samples=prefixes); without
     data.padding_free the loss reads all max_len positions of each of batch_size rows. `max_len`: the model's
     window (0 when unknown: one position a row then)."""
-    from modsar.data.batches import task_rows  # the rows TrainBatches lays out (loaded with any split)
+    from modsar.data.batches import (
+        SORT_CHUNK_BATCHES,
+        task_rows,
+    )  # TrainBatches' rows (loaded with any split)
 
     d, layout = cfg.data, task_rows(cfg.task)
     lengths = (split.train_ends - split.starts)[split.train_ends - split.starts >= 2]  # a row: input + label
@@ -109,7 +112,7 @@ def batch_positions(cfg: Config, split: Any, max_len: int) -> int:
     labelled = layout.labelled(layout.row_lengths(lengths, max_len), cfg.mask_prob)
     if d.batching == "tokens":  # cut per chunk of 64 x batch_size rows at multiples of an average batch's
         # positions: each chunk gives at most (its positions / budget) + 1 batches, rows / batch_size + 1
-        batches = rows // d.batch_size + -(-rows // (64 * d.batch_size))
+        batches = rows // d.batch_size + -(-rows // (SORT_CHUNK_BATCHES * d.batch_size))
     else:  # batch_size rows a batch
         batches = -(-rows // d.batch_size)
     return max(1, labelled // batches)

@@ -40,6 +40,10 @@ import torch.nn.functional as F
 from modsar.data.split import LeaveOneOut, left_padded_windows
 from modsar.task import Task
 
+# padding-free epochs sort rows by length within chunks of this many batches: batches stay narrow (little
+# compute on padding) while their order across the epoch stays random; the memory estimate counts by it too
+SORT_CHUNK_BATCHES = 64
+
 
 @dataclass
 class Batch:
@@ -279,7 +283,7 @@ class TrainBatches:
         if not self.padding_free or self.batching == "random":
             return [perm[i : i + self.batch_size] for i in range(0, len(perm), self.batch_size)]
         # Sort chunks of ~64 batches by length so batches are narrow but still random, then shuffle batches.
-        chunk = self.batch_size * 64
+        chunk = self.batch_size * SORT_CHUNK_BATCHES
         budget = self.batch_size * self.row_lengths.mean()  # "tokens": positions of an average batch
         batches = []
         for i in range(0, len(perm), chunk):

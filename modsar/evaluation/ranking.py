@@ -25,6 +25,14 @@ from modsar.model.interface import Recommender, encode, trim_left_padding
 from modsar.task import Task
 
 SCORES_BUDGET = 1 << 24  # scores held at once (16M floats, 64 MiB): fewer users per batch on huge catalogues
+
+
+def users_per_batch(batch_size: int, num_items: int) -> int:
+    """Users ranked at once: data.eval_batch_size, fewer where their scores over the catalogue would pass
+    SCORES_BUDGET (one answer for the evaluator and the cost estimate's timing of it)."""
+    return max(1, min(batch_size, SCORES_BUDGET // max(num_items, 1)))
+
+
 # (inputs (B, T), users (B,)) -> scores (B, N); an evaluation with `timed` also passes the times (B, T)
 Scorer = Callable[..., torch.Tensor]
 
@@ -163,7 +171,7 @@ def target_ranks(
         else np.argsort(np.minimum(history_end - split.starts[users], max_len), kind="stable")
     )
     ranks = torch.zeros(len(users), dtype=torch.long)
-    batch_size = max(1, min(batch_size, SCORES_BUDGET // max(split.num_items, 1)))  # bounded on any catalogue
+    batch_size = users_per_batch(batch_size, split.num_items)  # bounded on any catalogue
     for lo in range(0, len(users), batch_size):
         sl = order[lo : lo + batch_size]
         inputs = trim_left_padding(eval_inputs(split, users[sl], history_end[sl], task, max_len)).to(device)

@@ -180,9 +180,7 @@ class Block(nn.Module):
         self.user_query = nn.Linear(user_dim, d, bias=False) if user_dim else None  # user_fusion=bias
         act = nn.GELU() if cfg.activation == "gelu" else nn.ReLU()
         inner = nn.Dropout(cfg.dropout) if cfg.ffn_inner_dropout else nn.Identity()
-        self.ffn = nn.Sequential(
-            nn.Linear(d, cfg.ffn_width), act, inner, nn.Linear(cfg.ffn_width, d)
-        )
+        self.ffn = nn.Sequential(nn.Linear(d, cfg.ffn_width), act, inner, nn.Linear(cfg.ffn_width, d))
         self.drop = nn.Dropout(cfg.dropout)
         self.attn_drop = nn.Dropout(cfg.dropout) if cfg.attn_output_dropout else nn.Identity()
 

@@ -735,11 +735,11 @@ def validation_seconds(model, split, cfg: Config, max_len: int, device: torch.de
     """A validation pass as run_trial runs it, timed whole where it takes under EVAL_PROBE_S; a longer one is
     stopped there and extrapolated: the set-up before its first batch, plus the mean batch so far per batch
     (the shortest histories come first, so a long pass is somewhat underestimated)."""
-    from modsar.evaluation.ranking import SCORES_BUDGET, Evaluator, model_scorer
+    from modsar.evaluation.ranking import Evaluator, model_scorer, users_per_batch
     from modsar.training.heap import roomy_heap
 
     evaluator = Evaluator.of(split, cfg, max_len, device)
-    per_batch = max(1, min(evaluator.batch_size, SCORES_BUDGET // max(split.num_items, 1)))
+    per_batch = users_per_batch(evaluator.batch_size, split.num_items)
     batches = -(-len(split.targets("valid")[0]) // per_batch)
     scorer, calls = model_scorer(model), []
 
