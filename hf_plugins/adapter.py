@@ -21,8 +21,8 @@ from torch import nn
 
 from hf_plugins.spec import Backbone, backbone_spec
 from modsar.errors import ModsarError
-from modsar.model.modular import OutputLayer, attention_mask, item_scores, tied_output
 from modsar.model.skips import SkipSite
+from modsar.model.toolkit import TiedScores, attention_mask
 from modsar.task import Task
 
 
@@ -217,7 +217,7 @@ def attention_skips(model: Any) -> list[SkipSite] | None:
     return finder(model) if finder is not None else None
 
 
-class HFBackbone(nn.Module):
+class HFBackbone(TiedScores, nn.Module):
     """The `Recommender` interface (modsar.model.interface) over any stock HF model."""
 
     def __init__(self, cfg, num_items: int, num_users: int, max_len: int, task: Task) -> None:
@@ -279,13 +279,3 @@ class HFBackbone(nn.Module):
         with self._attention("eager"):
             out = self.model(attention_mask=additive, output_attentions=True, **kwargs)
         return out.last_hidden_state, list(out.attentions)
-
-    def score(
-        self, hidden: torch.Tensor, users: torch.Tensor | None = None, items: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """Tied item-embedding scores of all items, shared candidates (K,) or per-row ones (`item_scores`)."""
-        return item_scores(hidden, self.item_emb, self.num_items, items)
-
-    def output_layer(self, hidden: torch.Tensor) -> OutputLayer:
-        """The tied scores as (states, item rows, no bias), for the fused full-softmax CE."""
-        return tied_output(hidden, self.item_emb, self.num_items)

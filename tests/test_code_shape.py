@@ -99,6 +99,26 @@ def test_an_undocumented_function_is_found():
     assert _undocumented(tree) == ["A.b", "d"]
 
 
+BACKBONES = ("modsar.model.modular", "modsar.model.bsarec", "modsar.model.gru4rec", "modsar.model.duorec")
+EXTENDS = {"modsar/model/duorec.py": "modsar.model.modular"}  # DuoRec is the modular encoder plus its views
+
+
+def test_no_backbone_imports_another_backbone():
+    """Masks, attention, positions and the tied output live in model/toolkit.py, which every backbone (the zoo
+    and hf_plugins too) imports; a backbone imports no other, except the one it extends by definition."""
+    files = [*_sources("modsar/model"), *_sources("hf_plugins")]
+    crossing = [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in files
+        for module in _imported(ast.parse(path.read_text()))
+        if module in BACKBONES
+        and module != ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        and EXTENDS.get(str(path.relative_to(ROOT))) != module
+        and path.name not in ("backbones.py", "registry.py")  # the registry names them by string only
+    ]
+    assert crossing == []
+
+
 def test_no_import_circle_between_the_rooms_of_modsar():
     graph = _room_graph()
     state: dict[str, int] = {}  # 1: on the current path, 2: done

@@ -222,7 +222,7 @@ def test_scores_held_at_once_stay_within_the_budget(monkeypatch):
 def test_evaluation_scores_equal_the_training_product_and_rank_alike():
     """Without gradients on CPU, item scores come from the item-major product as a (B, N) view: the same
     values as the row-major product training uses, and the same pessimistic ranks."""
-    from modsar.model.modular import item_scores
+    from modsar.model.toolkit import item_scores
 
     g = torch.Generator().manual_seed(0)
     table = torch.nn.Embedding(302, 16)

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from modsar.config import ModelConfig
-from modsar.model.modular import ModularSAR, attention_mask
+from modsar.model.modular import ModularSAR
+from modsar.model.toolkit import attention_mask
 
 N_ITEMS, N_USERS, MAX_LEN = 40, 8, 12
 

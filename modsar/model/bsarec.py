@@ -36,15 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from modsar.config import ModelConfig
-from modsar.model.modular import (
-    OutputLayer,
-    SelfAttention,
-    attention_mask,
-    item_scores,
-    position_ids,
-    tied_output,
-)
 from modsar.model.skips import SkipSite
+from modsar.model.toolkit import SelfAttention, TiedScores, attention_mask, position_ids
 from modsar.task import Task
 
 EPS = 1e-12  # the official code's LayerNorm epsilon
@@ -123,7 +116,7 @@ class BSALayer(nn.Module):
         return self.norm(y + self.drop(self.ffn(y))), probs
 
 
-class BSARec(nn.Module):
+class BSARec(TiedScores, nn.Module):
     """BSARec (the residual paper's model zoo): learned positions, N(0, 0.02) init and layers that mix a
     low-pass frequency branch with attention; AE or AR by its mask."""
 
@@ -157,16 +150,6 @@ class BSARec(nn.Module):
             x, probs = layer(x, mask, real, need_weights)
             attentions.append(probs)
         return (x, attentions) if need_weights else x
-
-    def score(
-        self, hidden: torch.Tensor, users: torch.Tensor | None = None, items: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """Scores against the tied item table, as every backbone's (see `item_scores`)."""
-        return item_scores(hidden, self.item_emb, self.num_items, items)
-
-    def output_layer(self, hidden: torch.Tensor) -> OutputLayer:
-        """The tied scores as (states, item rows, no bias), for the fused full-softmax CE."""
-        return tied_output(hidden, self.item_emb, self.num_items)
 
     def skip_sites(self) -> list[SkipSite]:
         """Each layer's attention branch, a post-LN sub-layer LN(x + W_O Attn(x W_V) + b_O)."""

@@ -14,12 +14,12 @@ import torch
 from torch import nn
 
 from modsar.config import ModelConfig
-from modsar.model.modular import OutputLayer, item_scores, tied_output
 from modsar.model.skips import SkipSite
+from modsar.model.toolkit import TiedScores
 from modsar.task import Task
 
 
-class GRU4Rec(nn.Module):
+class GRU4Rec(TiedScores, nn.Module):
     """GRU4Rec as RecBole builds it (a GRU without bias, a projection back to d, RecBole's init), for the
     residual paper's comparison; item rows and scoring as every backbone's."""
 
@@ -48,16 +48,6 @@ class GRU4Rec(nn.Module):
         x = self.drop(self.item_emb(inputs)) * (inputs > 0)[..., None]
         h = self.proj(self.gru(x)[0])
         return (h, []) if need_weights else h
-
-    def score(
-        self, hidden: torch.Tensor, users: torch.Tensor | None = None, items: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """Scores against the tied item table, as every backbone's (see `item_scores`)."""
-        return item_scores(hidden, self.item_emb, self.num_items, items)
-
-    def output_layer(self, hidden: torch.Tensor) -> OutputLayer:
-        """The tied scores as (states, item rows, no bias), for the fused full-softmax CE."""
-        return tied_output(hidden, self.item_emb, self.num_items)
 
     def skip_sites(self) -> list[SkipSite] | None:
         """None: a recurrent model has no attention sub-layer, so the residual analyses have no skip to

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from modsar.model.modular import item_scores
 from modsar.model.registry import BackboneEntry, register
+from modsar.model.toolkit import item_scores
 
 MESSAGE = "the failing test backbone refuses every forward pass"
 
