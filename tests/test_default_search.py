@@ -259,3 +259,29 @@ def test_switches_are_bools_and_an_old_grid_search_is_told_how_to_resume():
     with pytest.raises(ModsarError) as refused:
         _check_same_search(default, stored, _search_settings(default))
     assert str(refused.value).endswith("a full-grid search resumes with --full-grid --experiment e --resume")
+
+
+def test_every_search_request_field_is_one_option_of_modsar_search():
+    """The request is declared once: each SearchRequest field is read from the `modsar search` option of its
+    name (OPTION_DEST where the names differ), and resume_command gives it back under that option."""
+    import argparse
+    import dataclasses
+
+    from modsar.cli import search as search_cli
+    from modsar.sweep.plan import OPTION_DEST
+
+    parser = argparse.ArgumentParser()
+    search_cli.add_parser(parser.add_subparsers())
+    sub = parser._subparsers._group_actions[0].choices["search"]  # type: ignore[union-attr]
+    dests = {a.dest for a in sub._actions}
+    fields = {f.name for f in dataclasses.fields(SearchRequest)}
+    assert {OPTION_DEST.get(f, f) for f in fields} <= dests
+    assert dests - {OPTION_DEST.get(f, f) for f in fields} == {"help", "no_estimate", "json"}
+    args = sub.parse_args(
+        ["--space", "local_attn", "--dataset", "beauty", "--time-budget", "60", "--full-grid", "a=1"]
+    )
+    req = search_cli._request(args)
+    assert (req.time_budget_s, req.full_grid, req.overrides) == (60.0, True, ["a=1"])
+    assert "--time-budget 60 --full-grid" in resume_command(
+        req
+    ) or "--full-grid --time-budget 60" in resume_command(req)

@@ -153,38 +153,15 @@ def _add_run_options(search: argparse.ArgumentParser) -> None:
 
 
 def _request(args: argparse.Namespace) -> SearchRequest:
-    """The search the options ask for."""
-    from modsar.sweep import SearchRequest
+    """The search the options ask for: every SearchRequest field from the option of its name (the one
+    declaration of what a search takes; tests/test_cli.py checks that each field has its option)."""
+    from dataclasses import fields
 
-    return SearchRequest(
-        space=args.space,
-        dataset=args.dataset,
-        experiment=args.experiment,
-        results=args.results,
-        search=args.search,
-        full_grid=args.full_grid,
-        num_samples=args.num_samples,
-        max_epochs=args.max_epochs,
-        time_budget_s=args.time_budget,
-        max_t=args.max_t,
-        grace_period=args.grace_period,
-        reduction_factor=args.reduction_factor,
-        cpus_per_trial=args.cpus_per_trial,
-        gpus_per_trial=args.gpus_per_trial,
-        max_concurrent=args.max_concurrent,
-        max_failures=args.max_failures,
-        fresh_actors=args.fresh_actors,
-        seed=args.seed,
-        seeds=args.seeds,
-        overrides=list(args.overrides),
-        address=args.address,
-        data_dir=args.data_dir,
-        quiet=args.quiet,
-        resume=args.resume,
-        overwrite=args.overwrite,
-        dashboard=args.dashboard,
-        mlflow=args.mlflow,
-    )
+    from modsar.sweep import SearchRequest
+    from modsar.sweep.plan import OPTION_DEST
+
+    given = {f.name: getattr(args, OPTION_DEST.get(f.name, f.name)) for f in fields(SearchRequest)}
+    return SearchRequest(**{**given, "overrides": list(args.overrides)})
 
 
 def _plan_with_estimate(req: SearchRequest) -> tuple[Plan, dict[str, Any] | None]:

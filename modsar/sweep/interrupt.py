@@ -26,7 +26,7 @@ from typing import Any
 
 from modsar.outputs import redact
 from modsar.records.rows import filesystem
-from modsar.sweep.plan import Plan, SearchRequest
+from modsar.sweep.plan import OPTION_DEST, Plan, SearchRequest
 
 RUNNING, INTERRUPTED, COMPLETE = "running", "interrupted", "complete"  # search.json's "status"
 
@@ -150,7 +150,7 @@ def planned_trials(plan: Plan) -> int:
     return sum(plan.trials_of(t) for t in plan.space.tasks())
 
 
-_FLAGS = {"time_budget_s": "--time-budget"}  # SearchRequest fields whose option is not --<field-name>
+_FLAGS = {field: "--" + dest.replace("_", "-") for field, dest in OPTION_DEST.items()}
 _NOT_REPEATED = {"space", "dataset", "overrides", "resume", "overwrite"}
 
 

@@ -26,6 +26,9 @@ from modsar.sweep.spaces import Param, SearchSpace, grid_size_by_task, load_spac
 
 # ASHA's max_t where a space counts optimizer steps and names none: max_epochs ends trials
 STEPS_MAX_T = 2**62
+# SearchRequest fields whose `modsar search` option has another name (--time-budget SECONDS): every other
+# field is the option --<field-name> (argparse dest <field_name>)
+OPTION_DEST = {"time_budget_s": "time_budget"}
 
 
 @dataclass
