@@ -40,7 +40,7 @@ def _transfo_xl_config(m, vocab: int, positions: int, task: Task):
         d_model=d,
         d_embed=d,
         n_head=m.num_heads,
-        d_head=d // m.num_heads,
+        d_head=m.head_size,
         d_inner=m.ffn_width,
         n_layer=m.num_layers,
         pre_lnorm=m.norm == "pre",

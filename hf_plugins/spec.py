@@ -128,10 +128,10 @@ def check_config(cfg, bad: Callable[[str], NoReturn]) -> None:
             f"{name} has no hidden/embedding dropout, so 'model.dropout={m.dropout}' would do nothing; set "
             "model.dropout=0" + (" and use model.attn_dropout" if spec.attn_dropout else "")
         )
-    if spec.positional == "rope" and (m.hidden_size // m.num_heads) % 2:
+    if spec.positional == "rope" and m.head_size % 2:
         bad(
             f"{name} rotates pairs of dimensions (RoPE): the head size hidden_size / num_heads = "
-            f"{m.hidden_size // m.num_heads} must be even"
+            f"{m.head_size} must be even"
         )
     for key, value, what in [
         ("local_heads", m.local_heads, "local window heads"),

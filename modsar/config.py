@@ -215,6 +215,24 @@ class ModelConfig:
         return (self.user_size or self.hidden_size // 2) if self.user_fusion == "concat" else 0
 
     @property
+    def head_size(self) -> int:
+        """Each attention head's width, hidden_size // num_heads (hidden_size divides by num_heads)."""
+        return self.hidden_size // self.num_heads
+
+    @property
+    def absolute_positions(self) -> bool:
+        """Whether the modular backbone codes absolute positions (positional auto, which is learned there,
+        learned or sinusoidal), so that pos_fusion, pos_dim and positions_from mean something."""
+        return self.positional in ("auto", "learned", "sinusoidal")
+
+    @property
+    def item_width(self) -> int:
+        """The item vectors' width: hidden_size, less concat's user vector and a concatenated position
+        channel (the modular backbone; the others refuse those settings and keep hidden_size)."""
+        position = self.pos_dim if self.absolute_positions and self.pos_fusion == "concat" else 0
+        return self.hidden_size - self.user_width - position
+
+    @property
     def timed(self) -> bool:
         """Whether attention is biased by time (model.time_bias other than none): the model then reads the
         inputs' timestamps, so batches, evaluation and the data's checks must carry them."""

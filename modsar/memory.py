@@ -54,11 +54,7 @@ def size(count: float) -> str:
 def item_width(cfg: Config) -> int:
     """The item vectors' width: the hidden size, less what the modular backbone gives concatenated users and
     positions (other backbones refuse those settings, so this is never more than their width)."""
-    m = cfg.model
-    user = m.user_width
-    absolute = m.positional in ("auto", "learned", "sinusoidal")
-    position = m.pos_dim if absolute and m.pos_fusion == "concat" else 0
-    return max(1, m.hidden_size - user - position)
+    return max(1, cfg.model.item_width)
 
 
 def parameters_need(cfg: Config, model: Any) -> Need:

@@ -76,3 +76,22 @@ def test_the_history_window_is_one_answer_for_the_trainer_the_estimate_and_the_c
         )
         trainer.setup(dataset)
         assert trainer.max_len == window(given, dataset.default_max_len)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["model.positional=sinusoidal"],
+        ["model.positional=none"],
+        ["model.pos_fusion=concat", "model.pos_dim=8"],
+        ["model.pos_fusion=concat", "model.pos_dim=8", "model.user_fusion=concat"],
+        ["model.positional=target_aligned", "model.num_heads=2", "model.pos_dim=4"],
+    ],
+)
+def test_position_and_item_widths_are_one_answer(overrides):
+    cfg, model = _built("model.hidden_size=32", *overrides)
+    m = cfg.model
+    assert model.absolute == m.absolute_positions == (m.positional in ("auto", "learned", "sinusoidal"))
+    assert model.item_dim == m.item_width == item_width(cfg) == model.item_emb.embedding_dim
+    assert m.head_size == 32 // m.num_heads

@@ -21,7 +21,7 @@ def _check_modular(cfg: Config, bad: Bad) -> None:
             f"'model.positional={m.positional}' exists only in HF backbones; the modular backbone has "
             "learned, sinusoidal, none or target_aligned"
         )
-    absolute = m.positional in ("auto", "learned", "sinusoidal")
+    absolute = m.absolute_positions
     if not absolute and m.pos_fusion != "add":
         bad(
             f"'model.pos_fusion={m.pos_fusion}' places an absolute position vector, and model.positional="
@@ -33,7 +33,7 @@ def _check_modular(cfg: Config, bad: Bad) -> None:
             "none; "
             "leave it at end"
         )
-    head = m.hidden_size // m.num_heads
+    head = m.head_size
     if m.positional == "target_aligned" and m.pos_dim > head:
         bad(
             f"'model.pos_dim' ({m.pos_dim}) is each head's query channel that meets the distance codes under "

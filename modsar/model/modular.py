@@ -178,9 +178,9 @@ class ModularSAR(nn.Module):
         self.user_dim = cfg.user_width  # SSE-PT's share of d
         self.positions = max_len + 1  # AE reads max_len history items + the mask token
         self.positional = "learned" if cfg.positional == "auto" else cfg.positional
-        self.absolute = self.positional in ("learned", "sinusoidal")
+        self.absolute = cfg.absolute_positions
         pos_width = cfg.pos_dim if self.absolute and cfg.pos_fusion != "add" else d
-        self.item_dim = d - self.user_dim - (pos_width if self.absolute and cfg.pos_fusion == "concat" else 0)
+        self.item_dim = cfg.item_width
         self.item_emb = nn.Embedding(num_items + 2, self.item_dim, padding_idx=0)  # 0 pad, N+1 mask
         self.user_emb = nn.Embedding(num_users + 1, self.user_dim or d) if self.fusion != "none" else None
         self.prefix_tokens = int(self.fusion == "token")  # columns before the items in every attention map
