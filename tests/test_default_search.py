@@ -147,7 +147,7 @@ def test_seed_replicates_get_the_budget_asha_gave_their_search_trial():
     5 epochs) ends at 200 epochs either way."""
     import pandas as pd
 
-    from modsar.sweep.tuner import _asha_budget
+    from modsar.sweep.selection import asha_budget as _asha_budget
 
     default = make_plan(SearchRequest(space="local_attn", dataset=""), check=False)
     assert _asha_budget(default, pd.Series({"steps_per_epoch": 176.0})) == {"train.max_steps": 18000}
@@ -249,7 +249,8 @@ def test_a_sampled_continuous_direction_beside_a_gridded_one_plans_and_checks(tm
 
 def test_switches_are_bools_and_an_old_grid_search_is_told_how_to_resume():
     from modsar.errors import ModsarError
-    from modsar.sweep.tuner import _check_same_search, _search_settings
+    from modsar.sweep.restore import check_same_search as _check_same_search
+    from modsar.sweep.restore import search_settings as _search_settings
 
     with pytest.raises(ModsarError, match="full_grid must be True or False; got 'yes'"):
         SearchRequest(space="local_attn", dataset="beauty", full_grid="yes")  # type: ignore[arg-type]

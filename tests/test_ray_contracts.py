@@ -6,8 +6,8 @@ Ctrl-C end one Tuner only.
   that works only while Ray's Node calls the dashboard's starter through that attribute.
 - modsar.sweep.interrupt sets TUNE_DISABLE_SIGINT_HANDLER, so that Tune leaves SIGINT to it, and calls the
   SIGUSR1 handler Tune installs for a fit, which saves the search's state and ends the fit.
-- modsar.sweep.tuner._loopback_only sets Ray's local-only switch (ray_constants.ENABLE_RAY_CLUSTER and its
-  environment variable).
+- modsar.sweep.ray_session._loopback_only sets Ray's local-only switch (ray_constants.ENABLE_RAY_CLUSTER and
+  its environment variable).
 """
 
 from __future__ import annotations

@@ -322,7 +322,7 @@ def test_a_model_none_of_whose_trials_could_be_selected_fails_the_search(tmp_pat
     """AE all errored, AR selected: half an AE-vs-AR answer is none (no Ray: rows as a search leaves them)."""
     from modsar.records.rows import write_row
     from modsar.sweep import SearchRequest, make_plan
-    from modsar.sweep.tuner import search_problem
+    from modsar.sweep.selection import search_problem
 
     out = str(tmp_path / "results")
     plan = make_plan(
@@ -890,7 +890,7 @@ def test_tune_callbacks_unpickle_under_their_earlier_names_while_a_search_is_res
 
     import modsar
     from modsar.sweep import rows, tracking
-    from modsar.sweep.tuner import modules_under_earlier_names
+    from modsar.sweep.restore import modules_under_earlier_names
 
     with modules_under_earlier_names():
         for name in ("ResultRows", "LiveTable", "SchedulerState"):

@@ -156,7 +156,7 @@ def test_a_local_search_still_takes_an_mlflow_password(monkeypatch):
 
 def test_joining_a_cluster_refuses_an_mlflow_password_taken_before(monkeypatch):
     """RAY_ADDRESS set after the request was made: refused when the search connects, before ray.init."""
-    from modsar.sweep.tuner import connect_ray
+    from modsar.sweep.ray_session import connect_ray
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     req = SearchRequest(space="quickstart", dataset="", mlflow=f"http://alice:{SECRET}@h:5000")
@@ -343,7 +343,7 @@ def test_a_data_folder_is_a_local_path(argv, where, tmp_path, monkeypatch, capsy
 
 
 def test_joining_a_cluster_refuses_a_ray_address_with_credentials(monkeypatch):
-    from modsar.sweep.tuner import connect_ray
+    from modsar.sweep.ray_session import connect_ray
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     req = SearchRequest(space="quickstart", dataset="")

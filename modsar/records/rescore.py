@@ -119,7 +119,7 @@ class CheckpointScores:
 
 def tested_on(row: dict[str, Any] | None) -> str:
     """Where a row's test.* values were computed: a search tests its selected trials on the CPU after the
-    search (sweep.tuner.select_and_test); `modsar train` and seed re-runs test on the device they trained
+    search (sweep.selection.select_and_test); `modsar train` and seed re-runs test on the device they trained
     on."""
     if row is None or row.get("role") == "search" or not isinstance(row.get("device"), str):
         return "cpu"

@@ -15,9 +15,12 @@ uninterrupted run (tested), errored trials are retried, finished rows are kept a
 
 The package: `spaces` (the YAML design spaces) and `space_check` (every configuration a space could run,
 validated), `plan` (request -> checked plan), `cost` (what the search will cost, before it runs), `trial` (the
-trainable: a trial in a Ray worker), `rows` (one Parquet row per trial), `tracking` (MLflow), `tuner` (Ray,
-the Tuners, selection, testing and seed re-runs), `storage` (Tune's state, one snapshot a save, for
---resume), `submit` (a command as a Ray job on a cluster).
+trainable: a trial in a Ray worker), `rows` (one Parquet row per trial), `tracking` (MLflow), `tuner` (the
+search: one Tuner per direction), `ray_session` (joining or starting Ray), `restore` (--resume),
+`search_folder` (the experiment's folder and search.json), `selection` (selection, testing and seed
+re-runs), `timing` (where a search's time went), `asha_replay` (the cost estimate's replay of ASHA),
+`storage` (Tune's state, one snapshot a save, for --resume), `submit` (a command as a Ray job on a
+cluster).
 """
 
 import importlib
@@ -25,9 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names as a type checker sees them; at run time __getattr__ imports them
     from modsar.sweep.plan import Plan, SearchRequest, make_plan, trial_config
+    from modsar.sweep.ray_session import check_resources, connect_ray
     from modsar.sweep.rows import LiveTable, ResultRows, SchedulerState, reconcile_rows, row_from_results
+    from modsar.sweep.selection import rerun_seeds, select_and_test
     from modsar.sweep.trial import make_trainable, trainable
-    from modsar.sweep.tuner import check_resources, connect_ray, rerun_seeds, run_search, select_and_test
+    from modsar.sweep.tuner import run_search
 
 # where each name the package exports lives; imported on first use, so that `modsar spaces` (which reads
 # modsar.sweep.spaces) does not start Ray Tune and torch. The Tune callbacks are among them because a search
@@ -37,7 +42,9 @@ _HOME = {
     "plan": ["Plan", "SearchRequest", "make_plan", "trial_config"],
     "rows": ["LiveTable", "ResultRows", "SchedulerState", "reconcile_rows", "row_from_results"],
     "trial": ["make_trainable", "trainable"],
-    "tuner": ["check_resources", "connect_ray", "rerun_seeds", "run_search", "select_and_test"],
+    "ray_session": ["check_resources", "connect_ray"],
+    "selection": ["rerun_seeds", "select_and_test"],
+    "tuner": ["run_search"],
 }
 _MODULE_OF = {name: module for module, names in _HOME.items() for name in names}
 

@@ -1,0 +1,214 @@
+"""After a search's Tuners: the best trial of each compared model selected by validation and tested from its
+best checkpoint, what a search whose model has no selectable trial must say, and the selected configs
+re-run on other seeds (with the budget their search trial had)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+from ray import tune
+
+from modsar.data.store import load_dataset
+from modsar.data.views import viewed
+from modsar.records.rows import differing_keys, read_rows
+from modsar.sweep.interrupt import (
+    fitting,
+)
+from modsar.sweep.plan import STEPS_MAX_T, Plan
+from modsar.sweep.rows import (
+    make_callbacks,
+    raise_row_fault,
+    rewrite_row,
+    rows_dir,
+)
+from modsar.sweep.search_folder import RAY_DIR, drop_resume_state, experiment_folder
+from modsar.sweep.trial import make_trainable
+
+MODEL = ["task", "model.backbone"]  # what a selection picks one trial of: a direction of one backbone
+
+
+def model_key(task: str, backbone: str, backbones: int, arms: tuple = ()) -> str:
+    """The name of a selection: the task alone ("ae", "ar") when the experiment has one backbone, as every
+    AE-vs-AR space; "<backbone>/<task>" when it compares backbones (the residual_models space); then the
+    values of the space's `arms`, if any ("ar/target_aligned/token")."""
+    return "/".join([task if backbones == 1 else f"{backbone}/{task}", *map(str, arms)])
+
+
+def select_and_test(plan: Plan) -> dict[str, dict]:
+    """Best trial per task (per task and backbone in a space that varies the backbone) by its best validation
+    epoch; test it from its best checkpoint; mark it selected.
+
+    Exactly one row per task (and backbone) is selected afterwards: a resumed or retried search may pick
+    another trial than an earlier run did, so earlier selections are unmarked (and their test metrics
+    dropped) first. A diverged or errored trial is never a candidate."""
+    every = read_rows(rows_dir(plan), plan.request.experiment_name)
+    column = f"valid.{plan.monitor}"
+    if not len(every) or column not in every:
+        return {}
+    rows = every[every["role"] == "search"]
+    candidates = rows[rows["status"].isin(["finished", "stopped"]) & rows[column].notna()]
+    by = MODEL + plan.space.arms
+    # (task, backbone, *arms) -> the best row
+    winners = {
+        key: group.sort_values([column, "trial_id"], ascending=[False, True]).iloc[0].to_dict()
+        for key, group in candidates.groupby(by)
+    }
+    _unmark_earlier(plan, every, rows, winners, by)
+    if not winners:
+        return {}
+    return _test_winners(plan, rows, winners, column)
+
+
+def _unmark_earlier(
+    plan: Plan, every: pd.DataFrame, rows: pd.DataFrame, winners: dict[Any, dict], by: list[str]
+) -> None:
+    """Before the winners are marked, earlier selections lose their mark and test metrics (unmarking first,
+    a crash leaves none selected rather than two), and seed re-runs of a winner that is no longer one, or
+    whose config now differs, are kept as superseded: no report cell uses them."""
+    for earlier in rows[rows["selected"].astype(bool)].to_dict("records"):
+        earlier.update({k: None for k in earlier if k.startswith(("test.", "generate."))}, selected=False)
+        rewrite_row(plan, earlier)
+    for key, seeds in every[every["role"] == "seed"].groupby(by):  # re-runs of an earlier winner
+        winner = rows[rows["trial_id"] == winners[key]["trial_id"]] if key in winners else rows.iloc[:0]
+        for seed_row in seeds.to_dict("records"):
+            if not len(winner) or differing_keys(pd.concat([winner, pd.DataFrame([seed_row])])):
+                rewrite_row(plan, {**seed_row, "role": "superseded"})
+
+
+def _test_winners(plan: Plan, rows: pd.DataFrame, winners: dict[Any, dict], column: str) -> dict[str, dict]:
+    """Each winner tested on the CPU from its best checkpoint (and its rollouts measured), its row rewritten
+    as selected; returns model_key -> its trial, validation and main test values."""
+    import torch
+
+    from modsar.data.split import LeaveOneOut, make_split
+    from modsar.evaluation.ranking import Evaluator, model_scorer
+    from modsar.evaluation.rollouts import trial_rollouts
+    from modsar.training.checkpoints import load_checkpoint, local_checkpoint
+
+    stored = load_dataset(plan.request.dataset, plan.request.data_dir)
+    splits: dict[tuple, LeaveOneOut] = {}  # one protocol per search (spaces cannot vary it); keyed to be sure
+    selected = {}
+    backbones = rows["model.backbone"].nunique()
+    for (task, backbone, *arms), best in winners.items():
+        with local_checkpoint(best["checkpoint"]) as path:
+            model, cfg, payload = load_checkpoint(path)
+        protocol = (
+            cfg.data.view,
+            cfg.data.split,
+            cfg.data.split_valid,
+            cfg.data.split_test,
+            cfg.data.split_dates,
+            cfg.data.split_targets,
+        )
+        if protocol not in splits:
+            splits[protocol] = make_split(cfg, viewed(stored, cfg.data.view))
+        split = splits[protocol]
+        test = Evaluator.of(split, cfg, payload["max_len"], torch.device("cpu"))(model_scorer(model), "test")
+        generation = trial_rollouts(model, split, cfg, payload["max_len"], torch.device("cpu"))
+        best.update({f"test.{k}": v for k, v in test.items()}, selected=True)
+        best.update({f"generate.{k}": v for k, v in generation.items()})
+        rewrite_row(plan, best)
+        selected[model_key(task, backbone, backbones, tuple(arms))] = {
+            "trial_id": best["trial_id"],
+            column: best[column],
+            **{f"test.{k}": test[k] for k in (plan.monitor, "recall@10", "ndcg@10") if k in test},
+        }
+    return selected
+
+
+def search_problem(plan: Plan, rows: pd.DataFrame, selected: dict[str, dict], counts: str) -> str | None:
+    """Why the search has no answer for a model it trained (a task; per backbone and arm where the space
+    varies them), or None: no trial of it ended with a validation score (all errored or diverged), so none
+    was selected. The CLI exits non-zero with this line: a script never takes a failed search for a result."""
+    search = rows[rows["role"] == "search"] if len(rows) else rows
+    name = plan.request.experiment_name
+    see = f"see `modsar results --results {plan.request.results} --experiment {name}`"
+    if not len(search):
+        budget = plan.request.time_budget_s
+        why = (
+            f"--time-budget {budget:g} s ran out before any trial reported; raise it"
+            if budget
+            else f"see `modsar results --results {plan.request.results} --experiment {name}`"
+        )
+        return f"search '{name}' selected nothing: it wrote no trial row ({counts}); {why}"
+    backbones = search["model.backbone"].nunique()
+    models = [
+        model_key(task, backbone, backbones, tuple(arms))
+        for (task, backbone, *arms), _ in search.groupby(MODEL + plan.space.arms)
+    ]
+    missing = [m if "/" in m else m.upper() for m in models if m not in selected]
+    if not missing:
+        return None
+    errors = search[search["status"].isin(["error", "diverged"])].sort_values("trial_id")["error"].dropna()
+    first = f"; first error: {(str(errors.iloc[0]).strip().splitlines() or ['?'])[0]}" if len(errors) else ""
+    what = (
+        "nothing: no trial"
+        if len(missing) == len(models)
+        else f"no {', '.join(missing)}: no trial of {'it' if len(missing) == 1 else 'them'}"
+    )
+    return f"search '{name}' selected {what} ended with a validation score ({counts}{first}); {see}"
+
+
+def asha_budget(plan: Plan, row: pd.Series) -> dict[str, int]:
+    """train.max_steps for a replicate where ASHA's max_t ended its search trial before train.max_epochs:
+    the run then stops at the same validation pass, its learning-rate schedule (which counts max_epochs)
+    untouched. In passes, max_t passes of the row's steps per epoch (exact for batches of users; token
+    batches vary by a step or two an epoch, so a replicate may run one pass more)."""
+    train = plan.base["train"]
+    per_epoch = float(row.get("steps_per_epoch") or 0)
+    if not per_epoch > 0 or (plan.unit == "steps" and plan.max_t >= STEPS_MAX_T):
+        return {}
+    passes = round(plan.max_t * train["eval_every"] * per_epoch)  # max_t passes, in steps
+    steps = plan.max_t if plan.unit == "steps" else passes
+    return {"train.max_steps": steps} if steps < per_epoch * train["max_epochs"] else {}
+
+
+def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
+    """Re-train each selected config on seeds 0..K-1 (tested in-trial); rows role=seed. A replicate gets the
+    budget its search trial had: its patience, and ASHA's max_t where that ends a trial before its epochs do
+    (the default search's last rung, 18,000 steps, comes before 200 epochs on Beauty)."""
+    if not selected:
+        return
+    rows = read_rows(rows_dir(plan), plan.request.experiment_name)
+    points = []
+    for info in selected.values():
+        row = rows[rows["trial_id"] == info["trial_id"]].iloc[0]
+        sampled: dict[str, Any] = {}
+        for p in plan.space.params:  # the selected trial's own sampled values, conditions included
+            if p.active(sampled):
+                sampled[p.key] = row[p.key].item() if hasattr(row[p.key], "item") else row[p.key]
+        task = sampled.get("task", plan.base["task"])
+        backbone = sampled.get("model.backbone", plan.base["model"]["backbone"])
+        same = (rows["task"] == task) & (rows["model.backbone"] == backbone)
+        for arm in plan.space.arms:  # a seed of another arm of this task is not one of these
+            same &= rows[arm] == row[arm]
+        mine = rows[(rows["role"] == "seed") & same] if "role" in rows else rows.iloc[:0]
+        for failed in mine[mine["status"] == "error"].to_dict(
+            "records"
+        ):  # retried below, as search trials are
+            rewrite_row(plan, {**failed, "role": "superseded"})
+        done = set(mine[mine["status"] != "error"]["seed"])
+        budget = asha_budget(plan, row)
+        points += [
+            {**sampled, **budget, "seed": s} for s in range(plan.request.seeds) if s not in done
+        ]  # resumed: the rest
+    if not points:
+        return
+    storage = experiment_folder(plan)
+    tuner = tune.Tuner(
+        make_trainable(plan, test=True),
+        param_space={"point": tune.grid_search(points)},
+        tune_config=tune.TuneConfig(metric=f"best.{plan.monitor}", mode="max"),
+        run_config=tune.RunConfig(
+            name=f"{RAY_DIR}-seeds",
+            storage_path=storage,
+            verbose=0,
+            callbacks=make_callbacks(plan, role="seed"),
+            failure_config=tune.FailureConfig(max_failures=plan.request.max_failures),
+        ),
+    )
+    with fitting():
+        grid = tuner.fit()
+    raise_row_fault(plan)  # a seed's row the disk refused ended the fit: said in one line
+    drop_resume_state(grid)
