@@ -5,8 +5,8 @@ What a local `ray.init` reaches out to, and what turns each off (tests/test_host
 connect/sendto of a search under strace):
 - the node address: Ray takes the machine's outward address by connecting a UDP socket to 8.8.8.8:53
   (`node_ip_address_from_perspective`); the local-only switch (ray_session._loopback_only) makes it
-  127.0.0.1, and the same switch keeps an `--address` on this machine (127.0.0.1:PORT, localhost:PORT) from being rewritten
-  to the outward address by the same probe.
+  127.0.0.1, and the same switch keeps an `--address` on this machine (127.0.0.1:PORT, localhost:PORT)
+  from being rewritten to the outward address by the same probe.
 - the dashboard process, started even without the dashboard for its usage-stats module, asks the cloud
   metadata servers (169.254.169.254, metadata.google.internal) which cloud it runs on, whether usage stats
   are on or not. It is started with HTTP(S) proxies that point at a closed 127.0.0.1 port, so those requests
