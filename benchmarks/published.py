@@ -390,6 +390,8 @@ def search_time() -> str:
             return f"{seconds / slot:.1%}"
 
         ratio = "–" if pd.isna(r.measured_over_estimate) else f"{r.measured_over_estimate:.2f}"
+        again = getattr(r, "measured_over_re_estimate", math.nan)
+        ratio += "" if pd.isna(again) else f" ({again:.2f})"
         body.append(
             [
                 f"{r.experiment} ({r.part})",
@@ -406,7 +408,7 @@ def search_time() -> str:
             ]
         )
     header = ["search (part)", "trials", "epochs", "wall s", "training", "validation", "set-up"]
-    return markdown([*header, "checkpoints, reports", "other", "idle", "measured / estimate"], body)
+    return markdown([*header, "checkpoints, reports", "other", "idle", "measured / estimate (again)"], body)
 
 
 @table("synthetic-seeds", "synthetic")

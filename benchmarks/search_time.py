@@ -33,6 +33,19 @@ def predicted_seconds(stored: dict) -> dict[str, float]:
     return out
 
 
+def re_estimate(stored: dict) -> dict:
+    """The cost estimate of the search search.json records, made again now (CostEstimate.to_dict)."""
+    import dataclasses
+
+    from modsar.sweep import SearchRequest, make_plan
+    from modsar.sweep.cost import estimate
+
+    names = {f.name for f in dataclasses.fields(SearchRequest)}
+    request = {k: v for k, v in stored["request"].items() if k in names}
+    request.update(resume=False, overwrite=False)
+    return estimate(make_plan(SearchRequest(**request))).to_dict()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -40,6 +53,12 @@ def main() -> None:
     parser.add_argument("--results", default="results")
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--out", help="folder for time-<experiment>.parquet (default: print only)")
+    parser.add_argument(
+        "--re-estimate",
+        action="store_true",
+        help="also estimate the same search again with this ModSAR on this machine (run it idle): the "
+        "estimate a search started with may come from an earlier estimator",
+    )
     args = parser.parse_args()
 
     stored = json.loads((Path(args.results) / args.experiment / "search.json").read_text())
@@ -48,6 +67,10 @@ def main() -> None:
     predicted = predicted_seconds(stored)
     table["estimate_s"] = table["part"].map(predicted)
     table["measured_over_estimate"] = table["wall_s"] / table["estimate_s"]
+    if args.re_estimate:
+        again = predicted_seconds({"estimate": re_estimate(stored)})
+        table["re_estimate_s"] = table["part"].map(again)
+        table["measured_over_re_estimate"] = table["wall_s"] / table["re_estimate_s"]
     table.insert(0, "experiment", args.experiment)
     table["status"] = stored.get("status")
     table["runs"] = len(stored.get("timing") or [])
