@@ -286,3 +286,14 @@ def test_every_search_request_field_is_one_option_of_modsar_search():
     assert "--time-budget 60 --full-grid" in resume_command(
         req
     ) or "--full-grid --time-budget 60" in resume_command(req)
+
+
+def test_a_plan_pickled_before_directions_existed_still_answers():
+    """A resumed search's Tune state holds plans pickled by the ModSAR that started it: one from before
+    per-direction searches answers with the search's own algorithm and samples."""
+    import pickle
+
+    plan = make_plan(SearchRequest(space="loss_ce", dataset=""), check=False)
+    old = pickle.loads(pickle.dumps(plan))
+    del old.__dict__["per_task"]
+    assert (old.search_of("ar"), old.samples_of("ar")) == ("optuna", 20)

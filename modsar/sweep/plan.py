@@ -107,11 +107,13 @@ class Plan:
 
     def search_of(self, task: str) -> str:
         """The search algorithm of `task`'s Tuner (a sampled direction with a small grid runs "grid")."""
-        return self.per_task[task][0] if task in self.per_task else self.search
+        per_task = getattr(self, "per_task", {})  # a plan pickled by an earlier ModSAR (a resumed search) has none
+        return per_task[task][0] if task in per_task else self.search
 
     def samples_of(self, task: str) -> int:
         """The num_samples of `task`'s Tuner (1 where a sampled direction runs its grid)."""
-        return self.per_task[task][1] if task in self.per_task else self.num_samples
+        per_task = getattr(self, "per_task", {})
+        return per_task[task][1] if task in per_task else self.num_samples
 
     def trials_of(self, task: str) -> int:
         """The trials `task`'s Tuner runs: its grid points times num_samples, or its samples."""
