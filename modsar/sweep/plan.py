@@ -107,7 +107,7 @@ class Plan:
 
     def search_of(self, task: str) -> str:
         """The search algorithm of `task`'s Tuner (a sampled direction with a small grid runs "grid")."""
-        per_task = getattr(self, "per_task", {})  # none in a plan an earlier ModSAR pickled (a resumed search)
+        per_task = getattr(self, "per_task", {})  # none in a plan pickled by an earlier ModSAR
         return per_task[task][0] if task in per_task else self.search
 
     def samples_of(self, task: str) -> int:
