@@ -411,6 +411,27 @@ def search_time() -> str:
     return markdown([*header, "checkpoints, reports", "other", "idle", "measured / estimate (again)"], body)
 
 
+@table("search-threads", "search-threads")
+def search_threads() -> str:
+    """Two 1-thread trials at once against one 2-thread trial at a time, alternated rounds."""
+    frame = pd.read_parquet(PUBLISHED / "search-threads" / "trial-threads-beauty.parquet")
+    body = [
+        [
+            str(r.round),
+            f"{r.one_thread_epoch_s:.1f}",
+            f"{r.two_threads_epoch_s:.1f}",
+            f"{r.training_ratio:.2f}",
+            f"{r.process_ratio:.2f}",
+        ]
+        for r in frame.itertuples()
+    ]
+    body.append(
+        ["median", "", "", f"{frame.training_ratio.median():.2f}", f"{frame.process_ratio.median():.2f}"]
+    )
+    header = ["round", "s/epoch, 2 trials x 1 thread", "s/epoch, 1 trial x 2 threads"]
+    return markdown([*header, "training throughput 2x1 / 1x2", "whole processes"], body)
+
+
 @table("synthetic-seeds", "synthetic")
 def synthetic_seeds() -> str:
     rows = rows_of("synthetic")

@@ -4,7 +4,7 @@
 # Usage, from the repository root, with the shared datasets prepared (python benchmarks/import_all.py
 # --data-dir ~/.cache/modsar/datasets):  bash benchmarks/rerun_published.sh GROUP [GROUP ...]
 # Groups, in the page's order: quickstart synthetic table4-ae tables23 video-ar-ce search-cost search-time
-#   residual-models residual-table2 residual-toys residual-split datasets profiles views plateau speed peers
+#   search-threads residual-models residual-table2 residual-toys residual-split datasets profiles views plateau speed peers
 # A group's folder is replaced. Checkpoints and Ray's own state are written beside the rows and removed once the
 # group's `modsar analyze` (if any) has read them; only rows, reports and analysis tables are committed.
 # Times are those of the 2-core CPU machine the page names. A run is bit-identical given its config, seed and
@@ -49,6 +49,9 @@ for group in "$@"; do
     loopback modsar search --space quickstart --dataset synthetic --results "$scratch" --quiet > /dev/null
     python benchmarks/search_time.py --results "$scratch" --experiment quickstart-synthetic --out "$root/search-time"
     rm -rf "$scratch" ;;
+  search-threads)  # two 1-thread trials at once vs one 2-thread trial: which a 2-core search should run
+    fresh search-threads
+    python benchmarks/trial_threads.py --dataset beauty --rounds 3 --out "$root/search-threads" ;;
   views)  # ML-100K: per-user vs per-item view, sampled vs full ranking, leave-one-out vs temporal split
     fresh views
     common="--dataset ml-100k --experiment views-ml-100k --no-checkpoint data.max_len=50 train.patience=5
