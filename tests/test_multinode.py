@@ -55,15 +55,13 @@ def cluster():
         f"--temp-dir={temp}",
         f"--ray-client-server-port={free_port()}",
         '--resources={"node_head": 1}',
+        *agent_ports(),
     ]
     worker = [
         f"--address=127.0.0.1:{gcs}",
         f"--temp-dir={worker_temp}",
         '--resources={"node_worker": 1}',
-        f"--dashboard-agent-listen-port={free_port()}",
-        f"--dashboard-agent-grpc-port={free_port()}",
-        f"--runtime-env-agent-port={free_port()}",
-        f"--metrics-export-port={free_port()}",
+        *agent_ports(),
     ]
     procs = []
     try:
@@ -109,6 +107,18 @@ def cluster():
         while time.time() < deadline and kill_marked(marker, (temp, worker_temp)):
             time.sleep(0.5)
         subprocess.run(["rm", "-rf", temp, worker_temp])
+
+
+def agent_ports() -> list[str]:
+    """Free ports for a node's agents. Left at Ray's defaults (52365 for the job agent), the head's agent
+    could not bind where another test's local Ray already had, and every job submission then failed with
+    "No available agent" (CI, 2026-12-04)."""
+    return [
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--dashboard-agent-grpc-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
+    ]
 
 
 def kill_marked(marker: str, folders: tuple[str, ...]) -> int:
