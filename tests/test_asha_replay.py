@@ -4,19 +4,21 @@ max_epochs, and numpy's global generator is left as it was."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from modsar.sweep.asha_replay import TrialShape, _one_run, replay
+from modsar.sweep.asha_replay import Schedule, TrialShape, _one_run, replay
 
 PASS_S = 10.0
 SHAPE = TrialShape(share=1.0, steps_per_epoch=7, pass_s=PASS_S, last_pass_s=PASS_S)
 # rungs at passes 1 and 2, max_t 4 passes; 5 epochs a pass
-PASSES = dict(unit="passes", grace=1, reduction_factor=2, max_t=4, eval_every=5, max_epochs=200)
+PASSES = Schedule(grace=1, reduction_factor=2, max_t=4, unit="passes", eval_every=5, max_epochs=200)
 
 
-def run(qualities, parallel, **schedule):
-    settings = {**PASSES, **schedule}
-    return _one_run([SHAPE] * len(qualities), np.array(qualities), parallel, *settings.values())
+def run(qualities, parallel, **changes):
+    schedule = dataclasses.replace(PASSES, **changes)
+    return _one_run([SHAPE] * len(qualities), np.array(qualities), parallel, schedule)
 
 
 def test_each_better_trial_goes_on_to_max_t():
@@ -41,8 +43,8 @@ def test_steps_unit_and_the_last_pass_cut_at_max_epochs():
     # 7 steps an epoch, a pass every 5 epochs (35 steps): the 40-step rung is seen at pass 2 (70 steps); max_t
     # none; max_epochs 12 ends a trial at pass 3 after 2 epochs of it
     shape = TrialShape(1.0, 7, pass_s=PASS_S, last_pass_s=4.0)
-    settings = dict(unit="steps", grace=40, reduction_factor=2, max_t=2**62, eval_every=5, max_epochs=12)
-    epochs, passes, seconds, _ = _one_run([shape] * 2, np.array([0.9, 0.1]), 1, *settings.values())
+    steps = Schedule(grace=40, reduction_factor=2, max_t=2**62, unit="steps", eval_every=5, max_epochs=12)
+    epochs, passes, seconds, _ = _one_run([shape] * 2, np.array([0.9, 0.1]), 1, steps)
     assert (epochs, passes) == (12 + 10, 3 + 2)  # the second trial stops at its 70-step pass
     assert seconds == 2 * PASS_S + 4.0 + 2 * PASS_S
 
@@ -50,8 +52,8 @@ def test_steps_unit_and_the_last_pass_cut_at_max_epochs():
 def test_replay_is_seeded_and_leaves_numpy_global_state():
     np.random.seed(5)
     before = np.random.get_state()[1].copy()
-    a = replay([SHAPE], 12, 2, **PASSES, seed=1)
-    b = replay([SHAPE], 12, 2, **PASSES, seed=1)
+    a = replay([SHAPE], 12, 2, PASSES, seed=1)
+    b = replay([SHAPE], 12, 2, PASSES, seed=1)
     assert a == b
     assert (np.random.get_state()[1] == before).all()
     # between the synchronous count (12 to rung 1, 6 to rung 2, 3 to max_t: 27 passes) and all to max_t

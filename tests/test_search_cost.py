@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 import torch
@@ -14,8 +15,10 @@ from modsar.data.batches import TrainBatches
 from modsar.data.split import make_split
 from modsar.data.store import load_dataset
 from modsar.randomness import global_states, same_states
-from modsar.sweep import SearchRequest, make_plan
-from modsar.sweep.cost import Resources, Schedule, duration, estimate
+from modsar.sweep import SearchRequest, cost, make_plan
+from modsar.sweep.asha_replay import Schedule
+from modsar.sweep.cost import Resources, duration, estimate
+from modsar.sweep.probe import companions
 
 
 @pytest.fixture(scope="module")
@@ -304,3 +307,47 @@ def test_an_ae_mask_rate_changes_the_cost_of_a_step(data_dir, tmp_path):
     low, high = sorted(ae.groups, key=lambda g: g.key["mask_prob"])
     assert (low.key["mask_prob"], high.key["mask_prob"]) == (0.2, 0.8)
     assert 1.5 < high.flops / low.flops < 4
+
+
+def _count_up(counter) -> None:
+    """A companion's round: one tick of a shared counter (a module-level function: forked, not pickled)."""
+    with counter.get_lock():
+        counter.value += 1
+
+
+def test_companions_run_while_the_block_runs_and_are_gone_after():
+    """The probe's companions: as many forked processes as asked, each past its first round before the block
+    starts, all of them killed when it ends."""
+    import functools
+    import multiprocessing
+
+    counter = multiprocessing.get_context("fork").Value("i", 0)
+    with companions(2, functools.partial(_count_up, counter)) as running:
+        assert running == 2
+        first = counter.value
+        assert first >= 2  # both finished a round before the block began
+        deadline = time.monotonic() + 30
+        while counter.value == first and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert counter.value > first  # and went on working meanwhile
+        children = multiprocessing.active_children()
+    assert all(not child.is_alive() for child in children)
+    after = counter.value
+    time.sleep(0.2)
+    assert counter.value == after
+    with companions(0, functools.partial(_count_up, counter)) as running:
+        assert running == 0
+
+
+def test_each_size_is_timed_beside_the_other_trials_that_run_at_once(data_dir, monkeypatch):
+    """2 trials at once on 2 CPUs: each probe runs beside 1 companion; 1 at a time (--max-concurrent 1):
+    alone. The estimate's line says the timings were taken side by side."""
+    seen = []
+    real = cost.time_size
+    monkeypatch.setattr(cost, "time_size", lambda *a: seen.append(a[-1]) or real(*a))
+    plan = make_plan(SearchRequest(space="quickstart", dataset="synthetic", cpus_per_trial=1))
+    est = estimate(plan, Resources(cpus=2, gpus=0))
+    assert set(seen) == {1} and all("measured side by side" in x for x in est.lines()[1:3])
+    seen.clear()
+    est = estimate(plan, Resources(cpus=2, gpus=0, max_concurrent=1))
+    assert set(seen) == {0} and not any("side by side" in x for x in est.lines())

@@ -18,11 +18,56 @@ import heapq
 import math
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import numpy as np
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
 from modsar.randomness import untouched
+
+if TYPE_CHECKING:
+    from modsar.sweep.plan import Plan
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """ASHA's settings and the trial budget of a search: where its first decision falls, and what the replay
+    runs its scheduler with."""
+
+    grace: int
+    reduction_factor: int
+    max_t: int
+    unit: str  # "passes" (validation passes) or "steps" (optimizer steps): what grace and max_t count
+    eval_every: int
+    max_epochs: int
+
+    @classmethod
+    def of(cls, plan: Plan) -> Schedule:
+        """The schedule a plan's search runs: its ASHA settings and its trials' budget."""
+        train = plan.base["train"]
+        return cls(
+            plan.grace_period,
+            plan.reduction_factor,
+            plan.max_t,
+            plan.unit,
+            train["eval_every"],
+            train["max_epochs"],
+        )
+
+    def epochs_at(self, t: int, steps_per_epoch: int) -> int:
+        """Epochs a trial has trained when its ASHA time first reaches `t`: ASHA sees it at validation passes
+        only (every eval_every epochs, and at max_epochs)."""
+        if self.unit == "steps":
+            passes = math.ceil(t / (max(1, steps_per_epoch) * self.eval_every))
+            return min(passes * self.eval_every, self.max_epochs)
+        return min(t * self.eval_every, self.max_epochs)
+
+    def first_decision(self, steps_per_epoch: int) -> tuple[int, int]:
+        """(optimizer steps, epochs) before ASHA's first decision: at the first validation pass at or past the
+        grace period (in steps: 2,000 on Video's 121 steps an epoch, validated every 5, is epoch 20, 2,420
+        steps)."""
+        epochs = self.epochs_at(self.grace, steps_per_epoch)
+        return epochs * steps_per_epoch, epochs
 
 
 @dataclass(frozen=True)
@@ -50,13 +95,8 @@ def replay(
     shapes: list[TrialShape],
     trials: int,
     parallel: int,
+    schedule: Schedule,
     *,
-    unit: str,
-    grace: int,
-    reduction_factor: int,
-    max_t: int,
-    eval_every: int,
-    max_epochs: int,
     runs: int = 0,
     seed: int = 0,
 ) -> Replay:
@@ -71,10 +111,7 @@ def replay(
         for _ in range(runs):
             kinds = rng.choice(len(shapes), size=trials, p=shares)
             quality = rng.random(trials)
-            e, p, s, b = _one_run(
-                [shapes[k] for k in kinds], quality, parallel, unit, grace, reduction_factor, max_t,
-                eval_every, max_epochs,
-            )  # fmt: skip
+            e, p, s, b = _one_run([shapes[k] for k in kinds], quality, parallel, schedule)
             epochs, passes, seconds, busy = epochs + e, passes + p, seconds + s, busy + b
     return Replay(epochs / runs, passes / runs, seconds / runs, busy / runs)
 
@@ -83,12 +120,7 @@ def _one_run(
     order: list[TrialShape],
     quality: np.ndarray,
     parallel: int,
-    unit: str,
-    grace: int,
-    reduction_factor: int,
-    max_t: int,
-    eval_every: int,
-    max_epochs: int,
+    schedule: Schedule,
 ) -> tuple[float, float, float, float]:
     """(epochs, passes, wall seconds, busy share) of one replay: an event queue of the workers' next
     reports, in time order; a free worker takes the next trial."""
@@ -96,10 +128,11 @@ def _one_run(
         time_attr="t",
         metric="q",
         mode="max",
-        max_t=max_t,
-        grace_period=grace,
-        reduction_factor=reduction_factor,
+        max_t=schedule.max_t,
+        grace_period=schedule.grace,
+        reduction_factor=schedule.reduction_factor,
     )
+    eval_every, max_epochs = schedule.eval_every, schedule.max_epochs
     last_pass = math.ceil(max_epochs / eval_every)
     events: list[tuple[float, int, int]] = []  # (time of the trial's next report, trial, passes done then)
     next_trial, epochs, passes, worked = 0, 0.0, 0, 0.0
@@ -117,7 +150,7 @@ def _one_run(
         now, index, done = heapq.heappop(events)
         shape = order[index]
         trained = min(done * eval_every, max_epochs)
-        t = done if unit == "passes" else trained * shape.steps_per_epoch
+        t = done if schedule.unit == "passes" else trained * shape.steps_per_epoch
         trial = SimpleNamespace(trial_id=str(index))
         action = scheduler.on_trial_result(None, trial, {"t": t, "q": float(quality[index])})  # type: ignore[arg-type]
         if action == TrialScheduler.CONTINUE and done < last_pass:

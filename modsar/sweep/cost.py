@@ -3,8 +3,9 @@ the epochs of the whole search, and a wall-clock from a few seconds' timed probe
 
 A search of hundreds of trials is sized by numbers nobody multiplies by hand: a grace period in validation
 passes of `eval_every` epochs of a dataset's steps, rungs that keep 1/reduction_factor of the trials, trials
-in parallel on the CPUs a trial takes. `estimate` times a warm-up and at least PROBE_STEPS real training steps
-and a validation pass (or its first batches) of one configuration per model size (cost_keys()), then replays
+in parallel on the CPUs a trial takes. `estimate` times a few training steps and a validation pass (or its
+first batches) of one configuration per model size (cost_keys()), on the CPU beside as many busy companions as
+other trials run at once (modsar.sweep.probe: side by side, trials slow each other down), then replays
 each direction's asynchronous ASHA with Ray's own scheduler on as many workers as trials run at once
 (modsar.sweep.asha_replay), adding the seconds a search spends besides epochs (TRIAL_START_S, REPORT_S,
 RAY_START_S, TUNER_START_S); so `modsar spaces NAME --dataset D` and the first lines of `modsar search` say
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,8 +30,9 @@ import torch
 from modsar.config import Config
 from modsar.data.store import window
 from modsar.model import registry
-from modsar.sweep.asha_replay import Replay, TrialShape, replay
+from modsar.sweep.asha_replay import Replay, Schedule, TrialShape, replay
 from modsar.sweep.plan import STEPS_MAX_T, Plan, trial_config
+from modsar.sweep.probe import probe as time_size
 from modsar.sweep.spaces import MAX_GRID_POINTS, Param, SearchSpace
 from modsar.training.trainer import train_batches
 
@@ -74,11 +75,6 @@ SHAPE_KEYS = (
     "data.padding_free",
 )
 MAX_PROBES = 6  # model sizes timed per search; the others are interpolated from the nearest probed sizes
-# timed training steps per probe, after one warm-up step: batches at evenly spaced quantiles of the epoch's
-# batch sizes in positions, so their mean is the epoch's mean step (padding-free batches sorted by length
-# range from a few positions to the whole window; the first few of a shuffled epoch missed Beauty's by 40%)
-PROBE_STEPS = 6
-EVAL_PROBE_S = 0.3  # a validation pass is timed whole up to here, extrapolated from its batches beyond
 # what a search spends besides its trials' epochs and validation passes, measured by modsar.sweep.timing on
 # the quickstart (2 CPUs, idle): Tune starting a trial and the trainer's set-up (a reused actor's dataset is
 # loaded once), a report with its checkpoint per validation pass, Ray's start-up, each direction's Tuner
@@ -86,47 +82,6 @@ TRIAL_START_S = 1.0
 REPORT_S = 0.02
 RAY_START_S = 4.0
 TUNER_START_S = 2.0
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """ASHA's settings and the trial budget of a search: where its first decision falls (the replay,
-    modsar.sweep.asha_replay, counts what the whole search trains)."""
-
-    grace: int
-    reduction_factor: int
-    max_t: int
-    unit: str  # "passes" (validation passes) or "steps" (optimizer steps): what grace and max_t count
-    eval_every: int
-    max_epochs: int
-
-    @classmethod
-    def of(cls, plan: Plan) -> Schedule:
-        """The schedule a plan's search runs: its ASHA settings and its trials' budget."""
-        train = plan.base["train"]
-        return cls(
-            plan.grace_period,
-            plan.reduction_factor,
-            plan.max_t,
-            plan.unit,
-            train["eval_every"],
-            train["max_epochs"],
-        )
-
-    def epochs_at(self, t: int, steps_per_epoch: int) -> int:
-        """Epochs a trial has trained when its ASHA time first reaches `t`: ASHA sees it at validation passes
-        only (every eval_every epochs, and at max_epochs)."""
-        if self.unit == "steps":
-            passes = math.ceil(t / (max(1, steps_per_epoch) * self.eval_every))
-            return min(passes * self.eval_every, self.max_epochs)
-        return min(t * self.eval_every, self.max_epochs)
-
-    def first_decision(self, steps_per_epoch: int) -> tuple[int, int]:
-        """(optimizer steps, epochs) before ASHA's first decision: at the first validation pass at or past the
-        grace period (in steps: 2,000 on Video's 121 steps an epoch, validated every 5, is epoch 20, 2,420
-        steps)."""
-        epochs = self.epochs_at(self.grace, steps_per_epoch)
-        return epochs * steps_per_epoch, epochs
 
 
 @dataclass(frozen=True)
@@ -228,17 +183,7 @@ class Direction:
                 for g in self.groups
                 if g.trials > 0
             ]
-            self._replayed = replay(
-                shapes,
-                self.trials,
-                max(1, self.parallel),
-                unit=s.unit,
-                grace=s.grace,
-                reduction_factor=s.reduction_factor,
-                max_t=s.max_t,
-                eval_every=s.eval_every,
-                max_epochs=s.max_epochs,
-            )
+            self._replayed = replay(shapes, self.trials, max(1, self.parallel), s)
         return self._replayed
 
     def forget(self) -> None:
@@ -366,7 +311,8 @@ class CostEstimate:
             if estimated
             else ""
         )
-        measured = f"{per_epoch} s/epoch and {per_eval} s/validation measured{guessed}"
+        side_by_side = " side by side" if parallel > 1 and self.device == "cpu" else ""
+        measured = f"{per_epoch} s/epoch and {per_eval} s/validation measured{side_by_side}{guessed}"
         return f"{head}, {self._wall(d.seconds())} on {self.resources.text(measured)}"
 
     @staticmethod
@@ -480,7 +426,9 @@ def estimate(
             threads = torch.get_num_threads()
             torch.set_num_threads(max(1, int(req.cpus_per_trial)))  # as a trial's Ray worker sets it
             try:
-                run_probes(directions, dataset, split, device, max_probes)
+                # each size timed beside the trials that run with it, at a thread each
+                beside = (resources.parallel - 1) * max(1, int(req.cpus_per_trial))
+                run_probes(directions, dataset, split, device, max_probes, beside)
             finally:
                 torch.set_num_threads(threads)
                 if cuda:  # the driver keeps no probe memory on the GPU its trials will use
@@ -640,13 +588,16 @@ def measure_steps(directions: list[Direction], split, dataset) -> None:
         )
 
 
-def run_probes(directions: list[Direction], dataset, split, device: torch.device, max_probes: int) -> None:
-    """Time the sizes `pick_probes` chooses; fill in the others from the nearest probed sizes."""
+def run_probes(
+    directions: list[Direction], dataset, split, device: torch.device, max_probes: int, beside: int = 0
+) -> None:
+    """Time the sizes `pick_probes` chooses, each beside `beside` companions (modsar.sweep.probe); fill in the
+    others from the nearest probed sizes."""
     for d, chosen in zip(directions, pick_probes(directions, max_probes), strict=True):
         for g in chosen:
             g.probed = True
             try:
-                g.step_s, g.eval_s = probe(g.cfg, dataset, split, g.max_len, device)
+                g.step_s, g.eval_s = time_size(g.cfg, dataset, split, g.max_len, device, beside)
             except Exception as error:  # fails as a trial would, with its row; the search goes on
                 g.error = (str(error).strip().splitlines() or [type(error).__name__])[0]
                 g.probed = False
@@ -693,69 +644,6 @@ def interpolate(groups: list[Group]) -> None:
             near = below[-1] if below else above[0]
             ratio = g.flops / near.flops if near.flops > 0 else 1.0
             g.step_s, g.eval_s = near.step_s * ratio, near.eval_s * ratio
-
-
-class _Enough(Exception):
-    """Raised by the probe's scorer once it has timed enough of a validation pass."""
-
-
-def probe(cfg: Config, dataset, split, max_len: int, device: torch.device) -> tuple[float, float]:
-    """(seconds per optimizer step, seconds per validation pass) of `cfg`, built as run_trial builds it: one
-    warm-up step, then the mean of PROBE_STEPS real steps on batches at evenly spaced quantiles of the
-    epoch's batch positions (the epoch's mean step); then validation_seconds."""
-    from modsar.training.trainer import build_model, make_optimizer
-
-    model = build_model(cfg, dataset.num_items, dataset.num_users, max_len).to(device)
-    optimizer = make_optimizer(model, cfg)
-    batches = train_batches(split, cfg, max_len)
-    plan = batches.epoch_plan()
-    per_batch = batches.num_targets / max(len(plan), 1)
-    model.train()
-    by_size = sorted(plan, key=lambda rows: int(batches.row_lengths[rows].sum()))
-    picks = [by_size[int((k + 0.5) * len(by_size) / PROBE_STEPS)] for k in range(PROBE_STEPS)]
-    times: list[float] = []
-    for rows in [by_size[-1], *picks]:  # the warm-up on the largest batch: the allocator grows once
-        tick = time.perf_counter()
-        _step(model, optimizer, batches.make(rows).to(device), cfg, per_batch)
-        times.append(time.perf_counter() - tick)
-    model.eval()
-    return statistics.fmean(times[1:]), validation_seconds(model, split, cfg, max_len, device)
-
-
-def _step(model, optimizer: torch.optim.Optimizer, batch, cfg: Config, per_batch: float) -> None:
-    """One optimizer step as modsar.training.trainer.train_epoch takes it (its loss read back, as there)."""
-    from modsar.training.trainer import batch_loss, optimizer_step
-
-    loss = batch_loss(model, batch, cfg, per_batch)
-    optimizer_step(model, optimizer, loss, cfg)
-    loss.item()
-
-
-def validation_seconds(model, split, cfg: Config, max_len: int, device: torch.device) -> float:
-    """A validation pass as run_trial runs it, timed whole where it takes under EVAL_PROBE_S; a longer one is
-    stopped there and extrapolated: the set-up before its first batch, plus the mean batch so far per batch
-    (the shortest histories come first, so a long pass is somewhat underestimated)."""
-    from modsar.evaluation.ranking import Evaluator, model_scorer, users_per_batch
-    from modsar.training.heap import roomy_heap
-
-    evaluator = Evaluator.of(split, cfg, max_len, device)
-    per_batch = users_per_batch(evaluator.batch_size, split.num_items)
-    batches = -(-len(split.targets("valid")[0]) // per_batch)
-    scorer, calls = model_scorer(model), []
-
-    def timed(*args: torch.Tensor) -> torch.Tensor:
-        calls.append(time.perf_counter())
-        if len(calls) > 1 and calls[-1] - start > EVAL_PROBE_S:
-            raise _Enough
-        return scorer(*args)
-
-    start = time.perf_counter()
-    try:
-        with roomy_heap():
-            evaluator(timed, "valid")
-    except _Enough:
-        return (calls[0] - start) + (calls[-1] - calls[0]) / (len(calls) - 1) * batches
-    return time.perf_counter() - start
 
 
 def duration(seconds: float) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 from dataclasses import asdict
 from typing import Any
 
@@ -79,6 +80,12 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
     else:
         import optuna
         from ray.tune.search.optuna import OptunaSearch
+
+        # a resumed trial restarts at its last best checkpoint and reports again the passes after it, with
+        # the same values (one curve); Optuna keeps the first and warns once per pass: noise on every resume
+        warnings.filterwarnings(
+            "ignore", message="The reported value is ignored because this `step=", category=UserWarning
+        )
 
         sampler = (
             optuna.samplers.RandomSampler(seed=req.seed)
