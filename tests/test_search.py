@@ -525,7 +525,7 @@ def test_optuna_seed_reproduces_first_configurations(local_ray, data_dir, tmp_pa
 def test_a_sampled_search_runs_a_small_direction_as_its_grid_and_the_full_grid_on_request(
     local_ray, data_dir, tmp_path
 ):
-    """AE (6 points) is sampled 3 times by TPE; AR (2 points, fewer than 3 samples) runs its grid, each point
+    """AE (6 points) is sampled 3 times by TPE, 3 distinct configurations; AR (2 points, fewer than 3 samples) runs its grid, each point
     once; --full-grid runs all 8 points into <space>-<dataset>-full-grid."""
     out, space = tmp_path / "results", str(SPACES / "tpe_small_ar.yaml")
     assert search("--space", space, "--dataset", "synthetic", "--results", str(out)) == 0
@@ -535,6 +535,8 @@ def test_a_sampled_search_runs_a_small_direction_as_its_grid_and_the_full_grid_o
         "ar": ["grid"] * 2,
     }
     assert sorted(rows[rows.task == "ar"]["model.dropout"]) == [0.0, 0.2]
+    ae = rows[rows.task == "ae"]
+    assert len(set(zip(ae["model.dropout"], ae["mask_prob"], strict=True))) == 3  # no configuration twice
     assert search("--space", space, "--dataset", "synthetic", "--results", str(out), "--full-grid") == 0
     full = read_rows(str(out), "tpe_small_ar-synthetic-full-grid")
     assert len(full) == 8 and set(full["search_algorithm"]) == {"grid"}

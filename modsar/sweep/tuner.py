@@ -79,7 +79,8 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
         param_space = {"point": tune.grid_search(space.grid_points())}
     else:
         import optuna
-        from ray.tune.search.optuna import OptunaSearch
+
+        from modsar.sweep.searcher import DistinctOptunaSearch
 
         # a resumed trial restarts at its last best checkpoint and reports again the passes after it, with
         # the same values (one curve); Optuna keeps the first and warns once per pass: noise on every resume
@@ -93,7 +94,9 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
             else optuna.samplers.TPESampler(seed=req.seed)
         )
         search_alg = ConcurrencyLimiter(
-            OptunaSearch(space=space.suggest, metric=metric, mode="max", sampler=sampler),
+            DistinctOptunaSearch(
+                space=space.suggest, metric=metric, mode="max", sampler=sampler, seed=req.seed
+            ),
             max_concurrent=concurrent,
         )
     tune_config = tune.TuneConfig(

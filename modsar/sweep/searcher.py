@@ -1,0 +1,69 @@
+"""Optuna's sampling for a search, without training one configuration twice.
+
+A trial's curve is fixed by its configuration and seed, and every trial of a search has the search's seed,
+so a configuration drawn again trains the same curve again: nothing learned, all of it paid. TPE draws
+repeats often on the paper's spaces, which are small grids (`local_attn`: 320 AE and 80 AR points): the first
+headline search on Beauty trained its best AE configuration three times and another twice, 455 of its 990 AE
+epochs. So a repeat is never handed to Tune. Optuna is told the earlier trial's result for it, as if it had
+been trained (its curve would be the same), and asked again; a repeat of a trial still running is dropped
+(Optuna learns that one's value when it ends). After a few repeats in a row TPE has little else to propose,
+so the next draws are uniform over the space (seeded) until one is new. Each direction then trains as many
+distinct configurations as it has trials.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+from ray.tune.search.optuna import OptunaSearch
+
+TPE_REPEATS = 8  # repeats in a row before the draws turn uniform
+UNIFORM_DRAWS = 1000  # uniform draws after those before a repeat is trained after all (a space used up)
+
+
+class DistinctOptunaSearch(OptunaSearch):
+    """Ray's OptunaSearch whose suggestions are configurations no earlier trial of the study had; `seed`
+    seeds the uniform draws."""
+
+    def __init__(self, *args: Any, seed: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._uniform_seed = seed
+
+    @property
+    def _study(self) -> optuna.Study:
+        assert self._ot_study is not None, "the study is made with the searcher's space"
+        return self._ot_study
+
+    def suggest(self, trial_id: str) -> dict | None:
+        sampler = self._study.sampler
+        try:
+            for draw in range(TPE_REPEATS + UNIFORM_DRAWS):
+                if draw == TPE_REPEATS:  # seeded by the search's seed and the trials so far: a resumed
+                    seed = self._uniform_seed * 100_003 + len(self._ot_trials)  # search draws the same again
+                    self._study.sampler = optuna.samplers.RandomSampler(seed=seed)
+                config = super().suggest(trial_id)
+                earlier = self._earlier(self._ot_trials[trial_id])
+                if config is None or earlier is None:
+                    return config
+                if draw == TPE_REPEATS + UNIFORM_DRAWS - 1:
+                    return config  # every draw a repeat: the space is used up, so a repeat is trained
+                repeat = self._ot_trials.pop(trial_id)
+                if earlier.state == TrialState.COMPLETE:
+                    self._study.tell(repeat, earlier.values)
+                else:  # still running: its value will come; this draw tells Optuna nothing
+                    self._study.tell(repeat, state=TrialState.FAIL)
+            return None
+        finally:
+            self._study.sampler = sampler
+
+    def _earlier(self, trial: optuna.trial.Trial) -> Any:
+        """The first other trial of the study, complete or running, with `trial`'s configuration; None if
+        there is none."""
+        params = trial.params
+        for other in self._study.get_trials(deepcopy=False):
+            alive = other.state in (TrialState.COMPLETE, TrialState.RUNNING)
+            if alive and other.number != trial.number and other.params == params:
+                return other
+        return None
