@@ -525,8 +525,8 @@ def test_optuna_seed_reproduces_first_configurations(local_ray, data_dir, tmp_pa
 def test_a_sampled_search_runs_a_small_direction_as_its_grid_and_the_full_grid_on_request(
     local_ray, data_dir, tmp_path
 ):
-    """AE (6 points) is sampled 3 times by TPE, 3 distinct configurations; AR (2 points, fewer than 3 samples) runs its grid, each point
-    once; --full-grid runs all 8 points into <space>-<dataset>-full-grid."""
+    """AE (6 points) is sampled 3 times by TPE, 3 distinct configurations; AR (2 points, fewer than 3
+    samples) runs its grid, each point once; --full-grid runs all 8 into <space>-<dataset>-full-grid."""
     out, space = tmp_path / "results", str(SPACES / "tpe_small_ar.yaml")
     assert search("--space", space, "--dataset", "synthetic", "--results", str(out)) == 0
     rows = read_rows(str(out), "tpe_small_ar-synthetic")

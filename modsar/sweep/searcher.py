@@ -13,10 +13,13 @@ distinct configurations as it has trials.
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
+from ray.tune.search import ConcurrencyLimiter
 from ray.tune.search.optuna import OptunaSearch
 
 TPE_REPEATS = 8  # repeats in a row before the draws turn uniform
@@ -37,6 +40,7 @@ class DistinctOptunaSearch(OptunaSearch):
         return self._ot_study
 
     def suggest(self, trial_id: str) -> dict | None:
+        """The configuration of Tune's next trial: the first draw no earlier trial had."""
         sampler = self._study.sampler
         try:
             for draw in range(TPE_REPEATS + UNIFORM_DRAWS):
@@ -67,3 +71,22 @@ class DistinctOptunaSearch(OptunaSearch):
             if alive and other.number != trial.number and other.params == params:
                 return other
         return None
+
+
+def sampled_search(
+    suggest: Callable[[Any], dict], search: str, metric: str, seed: int, concurrent: int
+) -> ConcurrencyLimiter:
+    """A direction's searcher: TPE ("optuna") or uniform draws ("random") over the define-by-run space
+    `suggest`, seeded, without repeats, at most `concurrent` trials at once."""
+    # a resumed trial restarts at its last best checkpoint and reports again the passes after it, with the
+    # same values (one curve); Optuna keeps the first and warns once per pass: noise on every resume
+    warnings.filterwarnings(
+        "ignore", message="The reported value is ignored because this `step=", category=UserWarning
+    )
+    sampler = (
+        optuna.samplers.RandomSampler(seed=seed)
+        if search == "random"
+        else optuna.samplers.TPESampler(seed=seed)
+    )
+    searcher = DistinctOptunaSearch(space=suggest, metric=metric, mode="max", sampler=sampler, seed=seed)
+    return ConcurrencyLimiter(searcher, max_concurrent=concurrent)

@@ -6,14 +6,12 @@ from __future__ import annotations
 import os
 import sys
 import time
-import warnings
 from dataclasses import asdict
 from typing import Any
 
 import pyarrow.fs as pafs
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler
-from ray.tune.search import ConcurrencyLimiter
 
 from modsar.errors import ModsarError
 from modsar.outputs import (
@@ -78,27 +76,9 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
     if search == "grid":
         param_space = {"point": tune.grid_search(space.grid_points())}
     else:
-        import optuna
+        from modsar.sweep.searcher import sampled_search
 
-        from modsar.sweep.searcher import DistinctOptunaSearch
-
-        # a resumed trial restarts at its last best checkpoint and reports again the passes after it, with
-        # the same values (one curve); Optuna keeps the first and warns once per pass: noise on every resume
-        warnings.filterwarnings(
-            "ignore", message="The reported value is ignored because this `step=", category=UserWarning
-        )
-
-        sampler = (
-            optuna.samplers.RandomSampler(seed=req.seed)
-            if search == "random"
-            else optuna.samplers.TPESampler(seed=req.seed)
-        )
-        search_alg = ConcurrencyLimiter(
-            DistinctOptunaSearch(
-                space=space.suggest, metric=metric, mode="max", sampler=sampler, seed=req.seed
-            ),
-            max_concurrent=concurrent,
-        )
+        search_alg = sampled_search(space.suggest, search, metric, req.seed, concurrent)
     tune_config = tune.TuneConfig(
         metric=metric,
         mode="max",
