@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from modsar.cli import main
+from modsar.config import Config
 from modsar.data.batches import TrainBatches
 from modsar.data.split import make_split
 from modsar.data.store import load_dataset
@@ -18,7 +19,7 @@ from modsar.randomness import global_states, same_states
 from modsar.sweep import SearchRequest, cost, make_plan
 from modsar.sweep.asha_replay import Schedule
 from modsar.sweep.cost import Resources, duration, estimate
-from modsar.sweep.probe import companions
+from modsar.sweep.probe import Companions
 
 
 @pytest.fixture(scope="module")
@@ -309,34 +310,30 @@ def test_an_ae_mask_rate_changes_the_cost_of_a_step(data_dir, tmp_path):
     assert 1.5 < high.flops / low.flops < 4
 
 
-def _count_up(counter) -> None:
-    """A companion's round: one tick of a shared counter (a module-level function: forked, not pickled)."""
-    with counter.get_lock():
-        counter.value += 1
+def _cpu_ticks(pid: int) -> int:
+    """A process's user + system CPU time so far, in clock ticks (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return int(fields[11]) + int(fields[12])
 
 
-def test_companions_run_while_the_block_runs_and_are_gone_after():
-    """The probe's companions: as many forked processes as asked, each past its first round before the block
-    starts, all of them killed when it ends."""
-    import functools
-    import multiprocessing
-
-    counter = multiprocessing.get_context("fork").Value("i", 0)
-    with companions(2, functools.partial(_count_up, counter)) as running:
-        assert running == 2
-        first = counter.value
-        assert first >= 2  # both finished a round before the block began
-        deadline = time.monotonic() + 30
-        while counter.value == first and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert counter.value > first  # and went on working meanwhile
-        children = multiprocessing.active_children()
-    assert all(not child.is_alive() for child in children)
-    after = counter.value
-    time.sleep(0.2)
-    assert counter.value == after
-    with companions(0, functools.partial(_count_up, counter)) as running:
-        assert running == 0
+def test_companions_train_while_the_block_runs_and_are_gone_after(data_dir):
+    """The probe's companions: spawned processes that train the probed size (CPU time used) while the probe
+    is timed, idle between probes, and end with the estimate."""
+    plan = make_plan(SearchRequest(space="quickstart", dataset="synthetic"))
+    main(["data", "prepare", "synthetic"])
+    base = Config.from_dict(plan.base)
+    with Companions(1, "synthetic", None, base) as companions:
+        (process,) = companions.processes
+        with companions.training(base, 20) as training:
+            assert training == 1
+            before = _cpu_ticks(process.pid)
+            time.sleep(1.0)
+            assert _cpu_ticks(process.pid) - before >= 30  # most of a core for the second
+        idle = _cpu_ticks(process.pid)
+        time.sleep(1.0)
+        assert _cpu_ticks(process.pid) - idle <= 10  # between probes it waits
+    assert not process.is_alive()
 
 
 def test_each_size_is_timed_beside_the_other_trials_that_run_at_once(data_dir, monkeypatch):
@@ -344,10 +341,11 @@ def test_each_size_is_timed_beside_the_other_trials_that_run_at_once(data_dir, m
     alone. The estimate's line says the timings were taken side by side."""
     seen = []
     real = cost.time_size
-    monkeypatch.setattr(cost, "time_size", lambda *a: seen.append(a[-1]) or real(*a))
+    monkeypatch.setattr(cost, "time_size", lambda *a: seen.append(a[-1] and a[-1].running) or real(*a))
     plan = make_plan(SearchRequest(space="quickstart", dataset="synthetic", cpus_per_trial=1))
     est = estimate(plan, Resources(cpus=2, gpus=0))
     assert set(seen) == {1} and all("measured side by side" in x for x in est.lines()[1:3])
+    assert not any("companions did not run" in note for note in est.notes)
     seen.clear()
     est = estimate(plan, Resources(cpus=2, gpus=0, max_concurrent=1))
-    assert set(seen) == {0} and not any("side by side" in x for x in est.lines())
+    assert set(seen) == {None} and not any("side by side" in x for x in est.lines())

@@ -4,9 +4,9 @@ the epochs of the whole search, and a wall-clock from a few seconds' timed probe
 A search of hundreds of trials is sized by numbers nobody multiplies by hand: a grace period in validation
 passes of `eval_every` epochs of a dataset's steps, rungs that keep 1/reduction_factor of the trials, trials
 in parallel on the CPUs a trial takes. `estimate` times a few training steps and a validation pass (or its
-first batches) of one configuration per model size (cost_keys()), on the CPU beside as many busy companions as
-other trials run at once (modsar.sweep.probe: side by side, trials slow each other down), then replays
-each direction's asynchronous ASHA with Ray's own scheduler on as many workers as trials run at once
+first batches) of one configuration per model size (cost_keys()), on the CPU beside as many companions
+training it as other trials run at once (modsar.sweep.probe: trials side by side slow each other), then
+replays each direction's asynchronous ASHA with Ray's own scheduler on as many workers as trials run at once
 (modsar.sweep.asha_replay), adding the seconds a search spends besides epochs (TRIAL_START_S, REPORT_S,
 RAY_START_S, TUNER_START_S); so `modsar spaces NAME --dataset D` and the first lines of `modsar search` say
 what a search costs before any of it runs.
@@ -32,6 +32,7 @@ from modsar.data.store import window
 from modsar.model import registry
 from modsar.sweep.asha_replay import Replay, Schedule, TrialShape, replay
 from modsar.sweep.plan import STEPS_MAX_T, Plan, trial_config
+from modsar.sweep.probe import Companions
 from modsar.sweep.probe import probe as time_size
 from modsar.sweep.spaces import MAX_GRID_POINTS, Param, SearchSpace
 from modsar.training.trainer import train_batches
@@ -425,10 +426,16 @@ def estimate(
         if probe and resources.parallel:  # (where no trial fits, there is no wall-clock to estimate)
             threads = torch.get_num_threads()
             torch.set_num_threads(max(1, int(req.cpus_per_trial)))  # as a trial's Ray worker sets it
+            # each size timed beside the other trials that run with it, a 1-thread companion per CPU they hold
+            count = 0 if cuda else (resources.parallel - 1) * max(1, int(req.cpus_per_trial))
             try:
-                # each size timed beside the trials that run with it, at a thread each
-                beside = (resources.parallel - 1) * max(1, int(req.cpus_per_trial))
-                run_probes(directions, dataset, split, device, max_probes, beside)
+                with Companions(count, req.dataset, req.data_dir, base) as beside:
+                    run_probes(directions, dataset, split, device, max_probes, beside if count else None)
+                if beside.running < count:
+                    notes.append(
+                        f"{count - beside.running} of the probe's {count} companions did not run (they train "
+                        "beside it as the search's other trials would): its timings are too low"
+                    )
             finally:
                 torch.set_num_threads(threads)
                 if cuda:  # the driver keeps no probe memory on the GPU its trials will use
@@ -589,10 +596,15 @@ def measure_steps(directions: list[Direction], split, dataset) -> None:
 
 
 def run_probes(
-    directions: list[Direction], dataset, split, device: torch.device, max_probes: int, beside: int = 0
+    directions: list[Direction],
+    dataset,
+    split,
+    device: torch.device,
+    max_probes: int,
+    beside: Companions | None = None,
 ) -> None:
-    """Time the sizes `pick_probes` chooses, each beside `beside` companions (modsar.sweep.probe); fill in the
-    others from the nearest probed sizes."""
+    """Time the sizes `pick_probes` chooses, each beside the `beside` companions (modsar.sweep.probe); fill in
+    the others from the nearest probed sizes."""
     for d, chosen in zip(directions, pick_probes(directions, max_probes), strict=True):
         for g in chosen:
             g.probed = True

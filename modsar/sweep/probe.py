@@ -3,19 +3,20 @@ and of a validation pass, for the cost estimate (modsar.sweep.cost).
 
 A trial seldom runs alone: a search on a 2-core machine runs two 1-thread trials at once, and side by side
 each runs 12-18% slower than alone (memory bandwidth and caches are shared; benchmarks/trial_threads.py).
-So the probe is timed beside companions: forked copies of the same model training on the same batches, as
-many as the other trials that run at once, which the trials that follow keep the cores busy like.
+So the probe is timed beside companions: processes training the same size on the same batches, as many as the
+other trials that run at once. They are spawned, not forked: a process that has run Ray (or any gRPC client)
+keeps threads a fork can deadlock on, and the estimate runs in the user's process.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-import os
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
+from typing import Any
 
 import torch
 
@@ -27,16 +28,32 @@ from modsar.training.trainer import train_batches
 # range from a few positions to the whole window; the first few of a shuffled epoch missed Beauty's by 40%)
 PROBE_STEPS = 6
 EVAL_PROBE_S = 0.3  # a validation pass is timed whole up to here, extrapolated from its batches beyond
-COMPANION_START_S = 60.0  # how long the probe waits for its companions' first steps before it times alone
+COMPANION_START_S = 120.0  # how long the probe waits for a companion (its imports, its data, a first round)
 
 
 def probe(
-    cfg: Config, dataset, split, max_len: int, device: torch.device, beside: int = 0
+    cfg: Config, dataset, split, max_len: int, device: torch.device, beside: Companions | None = None
 ) -> tuple[float, float]:
     """(seconds per optimizer step, seconds per validation pass) of `cfg`, built as run_trial builds it: one
     warm-up step, then the mean of PROBE_STEPS real steps on batches at evenly spaced quantiles of the
     epoch's batch positions (the epoch's mean step); then validation_seconds. With `beside`, all of it is
-    timed while that many companions (see `companions`) train the same model on the CPU."""
+    timed while those companions train the same size."""
+    model, steps = training_steps(cfg, dataset, split, max_len, device)
+    with beside.training(cfg, max_len) if beside else _alone():
+        times: list[float] = []
+        for step in steps:  # the first, the warm-up, on the largest batch: the allocator grows once
+            tick = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - tick)
+        model.eval()
+        return statistics.fmean(times[1:]), validation_seconds(model, split, cfg, max_len, device)
+
+
+def training_steps(
+    cfg: Config, dataset, split, max_len: int, device: torch.device
+) -> tuple[Any, list[Callable[[], None]]]:
+    """`cfg`'s model and PROBE_STEPS + 1 optimizer steps of it, ready to take: the warm-up on the epoch's
+    largest batch, then batches at evenly spaced quantiles of the epoch's batch sizes."""
     from modsar.training.trainer import build_model, make_optimizer
 
     model = build_model(cfg, dataset.num_items, dataset.num_users, max_len).to(device)
@@ -47,62 +64,106 @@ def probe(
     model.train()
     by_size = sorted(plan, key=lambda rows: int(batches.row_lengths[rows].sum()))
     picks = [by_size[int((k + 0.5) * len(by_size) / PROBE_STEPS)] for k in range(PROBE_STEPS)]
-    made = [batches.make(rows) for rows in [by_size[-1], *picks]]
-
-    def work() -> None:  # a companion's loop: the probe's own batches, in turn
-        for batch in made:
-            _step(model, optimizer, batch.to(device), cfg, per_batch)
-
-    with companions(beside if device.type == "cpu" else 0, work):
-        times: list[float] = []
-        for batch in made:  # the warm-up on the largest batch: the allocator grows once
-            tick = time.perf_counter()
-            _step(model, optimizer, batch.to(device), cfg, per_batch)
-            times.append(time.perf_counter() - tick)
-        model.eval()
-        return statistics.fmean(times[1:]), validation_seconds(model, split, cfg, max_len, device)
+    made = [batches.make(rows).to(device) for rows in [by_size[-1], *picks]]
+    return model, [partial(_step, model, optimizer, batch, cfg, per_batch) for batch in made]
 
 
 @contextmanager
-def companions(count: int, work: Callable[[], None]) -> Iterator[int]:
-    """Run `work` in a loop in `count` forked 1-thread processes while the block runs; yields how many are
-    running. The block starts once each has finished its first round (so none is still warming up), and
-    they are killed when it ends. None where fork is unsafe or missing: a CUDA or Ray process (their
-    threads do not survive a fork), or a platform without fork."""
-    ray = sys.modules.get("ray")
-    if (
-        count <= 0
-        or not hasattr(os, "fork")
-        or torch.cuda.is_initialized()
-        or (ray is not None and ray.is_initialized())
-    ):
-        yield 0
-        return
-    context = multiprocessing.get_context("fork")
-    ready = context.Semaphore(0)
-    processes = [context.Process(target=_companion, args=(work, ready), daemon=True) for _ in range(count)]
-    try:
-        for process in processes:
+def _alone() -> Iterator[None]:
+    yield
+
+
+class Companions:
+    """`count` spawned 1-thread processes, each with the search's dataset and split loaded, that train the
+    size being probed (`training`) on its probe's batches while it is timed, and wait between probes. Use as
+    a context manager: they are stopped when it ends. `running` says how many answered."""
+
+    def __init__(self, count: int, dataset: str, data_dir: str | None, base: Config) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.pipes: list[Any] = []
+        self.processes: list[Any] = []
+        for _ in range(count):
+            mine, theirs = context.Pipe()
+            process = context.Process(
+                target=_companion, args=(theirs, dataset, data_dir, base.to_dict()), daemon=True
+            )
             process.start()
-        waiting, deadline = count, time.monotonic() + COMPANION_START_S
-        while waiting and time.monotonic() < deadline and all(p.is_alive() for p in processes):
-            waiting -= ready.acquire(timeout=0.1)
-        yield sum(p.is_alive() for p in processes)
-    finally:
-        for process in processes:
-            process.kill()
-        for process in processes:
-            process.join()
+            theirs.close()
+            self.pipes.append(mine)
+            self.processes.append(process)
+        self.running = count
+
+    def __enter__(self) -> Companions:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for pipe in self.pipes:
+            self._send(pipe, None)
+        for process in self.processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+    @contextmanager
+    def training(self, cfg: Config, max_len: int) -> Iterator[int]:
+        """While the block runs, every companion trains `cfg`; the block starts once each has taken its
+        first round of steps (so none is still building or warming up). Yields how many are training."""
+        asked = [p for p in self.pipes if self._send(p, (cfg.to_dict(), max_len))]
+        training = [p for p in asked if self._answer(p, COMPANION_START_S) == "training"]
+        self.running = len(training)
+        try:
+            yield len(training)
+        finally:
+            for pipe in training:
+                if self._send(pipe, "stop"):
+                    self._answer(pipe, COMPANION_START_S)
+
+    @staticmethod
+    def _send(pipe, message: Any) -> bool:
+        try:
+            pipe.send(message)
+            return True
+        except (OSError, EOFError):  # the companion is gone (it failed): the probe goes on without it
+            return False
+
+    @staticmethod
+    def _answer(pipe, timeout: float) -> str:
+        try:
+            return pipe.recv() if pipe.poll(timeout) else "silent"
+        except (OSError, EOFError):
+            return "gone"
 
 
-def _companion(work: Callable[[], None], ready) -> None:
-    """A companion's whole life: one thread, as a trial's worker has; a first round, then say so; then on
-    until killed."""
-    torch.set_num_threads(1)
-    work()
-    ready.release()
-    while True:
-        work()
+def _companion(pipe, dataset: str, data_dir: str | None, base: dict) -> None:
+    """A companion's life: load the data once; then, for each size it is sent, build it, take one round of its
+    steps, say "training", and go on taking them until told to stop; None ends it."""
+    from modsar.data.split import make_split
+    from modsar.data.store import load_dataset
+    from modsar.data.views import viewed
+
+    torch.set_num_threads(1)  # as a 1-CPU trial's worker has
+    cfg = Config.from_dict(base)
+    data = viewed(load_dataset(dataset, data_dir), cfg.data.view)
+    split = make_split(cfg, data)
+    while (message := pipe.recv()) is not None:
+        try:
+            _, steps = training_steps(
+                Config.from_dict(message[0]), data, split, message[1], torch.device("cpu")
+            )
+            for step in steps:
+                step()
+        except Exception as error:  # the probe goes on without this one
+            pipe.send(f"failed: {error}")
+            continue
+        pipe.send("training")
+        while not pipe.poll():
+            for step in steps:
+                step()
+                if pipe.poll():
+                    break
+        pipe.recv()  # "stop"
+        pipe.send("stopped")
 
 
 def _step(model, optimizer: torch.optim.Optimizer, batch, cfg: Config, per_batch: float) -> None:
