@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import ray
+from test_pickle_contract import modsar_globals  # tests/ is on sys.path (no package)
 
 from modsar.cli import main
 from modsar.records.rows import read_rows
@@ -537,6 +538,13 @@ def test_a_sampled_search_runs_a_small_direction_as_its_grid_and_the_full_grid_o
     assert sorted(rows[rows.task == "ar"]["model.dropout"]) == [0.0, 0.2]
     ae = rows[rows.task == "ae"]
     assert len(set(zip(ae["model.dropout"], ae["mask_prob"], strict=True))) == 3  # no configuration twice
+    # what the search pickled names modsar code by the contract's path only (modsar.sweep.pickled)
+    saved = out / "tpe_small_ar-synthetic" / "ray-ae"
+    states = [saved / "tuner.pkl", *saved.glob("searcher-state-*.pkl"), *saved.glob("callback-states-*.pkl")]
+    assert len(states) == 3
+    for state in states:
+        named = modsar_globals(state.read_bytes())
+        assert {n.split()[0] for n in named} <= {"modsar.sweep.pickled"}, (state.name, sorted(named))
     assert search("--space", space, "--dataset", "synthetic", "--results", str(out), "--full-grid") == 0
     full = read_rows(str(out), "tpe_small_ar-synthetic-full-grid")
     assert len(full) == 8 and set(full["search_algorithm"]) == {"grid"}

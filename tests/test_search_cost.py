@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 import time
 
 import pytest
@@ -333,7 +335,7 @@ def test_companions_train_while_the_block_runs_and_are_gone_after(data_dir):
         idle = _cpu_ticks(process.pid)
         time.sleep(1.0)
         assert _cpu_ticks(process.pid) - idle <= 10  # between probes it waits
-    assert not process.is_alive()
+    assert process.poll() is not None  # ended
 
 
 def test_each_size_is_timed_beside_the_other_trials_that_run_at_once(data_dir, monkeypatch):
@@ -349,3 +351,21 @@ def test_each_size_is_timed_beside_the_other_trials_that_run_at_once(data_dir, m
     seen.clear()
     est = estimate(plan, Resources(cpus=2, gpus=0, max_concurrent=1))
     assert set(seen) == {None} and not any("side by side" in x for x in est.lines())
+
+
+def test_a_script_without_a_main_guard_runs_once_with_its_companions(data_dir, tmp_path):
+    """The companions are processes of their own: a user's script that estimates at its top level, with no
+    `if __name__ == "__main__":`, is not run again by them (a spawned copy of the caller would run it)."""
+    script = tmp_path / "estimate.py"
+    runs = tmp_path / "runs.txt"
+    script.write_text(
+        "from modsar.sweep import SearchRequest, make_plan\n"
+        "from modsar.sweep.cost import Resources, estimate\n"
+        f"open({str(runs)!r}, 'a').write('ran\\n')\n"
+        "est = estimate(make_plan(SearchRequest(space='quickstart', dataset='synthetic')), "
+        "Resources(cpus=2, gpus=0))\n"
+        "print(*est.notes, sep='\\n')\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert runs.read_text() == "ran\n" and "companions did not run" not in done.stdout

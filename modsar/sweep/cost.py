@@ -424,22 +424,7 @@ def estimate(
             directions.append(Direction(task, plan.trials_of(task), groups, schedule, resources.parallel))
         measure_steps(directions, split, dataset)
         if probe and resources.parallel:  # (where no trial fits, there is no wall-clock to estimate)
-            threads = torch.get_num_threads()
-            torch.set_num_threads(max(1, int(req.cpus_per_trial)))  # as a trial's Ray worker sets it
-            # each size timed beside the other trials that run with it, a 1-thread companion per CPU they hold
-            count = 0 if cuda else (resources.parallel - 1) * max(1, int(req.cpus_per_trial))
-            try:
-                with Companions(count, req.dataset, req.data_dir, base) as beside:
-                    run_probes(directions, dataset, split, device, max_probes, beside if count else None)
-                if beside.running < count:
-                    notes.append(
-                        f"{count - beside.running} of the probe's {count} companions did not run (they train "
-                        "beside it as the search's other trials would): its timings are too low"
-                    )
-            finally:
-                torch.set_num_threads(threads)
-                if cuda:  # the driver keeps no probe memory on the GPU its trials will use
-                    torch.cuda.empty_cache()
+            notes += _probe_sizes(plan, resources, directions, dataset, split, device, max_probes)
     for d in directions:
         d.forget()  # replayed again with the probes' timings
     result = CostEstimate(plan, resources, str(device), directions, notes)
@@ -448,6 +433,30 @@ def estimate(
             if g.error:
                 notes.append(f"{d.task.upper()} {result.size_name(g)}: the probe failed ({g.error})")
     return result
+
+
+def _probe_sizes(
+    plan: Plan, resources: Resources, directions: list[Direction], dataset, split, device, max_probes: int
+) -> list[str]:
+    """run_probes with a trial's threads, each size beside the other trials that run with it (a 1-thread
+    companion per CPU they hold; none on a GPU); notes where companions did not run."""
+    req, base = plan.request, Config.from_dict(plan.base)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(req.cpus_per_trial)))  # as a trial's Ray worker sets it
+    count = 0 if device.type == "cuda" else (resources.parallel - 1) * max(1, int(req.cpus_per_trial))
+    try:
+        with Companions(count, req.dataset, req.data_dir, base) as beside:
+            run_probes(directions, dataset, split, device, max_probes, beside if count else None)
+    finally:
+        torch.set_num_threads(threads)
+        if device.type == "cuda":  # the driver keeps no probe memory on the GPU its trials will use
+            torch.cuda.empty_cache()
+    if beside.running < count:
+        return [
+            f"{count - beside.running} of the probe's {count} companions did not run (they train beside it "
+            "as the search's other trials would): its timings are too low"
+        ]
+    return []
 
 
 def busy_cores(window_s: float = 0.5) -> float | None:

@@ -21,6 +21,7 @@ from modsar.sweep.credentials import (
     refuse_on_a_cluster,
     take_secrets,
 )
+from modsar.sweep.pickled import pickled
 from modsar.sweep.space_check import SpaceCheck, check_space, dataset_sizes
 from modsar.sweep.spaces import Param, SearchSpace, grid_size_by_task, load_space
 
@@ -31,6 +32,7 @@ STEPS_MAX_T = 2**62
 OPTION_DEST = {"time_budget_s": "time_budget"}
 
 
+@pickled
 @dataclass
 class SearchRequest:
     """What `modsar search` (or the API's `modsar.search`) is asked to do: its options as given, credentials
@@ -82,6 +84,7 @@ class SearchRequest:
         return self.experiment or f"{Path(self.space).stem}-{self.dataset}{full}"
 
 
+@pickled
 @dataclass
 class Plan:
     """Everything a search will do, derived from its request and checked before Ray starts: the space, the

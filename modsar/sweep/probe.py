@@ -4,18 +4,24 @@ and of a validation pass, for the cost estimate (modsar.sweep.cost).
 A trial seldom runs alone: a search on a 2-core machine runs two 1-thread trials at once, and side by side
 each runs 12-18% slower than alone (memory bandwidth and caches are shared; benchmarks/trial_threads.py).
 So the probe is timed beside companions: processes training the same size on the same batches, as many as the
-other trials that run at once. They are spawned, not forked: a process that has run Ray (or any gRPC client)
-keeps threads a fork can deadlock on, and the estimate runs in the user's process.
+other trials that run at once (`python -m modsar.sweep.probe` is one).
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import contextlib
+import json
+import os
+import queue
 import statistics
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -74,96 +80,124 @@ def _alone() -> Iterator[None]:
 
 
 class Companions:
-    """`count` spawned 1-thread processes, each with the search's dataset and split loaded, that train the
-    size being probed (`training`) on its probe's batches while it is timed, and wait between probes. Use as
-    a context manager: they are stopped when it ends. `running` says how many answered."""
+    """`count` companion processes (`python -m modsar.sweep.probe`, one thread each), each with the search's
+    dataset and split loaded, that train the size being probed (`training`) on its probe's batches while it
+    is timed, and wait between probes. Use as a context manager: they end with it. `running` says how many
+    trained the last size. They are processes of their own, not forked or spawned copies of this one: a fork
+    of a process that has run Ray can deadlock on its gRPC threads, and a spawn runs the user's script again
+    where it lacks an `if __name__ == "__main__":` guard."""
 
     def __init__(self, count: int, dataset: str, data_dir: str | None, base: Config) -> None:
-        context = multiprocessing.get_context("spawn")
-        self.pipes: list[Any] = []
-        self.processes: list[Any] = []
-        for _ in range(count):
-            mine, theirs = context.Pipe()
-            process = context.Process(
-                target=_companion, args=(theirs, dataset, data_dir, base.to_dict()), daemon=True
+        import modsar
+
+        setup = json.dumps({"dataset": dataset, "data_dir": data_dir, "base": base.to_dict()})
+        here = str(
+            Path(modsar.__file__).resolve().parent.parent
+        )  # this modsar, wherever it was imported from
+        path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+        self.processes = [
+            subprocess.Popen(
+                [sys.executable, "-m", "modsar.sweep.probe", setup],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env={**os.environ, "PYTHONPATH": path},
             )
-            process.start()
-            theirs.close()
-            self.pipes.append(mine)
-            self.processes.append(process)
+            for _ in range(count)
+        ]
+        self.answers = [_lines(p.stdout) for p in self.processes]
         self.running = count
 
     def __enter__(self) -> Companions:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for pipe in self.pipes:
-            self._send(pipe, None)
         for process in self.processes:
-            process.join(timeout=5)
-            if process.is_alive():
+            with contextlib.suppress(OSError):
+                process.stdin.close()  # type: ignore[union-attr]  # (its end of input ends it)
+        for process in self.processes:
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
                 process.kill()
-                process.join()
+                process.wait()
 
     @contextmanager
     def training(self, cfg: Config, max_len: int) -> Iterator[int]:
         """While the block runs, every companion trains `cfg`; the block starts once each has taken its
         first round of steps (so none is still building or warming up). Yields how many are training."""
-        asked = [p for p in self.pipes if self._send(p, (cfg.to_dict(), max_len))]
-        training = [p for p in asked if self._answer(p, COMPANION_START_S) == "training"]
+        size = json.dumps({"cfg": cfg.to_dict(), "max_len": max_len})
+        asked = [k for k, p in enumerate(self.processes) if _send(p, size)]
+        training = [k for k in asked if _answer(self.answers[k], COMPANION_START_S) == "training"]
         self.running = len(training)
         try:
             yield len(training)
         finally:
-            for pipe in training:
-                if self._send(pipe, "stop"):
-                    self._answer(pipe, COMPANION_START_S)
-
-    @staticmethod
-    def _send(pipe, message: Any) -> bool:
-        try:
-            pipe.send(message)
-            return True
-        except (OSError, EOFError):  # the companion is gone (it failed): the probe goes on without it
-            return False
-
-    @staticmethod
-    def _answer(pipe, timeout: float) -> str:
-        try:
-            return pipe.recv() if pipe.poll(timeout) else "silent"
-        except (OSError, EOFError):
-            return "gone"
+            for k in training:
+                if _send(self.processes[k], "stop"):
+                    _answer(self.answers[k], COMPANION_START_S)
 
 
-def _companion(pipe, dataset: str, data_dir: str | None, base: dict) -> None:
+def _send(process: subprocess.Popen, line: str) -> bool:
+    try:
+        process.stdin.write(line + "\n")  # type: ignore[union-attr]
+        process.stdin.flush()  # type: ignore[union-attr]
+        return True
+    except (OSError, ValueError):  # the companion is gone (it failed): the probe goes on without it
+        return False
+
+
+def _lines(stream: Any) -> queue.Queue:
+    """The lines `stream` gives, read by a thread of their own (a wait for one can then time out)."""
+    lines: queue.Queue = queue.Queue()
+
+    def read() -> None:
+        for line in stream:
+            lines.put(line.strip())
+        lines.put("gone")
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def _answer(lines: queue.Queue, timeout: float) -> str:
+    try:
+        return lines.get(timeout=timeout)
+    except queue.Empty:
+        return "silent"
+
+
+def _companion(setup: dict) -> None:
     """A companion's life: load the data once; then, for each size it is sent, build it, take one round of its
-    steps, say "training", and go on taking them until told to stop; None ends it."""
+    steps, say "training", and go on taking them until told to stop; the end of its input ends it."""
     from modsar.data.split import make_split
     from modsar.data.store import load_dataset
     from modsar.data.views import viewed
 
     torch.set_num_threads(1)  # as a 1-CPU trial's worker has
-    cfg = Config.from_dict(base)
-    data = viewed(load_dataset(dataset, data_dir), cfg.data.view)
-    split = make_split(cfg, data)
-    while (message := pipe.recv()) is not None:
+    base = Config.from_dict(setup["base"])
+    data = viewed(load_dataset(setup["dataset"], setup["data_dir"]), base.data.view)
+    split = make_split(base, data)
+    told = _lines(sys.stdin)
+    while (message := told.get()) != "gone":
         try:
-            _, steps = training_steps(
-                Config.from_dict(message[0]), data, split, message[1], torch.device("cpu")
-            )
+            size = json.loads(message)
+            cfg = Config.from_dict(size["cfg"])
+            _, steps = training_steps(cfg, data, split, size["max_len"], torch.device("cpu"))
             for step in steps:
                 step()
         except Exception as error:  # the probe goes on without this one
-            pipe.send(f"failed: {error}")
+            print(f"failed: {error}".splitlines()[0], flush=True)
             continue
-        pipe.send("training")
-        while not pipe.poll():
+        print("training", flush=True)
+        while told.empty():
             for step in steps:
                 step()
-                if pipe.poll():
+                if not told.empty():
                     break
-        pipe.recv()  # "stop"
-        pipe.send("stopped")
+        told.get()  # "stop"
+        print("stopped", flush=True)
 
 
 def _step(model, optimizer: torch.optim.Optimizer, batch, cfg: Config, per_batch: float) -> None:
@@ -204,3 +238,7 @@ def validation_seconds(model, split, cfg: Config, max_len: int, device: torch.de
     except _Enough:
         return (calls[0] - start) + (calls[-1] - calls[0]) / (len(calls) - 1) * batches
     return time.perf_counter() - start
+
+
+if __name__ == "__main__":  # a companion (Companions)
+    _companion(json.loads(sys.argv[1]))

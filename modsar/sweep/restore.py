@@ -112,7 +112,9 @@ def restore_or_refuse(ray_path: str) -> Iterator[None]:
 
 
 EARLIER_NAMES = ("modsar.search",)  # this package's names before 0.3 (`modsar.search` is now the Python API)
-# modules a search's tuner.pkl may name (its plan holds the space's SearchSpace) by where they were before 0.4
+# modules a search's tuner.pkl may name (its plan holds the space's SearchSpace) by where they were before
+# 0.4, and complete: what a search pickles now names modsar.sweep.pickled, whose names are a contract, so a
+# later move of their code adds nothing here
 MOVED_MODULES = {
     "modsar.spaces": "modsar.sweep.spaces",
     "modsar.space_check": "modsar.sweep.space_check",

@@ -26,6 +26,7 @@ from modsar.records.rows import (
     result_row,
     write_row,
 )
+from modsar.sweep.pickled import pickled
 from modsar.sweep.plan import Plan, sampled_values, trial_config
 
 
@@ -180,6 +181,7 @@ def write_search_row(plan: Plan, row: dict[str, Any]) -> None:
 _ROW_FAULTS: dict[str, RowWriteFault] = {}
 
 
+@pickled
 class ResultRows(tune.Callback):
     """Writes a trial's Parquet row the moment it ends, so a killed driver loses nothing finished.
 
@@ -231,6 +233,7 @@ class ResultRows(tune.Callback):
         self._write(trial, _error_message(trial))
 
 
+@pickled
 class LiveTable(tune.Callback):
     """A compact live table of trials (status, epoch, best validation metric), at most every 5 s."""
 
@@ -275,6 +278,7 @@ class LiveTable(tune.Callback):
         self._show(trials, force=True)
 
 
+@pickled
 class SchedulerState(tune.Callback):
     """Saves ASHA's rung records with Tune's experiment state and restores them on --resume.
 

@@ -22,10 +22,13 @@ from optuna.trial import TrialState
 from ray.tune.search import ConcurrencyLimiter
 from ray.tune.search.optuna import OptunaSearch
 
+from modsar.sweep.pickled import pickled
+
 TPE_REPEATS = 8  # repeats in a row before the draws turn uniform
 UNIFORM_DRAWS = 1000  # uniform draws after those before a repeat is trained after all (a space used up)
 
 
+@pickled
 class DistinctOptunaSearch(OptunaSearch):
     """Ray's OptunaSearch whose suggestions are configurations no earlier trial of the study had; `seed`
     seeds the uniform draws."""

@@ -46,6 +46,7 @@ from typing import Any
 
 from modsar.config import Config, apply_overrides, load_yaml_file, set_value
 from modsar.errors import ModsarError
+from modsar.sweep.pickled import pickled
 
 
 def _bundled_folder() -> Path:
@@ -108,6 +109,7 @@ FIXED_KEYS: dict[str, str] = {
 FIXED_PREFIXES = ("data.view", "data.split")  # how the data is viewed and cut (data.split_valid, ...)
 
 
+@pickled
 @dataclass
 class Param:
     """One searched key: its distribution, its values or range, when it is active, and the keys that take its
@@ -130,6 +132,7 @@ class Param:
         return self.kind in ("grid", "choice")
 
 
+@pickled
 @dataclass
 class SearchSpace:
     """A design space as its YAML file says it (see the module docstring): fixed base values, searched params,

@@ -12,9 +12,11 @@ from typing import Any
 from ray.air.integrations.mlflow import MLflowLoggerCallback
 
 from modsar.sweep.credentials import mlflow_uri
+from modsar.sweep.pickled import pickled
 from modsar.sweep.plan import Plan
 
 
+@pickled
 class MLflowRuns(MLflowLoggerCallback):
     """One MLflow run per trial: the sampled values as params, every validation report as a metrics step."""
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ray import tune
 
+from modsar.sweep.pickled import pickled
 from modsar.sweep.plan import Plan, sampled_values, trial_config
 from modsar.sweep.spaces import SearchSpace
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from modsar.training.trainer import TrainingDiverged, TrialResult
 
 
+@pickled
 def trainable(
     config: dict[str, Any],
     *,
