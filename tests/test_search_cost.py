@@ -343,7 +343,7 @@ def test_each_size_is_timed_beside_the_other_trials_that_run_at_once(data_dir, m
     alone. The estimate's line says the timings were taken side by side."""
     seen = []
     real = cost.time_size
-    monkeypatch.setattr(cost, "time_size", lambda *a: seen.append(a[-1] and a[-1].running) or real(*a))
+    monkeypatch.setattr(cost, "time_size", lambda *a: seen.append(a[-1] and len(a[-1].live)) or real(*a))
     plan = make_plan(SearchRequest(space="quickstart", dataset="synthetic", cpus_per_trial=1))
     est = estimate(plan, Resources(cpus=2, gpus=0))
     assert set(seen) == {1} and all("measured side by side" in x for x in est.lines()[1:3])

@@ -102,3 +102,11 @@ def test_a_restored_searcher_goes_on_as_the_saved_one_would(tmp_path):
     ahead = [size(search.suggest("t3")), size(restored.suggest("t3"))]
     assert ahead[0] == ahead[1]
     assert len({*run(search, 3, start=4), ahead[0]}) == 4
+
+
+def test_the_largest_seed_draws_uniformly_too(monkeypatch):
+    """The uniform draws' seed stays in numpy's range for every search seed (up to 2**32 - 1)."""
+    monkeypatch.setattr(searcher_module, "UNIFORM_DRAWS", 3)
+    search = make(seed=2**32 - 1, sizes=(16,))
+    assert run(search, 1) == [16]
+    assert size(search.suggest("t1")) == 16  # 8 TPE draws, then uniform ones: all repeats, the last trained

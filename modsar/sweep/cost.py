@@ -451,9 +451,9 @@ def _probe_sizes(
         torch.set_num_threads(threads)
         if device.type == "cuda":  # the driver keeps no probe memory on the GPU its trials will use
             torch.cuda.empty_cache()
-    if beside.running < count:
+    if beside.fewest < count:
         return [
-            f"{count - beside.running} of the probe's {count} companions did not run (they train beside it "
+            f"{count - beside.fewest} of the probe's {count} companions did not run (they train beside it "
             "as the search's other trials would): its timings are too low"
         ]
     return []

@@ -2,7 +2,7 @@
 and of a validation pass, for the cost estimate (modsar.sweep.cost).
 
 A trial seldom runs alone: a search on a 2-core machine runs two 1-thread trials at once, and side by side
-each runs 12-18% slower than alone (memory bandwidth and caches are shared; benchmarks/trial_threads.py).
+each runs 15-20% slower than alone (memory bandwidth and caches are shared; benchmarks/trial_threads.py).
 So the probe is timed beside companions: processes training the same size on the same batches, as many as the
 other trials that run at once (`python -m modsar.sweep.probe` is one).
 """
@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -88,16 +87,19 @@ class Companions:
     where it lacks an `if __name__ == "__main__":` guard."""
 
     def __init__(self, count: int, dataset: str, data_dir: str | None, base: Config) -> None:
-        import modsar
+        from modsar.model import registry
 
-        setup = json.dumps({"dataset": dataset, "data_dir": data_dir, "base": base.to_dict()})
-        here = str(
-            Path(modsar.__file__).resolve().parent.parent
-        )  # this modsar, wherever it was imported from
-        path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+        setup = {
+            "dataset": dataset,
+            "data_dir": data_dir,
+            "base": base.to_dict(),
+            "plugins": registry.loaded_plugins(),  # the backbones this process registered, there too
+        }
+        # this process's import path: the same modsar (and plugins), wherever it was imported from
+        path = os.pathsep.join(p for p in sys.path if p)
         self.processes = [
             subprocess.Popen(
-                [sys.executable, "-m", "modsar.sweep.probe", setup],
+                [sys.executable, "-m", "modsar.sweep.probe"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -107,7 +109,8 @@ class Companions:
             for _ in range(count)
         ]
         self.answers = [_lines(p.stdout) for p in self.processes]
-        self.running = count
+        self.live = [k for k, p in enumerate(self.processes) if _send(p, json.dumps(setup))]
+        self.fewest = count  # the fewest companions that trained beside any probed size
 
     def __enter__(self) -> Companions:
         return self
@@ -116,9 +119,10 @@ class Companions:
         for process in self.processes:
             with contextlib.suppress(OSError):
                 process.stdin.close()  # type: ignore[union-attr]  # (its end of input ends it)
+        deadline = time.monotonic() + 5
         for process in self.processes:
             try:
-                process.wait(timeout=5)
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
@@ -126,17 +130,28 @@ class Companions:
     @contextmanager
     def training(self, cfg: Config, max_len: int) -> Iterator[int]:
         """While the block runs, every companion trains `cfg`; the block starts once each has taken its
-        first round of steps (so none is still building or warming up). Yields how many are training."""
+        first round of steps (so none is still building or warming up). Yields how many are training. A
+        companion that fails, or does not answer in time, is stopped for good: answers are matched to requests
+        by their order, which one late answer would break."""
         size = json.dumps({"cfg": cfg.to_dict(), "max_len": max_len})
-        asked = [k for k, p in enumerate(self.processes) if _send(p, size)]
-        training = [k for k in asked if _answer(self.answers[k], COMPANION_START_S) == "training"]
-        self.running = len(training)
+        asked = [k for k in self.live if _send(self.processes[k], size)]
+        deadline = time.monotonic() + COMPANION_START_S  # one wait for all of them, not one each
+        training = [k for k in asked if _answer(self.answers[k], deadline) == "training"]
+        self._drop([k for k in asked if k not in training])
+        self.fewest = min(self.fewest, len(training))
         try:
             yield len(training)
         finally:
-            for k in training:
-                if _send(self.processes[k], "stop"):
-                    _answer(self.answers[k], COMPANION_START_S)
+            asked = [k for k in training if _send(self.processes[k], "stop")]
+            deadline = time.monotonic() + COMPANION_START_S
+            self._drop(
+                [k for k in training if k not in asked or _answer(self.answers[k], deadline) != "stopped"]
+            )
+
+    def _drop(self, companions: list[int]) -> None:
+        for k in companions:
+            self.processes[k].kill()
+        self.live = [k for k in self.live if k not in companions]
 
 
 def _send(process: subprocess.Popen, line: str) -> bool:
@@ -161,25 +176,33 @@ def _lines(stream: Any) -> queue.Queue:
     return lines
 
 
-def _answer(lines: queue.Queue, timeout: float) -> str:
+def _answer(lines: queue.Queue, deadline: float) -> str:
     try:
-        return lines.get(timeout=timeout)
+        return lines.get(timeout=max(0.0, deadline - time.monotonic()))
     except queue.Empty:
         return "silent"
 
 
-def _companion(setup: dict) -> None:
-    """A companion's life: load the data once; then, for each size it is sent, build it, take one round of its
-    steps, say "training", and go on taking them until told to stop; the end of its input ends it."""
+def _companion() -> None:
+    """A companion's life: its set-up (the first line it reads), then, for each size it is sent, build it,
+    take one round of its steps, say "training", and go on taking them until told to stop; the end of its
+    input ends it. Its answers go to the pipe it was given as stdout; anything else printed goes to stderr."""
     from modsar.data.split import make_split
     from modsar.data.store import load_dataset
     from modsar.data.views import viewed
+    from modsar.model import registry
 
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # a library's print cannot pass for an answer
     torch.set_num_threads(1)  # as a 1-CPU trial's worker has
+    told = _lines(sys.stdin)
+    if (first := told.get()) == "gone":
+        return
+    setup = json.loads(first)
+    registry.load_plugins(setup["plugins"])
     base = Config.from_dict(setup["base"])
     data = viewed(load_dataset(setup["dataset"], setup["data_dir"]), base.data.view)
     split = make_split(base, data)
-    told = _lines(sys.stdin)
     while (message := told.get()) != "gone":
         try:
             size = json.loads(message)
@@ -188,16 +211,17 @@ def _companion(setup: dict) -> None:
             for step in steps:
                 step()
         except Exception as error:  # the probe goes on without this one
-            print(f"failed: {error}".splitlines()[0], flush=True)
+            print(f"failed: {error}".splitlines()[0], file=answers, flush=True)
             continue
-        print("training", flush=True)
+        print("training", file=answers, flush=True)
         while told.empty():
             for step in steps:
                 step()
                 if not told.empty():
                     break
-        told.get()  # "stop"
-        print("stopped", flush=True)
+        if told.get() == "gone":  # (else "stop")
+            return
+        print("stopped", file=answers, flush=True)
 
 
 def _step(model, optimizer: torch.optim.Optimizer, batch, cfg: Config, per_batch: float) -> None:
@@ -241,4 +265,4 @@ def validation_seconds(model, split, cfg: Config, max_len: int, device: torch.de
 
 
 if __name__ == "__main__":  # a companion (Companions)
-    _companion(json.loads(sys.argv[1]))
+    _companion()

@@ -24,6 +24,12 @@ from ray.tune.search.optuna import OptunaSearch
 
 from modsar.sweep.pickled import pickled
 
+# a resumed trial restarts at its last best checkpoint and reports again the passes after it, with the same
+# values (one curve); Optuna keeps the first and warns once per pass: noise on every resume. Set on import,
+# which a resumed search's unpickling of its searcher also does.
+warnings.filterwarnings(
+    "ignore", message="The reported value is ignored because this `step=", category=UserWarning
+)
 TPE_REPEATS = 8  # repeats in a row before the draws turn uniform
 UNIFORM_DRAWS = 1000  # uniform draws after those before a repeat is trained after all (a space used up)
 
@@ -48,7 +54,7 @@ class DistinctOptunaSearch(OptunaSearch):
         try:
             for draw in range(TPE_REPEATS + UNIFORM_DRAWS):
                 if draw == TPE_REPEATS:  # seeded by the search's seed and the trials so far: a resumed
-                    seed = self._uniform_seed * 100_003 + len(self._ot_trials)  # search draws the same again
+                    seed = (self._uniform_seed * 100_003 + len(self._ot_trials)) % 2**32  # draws the same
                     self._study.sampler = optuna.samplers.RandomSampler(seed=seed)
                 config = super().suggest(trial_id)
                 earlier = self._earlier(self._ot_trials[trial_id])
@@ -81,11 +87,6 @@ def sampled_search(
 ) -> ConcurrencyLimiter:
     """A direction's searcher: TPE ("optuna") or uniform draws ("random") over the define-by-run space
     `suggest`, seeded, without repeats, at most `concurrent` trials at once."""
-    # a resumed trial restarts at its last best checkpoint and reports again the passes after it, with the
-    # same values (one curve); Optuna keeps the first and warns once per pass: noise on every resume
-    warnings.filterwarnings(
-        "ignore", message="The reported value is ignored because this `step=", category=UserWarning
-    )
     sampler = (
         optuna.samplers.RandomSampler(seed=seed)
         if search == "random"
