@@ -44,7 +44,7 @@ def probe(
     epoch's batch positions (the epoch's mean step); then validation_seconds. With `beside`, all of it is
     timed while those companions train the same size."""
     model, steps = training_steps(cfg, dataset, split, max_len, device)
-    with beside.training(cfg, max_len) if beside else _alone():
+    with beside.training(cfg, max_len) if beside else contextlib.nullcontext():
         times: list[float] = []
         for step in steps:  # the first, the warm-up, on the largest batch: the allocator grows once
             tick = time.perf_counter()
@@ -73,16 +73,11 @@ def training_steps(
     return model, [partial(_step, model, optimizer, batch, cfg, per_batch) for batch in made]
 
 
-@contextmanager
-def _alone() -> Iterator[None]:
-    yield
-
-
 class Companions:
     """`count` companion processes (`python -m modsar.sweep.probe`, one thread each), each with the search's
     dataset and split loaded, that train the size being probed (`training`) on its probe's batches while it
-    is timed, and wait between probes. Use as a context manager: they end with it. `running` says how many
-    trained the last size. They are processes of their own, not forked or spawned copies of this one: a fork
+    is timed, and wait between probes. Use as a context manager: they end with it. `fewest` says how few
+    trained beside any size. They are processes of their own, not forked or spawned copies of this one: a fork
     of a process that has run Ray can deadlock on its gRPC threads, and a spawn runs the user's script again
     where it lacks an `if __name__ == "__main__":` guard."""
 

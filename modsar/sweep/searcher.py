@@ -52,22 +52,20 @@ class DistinctOptunaSearch(OptunaSearch):
         """The configuration of Tune's next trial: the first draw no earlier trial had."""
         sampler = self._study.sampler
         try:
-            for draw in range(TPE_REPEATS + UNIFORM_DRAWS):
+            for draw in range(TPE_REPEATS + UNIFORM_DRAWS - 1):
                 if draw == TPE_REPEATS:  # seeded by the search's seed and the trials so far: a resumed
                     seed = (self._uniform_seed * 100_003 + len(self._ot_trials)) % 2**32  # draws the same
                     self._study.sampler = optuna.samplers.RandomSampler(seed=seed)
                 config = super().suggest(trial_id)
                 earlier = self._earlier(self._ot_trials[trial_id])
-                if config is None or earlier is None:
+                if earlier is None:
                     return config
-                if draw == TPE_REPEATS + UNIFORM_DRAWS - 1:
-                    return config  # every draw a repeat: the space is used up, so a repeat is trained
                 repeat = self._ot_trials.pop(trial_id)
                 if earlier.state == TrialState.COMPLETE:
                     self._study.tell(repeat, earlier.values)
                 else:  # still running: its value will come; this draw tells Optuna nothing
                     self._study.tell(repeat, state=TrialState.FAIL)
-            return None
+            return super().suggest(trial_id)  # every draw a repeat: the space is used up, so one is trained
         finally:
             self._study.sampler = sampler
 
