@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import inspect
 import io
 import sys
 import tokenize
@@ -22,6 +23,7 @@ from typing import Any
 
 import modsar
 from modsar import config
+from modsar.model import registry
 from modsar.sweep.spaces import bundled_spaces, describe
 
 PAGES = Path(__file__).resolve().parent / "reference"
@@ -35,9 +37,10 @@ SECTIONS = {
 }
 
 
-def field_comments() -> dict[tuple[str, str], str]:
-    """(dataclass name, field name) -> the comment the field carries in config.py."""
-    source = Path(config.__file__).read_text()
+def field_comments(path: str | None = None) -> dict[tuple[str, str], str]:
+    """(dataclass name, field name) -> the comment the field carries in config.py (or in the module at
+    `path`: a backbone's settings section is documented as the core's keys are)."""
+    source = Path(path or config.__file__).read_text()
     lines = source.split("\n")
     raw = {
         tok.start[0]: tok.string
@@ -113,6 +116,45 @@ def config_rows() -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
+def section_rows() -> list[tuple[str, str, str, str, str]]:
+    """(key, type, default, allowed, meaning) of every key of the registered backbones' own sections
+    (model.<backbone>.<field>), documented by the comments in the module that declares the section."""
+    rows = []
+    for entry in registry.entries():
+        if entry.section is None:
+            continue
+        comments = field_comments(inspect.getsourcefile(entry.section))
+        hints = typing.get_type_hints(entry.section)
+        for f in dataclasses.fields(entry.section):
+            meaning = comments.get((entry.section.__name__, f.name), "")
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            key = f"model.{entry.name}.{f.name}"
+            rows.append((key, _type_name(hints[f.name]), _default(default), _allowed(f), meaning))
+    return rows
+
+
+def backbone_rows() -> list[tuple[str, str, str, str]]:
+    """(backbone, its own settings, the shared model keys it refuses, those it accepts with no effect)."""
+    rows = []
+    for entry in registry.entries():
+        own = [*entry.settings, *registry.section_keys(entry)]
+        reads = set(registry.MODEL_KEYS) if entry.reads is None else entry.reads
+        owned = set(registry.owned_settings())
+        if not entry.time_bias:  # a flag of its own: the attention bias, implemented or not
+            reads = reads - {"model.time_bias"}
+        refused = [
+            k for k in registry.MODEL_KEYS if k not in reads and k not in entry.inert and k not in owned
+        ]
+        inert = [k for k in registry.MODEL_KEYS if k in entry.inert]
+        name = entry.name + ("<model_type>" if entry.name.endswith(":") else "")
+        rows.append((name, _keys(own), _keys(refused), _keys(inert)))
+    return rows
+
+
+def _keys(keys: list[str]) -> str:
+    return ", ".join(f"`{key.removeprefix('model.')}`" for key in keys) or "none"
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -148,7 +190,41 @@ def config_page() -> str:
             f"| `{key}` | {_cell(kind)} | {_cell(d)} | {_cell(a)} | {_cell(m)} |"
             for key, kind, d, a, m in chosen
         ]
+    out += _backbones_part()
     return "\n".join(out) + "\n"
+
+
+def _backbones_part() -> list[str]:
+    """Which keys each backbone reads, from the declarations on its registry entry, and the keys of their own
+    settings sections."""
+    out = [
+        "",
+        "## Backbones: what each reads",
+        "",
+        "Declared on each backbone's registry entry (`modsar/model/backbones.py`, `hf_plugins/backbones.py`,",
+        "or a plugin's own module). A backbone's own settings, set under another backbone, are refused; so",
+        "is a changed key the backbone does not read. A key it accepts with no effect changes nothing in it.",
+        "A `model.*` key listed nowhere in its row is one it reads (`model.` is left out below); it may",
+        "still refuse a value it cannot honour (bsarec's layers are post-LN only; a HuggingFace model",
+        "without attention dropout refuses a nonzero `attn_dropout`).",
+        "",
+        "| Backbone | Own settings | Refused: not read | Accepted, no effect |",
+        "|---|---|---|---|",
+    ]
+    out += [f"| `{name}` | {own} | {refused} | {inert} |" for name, own, refused, inert in backbone_rows()]
+    sections = section_rows()
+    if sections:
+        out += [
+            "",
+            "### Backbones' own settings sections",
+            "",
+            "| Key | Type | Default | Allowed | Meaning |",
+            "|---|---|---|---|---|",
+        ]
+        out += [
+            f"| `{k}` | {_cell(t)} | {_cell(d)} | {_cell(a)} | {_cell(m)} |" for k, t, d, a, m in sections
+        ]
+    return out
 
 
 def spaces_page() -> str:

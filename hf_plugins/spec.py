@@ -133,15 +133,3 @@ def check_config(cfg, bad: Callable[[str], NoReturn]) -> None:
             f"{name} rotates pairs of dimensions (RoPE): the head size hidden_size / num_heads = "
             f"{m.head_size} must be even"
         )
-    for key, value, what in [
-        ("local_heads", m.local_heads, "local window heads"),
-        ("user_fusion", m.user_fusion != "none", "user embeddings"),
-        ("pos_dim", m.pos_dim, "a separate position channel"),
-        ("pos_fusion", m.pos_fusion != "add", "a separate position channel"),
-        ("item_sse_prob", m.item_sse_prob, "SSE"),
-        ("user_sse_prob", m.user_sse_prob, "SSE"),
-        ("norm_eps", m.norm_eps != 1e-5, "a LayerNorm epsilon set by ModSAR"),
-        ("init", m.init != "sasrec_plus", "ModSAR's initialisations; HF models keep their own"),
-    ]:
-        if value:
-            bad(f"'model.{key}' ({what}) exists only in the modular backbone, not in {name}")

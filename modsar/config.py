@@ -31,6 +31,14 @@ FLOAT32_TINY = 2.0**-126
 # train.threads: torch CPU threads (a trial may run on a larger machine than the one checking)
 MAX_THREADS = 1024
 
+# Backbones' own settings: backbone name -> the dataclass of its section, whose fields are the keys
+# model.<backbone>.<field> (a registry entry's `section`; modsar.model.registry.register fills this). A
+# config writes (rows, checkpoints, search plans) the section of its own backbone only.
+SECTIONS: dict[str, type] = {}
+# run when a key names a model section not declared yet, before it is refused: the registry loads the
+# plugins there (a plugin's section exists once its module has run)
+SECTION_LOADERS: list[Callable[[], None]] = []
+
 
 def choice(default: Any, *allowed: Any) -> Any:
     """A field whose value must be one of `allowed` (checked in `set_value`). An enum field (`task`) lists
@@ -238,6 +246,35 @@ class ModelConfig:
         inputs' timestamps, so batches, evaluation and the data's checks must carry them."""
         return self.time_bias != "none"
 
+    def __getattr__(self, name: str) -> Any:
+        """`cfg.model.<backbone>`: that backbone's own settings section (`SECTIONS`), its defaults until a
+        key of it is set."""
+        if name.startswith("_") or name not in SECTIONS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        sections = self.__dict__.setdefault("_sections", {})
+        if name not in sections:
+            sections[name] = SECTIONS[name]()
+        return sections[name]
+
+    def changed_sections(self) -> dict[str, dict[str, Any]]:
+        """The settings sections holding a value other than their defaults: {backbone: {field: value}}."""
+        changed = {}
+        for name, section in self.__dict__.get("_sections", {}).items():
+            values, default = dataclasses.asdict(section), dataclasses.asdict(type(section)())
+            if values != default:
+                changed[name] = {key: value for key, value in values.items() if value != default[key]}
+        return changed
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        fields = [f.name for f in dataclasses.fields(self)]
+        return [getattr(self, n) for n in fields] == [getattr(other, n) for n in fields] and (
+            self.changed_sections() == other.changed_sections()  # type: ignore[attr-defined]
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the generated __eq__ leaves it
+
 
 @dataclass
 class LossConfig:
@@ -352,8 +389,13 @@ class Config:
             self.task = Task(self.task)
 
     def to_dict(self) -> dict[str, Any]:
-        """The tree of plain values (`task` as "ae" / "ar")."""
-        return dataclasses.asdict(self, dict_factory=_plain_dict)
+        """The tree of plain values (`task` as "ae" / "ar"), with the own settings section of the backbone
+        (`model.<backbone>`) where it has one."""
+        tree = dataclasses.asdict(self, dict_factory=_plain_dict)
+        own = self.model.backbone
+        if own in SECTIONS:
+            tree["model"][own] = dataclasses.asdict(getattr(self.model, own), dict_factory=_plain_dict)
+        return tree
 
     def stored(self) -> dict[str, Any]:
         """What rows and checkpoints record: the modular backbone's `auto` norm is written as what it is,
@@ -468,6 +510,17 @@ def _coerce(value: Any, annotation: str, key: str, where: str) -> Any:
     return value
 
 
+FIELD_TYPES = ("int", "float", "bool", "str", "list[int]")  # what a config field may hold
+
+
+def annotation_name(annotation: Any) -> str:
+    """A field's type as `FIELD_TYPES` names it: annotations are text under postponed evaluation (the core's),
+    types where a plugin's section module does not postpone them."""
+    if isinstance(annotation, str) or hasattr(annotation, "__origin__"):  # "float", list[int]
+        return str(annotation)
+    return getattr(annotation, "__name__", str(annotation))
+
+
 def _integral(value: Any) -> bool:
     """An integer of any integer type (int, numpy's), never a boolean (YAML's true is no number)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
@@ -521,9 +574,14 @@ def set_value(cfg: Config, key: str, value: Any, where: str = "config") -> None:
     node: Any = cfg
     for depth, part in enumerate(parts):
         fields = _fields(node)
+        if part not in fields and isinstance(node, ModelConfig) and _is_section(part):
+            if depth == len(parts) - 1:
+                raise ModsarError(f"{where}: '{key}' is a section; set one of its keys, e.g. '{key}.<name>'")
+            node = getattr(node, part)
+            continue
         if part not in fields:
             scope = ".".join(parts[:depth]) or "the top level"
-            known = ", ".join(sorted(fields))
+            known = ", ".join(sorted([*fields, *(SECTIONS if isinstance(node, ModelConfig) else ())]))
             raise ModsarError(f"{where}: unknown key '{key}' ('{part}' is not in {scope}; allowed: {known})")
         f = fields[part]
         if depth < len(parts) - 1:
@@ -536,13 +594,21 @@ def set_value(cfg: Config, key: str, value: Any, where: str = "config") -> None:
         # an enum field (task) is given as text, read into its member once allowed; annotations are strings
         # (postponed evaluation)
         enum_type = type(f.default) if isinstance(f.default, enum.Enum) else None
-        value = _coerce(value, "str" if enum_type else str(f.type), key, where)
+        value = _coerce(value, "str" if enum_type else annotation_name(f.type), key, where)
         allowed = f.metadata.get("choices")
         if allowed and value not in allowed:
             raise ModsarError(
                 f"{where}: '{key}' must be one of {', '.join(map(str, allowed))}; got {shown(value)}"
             )
         setattr(node, part, enum_type(value) if enum_type else value)
+
+
+def _is_section(name: str) -> bool:
+    """Whether `name` is a backbone's settings section (plugins loaded first where it is not yet known)."""
+    if name not in SECTIONS:
+        for load in SECTION_LOADERS:
+            load()
+    return name in SECTIONS
 
 
 def apply_overrides(
@@ -567,7 +633,7 @@ def config_values(cfg: Config, where: str = "config") -> dict[str, Any]:
 def _section_values(node: Any, prefix: str, where: str, values: dict[str, Any], path: list[Any]) -> None:
     """`config_values` of one section (a dataclass) into `values`; `path` holds the sections above it."""
     fields = _fields(node)
-    stray = next((name for name in vars(node) if name not in fields), None)
+    stray = next((name for name in vars(node) if name not in fields and name != "_sections"), None)
     if stray is not None:
         set_value(Config(), f"{prefix}{stray}", None, where)  # says: unknown key, and what is allowed
     for name in fields:
@@ -580,6 +646,8 @@ def _section_values(node: Any, prefix: str, where: str, values: dict[str, Any], 
             values.update(flatten(value, f"{prefix}{name}.", where))
         else:
             values[f"{prefix}{name}"] = value
+    for name, section in vars(node).get("_sections", {}).items():  # a model's backbone sections
+        _section_values(section, f"{prefix}{name}.", where, values, [*path, node])
 
 
 # YAML 1.2's core schema: what a plain (unquoted) value a user types or writes means. PyYAML implements YAML
@@ -843,6 +911,8 @@ def _bounded_values(node: Any, prefix: str = "") -> list[tuple[str, Bounds, Any]
             found += _bounded_values(value, f"{prefix}{f.name}.")
         elif "bounds" in f.metadata:
             found.append((f"{prefix}{f.name}", f.metadata["bounds"], value))
+    for name, section in vars(node).get("_sections", {}).items():  # a model's backbone sections
+        found += _bounded_values(section, f"{prefix}{name}.")
     return found
 
 
@@ -880,6 +950,16 @@ def _heads_divide_the_hidden_size(cfg: Config, bad: Bad, stored: bool) -> None:
 def _backbone_accepts(cfg: Config, bad: Bad, stored: bool) -> None:
     for check in BACKBONE_CHECKS:  # the backbone exists, has the task and accepts these settings
         check(cfg, bad, stored)
+
+
+def _gbce_t_needs_gbce(cfg: Config, bad: Bad, stored: bool) -> None:
+    """gBCE's calibration means nothing to another loss (a stored record kept the default's value)."""
+    default = LossConfig().gbce_t
+    if not stored and cfg.loss.name != "gbce" and cfg.loss.gbce_t != default:
+        bad(
+            f"'loss.gbce_t' calibrates loss.name=gbce only, and this run's loss is {cfg.loss.name}: leave it "
+            f"at {default}"
+        )
 
 
 def _local_heads_are_heads(cfg: Config, bad: Bad, stored: bool) -> None:
@@ -978,6 +1058,7 @@ CHECKS: tuple[Check, ...] = (
     _sizes_within_bounds,
     _heads_divide_the_hidden_size,
     _backbone_accepts,
+    _gbce_t_needs_gbce,
     _local_heads_are_heads,
     _user_size_is_concats,
     _values_within_bounds,

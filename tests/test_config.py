@@ -112,7 +112,7 @@ def test_threads_up_to_the_cap_are_kept():
         (["model.backbone=gru4rec", "model.pos_dim=8"], "gru4rec has no 'model.pos_dim'"),
         (
             ["model.backbone=llama", "model.dropout=0", "model.user_fusion=token"],
-            "'model.user_fusion' (user embeddings) exists only in the",
+            "llama has no 'model.user_fusion' (a design knob of the modular backbone",
         ),
         (
             ["model.backbone=llama", "model.dropout=0", "model.positional=target_aligned"],

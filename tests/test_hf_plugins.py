@@ -106,7 +106,7 @@ def test_llama_attention_dropout_is_real():
         ("model.dropout=0.2", "llama has no hidden/embedding dropout"),
         ("model.norm=post", "llama is pre-norm by design"),
         ("model.positional=learned", "llama uses rope positions"),
-        ("model.local_heads=1", "exists only in the modular backbone"),
+        ("model.local_heads=1", "llama has no 'model.local_heads' \\(a design knob of the modular backbone"),
     ],
 )
 def test_knobs_llama_does_not_have_are_refused(override, message):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -23,10 +24,110 @@ SPACE = Path(__file__).parent / "spaces" / "asha.yaml"
 BIN = Path(sys.executable).parent
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports that bind on loopback now, drawn between Ray's worker ports (10002-19999) and
+    the kernel's ephemeral range (32768+): a port the kernel handed out for bind(0) can be handed out again,
+    or taken by any process's outgoing connection, before the node binds it."""
+    rng = random.Random()
+    ports: list[int] = []
+    while len(ports) < count:
+        port = rng.randrange(20_000, 32_000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+def start_cluster(env: dict[str, str], temp: str, worker_temp: str) -> str:
+    """Start head + worker; returns the dashboard's address. Raises RuntimeError, with the end of each node's
+    output, when a node exits or does not join within 120 s."""
+    gcs, dashboard, client, *agents = free_ports(11)
+    head = [
+        "--head",
+        f"--port={gcs}",
+        f"--dashboard-port={dashboard}",
+        "--dashboard-host=127.0.0.1",
+        f"--temp-dir={temp}",
+        f"--ray-client-server-port={client}",
+        '--resources={"node_head": 1}',
+        *agent_flags(agents[:4]),
+    ]
+    worker = [
+        f"--address=127.0.0.1:{gcs}",
+        f"--temp-dir={worker_temp}",
+        '--resources={"node_worker": 1}',
+        *agent_flags(agents[4:]),
+    ]
+    procs: list[subprocess.Popen] = []
+    for args, folder in ((head, temp), (worker, worker_temp)):
+        # a small object store per node: two default ones (30% of RAM each) on one small machine made
+        # the processes fail to map torch's libraries
+        with open(Path(folder) / "ray-start.log", "wb") as log:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        str(BIN / "ray"),
+                        "start",
+                        "--block",
+                        "--num-cpus=1",
+                        "--num-gpus=0",
+                        "--object-store-memory=200000000",
+                        "--disable-usage-stats",
+                        *args,
+                    ],
+                    env=env,
+                    start_new_session=True,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        deadline = time.time() + 120
+        while True:
+            status = subprocess.run(
+                [str(BIN / "ray"), "status", f"--address=127.0.0.1:{gcs}"],
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            if status.stdout.count(" node_") >= len(procs):
+                break
+            exited = [i for i, proc in enumerate(procs) if proc.poll() is not None]
+            if exited or time.time() > deadline:
+                why = f"node {exited[0] + 1} exited" if exited else f"node {len(procs)} did not join in 120 s"
+                tail = status.stderr.strip().splitlines()[-1:] or [""]
+                raise RuntimeError(f"{why} (ray status: {tail[0]})\n{node_output(temp, worker_temp)}")
+            time.sleep(1)
+    return f"http://127.0.0.1:{dashboard}"
+
+
+def agent_flags(ports: list[int]) -> list[str]:
+    """A node's agents on ports of their own. Left at Ray's defaults (52365 for the job agent), the head's
+    agent could not bind where another test's local Ray already had, and every job submission then failed
+    with "No available agent" (CI, 2026-12-04)."""
+    names = ("dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port")
+    return [f"--{name}={port}" for name, port in zip((*names, "metrics-export-port"), ports, strict=True)]
+
+
+def node_output(*folders: str) -> str:
+    """The end of each node's `ray start` output and of its processes' error logs, for a failure message."""
+    parts = []
+    for folder in folders:
+        for log in [Path(folder) / "ray-start.log", *sorted(Path(folder).glob("session_latest/logs/*.err"))]:
+            if log.is_file() and log.stat().st_size:
+                parts.append(f"--- {log}:\n{log.read_text(errors='replace')[-800:]}")
+    return "\n".join(parts)
+
+
+def stop_cluster(marker: str, *folders: str) -> None:
+    """Kill every process of the test cluster (waiting up to 30 s for all to go) and delete its folders."""
+    deadline = time.time() + 30
+    while time.time() < deadline and kill_marked(marker, folders):
+        time.sleep(0.5)
+    subprocess.run(["rm", "-rf", *folders])
 
 
 @pytest.fixture(scope="module")
@@ -42,83 +143,27 @@ def cluster():
         "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
     }  # the job's `python` is this venv's
     subprocess.run([str(BIN / "ray"), "get-auth-token", "--generate"], env=env, capture_output=True)
-    gcs, dashboard = free_port(), free_port()
     # Each node gets its own short temp dir (socket paths must stay < 108 bytes): two nodes sharing one
     # session folder on one machine also share runtime_resources, and one node's runtime-env GC deleted
     # the job's working_dir under the other's driver.
-    temp, worker_temp = (tempfile.mkdtemp(prefix=p, dir="/tmp") for p in ("rt", "rw"))
-    head = [
-        "--head",
-        f"--port={gcs}",
-        f"--dashboard-port={dashboard}",
-        "--dashboard-host=127.0.0.1",
-        f"--temp-dir={temp}",
-        f"--ray-client-server-port={free_port()}",
-        '--resources={"node_head": 1}',
-        *agent_ports(),
-    ]
-    worker = [
-        f"--address=127.0.0.1:{gcs}",
-        f"--temp-dir={worker_temp}",
-        '--resources={"node_worker": 1}',
-        *agent_ports(),
-    ]
-    procs = []
+    folders: list[str] = []
     try:
-        for args in (head, worker):
-            # a small object store per node: two default ones (30% of RAM each) on one small machine made
-            # the processes fail to map torch's libraries
-            procs.append(
-                subprocess.Popen(
-                    [
-                        str(BIN / "ray"),
-                        "start",
-                        "--block",
-                        "--num-cpus=1",
-                        "--num-gpus=0",
-                        "--object-store-memory=200000000",
-                        "--disable-usage-stats",
-                        *args,
-                    ],
-                    env=env,
-                    start_new_session=True,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
-            deadline = time.time() + 90
-            while time.time() < deadline:
-                status = subprocess.run(
-                    [str(BIN / "ray"), "status", f"--address=127.0.0.1:{gcs}"],
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                )
-                if status.stdout.count(" node_") >= len(procs):
-                    break
-                time.sleep(1)
-            else:
-                pytest.fail(
-                    f"Ray node {len(procs)} did not join: {status.stdout[-500:]} {status.stderr[-500:]}"
-                )
-        yield f"http://127.0.0.1:{dashboard}", env
+        # up to three starts, each on fresh ports: CI once started this beside the README job's own Ray, and
+        # the head's GCS never came up; a node that lost a port exits or never joins, and its output says why
+        failures = []
+        for _attempt in range(3):
+            folders = [tempfile.mkdtemp(prefix=p, dir="/tmp") for p in ("rt", "rw")]
+            try:
+                address = start_cluster(env, *folders)
+                break
+            except RuntimeError as error:
+                failures.append(str(error))
+                stop_cluster(marker, *folders)
+        else:
+            pytest.fail("the test cluster did not start in three tries:\n" + "\n\n".join(failures))
+        yield address, env
     finally:
-        deadline = time.time() + 30
-        while time.time() < deadline and kill_marked(marker, (temp, worker_temp)):
-            time.sleep(0.5)
-        subprocess.run(["rm", "-rf", temp, worker_temp])
-
-
-def agent_ports() -> list[str]:
-    """Free ports for a node's agents. Left at Ray's defaults (52365 for the job agent), the head's agent
-    could not bind where another test's local Ray already had, and every job submission then failed with
-    "No available agent" (CI, 2026-12-04)."""
-    return [
-        f"--dashboard-agent-listen-port={free_port()}",
-        f"--dashboard-agent-grpc-port={free_port()}",
-        f"--runtime-env-agent-port={free_port()}",
-        f"--metrics-export-port={free_port()}",
-    ]
+        stop_cluster(marker, *folders)
 
 
 def kill_marked(marker: str, folders: tuple[str, ...]) -> int:

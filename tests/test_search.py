@@ -385,7 +385,8 @@ def test_invalid_space_is_refused_before_ray_with_every_problem(tmp_path, capsys
         "divisible by 'model.num_heads' (3)",
         "  2 configurations with model.backbone=llama, model.num_heads=1, model.local_heads=1, "
         "model.dropout=0.0: "
-        "'model.local_heads' (local window heads) exists only in the modular backbone, not in llama",
+        "llama has no 'model.local_heads' (a design knob of the modular backbone; the HuggingFace model "
+        "keeps its own); leave it at 0",
     ]
     assert not out.exists()
 
@@ -758,7 +759,8 @@ def test_hf_spaces_run_end_to_end(local_ray, data_dir, tmp_path, space):
 
 
 def test_a_plugin_backbone_runs_a_trial_in_a_ray_worker(local_ray, data_dir, tmp_path):
-    """The worker never imported the test's plugin: the search forwards the driver's loaded plugins to it."""
+    """The worker never imported the test's plugin: the search forwards the driver's loaded plugins to it; the
+    space varies the plugin's own setting (model.toy.recency), and each row records the value it ran."""
     from modsar.model import registry
 
     plugin = Path(__file__).parent / "plugins" / "toy_backbone.py"
@@ -766,7 +768,7 @@ def test_a_plugin_backbone_runs_a_trial_in_a_ray_worker(local_ray, data_dir, tmp
     space = tmp_path / "toy.yaml"
     space.write_text(
         "description: toy plugin backbone\nbase:\n  model.backbone: toy\n  model.hidden_size: 8\n"
-        "params:\n  task: {grid: [ar]}\n  train.lr: {grid: [0.01]}\n"
+        "params:\n  task: {grid: [ar]}\n  model.toy.recency: {grid: [0.0, 0.5]}\n"
         "budget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n"
     )
     registry.load_plugins([str(plugin)])
@@ -781,8 +783,9 @@ def test_a_plugin_backbone_runs_a_trial_in_a_ray_worker(local_ray, data_dir, tmp
     finally:
         registry.unregister("toy")
     rows = read_rows(str(out), "toy")
-    assert len(rows) == 1 and rows["status"].eq("finished").all() and rows["model.backbone"].eq("toy").all()
-    assert rows["test.ndcg@10"].notna().all()
+    assert len(rows) == 2 and rows["status"].eq("finished").all() and rows["model.backbone"].eq("toy").all()
+    assert sorted(rows["model.toy.recency"]) == [0.0, 0.5]  # the plugin's own setting, searched
+    assert rows["test.ndcg@10"].notna().all() and rows["valid.ndcg@10"].nunique() == 2
 
 
 @pytest.mark.skipif(

@@ -45,11 +45,16 @@ def add_parser(sub: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Train the configuration (--config, then the overrides), record it, print its metrics and files."""
     from modsar.config import Config, load_config
+    from modsar.model import registry
     from modsar.records.run import RowNotWritten, train_and_record
 
     if args.list_keys:
         for key, value in Config().flat().items():
             print(f"{key} = {value}")
+        for entry in registry.entries():  # the backbones' own sections (plugins loaded), under their backbone
+            for key in registry.section_keys(entry):
+                section = getattr(Config().model, entry.name)
+                print(f"{key} = {getattr(section, key.rsplit('.', 1)[1])}  (model.backbone={entry.name})")
         return 0
     overrides = list(args.overrides)
     if args.dataset:

@@ -1,14 +1,14 @@
-"""The core's backbones, declared: every fact the rest of ModSAR reads about them (tasks, diagnostics,
-owned settings, paper names, training partners, time bias) and the config checks each runs. Torch-free, as
-any plugin's declarations must be: config checks import no model code; a backbone's module (`modular.py`,
-`duorec.py`, `bsarec.py`, `gru4rec.py`) is imported only when a model is built. `modsar/__init__.py` imports
-this module, so every use of modsar has these entries; the HuggingFace backbones are declared the same way in
-`hf_plugins/backbones.py`."""
+"""The core's backbones, declared: every fact the rest of ModSAR reads about them (tasks, diagnostics, the
+settings each reads and owns, paper names, training partners, time bias) and the config checks each runs.
+Torch-free, as any plugin's declarations must be: config checks import no model code; a backbone's module
+(`modular.py`, `duorec.py`, `bsarec.py`, `gru4rec.py`) is imported only when a model is built.
+`modsar/__init__.py` imports this module, so every use of modsar has these entries; the HuggingFace backbones
+are declared the same way in `hf_plugins/backbones.py`."""
 
 from __future__ import annotations
 
 from modsar.config import Config, ModelConfig
-from modsar.model.registry import BackboneEntry, Bad, PaperName, register
+from modsar.model.registry import BackboneEntry, Bad, PaperName, reads_all_but, register
 from modsar.task import Task
 
 AE, AR = Task.AE, Task.AR
@@ -60,35 +60,8 @@ def _check_modular(cfg: Config, bad: Bad) -> None:
             bad(f"'model.pos_dim' with pos_fusion={m.pos_fusion} must be >= 1 and {limit}; got {m.pos_dim}")
 
 
-def _refuse_unused(cfg: Config, bad: Bad, keys: tuple[str, ...], why: str) -> None:
-    """Refuse a changed model knob the backbone has no use for (a silent no-op would mislead a search)."""
-    default = ModelConfig()
-    changed = [k for k in keys if getattr(cfg.model, k) != getattr(default, k)]
-    if changed:
-        bad(
-            f"{cfg.model.backbone} has no 'model.{changed[0]}' ({why}); leave it at "
-            f"{getattr(default, changed[0])!r}"
-        )
-
-
 def _check_bsarec(cfg: Config, bad: Bad) -> None:
     m: ModelConfig = cfg.model
-    _refuse_unused(
-        cfg,
-        bad,
-        (
-            "head",
-            "init",
-            "attn_output_dropout",
-            "ffn_inner_dropout",
-            "scale_embedding",
-            "local_heads",
-            "pos_dim",
-            "pos_fusion",
-            "norm_eps",
-        ),
-        "its layers, embedding LayerNorm, N(0, 0.02) init and dot-product output are fixed, as its code",
-    )
     if m.norm not in ("auto", "post"):
         bad(f"bsarec's layers are post-LN (as its code); 'model.norm={m.norm}' is not offered for it")
     if m.positional not in ("auto", "learned"):
@@ -101,32 +74,16 @@ def _check_bsarec(cfg: Config, bad: Bad) -> None:
 
 
 def _check_gru4rec(cfg: Config, bad: Bad) -> None:
-    _refuse_unused(
-        cfg,
-        bad,
-        (
-            "norm",
-            "positional",
-            "local_heads",
-            "head",
-            "embedding_norm",
-            "positions_from",
-            "init",
-            "attn_output_dropout",
-            "ffn_inner_dropout",
-            "ffn_size",
-            "activation",
-            "pos_dim",
-            "pos_fusion",
-            "norm_eps",
-        ),
-        "a recurrent model: no attention, positions, norms or feed-forward layers",
-    )
     if cfg.model.user_fusion != "none":
         bad(
             f"gru4rec has no user embedding; 'model.user_fusion={cfg.model.user_fusion}' is for the modular "
             "backbone"
         )
+
+
+# accepted by the backbones that do not read them, as before these declarations (spaces and records set them
+# whatever the backbone)
+NO_EFFECT = "local_window session_gap"
 
 
 def _duorec_partners(cfg: Config) -> bool:
@@ -150,7 +107,7 @@ register(
         "modsar.model.duorec:DuoRec",
         _check_modular,
         tasks=(AR,),
-        owned_settings=("loss.cl_weight", "loss.cl_temperature", "loss.cl_views", "loss.cl_similarity"),
+        settings=("loss.cl_weight", "loss.cl_temperature", "loss.cl_views", "loss.cl_similarity"),
         paper_names=(PaperName(AR, "DuoRec", 1),),
         needs_partners=_duorec_partners,
         cost_settings=("loss.cl_weight", "loss.cl_views"),  # partners double a batch's forward passes
@@ -161,7 +118,14 @@ register(
         "bsarec",
         "modsar.model.bsarec:BSARec",
         _check_bsarec,
-        owned_settings=("model.bsa_cutoff", "model.bsa_alpha"),
+        settings=("model.bsa_cutoff", "model.bsa_alpha"),
+        **reads_all_but(
+            "head init attn_output_dropout ffn_inner_dropout scale_embedding norm_eps local_heads pos_dim "
+            "pos_fusion user_fusion user_size time_bias",
+            no_effect=f"{NO_EFFECT} embedding_norm",  # its embedding LayerNorm is always on
+        ),
+        unread_why="its layers, init and dot-product output are fixed, as its code, and it has no position "
+        "channel or user embedding",
         paper_names=(PaperName(AR, "BSARec", 2), PaperName(AE, "BSARec-AE", 5)),
     )
 )
@@ -174,7 +138,14 @@ register(
         attention_maps=False,
         residual_sites=False,
         recurrent=True,
-        owned_settings=("model.gru_size",),
+        settings=("model.gru_size",),
+        **reads_all_but(
+            "norm positional positions_from pos_dim pos_fusion local_heads head init embedding_norm norm_eps "
+            "attn_output_dropout ffn_inner_dropout ffn_size activation user_fusion user_size time_bias",
+            # residual_models sets attn_dropout for every model it compares
+            no_effect=f"num_heads attn_dropout scale_embedding {NO_EFFECT}",
+        ),
+        unread_why="a recurrent model: no attention, positions, norms, feed-forward layers or user embedding",
         paper_names=(PaperName(AR, "GRU4Rec", 4),),
     )
 )

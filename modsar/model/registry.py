@@ -1,21 +1,19 @@
-"""Backbones by name: how to build one, how to check a config for it, and what it can do.
-
-As transformers' Auto classes dispatch by `model_type`, ModSAR dispatches by `model.backbone` through this
-table. It imports no model code: config checks import neither torch nor a model module (except that an
-`hf:<model_type>` check reads transformers' config table), and a backbone's module is imported only when a
-model is built. Every fact about a backbone is a field of its entry (the tasks it implements, its
-diagnostics, the settings it owns, its names in the papers, what its training batches need), declared by the
-package that provides it (`modsar.model.backbones` for the core, `hf_plugins.backbones` for HuggingFace); the
-lists, messages and checks elsewhere are derived from the entries. Adding a backbone is one module (a class
-with the `Recommender` interface of `modsar.model.interface`) and one `register(BackboneEntry(...))`;
-plugins outside this package register from
-their own module, named in the `MODSAR_PLUGINS` environment variable (module names or .py paths, comma-
-separated) or in a `modsar.backbones` entry point. Search trials load the same plugins in their workers
-(a .py path must exist on every node of a cluster; a remote cluster needs an importable module).
-"""
+"""Backbones by name: how to build one, how to check a config for it, and what it can do. As transformers'
+Auto classes dispatch by `model_type`, ModSAR dispatches by `model.backbone` through this table. It imports no
+model code: config checks import neither torch nor a model module (except that an `hf:<model_type>` check
+reads transformers' config table), and a backbone's module is imported only when a model is built. Every fact
+about a backbone is a field of its entry (the tasks it implements, its diagnostics, the settings it reads and
+owns, its names in the papers, what its training batches need), declared by the package that provides it
+(`modsar.model.backbones` for the core, `hf_plugins.backbones` for HuggingFace); the lists, messages and
+checks elsewhere are derived from the entries. Adding a backbone is one module (a class with the `Recommender`
+interface of `modsar.model.interface`) and one `register(BackboneEntry(...))`; plugins outside this package
+register from their own module, named in the `MODSAR_PLUGINS` environment variable (module names or .py paths,
+comma-separated) or in a `modsar.backbones` entry point. Search trials load the same plugins in their workers
+(a .py path must exist on every node of a cluster; a remote cluster needs an importable module)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import importlib.util
@@ -26,9 +24,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TypedDict
 
-from modsar.config import BACKBONE_CHECKS, Config
+from modsar.config import (
+    BACKBONE_CHECKS,
+    FIELD_TYPES,
+    SECTION_LOADERS,
+    SECTIONS,
+    Config,
+    annotation_name,
+    flatten,
+)
 from modsar.errors import ModsarError
 from modsar.task import Task
 
@@ -63,8 +69,19 @@ class BackboneEntry:
     recurrent: bool = False  # no attention at all (GRU4Rec): attention diagnostics are not defined for it
     # for a prefix entry: the model types under it whose attention skips are known (others have none)
     skip_site_types: tuple[str, ...] = ()
-    # config keys (dotted) only this backbone reads: set under another backbone they are refused, not ignored
-    owned_settings: tuple[str, ...] = ()
+    # What it reads, declared once: the refusals, the configuration reference and the cost probe follow.
+    # settings: the shared config's keys (dotted) that only this backbone reads (DuoRec's loss.cl_*);
+    # under another backbone a changed one is refused, not ignored
+    settings: tuple[str, ...] = ()
+    # its own settings section: a dataclass whose fields (declared with config.bounded / config.choice, as
+    # the core's) are the keys model.<name>.<field>; an exact name only
+    section: type | None = None
+    # the shared model.* keys its code reads (`reads_all_but` declares them by what it leaves out); None: all
+    reads: frozenset[str] | None = None
+    # shared keys it accepts although its code does not read them (no effect; refusing them would refuse
+    # spaces and records written before they were declared)
+    inert: frozenset[str] = frozenset()
+    unread_why: str = ""  # why a changed key outside reads and inert means nothing here, for its refusal
     paper_names: tuple[PaperName, ...] = ()
     # the ModSAR paper's modular backbone: analyses name it by its design (Vanilla-/Local-AE/AR), by its
     # paper names only beside models that have them
@@ -95,16 +112,65 @@ _LOADED: dict[str, set[str]] = {}  # plugin spec -> names it registered, in load
 _CONFIGURED: str | None = None  # the $MODSAR_PLUGINS value whose plugins (and entry points) are loaded
 
 
+MODEL_KEYS = tuple(key for key in Config().flat() if key.startswith("model.") and key != "model.backbone")
+
+
+class Reads(TypedDict):
+    """`BackboneEntry.reads` and `.inert`, as `reads_all_but` declares them."""
+
+    reads: frozenset[str]
+    inert: frozenset[str]
+
+
+def reads_all_but(not_read: str, no_effect: str = "") -> Reads:
+    """An entry's `reads` and `inert` declared by what its code leaves out, as short names split by spaces
+    ("pos_dim pos_fusion"): `not_read` is refused when changed, `no_effect` accepted."""
+    left_out = {f"model.{name}" for name in (*not_read.split(), *no_effect.split())}
+    unknown = sorted(left_out - set(MODEL_KEYS))
+    if unknown:
+        raise ValueError(f"not model keys: {', '.join(unknown)}")
+    return {
+        "reads": frozenset(key for key in MODEL_KEYS if key not in left_out),
+        "inert": frozenset(f"model.{name}" for name in no_effect.split()),
+    }
+
+
 def register(entry: BackboneEntry) -> BackboneEntry:
-    """Add (or replace) a backbone; returns it so a module can keep a handle."""
+    """Add (or replace) a backbone; returns it so a module can keep a handle. Its settings section, where it
+    declares one, becomes the config keys model.<name>.*."""
+    if entry.section is not None:
+        _check_section(entry)
+        SECTIONS[entry.name] = entry.section
     _ENTRIES[entry.name] = entry
     return entry
+
+
+def _check_section(entry: BackboneEntry) -> None:
+    """A section is a dataclass of defaulted fields of the config's types, under an exact backbone name that
+    no shared model key has."""
+    section = entry.section
+    if not dataclasses.is_dataclass(section) or not isinstance(section, type):
+        raise ModsarError(f"backbone {entry.name!r}: its section must be a dataclass class; got {section!r}")
+    if entry.name.endswith(":") or f"model.{entry.name}" in MODEL_KEYS or "." in entry.name:
+        raise ModsarError(
+            f"backbone {entry.name!r} cannot have a settings section: model.{entry.name} must name neither a "
+            "prefix, a dotted path nor a shared model key"
+        )
+    for f in dataclasses.fields(section):
+        kind = annotation_name(f.type)
+        defaulted = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        if kind not in FIELD_TYPES or not defaulted:
+            raise ModsarError(
+                f"backbone {entry.name!r}: setting '{f.name}' must have a default and one of the types "
+                f"{', '.join(FIELD_TYPES)}; got {kind}"
+            )
 
 
 def unregister(name: str) -> None:
     """Remove a backbone; a plugin left with none is forgotten, so loading it again from a .py path
     re-registers (a module name would come back from Python's module cache without registering)."""
     _ENTRIES.pop(name, None)
+    SECTIONS.pop(name, None)
     for spec, registered in list(_LOADED.items()):
         registered.discard(name)
         if not registered:
@@ -153,12 +219,20 @@ def entries() -> list[BackboneEntry]:
 
 
 def owned_settings() -> dict[str, tuple[str, ...]]:
-    """Dotted config key -> the backbones that alone read it (a plugin may read a core backbone's knob)."""
+    """Dotted shared config key -> the backbones that alone read it (a plugin may read a core backbone's
+    knob); a backbone's section keys are its own by their name."""
     owners: dict[str, tuple[str, ...]] = {}
     for entry in entries():
-        for key in entry.owned_settings:
+        for key in entry.settings:
             owners[key] = (*owners.get(key, ()), entry.name)
     return owners
+
+
+def section_keys(entry: BackboneEntry) -> list[str]:
+    """The dotted keys of a backbone's own settings section (none without one)."""
+    if entry.section is None:
+        return []
+    return [f"model.{entry.name}.{f.name}" for f in dataclasses.fields(entry.section)]
 
 
 def paper_names() -> list[PaperName]:
@@ -200,23 +274,36 @@ def skip_site_backbones() -> list[str]:
 
 
 def _refuse_foreign(cfg: Config, bad: Bad) -> None:
+    """Another backbone's own settings, changed: refused (the backbone here would ignore them)."""
     default = Config()
-    now, before = cfg.flat(), default.flat()  # dotted names, as owned_settings writes them
-    for key, owners in owned_settings().items():
-        if cfg.model.backbone not in owners and now[key] != before[key]:
-            here = cfg.model.backbone
-            here += " (the default)" if here == default.model.backbone else ""
-            owner = " or ".join(owners)
+    now, before = cfg.flat(), default.flat()  # dotted names, as `settings` writes them
+    here = cfg.model.backbone + (" (the default)" if cfg.model.backbone == default.model.backbone else "")
+    foreign = [(key, owners, now[key], before[key]) for key, owners in owned_settings().items()]
+    for name, values in cfg.model.changed_sections().items():
+        if name != cfg.model.backbone:
+            defaults = dataclasses.asdict(SECTIONS[name]())
+            foreign += [(f"model.{name}.{k}", (name,), v, defaults[k]) for k, v in values.items()]
+    for key, owners, value, was in foreign:
+        if cfg.model.backbone not in owners and value != was:
             bad(
-                f"'{key}={now[key]}' is read by model.backbone={owner} only, and the backbone here is "
-                f"{here}: leave it at {before[key]!r} (in a space that varies the backbone, set it under "
+                f"'{key}={value}' is read by model.backbone={' or '.join(owners)} only, and the backbone "
+                f"here is {here}: leave it at {was!r} (in a space that varies the backbone, set it under "
                 f"when: {{model.backbone: {owners[0]}}})"
             )
-    if cfg.loss.name != "gbce" and cfg.loss.gbce_t != default.loss.gbce_t:
-        bad(
-            f"'loss.gbce_t' calibrates loss.name=gbce only, and this run's loss is {cfg.loss.name}: leave it "
-            f"at {default.loss.gbce_t}"
-        )
+
+
+def _refuse_unread(cfg: Config, entry: BackboneEntry, bad: Bad) -> None:
+    """A shared model key the backbone neither reads nor accepts (`reads`, `inert`), changed: refused, since a
+    silent no-op would mislead a search."""
+    if entry.reads is None:
+        return
+    now, before = flatten(cfg.to_dict()), flatten(Config().to_dict())  # as set: a modular auto norm is auto
+    owned = owned_settings()
+    for key in MODEL_KEYS:
+        if key in entry.reads or key in entry.inert or key in owned or now[key] == before[key]:
+            continue
+        why = f" ({entry.unread_why})" if entry.unread_why else ""
+        bad(f"{cfg.model.backbone} has no '{key}'{why}; leave it at {before[key]!r}")
 
 
 def check_config(cfg: Config, bad: Bad, stored: bool = False) -> None:
@@ -241,6 +328,7 @@ def check_config(cfg: Config, bad: Bad, stored: bool = False) -> None:
         )
     if entry.check is not None:
         entry.check(cfg, bad)
+    _refuse_unread(cfg, entry, bad)
 
 
 def build(cfg: Config, num_items: int, num_users: int, max_len: int) -> Recommender:
@@ -367,3 +455,4 @@ def loaded_plugins() -> list[str]:
 
 
 BACKBONE_CHECKS.append(check_config)  # config.validate runs it from now on (modsar/__init__.py imports this)
+SECTION_LOADERS.append(_load_configured)  # a plugin's section keys are known once its module has run

@@ -230,7 +230,7 @@ def check_space(
         except ModsarError as exc:
             problems.setdefault(str(exc).removeprefix(f"{label}: "), []).append(point)
             continue
-        shape = {k: v for k, v in cfg.model.__dict__.items() if k not in RATES}
+        shape = {k: v for k, v in cfg.to_dict()["model"].items() if k not in RATES}  # its section's too
         model_key = json.dumps([cfg.task, cfg.data.max_len, cfg.data.view, shape], sort_keys=True)
         if model_key not in built:
             built[model_key] = _build_problem(cfg, seen)

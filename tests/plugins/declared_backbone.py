@@ -20,7 +20,7 @@ register(
         "declared",
         "modsar.model.duorec:DuoRec",
         tasks=(Task.AR,),
-        owned_settings=("loss.cl_weight", "loss.cl_views"),
+        settings=("loss.cl_weight", "loss.cl_views"),
         paper_names=(PaperName(Task.AR, "DeclaredRec", -1),),  # before every column of the paper
         needs_partners=_partners,
     )

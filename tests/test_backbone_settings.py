@@ -1,0 +1,193 @@
+"""What a backbone reads is declared once, on its registry entry: the declaration matches what its code reads,
+drives the refusals and the configuration reference, and lets a plugin add settings of its own."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from modsar.config import Config, ModelConfig, load_config
+from modsar.errors import ModsarError
+from modsar.model import registry
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "docs"))
+import gen_reference
+
+PLUGIN = Path(__file__).parent / "plugins" / "toy_backbone.py"
+# one backbone of each kind: the modular core, DuoRec's subclass, BSARec, GRU4Rec and three HuggingFace ones
+BUILT = ["modular", "duorec", "bsarec", "gru4rec", "albert", "llama", "transfo_xl", "hf:bert"]
+# properties of ModelConfig -> the keys they are worked out from
+DERIVED = {
+    "ffn_width": {"ffn_size", "hidden_size"},
+    "user_width": {"user_size", "user_fusion", "hidden_size"},
+    "head_size": {"hidden_size", "num_heads"},
+    "absolute_positions": {"positional"},
+    "item_width": {"pos_dim", "pos_fusion", "positional", "user_size", "user_fusion", "hidden_size"},
+    "timed": {"time_bias"},
+}
+
+
+@pytest.fixture
+def toy():
+    registry.load_plugins([str(PLUGIN)])
+    yield
+    registry.unregister("toy")
+
+
+def _read_by_the_model(backbone: str) -> set[str]:
+    """The ModelConfig keys a backbone's code reads while it builds its model (on the meta device)."""
+    dropout = {"llama": ["model.dropout=0"], "transfo_xl": ["model.activation=relu"]}.get(backbone, [])
+    task = "ar" if backbone in ("duorec", "gru4rec") else "ae"
+    cfg = load_config(None, [f"model.backbone={backbone}", f"task={task}", *dropout])
+    read: set[str] = set()
+    fields = {f.name for f in dataclasses.fields(ModelConfig)}
+
+    class Recording(ModelConfig):
+        def __getattribute__(self, name: str):
+            if name in fields or name in DERIVED:
+                read.add(name)
+            return super().__getattribute__(name)
+
+    cfg.model = Recording(**{name: getattr(cfg.model, name) for name in fields})
+    with torch.device("meta"):
+        registry.build(cfg, num_items=30, num_users=10, max_len=8)
+    keys = set().union(*(DERIVED.get(name, {name}) for name in read))
+    return {f"model.{key}" for key in keys} - {"model.backbone"}
+
+
+@pytest.mark.parametrize("backbone", BUILT)
+def test_a_backbone_reads_no_key_its_entry_does_not_declare(backbone):
+    """The third way of saying what a backbone reads (its code) agrees with the declaration: no key outside
+    `reads` and its own settings, and none it declares as accepted with no effect."""
+    entry = registry.lookup(backbone)
+    read = _read_by_the_model(backbone)
+    declared = set(registry.MODEL_KEYS) if entry.reads is None else set(entry.reads)
+    assert read <= declared | set(entry.settings), sorted(read - declared - set(entry.settings))
+    assert not read & entry.inert, sorted(read & entry.inert)
+    assert "model.hidden_size" in read  # the recording sees the reads at all
+
+
+def _changed(key: str):
+    """A value of `key` other than its default that its field admits alone."""
+    f = next(f for f in dataclasses.fields(ModelConfig) if f.name == key.removeprefix("model."))
+    default = getattr(ModelConfig(), f.name)
+    if "choices" in f.metadata:
+        return next(c for c in f.metadata["choices"] if c != default)
+    if isinstance(default, bool):
+        return not default
+    return {int: default + 1, float: 0.125 if default != 0.125 else 0.25}[type(default)]
+
+
+@pytest.mark.parametrize("backbone", ["bsarec", "gru4rec", "albert", "hf:bert"])
+def test_refusals_follow_the_declaration(backbone):
+    """Every shared key outside what the backbone reads is refused when changed; every key it accepts with no
+    effect is accepted (as before the declarations: spaces and records set them)."""
+    entry = registry.lookup(backbone)
+    base = [f"model.backbone={backbone}", "task=ar"]
+    for key in registry.MODEL_KEYS:
+        if key in entry.reads or key in registry.owned_settings():
+            continue
+        value = _changed(key)
+        if key in entry.inert:
+            assert getattr(load_config(None, [*base, f"{key}={value}"]).model, key[6:]) == value
+        else:
+            with pytest.raises(ModsarError, match=re.escape(key) + r"|model\.time_bias"):
+                load_config(None, [*base, f"{key}={value}"])
+
+
+def test_the_generic_refusal_says_what_why_and_the_default():
+    with pytest.raises(
+        ModsarError,
+        match=re.escape(
+            "gru4rec has no 'model.ffn_size' (a recurrent model: no attention, positions, norms, "
+            "feed-forward layers or user embedding); leave it at 0"
+        ),
+    ):
+        load_config(None, ["model.backbone=gru4rec", "model.ffn_size=16"])
+    with pytest.raises(ModsarError, match=re.escape("albert has no 'model.local_heads' (a design knob")):
+        load_config(None, ["model.backbone=albert", "task=ae", "model.local_heads=1"])
+
+
+def test_another_backbones_own_setting_is_refused_with_its_owner():
+    with pytest.raises(ModsarError, match=r"'model.gru_size=8' is read by model.backbone=gru4rec only"):
+        load_config(None, ["model.bsa_cutoff=3", "model.gru_size=8"])
+    assert registry.owned_settings()["loss.cl_weight"] == ("duorec",)
+
+
+def test_gbce_t_belongs_to_the_gbce_loss():
+    with pytest.raises(ModsarError, match=r"'loss.gbce_t' calibrates loss.name=gbce only"):
+        load_config(None, ["loss.gbce_t=0.5"])
+    assert load_config(None, ["loss.name=gbce", "loss.gbce_t=0.5"]).loss.gbce_t == 0.5
+
+
+def test_a_plugin_declares_a_setting_of_its_own(toy):
+    """model.toy.recency: set, bounded, written and read back, refused elsewhere, read by the model."""
+    cfg = load_config(None, ["model.backbone=toy", "model.toy.recency=0.5"])
+    assert cfg.model.toy.recency == 0.5 and cfg.flat()["model.toy.recency"] == 0.5
+    assert Config.from_dict(cfg.to_dict()) == cfg != load_config(None, ["model.backbone=toy"])
+    assert "model.toy.recency" not in Config().flat()  # other backbones' rows gain no column
+    with pytest.raises(ModsarError, match=r"'model.toy.recency' must be in \[0, 1\]; got 2.0"):
+        load_config(None, ["model.backbone=toy", "model.toy.recency=2"])
+    with pytest.raises(ModsarError, match=r"'model.toy.recency=0.5' is read by model.backbone=toy only"):
+        load_config(None, ["model.toy.recency=0.5"])
+    with pytest.raises(
+        ModsarError, match=r"unknown key 'model.toy.nope' \('nope' is not in model.toy; allowed: "
+    ):
+        load_config(None, ["model.backbone=toy", "model.toy.nope=1"])
+    with pytest.raises(ModsarError, match=r"'model.toy' is a section"):
+        load_config(None, ["model.backbone=toy", "model.toy=1"])
+    inputs = torch.tensor([[3, 1, 4, 1, 5]])
+    outputs = []
+    for recency in (0.0, 0.5):
+        torch.manual_seed(0)
+        model = registry.build(
+            load_config(None, ["model.backbone=toy", f"model.toy.recency={recency}"]), 9, 2, 5
+        )
+        outputs.append(model(inputs))
+    assert outputs[0][:, 0].equal(outputs[1][:, 0])  # one item: its mean is itself
+    assert not outputs[0][:, 1:].equal(outputs[1][:, 1:])
+
+
+def test_a_plugin_is_loaded_for_its_section_key(monkeypatch):
+    """`modsar train model.backbone=toy model.toy.recency=...` with the plugin named in $MODSAR_PLUGINS: the
+    section's key is known before the backbone is checked."""
+    monkeypatch.setenv(registry.PLUGINS_ENV, str(PLUGIN))
+    try:
+        assert load_config(None, ["model.toy.recency=0.25", "model.backbone=toy"]).model.toy.recency == 0.25
+    finally:
+        registry.unregister("toy")
+
+
+def test_the_reference_lists_a_plugins_setting(toy, capsys):
+    from modsar.cli import main
+
+    assert main(["train", "--list-keys"]) == 0
+    assert "model.toy.recency = 0.0  (model.backbone=toy)" in capsys.readouterr().out.splitlines()
+    page = gen_reference.config_page()
+    assert "| `model.toy.recency` | float | `0.0` | must be in [0, 1] | the weight of the item at t" in page
+    assert "| `toy` | `toy.recency` | `time_bias` | none |" in page  # no time bias declared
+    assert "| `gru4rec` | `gru_size` | `ffn_size`, `activation`," in page
+
+
+@pytest.mark.parametrize(
+    "section, problem",
+    [
+        (dict, "must be a dataclass class"),
+        (dataclasses.make_dataclass("NoDefault", [("x", "float")]), "'x' must have a default"),
+        (
+            dataclasses.make_dataclass("Odd", [("x", "dict", dataclasses.field(default_factory=dict))]),
+            "got dict",
+        ),
+    ],
+)
+def test_a_bad_section_is_refused_when_registered(section, problem):
+    with pytest.raises(ModsarError, match=re.escape(problem)):
+        registry.register(registry.BackboneEntry("badsection", "x:y", section=section))
+    assert registry.find("badsection") is None
+    with pytest.raises(ModsarError, match="cannot have a settings section"):
+        registry.register(registry.BackboneEntry("hf2:", "x:y", section=dataclasses.make_dataclass("S", [])))
