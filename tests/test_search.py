@@ -954,6 +954,34 @@ def test_rows_from_a_metrics_dataframe_keep_integer_types(data_dir, tmp_path):
     assert rows.loc["abc", "best_epoch"] == 2 and rows.loc["old", "best_epoch"] == 5
 
 
+def test_a_row_records_the_config_its_worker_ran(data_dir, tmp_path):
+    """A worker given a GPU sets train.device=cuda on its config after the driver planned it: the row takes
+    the config the worker reported running, so its train.device and device columns agree; a trial that never
+    reported gets the plan's config."""
+    import json
+
+    from modsar.config import Config
+    from modsar.sweep import SearchRequest, make_plan, row_from_results
+
+    plan = make_plan(
+        SearchRequest(
+            space=str(SPACES / "asha.yaml"), dataset="synthetic", results=str(tmp_path), experiment="ran"
+        )
+    )
+    point = {"point": {"task": "ar", "train.lr": 0.005}}
+    ran = Config.from_dict(plan.base)
+    ran.task, ran.train.lr, ran.train.device = "ar", 0.005, "cuda"
+    report = {"epoch": 1, "valid.ndcg@10": 0.1, "best.ndcg@10": 0.1, "best_epoch": 1, "device": "cuda:0"}
+    row = row_from_results(
+        plan, "a", point, [{**report, "ran_config": json.dumps(ran.to_dict())}], None, None
+    )
+    assert row["train.device"] == "cuda" and row["device"] == "cuda:0" and row["train.lr"] == 0.005
+    assert "ran_config" not in row
+    unreported = row_from_results(plan, "b", point, [], "RuntimeError: lost", None)
+    assert unreported["train.device"] == Config.from_dict(plan.base).train.device == "auto"
+    assert unreported["task"] == "ar" and unreported["status"] == "error"
+
+
 LOOPBACK_CHECK = r"""
 import os, sys, time, psutil, ray
 from modsar.cli import main

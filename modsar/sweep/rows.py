@@ -56,15 +56,13 @@ def row_from_results(
     tag: str = "",
 ) -> dict[str, Any]:
     """The Parquet row of one trial, from what Tune recorded of it: its config, its reports in order, its
-    error and its best checkpoint."""
+    error and its best checkpoint. The config is the one its worker reported running (a GPU trial's device
+    is set there); a trial that never reported gets the plan's."""
     sampled = plan.space.expand(sampled_values(config))
-    try:
-        cfg = trial_config(plan.base, plan.space, sampled)
-    except ModsarError:  # an invalid combination: the trial failed on it; record the values as sampled
-        cfg = Config.from_dict(plan.base)
     last: dict[str, Any] = {}
     for reported in results:  # later reports win; a final test-only report keeps the earlier facts
         last.update({k: _plain(v) for k, v in reported.items() if not _missing(v)})
+    cfg = _config_ran(plan, sampled, last.pop("ran_config", None))
     if last.get("diverged"):
         status, error = "diverged", error or last["diverged"]
     else:
@@ -91,6 +89,17 @@ def row_from_results(
     if last.get("host"):
         row["host"] = last["host"]
     return row
+
+
+def _config_ran(plan: Plan, sampled: dict[str, Any], ran: str | None) -> Config:
+    """The trial's config as its worker ran it, else as the plan makes it (the trial never reported), else
+    the plan's base (an invalid combination the trial failed on: the row records the values as sampled)."""
+    if ran is not None:
+        return Config.from_dict(json.loads(ran), "a trial's reported config")
+    try:
+        return trial_config(plan.base, plan.space, sampled)
+    except ModsarError:
+        return Config.from_dict(plan.base)
 
 
 def _trial_facts(

@@ -44,7 +44,9 @@ def trainable(
     cfg = trial_config(base, space, sampled_values(config))
     _use_assigned_resources(cfg)
     facts = (*SPEED_FACTS, *PROTOCOL_FACTS, *PROGRESS_FACTS, *TIME_FACTS)
-    reports = _TrialReports(cfg.train.monitor_key, facts, _node_facts())
+    # every report carries the config this worker runs (its device included), which the row records
+    node = {**_node_facts(), "ran_config": json.dumps(cfg.to_dict())}
+    reports = _TrialReports(cfg.train.monitor_key, facts, node)
     folder = Path(tempfile.mkdtemp(prefix="modsar-trial-"))
     resume = None
     if (checkpoint := tune.get_checkpoint()) is not None:  # a resumed search or a retried trial
@@ -99,7 +101,7 @@ class _TrialReports:
 
     monitor: str
     facts: tuple[str, ...]  # the trainer's facts a report carries where the trainer gives them
-    node: dict[str, str]
+    node: dict[str, str]  # where it runs, and what: the config it runs (ran_config), in every report
     started: float = field(default_factory=time.perf_counter)
     best: dict[str, Any] = field(default_factory=dict)
     restored: dict[str, Any] = field(default_factory=dict)
