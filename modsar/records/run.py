@@ -7,7 +7,7 @@ import contextlib
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from modsar.config import Config
 from modsar.data.store import load_dataset
@@ -15,6 +15,9 @@ from modsar.errors import ModsarError
 from modsar.outputs import check_name, ensure_writable_dir, is_uri, refuse_credentials, writer_lock
 from modsar.records.rows import filesystem, result_row, trial_facts, write_row
 from modsar.training.trainer import TrainingDiverged, TrialResult, resolve_device, run_trial
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -47,7 +50,7 @@ def train_and_record(
     the best checkpoint in checkpoints/ beside it, unless `checkpoint` is False; a file:// root is a path,
     another URI needs `checkpoint` False). A run that diverges still writes its row (status diverged, the best
     validation epoch so far) and then raises."""
-    resolve_device(cfg.train.device)  # a missing GPU is refused before the data is loaded (or generated)
+    device = resolve_device(cfg.train.device)  # a missing GPU is refused before the data is loaded
     results = _uri_results(results, checkpoint)
     check_name(cfg.dataset, "dataset")
     if experiment is None:
@@ -60,11 +63,17 @@ def train_and_record(
             ensure_writable_dir(Path(results) / experiment / folder, "--results")
     # shared: trainings each add a row file of their own; a search writing this experiment excludes them
     with writer_lock(results, experiment, f"experiment '{experiment}' in {results}", shared=True):
-        return _train_and_write(cfg, results, experiment, data_dir, checkpoint, progress)
+        return _train_and_write(cfg, results, experiment, data_dir, checkpoint, progress, device)
 
 
 def _train_and_write(
-    cfg: Config, results: str, experiment: str, data_dir: str | None, checkpoint: bool, progress: bool
+    cfg: Config,
+    results: str,
+    experiment: str,
+    data_dir: str | None,
+    checkpoint: bool,
+    progress: bool,
+    device: torch.device,
 ) -> RecordedRun:
     """train_and_record's work, under the experiment's lock. A checkpoint no row names (training failed or
     was interrupted, or the row could not be written) is removed."""
@@ -76,25 +85,9 @@ def _train_and_write(
         else None
     )
     try:
-        result = run_trial(cfg, dataset, checkpoint_path=path, progress=progress)
+        result = run_trial(cfg, dataset, checkpoint_path=path, progress=progress, device=device)
     except TrainingDiverged as exc:  # the row keeps the best validation epoch so far; nothing is tested
-        partial = exc.partial
-        row = result_row(
-            cfg,
-            experiment=experiment,
-            trial_id=trial_id,
-            status="diverged",
-            error=str(exc),
-            valid=partial.valid if partial else None,
-            facts=trial_facts(partial) if partial else None,
-            dataset_manifest=dataset.manifest,
-        )
-        try:
-            written = write_row(results, row)
-        except (ModsarError, OSError) as error:
-            _discard(path)
-            raise ModsarError(f"training diverged: {exc}; its row was not recorded: {error}") from None
-        raise ModsarError(f"training diverged: {exc} (row: {written})") from None
+        _record_divergence(exc, cfg, results, experiment, trial_id, dataset.manifest, path)
     except BaseException:
         _discard(path)
         raise
@@ -122,6 +115,35 @@ def _train_and_write(
             recorded,
         ) from None
     return recorded
+
+
+def _record_divergence(
+    exc: TrainingDiverged,
+    cfg: Config,
+    results: str,
+    experiment: str,
+    trial_id: str,
+    manifest: dict[str, Any],
+    path: Path | None,
+) -> NoReturn:
+    """Write the row of a run that diverged (the best validation epoch so far, untested), then say so."""
+    partial = exc.partial
+    row = result_row(
+        cfg,
+        experiment=experiment,
+        trial_id=trial_id,
+        status="diverged",
+        error=str(exc),
+        valid=partial.valid if partial else None,
+        facts=trial_facts(partial) if partial else None,
+        dataset_manifest=manifest,
+    )
+    try:
+        written = write_row(results, row)
+    except (ModsarError, OSError) as error:
+        _discard(path)
+        raise ModsarError(f"training diverged: {exc}; its row was not recorded: {error}") from None
+    raise ModsarError(f"training diverged: {exc} (row: {written})") from None
 
 
 def _uri_results(results: str, checkpoint: bool) -> str:

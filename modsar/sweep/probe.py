@@ -18,15 +18,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import partial
 from typing import Any
 
 import torch
 
 from modsar.config import Config
-from modsar.training.trainer import train_batches
+from modsar.training.trainer import Training
 
 # timed training steps per probe, after one warm-up step: batches at evenly spaced quantiles of the epoch's
 # batch sizes in positions, so their mean is the epoch's mean step (padding-free batches sorted by length
@@ -39,38 +38,20 @@ COMPANION_START_S = 120.0  # how long the probe waits for a companion (its impor
 def probe(
     cfg: Config, dataset, split, max_len: int, device: torch.device, beside: Companions | None = None
 ) -> tuple[float, float]:
-    """(seconds per optimizer step, seconds per validation pass) of `cfg`, built as run_trial builds it: one
-    warm-up step, then the mean of PROBE_STEPS real steps on batches at evenly spaced quantiles of the
-    epoch's batch positions (the epoch's mean step); then validation_seconds. With `beside`, all of it is
-    timed while those companions train the same size."""
-    model, steps = training_steps(cfg, dataset, split, max_len, device)
+    """(seconds per optimizer step, seconds per validation pass) of `cfg`, built and stepped as run_trial
+    builds and steps it (`Training`): one warm-up step, then the mean of PROBE_STEPS real steps on batches at
+    evenly spaced quantiles of the epoch's batch positions (the epoch's mean step); then validation_seconds.
+    With `beside`, all of it is timed while those companions train the same size."""
+    training = Training.build(cfg, dataset, split, max_len, device)
+    steps = training.sample_steps(PROBE_STEPS)
     with beside.training(cfg, max_len) if beside else contextlib.nullcontext():
         times: list[float] = []
         for step in steps:  # the first, the warm-up, on the largest batch: the allocator grows once
             tick = time.perf_counter()
             step()
             times.append(time.perf_counter() - tick)
-        model.eval()
-        return statistics.fmean(times[1:]), validation_seconds(model, split, cfg, max_len, device)
-
-
-def training_steps(
-    cfg: Config, dataset, split, max_len: int, device: torch.device
-) -> tuple[Any, list[Callable[[], None]]]:
-    """`cfg`'s model and PROBE_STEPS + 1 optimizer steps of it, ready to take: the warm-up on the epoch's
-    largest batch, then batches at evenly spaced quantiles of the epoch's batch sizes."""
-    from modsar.training.trainer import build_model, make_optimizer
-
-    model = build_model(cfg, dataset.num_items, dataset.num_users, max_len).to(device)
-    optimizer = make_optimizer(model, cfg)
-    batches = train_batches(split, cfg, max_len)
-    plan = batches.epoch_plan()
-    per_batch = batches.num_targets / max(len(plan), 1)
-    model.train()
-    by_size = sorted(plan, key=lambda rows: int(batches.row_lengths[rows].sum()))
-    picks = [by_size[int((k + 0.5) * len(by_size) / PROBE_STEPS)] for k in range(PROBE_STEPS)]
-    made = [batches.make(rows).to(device) for rows in [by_size[-1], *picks]]
-    return model, [partial(_step, model, optimizer, batch, cfg, per_batch) for batch in made]
+        training.model.eval()
+        return statistics.fmean(times[1:]), validation_seconds(training.model, split, cfg, max_len, device)
 
 
 class Companions:
@@ -202,7 +183,9 @@ def _companion() -> None:
         try:
             size = json.loads(message)
             cfg = Config.from_dict(size["cfg"])
-            _, steps = training_steps(cfg, data, split, size["max_len"], torch.device("cpu"))
+            steps = Training.build(cfg, data, split, size["max_len"], torch.device("cpu")).sample_steps(
+                PROBE_STEPS
+            )
             for step in steps:
                 step()
         except Exception as error:  # the probe goes on without this one
@@ -217,15 +200,6 @@ def _companion() -> None:
         if told.get() == "gone":  # (else "stop")
             return
         print("stopped", file=answers, flush=True)
-
-
-def _step(model, optimizer: torch.optim.Optimizer, batch, cfg: Config, per_batch: float) -> None:
-    """One optimizer step as modsar.training.trainer.train_epoch takes it (its loss read back, as there)."""
-    from modsar.training.trainer import batch_loss, optimizer_step
-
-    loss = batch_loss(model, batch, cfg, per_batch)
-    optimizer_step(model, optimizer, loss, cfg)
-    loss.item()
 
 
 class _Enough(Exception):

@@ -54,7 +54,8 @@ def trainable(
             resume = load_resume_state(directory)
     if resume is not None:  # run_trial continues after the checkpointed epoch; the reports continue with it
         reports.resume_from(resume)
-    reports.device = str(resolve_device(cfg.train.device))
+    device = resolve_device(cfg.train.device)  # once: the trainer runs on it, every report names it
+    reports.device = str(device)
     try:  # Tune copies each reported checkpoint into storage, so the local folder is scratch
         result = run_trial(
             cfg,
@@ -65,6 +66,7 @@ def trainable(
             evaluate_test=test,
             resumable=True,
             resume=resume,
+            device=device,
         )
     except TrainingDiverged as exc:
         reports.diverged(exc)

@@ -1,12 +1,11 @@
 """A trial: config -> data -> model -> training with early stopping -> validation/test of the best epoch.
 
 `run_trial` is the single function behind `modsar train` and every Ray Tune trial; it runs a `Trainer`,
-whose steps are `setup` (data, model, optimizer, batches, resume state), `fit` (the epochs) and `test`.
+whose steps are `setup` (data, `Training`: model, optimizer, batches; resume state), `fit` (the epochs, in
+one loop) and `test`. The search's cost probe times `Training`'s steps, so it times the step a trial takes.
 Model selection uses validation only: the best epoch is the one with the highest monitored validation
 metric, and test metrics are computed once, from that epoch's weights. What a run saves (checkpoint, resume
-state) lives in `modsar.training.state`, the optimizer and its learning rate in `modsar.training.optim`;
-the names that moved there are imported here as `name as name` (explicit re-exports), so every caller that
-imports them from this module still finds them.
+state) lives in `modsar.training.state`, the optimizer and its learning rate in `modsar.training.optim`.
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +203,25 @@ def optimizer_step(
     optimizer.step()  # an update that overflows (lr 3e38) leaves inf weights: the next loss is NaN
 
 
+def train_step(
+    model: Recommender,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    cfg: Config,
+    per_batch: float,
+    epoch: int = 0,
+    rate: LearningRate | None = None,
+) -> float:
+    """One optimizer step on `batch`; its loss, read back. Raises TrainingDiverged on a NaN/inf loss."""
+    loss = batch_loss(model, batch, cfg, per_batch)
+    if not torch.isfinite(loss):
+        raise TrainingDiverged(
+            f"loss became {loss.item()} at epoch {epoch}; lower train.lr or add train.grad_clip"
+        )
+    optimizer_step(model, optimizer, loss, cfg, rate)
+    return loss.item()
+
+
 def train_epoch(
     model: Recommender,
     optimizer: torch.optim.Optimizer,
@@ -220,44 +239,75 @@ def train_epoch(
         rate.total = len(plan) * cfg.train.max_epochs
     per_batch = batches.num_targets / max(len(plan), 1)  # labelled positions in an average batch
     for rows in plan:
-        loss = batch_loss(model, batches.make(rows).to(device), cfg, per_batch)
-        if not torch.isfinite(loss):
-            raise TrainingDiverged(
-                f"loss became {loss.item()} at epoch {epoch}; lower train.lr or add train.grad_clip"
-            )
-        optimizer_step(model, optimizer, loss, cfg, rate)
-        total, count = total + loss.item(), count + 1
+        total += train_step(model, optimizer, batches.make(rows).to(device), cfg, per_batch, epoch, rate)
+        count += 1
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return total / max(count, 1)
 
 
+@dataclass
+class Training:
+    """What an optimizer step needs, built once from a config: the model on its device, its optimizer and
+    learning rate, and the seeded training batches. The trainer trains with it; the search's cost probe
+    times its steps (`sample_steps`), so both take the same step."""
+
+    cfg: Config
+    model: Recommender
+    optimizer: torch.optim.Optimizer
+    batches: TrainBatches
+    rate: LearningRate
+    device: torch.device
+
+    @classmethod
+    def build(
+        cls, cfg: Config, dataset: StoredDataset, split, max_len: int, device: torch.device
+    ) -> Training:
+        """In the order of the random draws a run makes: the model's weights from the seeded global
+        generators, then the batches, which seed their own."""
+        model = build_model(cfg, dataset.num_items, dataset.num_users, max_len).to(device)
+        optimizer = make_optimizer(model, cfg)
+        return cls(cfg, model, optimizer, train_batches(split, cfg, max_len), LearningRate.of(cfg), device)
+
+    def epoch(self, epoch: int) -> float:
+        """Train one pass over the batches; its mean loss."""
+        return train_epoch(self.model, self.optimizer, self.batches, self.cfg, self.device, epoch, self.rate)
+
+    def sample_steps(self, count: int) -> list[Callable[[], float]]:
+        """`count` + 1 optimizer steps of one epoch's plan, their batches made, ready to take: a warm-up on
+        the epoch's largest batch, then batches at evenly spaced quantiles of the epoch's batch sizes in
+        positions (so the mean of their times is the epoch's mean step)."""
+        plan = self.batches.epoch_plan()
+        per_batch = self.batches.num_targets / max(len(plan), 1)
+        by_size = sorted(plan, key=lambda rows: int(self.batches.row_lengths[rows].sum()))
+        picks = [by_size[int((k + 0.5) * len(by_size) / count)] for k in range(count)]
+        made = [self.batches.make(rows).to(self.device) for rows in [by_size[-1], *picks]]
+        self.model.train()
+        step = partial(
+            train_step, self.model, self.optimizer, cfg=self.cfg, per_batch=per_batch, rate=self.rate
+        )
+        return [partial(step, batch) for batch in made]
+
+
 class Trainer:
-    """One trial, one step per method: `setup` builds the run from its config, `fit` trains with early
-    stopping, `test` scores the best epoch once; `outcome` is what the run reached, as a TrialResult.
+    """One trial: `setup` builds the run from its config, `fit` trains with early stopping, `test` scores the
+    best epoch once; `outcome` is what the run reached, as a TrialResult.
 
     What one step leaves for the next lives here, on the trainer. The steps keep the order of every random
-    draw (seed, model, optimizer, batches, resume state, epochs), so one config and seed give one curve."""
+    draw (seed, model, batches, resume state, epochs), so one config and seed give one curve."""
 
     # set by setup(), read by fit(), test() and outcome()
     device: torch.device
-    dataset: StoredDataset
     split: LeaveOneOut
     max_len: int
-    model: Recommender
-    optimizer: torch.optim.Optimizer
-    num_parameters: int
-    batches: TrainBatches
+    training: Training  # the model, its optimizer and learning rate, the batches
     evaluator: Evaluator
-    rate: LearningRate
-    state: TrainState
+    state: TrainState  # the curve, the best epoch and its weights, the times; what a resume restores
     popularity: float  # the monitored metric of a most-popular ranking on validation
     meta: dict[str, Any]  # written into each checkpoint: what `modsar evaluate` checks the data against
     first_epoch: int  # 1, or the epoch after a resumed run's best
     epoch: int  # the last epoch trained so far
-    protocol: dict[str, Any]  # split_facts
-    output_flops: float  # of one training epoch, in the output layer
-    model_flops: float  # of one training epoch, the whole model
+    facts_of_run: dict[str, Any]  # what every report carries unchanged: split facts, sizes, FLOPs
 
     def __init__(
         self,
@@ -277,34 +327,32 @@ class Trainer:
         dataset: StoredDataset | None = None,
         data_root: str | Path | None = None,
         resume: dict | None = None,
-    ) -> None:
-        """Seed, data and split, model, optimizer, batches, evaluator, then the resume state, in this order:
-        the model draws its weights from the seeded global generators, the batches seed their own, and a
-        resume state overwrites both last."""
+        device: torch.device | None = None,
+    ) -> Trainer:
+        """Seed, data and split, model and batches, evaluator, then the resume state, in this order: the
+        model draws its weights from the seeded global generators, the batches seed their own, and a resume
+        state overwrites both last. `device`: where the caller resolved train.device already. Returns the
+        trainer, ready to fit."""
         setup_started = time.perf_counter()
         cfg = self.cfg
         bound_heap()
         if cfg.train.threads > 0:
             torch.set_num_threads(cfg.train.threads)
-        self.device = resolve_device(cfg.train.device)
+        self.device = device or resolve_device(cfg.train.device)
         seed_everything(cfg.seed)
-        self.dataset = dataset = viewed(dataset or load_dataset(cfg.dataset, data_root), cfg.data.view)
+        dataset = viewed(dataset or load_dataset(cfg.dataset, data_root), cfg.data.view)
         self.split = make_split(cfg, dataset)
         self.max_len = max_len = window(cfg.data.max_len, dataset.default_max_len)
         validate_for_dataset(cfg, dataset.num_items, "config", self.split, max_len=max_len)
         validate_split(cfg, self.split)
         check_model(cfg, dataset.num_items, dataset.num_users, max_len)  # counted on the meta device first
-        self.model = build_model(cfg, dataset.num_items, dataset.num_users, max_len).to(self.device)
-        self.optimizer = make_optimizer(self.model, cfg)
-        self.num_parameters = sum(p.numel() for p in self.model.parameters())
-        self.batches = train_batches(self.split, cfg, max_len)
-        if not len(self.batches):
+        self.training = run = Training.build(cfg, dataset, self.split, max_len, self.device)
+        if not len(run.batches):
             raise ModsarError(
                 f"dataset '{cfg.dataset}' has no user with 2+ training items: nothing to train on"
             )
         self.evaluator = Evaluator.of(self.split, cfg, max_len, self.device)
-        self.rate = LearningRate.of(cfg)
-        self.state = TrainState(self.optimizer, self.batches, self.device, self.rate)
+        self.state = TrainState(run.optimizer, run.batches, self.device, run.rate)
         self.popularity = popularity_level(self.evaluator, self.split, self.device, self.monitor)
         self.meta = {
             "num_items": dataset.num_items,
@@ -314,22 +362,69 @@ class Trainer:
         }
         self.first_epoch = 1
         if resume is not None:  # a retried or resumed search trial: continue bit for bit after its best epoch
-            self.started -= self.state.load(resume, self.model)
+            self.started -= self.state.load(resume, run.model)
             self.first_epoch = self.state.best_epoch + 1
         self.epoch = self.first_epoch - 1
-        self.protocol = split_facts(self.split)
-        self.output_flops, self.model_flops = epoch_flops(
-            self.model, cfg, int(self.batches.row_lengths.sum()), self.batches.num_targets, dataset.num_items
+        output_flops, model_flops = epoch_flops(
+            run.model, cfg, int(run.batches.row_lengths.sum()), run.batches.num_targets, dataset.num_items
         )
+        self.facts_of_run = {
+            "protocol": split_facts(self.split),
+            "num_parameters": sum(p.numel() for p in run.model.parameters()),
+            "output_flops": output_flops,
+            "model_flops": model_flops,
+        }
         self.state.times["setup_s"] += time.perf_counter() - setup_started  # after a resume's earlier ones
+        return self
 
     def fit(self) -> None:
-        """The epochs from `first_epoch` until patience or `train.max_epochs`. A TrainingDiverged leaves with
+        """The epochs from `first_epoch` until patience, the step budget or `train.max_epochs`: train, and
+        where a pass is due, validate, keep an improvement, report and decide. A TrainingDiverged leaves with
         what the run had reached (`partial`: the best epoch so far, no test)."""
-        cfg = self.cfg
+        cfg, run, state = self.cfg, self.training, self.state
         # resumed after its final epoch, or at a pass past its step budget: nothing is left to train
-        ended = self.first_epoch > cfg.train.max_epochs or self._spent(self.rate.steps)
-        epochs = tqdm(
+        ended = self.first_epoch > cfg.train.max_epochs or self._spent(run.rate.steps)
+        bar = self._progress_bar(ended)
+        run.model.train()
+        try:
+            for epoch in bar:
+                self.epoch = epoch
+                tick = time.perf_counter()
+                loss = run.epoch(epoch)
+                state.epoch_times.append(time.perf_counter() - tick)
+                if epoch % cfg.train.eval_every and epoch != cfg.train.max_epochs:  # no pass due
+                    bar.set_postfix(loss=f"{loss:.4f}")
+                    continue
+                if not weights_finite(run.model):  # the last step can turn weights NaN after a finite loss
+                    raise TrainingDiverged(
+                        f"weights became NaN or infinite in epoch {epoch}; lower train.lr or set "
+                        "train.grad_clip"
+                    )
+                training_rng = global_states(self.device)  # the next epoch continues from here, as a resume
+                # validate, keep and report: nothing here may shift the training stream (modsar.randomness)
+                with untouched(self.device):
+                    metrics = self._validate(epoch)
+                    improved = state.record(run.model, epoch, metrics, self.monitor, loss)
+                    if improved:
+                        self._checkpoint(epoch, metrics, training_rng)
+                    last = self._stops(epoch)
+                    self._report(epoch, metrics, improved, loss, last, bar)
+                if last:
+                    break
+        except TrainingDiverged as exc:
+            exc.partial = self.outcome({})
+            raise
+        finally:
+            bar.close()
+        if ended and self.on_eval is not None:  # say it ended
+            self.on_eval(
+                state.best_epoch, state.best_valid, False, None, self.facts(True, state.history[-1]["loss"])
+            )
+
+    def _progress_bar(self, ended: bool) -> tqdm:
+        """The epochs still to train (none where the run `ended`), as a progress bar."""
+        cfg = self.cfg
+        return tqdm(
             range(self.first_epoch, cfg.train.max_epochs + 1 if not ended else self.first_epoch),
             desc=f"{cfg.task.label} {cfg.dataset}",
             unit="epoch",
@@ -338,71 +433,36 @@ class Trainer:
             initial=self.first_epoch - 1,
             total=cfg.train.max_epochs,
         )
-        self.model.train()
-        try:
-            for epoch in epochs:
-                self.epoch = epoch
-                if self._train_epoch(epoch, epochs):
-                    break
-        except TrainingDiverged as exc:
-            exc.partial = self.outcome({})
-            raise
-        finally:
-            epochs.close()
-        if ended and self.on_eval is not None:  # say it ended
-            last_loss = self.state.history[-1]["loss"]
-            self.on_eval(
-                self.state.best_epoch, self.state.best_valid, False, None, self.facts(True, last_loss)
-            )
 
-    def _train_epoch(self, epoch: int, bar: tqdm) -> bool:
-        """Train one epoch and, where one is due, validate it; True when training stops after it."""
-        cfg = self.cfg
-        tick = time.perf_counter()
-        mean_loss = train_epoch(self.model, self.optimizer, self.batches, cfg, self.device, epoch, self.rate)
-        self.state.epoch_times.append(time.perf_counter() - tick)
-        if epoch % cfg.train.eval_every and epoch != cfg.train.max_epochs:
-            bar.set_postfix(loss=f"{mean_loss:.4f}")
-            return False
-        if not weights_finite(self.model):  # the last optimizer step can turn weights NaN after a finite loss
-            raise TrainingDiverged(
-                f"weights became NaN or infinite in epoch {epoch}; lower train.lr or set train.grad_clip"
-            )
-        training_rng = global_states(self.device)  # the next epoch continues from here, and so does a resume
-        with untouched(self.device):  # nothing below may shift the training stream (modsar.randomness)
-            return self._evaluate(epoch, mean_loss, training_rng, bar)
-
-    def _evaluate(self, epoch: int, mean_loss: float, training_rng: dict[str, Any], bar: tqdm) -> bool:
-        """Validate, keep and checkpoint an improvement, report it (`on_eval`); True when training stops."""
-        cfg, state = self.cfg, self.state
-        tick = time.perf_counter()
-        metrics = self._validate()
-        state.eval_times.append(time.perf_counter() - tick)
-        broken = sorted(k for k, v in metrics.items() if not math.isfinite(v))
-        if broken:
-            raise TrainingDiverged(f"validation {', '.join(broken)} not finite at epoch {epoch}")
-        improved = state.record(self.model, epoch, metrics, self.monitor, mean_loss)
-        if improved:
-            self._checkpoint(epoch, metrics, training_rng)
+    def _report(
+        self, epoch: int, metrics: dict[str, float], improved: bool, loss: float, last: bool, bar: tqdm
+    ) -> None:
+        """A validation pass on the progress bar, and to `on_eval` (a search reports it to Tune)."""
+        state = self.state
         bar.set_postfix(
-            loss=f"{mean_loss:.4f}",
+            loss=f"{loss:.4f}",
             **{
-                cfg.train.monitor: f"{metrics[self.monitor]:.4f}",
+                self.cfg.train.monitor: f"{metrics[self.monitor]:.4f}",
                 "best": f"{state.best_value:.4f}@{state.best_epoch}",
             },
         )
-        last = self._stops(epoch)
         if self.on_eval is not None:
             checkpoint = self.checkpoint_path if improved else None
-            self.on_eval(epoch, metrics, improved, checkpoint, self.facts(last, mean_loss))
-        return last
+            self.on_eval(epoch, metrics, improved, checkpoint, self.facts(last, loss))
 
-    def _validate(self) -> dict[str, float]:
-        """The validation metrics of the model as it stands (in eval mode, back to training mode after)."""
-        self.model.eval()
+    def _validate(self, epoch: int) -> dict[str, float]:
+        """The validation metrics of the model as it stands (in eval mode, back to training mode after),
+        timed; a metric that is not finite ends the run."""
+        model = self.training.model
+        tick = time.perf_counter()
+        model.eval()
         with roomy_heap():
-            metrics = self.evaluator(model_scorer(self.model), "valid")
-        self.model.train()
+            metrics = self.evaluator(model_scorer(model), "valid")
+        model.train()
+        self.state.eval_times.append(time.perf_counter() - tick)
+        broken = sorted(k for k, v in metrics.items() if not math.isfinite(v))
+        if broken:
+            raise TrainingDiverged(f"validation {', '.join(broken)} not finite at epoch {epoch}")
         return metrics
 
     def _checkpoint(self, epoch: int, metrics: dict[str, float], training_rng: dict[str, Any]) -> None:
@@ -411,7 +471,7 @@ class Trainer:
             return
         tick = time.perf_counter()
         meta = {**self.meta, "epoch": epoch, "valid": metrics}
-        save_checkpoint(self.checkpoint_path, self.model, self.cfg, meta)
+        save_checkpoint(self.checkpoint_path, self.training.model, self.cfg, meta)
         if self.resumable:
             elapsed = time.perf_counter() - self.started
             save_resume_state(self.checkpoint_path, self.state, elapsed, training_rng)
@@ -421,9 +481,9 @@ class Trainer:
         """Whether training ends after this validation pass: `train.patience` passes without an improvement
         (never before `train.min_steps` optimizer steps), `train.max_steps` reached, or the last epoch."""
         train = self.cfg.train
-        patient = self.rate.steps < train.min_steps  # no stop on a plateau before min_steps
+        patient = self.training.rate.steps < train.min_steps  # no stop on a plateau before min_steps
         stale = bool(train.patience and self.state.stale >= train.patience and not patient)
-        return stale or self._spent(self.rate.steps) or epoch == train.max_epochs
+        return stale or self._spent(self.training.rate.steps) or epoch == train.max_epochs
 
     def _spent(self, steps: int) -> bool:
         """Whether `steps` optimizer steps use up `train.max_steps` (0: no step budget)."""
@@ -433,11 +493,11 @@ class Trainer:
         """Test the best epoch's weights once, and roll out from them (eval.generate_steps)."""
         if self.state.best_weights is None:  # every run validates at its last epoch, so this cannot happen
             raise RuntimeError("no validation pass ran: there is no best epoch to test")
-        self.model.load_state_dict(self.state.best_weights)
-        self.model.eval()
+        self.training.model.load_state_dict(self.state.best_weights)
+        self.training.model.eval()
         with roomy_heap(), untouched(self.device):
-            test = self.evaluator(model_scorer(self.model), "test")
-            generation = trial_rollouts(self.model, self.split, self.cfg, self.max_len, self.device)
+            test = self.evaluator(model_scorer(self.training.model), "test")
+            generation = trial_rollouts(self.training.model, self.split, self.cfg, self.max_len, self.device)
         return self.outcome(test, generation)
 
     def facts(self, last: bool, loss: float) -> dict[str, Any]:
@@ -445,11 +505,11 @@ class Trainer:
         return {
             "last": last,
             "epoch_time_s": float(np.mean(self.state.epoch_times)),
-            "num_parameters": self.num_parameters,
+            "num_parameters": self.facts_of_run["num_parameters"],
             "eval_time_s": float(np.mean(self.state.eval_times)),
             "loss": loss,
             **self.speed(),
-            **self.protocol,
+            **self.facts_of_run["protocol"],
             **self.advance(),
             **self.state.times,
         }
@@ -457,7 +517,7 @@ class Trainer:
     def advance(self) -> dict[str, Any]:
         """Steps taken, and whether validation has left the popularity level (PLATEAU_FACTOR)."""
         epochs_done = len(self.state.epoch_times)  # restored with the rest on a resume
-        steps = self.rate.steps
+        steps = self.training.rate.steps
         return {
             "steps": steps,
             "passes": len(self.state.eval_times),  # validation passes (restored on a resume, as the times)
@@ -468,14 +528,15 @@ class Trainer:
 
     def speed(self) -> dict[str, Any]:
         """Model GFLOP per epoch, achieved GFLOP/s and MFU over the epochs so far."""
-        flops = {"epoch_gflop": self.model_flops / 1e9, "output_gflop": self.output_flops / 1e9}
+        model_flops, output_flops = self.facts_of_run["model_flops"], self.facts_of_run["output_flops"]
+        flops = {"epoch_gflop": model_flops / 1e9, "output_gflop": output_flops / 1e9}
         if not self.state.epoch_times:
             return {**flops, "gflops": math.nan, "mfu": math.nan}
         seconds = float(np.mean(self.state.epoch_times))
         return {
             **flops,
-            "gflops": self.model_flops / seconds / 1e9,
-            "mfu": utilisation(self.model_flops, seconds, self.device, output_dtype(self.cfg)),
+            "gflops": model_flops / seconds / 1e9,
+            "mfu": utilisation(model_flops, seconds, self.device, output_dtype(self.cfg)),
         }
 
     def outcome(self, test: dict[str, float], generation: dict[str, float] | None = None) -> TrialResult:
@@ -486,7 +547,7 @@ class Trainer:
             **self.advance(),
             setup_s=self.state.times["setup_s"],
             checkpoint_s=self.state.times["checkpoint_s"],
-            protocol=self.protocol,
+            protocol=self.facts_of_run["protocol"],
             generation=generation or {},
             valid=state.best_valid,
             test=test,
@@ -496,7 +557,7 @@ class Trainer:
             epoch_time_s=float(np.mean(state.epoch_times)) if state.epoch_times else math.nan,
             eval_time_s=float(np.mean(state.eval_times)) if state.eval_times else math.nan,
             device=str(self.device),
-            num_parameters=self.num_parameters,
+            num_parameters=self.facts_of_run["num_parameters"],
             history=state.history,
             checkpoint=str(self.checkpoint_path) if self.checkpoint_path else None,
             monitor=self.monitor,
@@ -513,6 +574,7 @@ def run_trial(
     evaluate_test: bool = True,
     resumable: bool = False,
     resume: dict | None = None,
+    device: torch.device | None = None,
 ) -> TrialResult:
     """Train `cfg`, select the best epoch on validation, and (unless told not to) test that epoch.
 
@@ -520,8 +582,10 @@ def run_trial(
     pass; a search reports from it. Searches pass evaluate_test=False: only the selected trials are ever
     tested. `resumable` also writes RESUME_FILE (optimizer, RNG states, history) beside each best checkpoint;
     `resume` (from load_resume_state) continues from there exactly as the interrupted run would have.
+    `device`: train.device as the caller resolved it (resolved here where it is not given).
     """
-    trainer = Trainer(cfg, on_eval, checkpoint_path, progress, resumable)
-    trainer.setup(dataset, data_root, resume)
+    trainer = Trainer(cfg, on_eval, checkpoint_path, progress, resumable).setup(
+        dataset, data_root, resume, device
+    )
     trainer.fit()
     return trainer.test() if evaluate_test else trainer.outcome({})
