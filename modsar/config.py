@@ -228,10 +228,22 @@ class ModelConfig:
         return self.hidden_size // self.num_heads
 
     @property
+    def norm_style(self) -> str:
+        """Where the blocks' LayerNorms sit: `norm`, with auto read as the modular backbone's own, post-norm
+        (BSARec's too; a HuggingFace model's auto is its architecture's own, hf_plugins.spec)."""
+        return "post" if self.norm == "auto" else self.norm
+
+    @property
+    def position_code(self) -> str:
+        """How positions are coded: `positional`, with auto read as the modular backbone's own, a learned
+        table (BSARec's too; a HuggingFace model's auto is its architecture's own, hf_plugins.spec)."""
+        return "learned" if self.positional == "auto" else self.positional
+
+    @property
     def absolute_positions(self) -> bool:
-        """Whether the modular backbone codes absolute positions (positional auto, which is learned there,
-        learned or sinusoidal), so that pos_fusion, pos_dim and positions_from mean something."""
-        return self.positional in ("auto", "learned", "sinusoidal")
+        """Whether the modular backbone codes absolute positions (learned or sinusoidal), so that pos_fusion,
+        pos_dim and positions_from mean something."""
+        return self.position_code in ("learned", "sinusoidal")
 
     @property
     def item_width(self) -> int:
@@ -402,7 +414,7 @@ class Config:
         post, because before 0.2 it meant pre; rows and checkpoints of the two never pass for one another."""
         tree = self.to_dict()
         if self.model.backbone == "modular" and self.model.norm == "auto":
-            tree["model"]["norm"] = "post"
+            tree["model"]["norm"] = self.model.norm_style
         return tree
 
     @classmethod

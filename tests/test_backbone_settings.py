@@ -27,6 +27,8 @@ DERIVED = {
     "user_width": {"user_size", "user_fusion", "hidden_size"},
     "head_size": {"hidden_size", "num_heads"},
     "absolute_positions": {"positional"},
+    "norm_style": {"norm"},
+    "position_code": {"positional"},
     "item_width": {"pos_dim", "pos_fusion", "positional", "user_size", "user_fusion", "hidden_size"},
     "timed": {"time_bias"},
 }

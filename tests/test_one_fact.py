@@ -87,11 +87,15 @@ def test_the_history_window_is_one_answer_for_the_trainer_the_estimate_and_the_c
         ["model.pos_fusion=concat", "model.pos_dim=8"],
         ["model.pos_fusion=concat", "model.pos_dim=8", "model.user_fusion=concat"],
         ["model.positional=target_aligned", "model.num_heads=2", "model.pos_dim=4"],
+        ["model.norm=pre", "model.positional=learned"],
+        ["model.norm=sasrec"],
     ],
 )
 def test_position_and_item_widths_are_one_answer(overrides):
     cfg, model = _built("model.hidden_size=32", *overrides)
     m = cfg.model
     assert model.absolute == m.absolute_positions == (m.positional in ("auto", "learned", "sinusoidal"))
+    assert model.positional == m.position_code == ("learned" if m.positional == "auto" else m.positional)
+    assert all(block.style == m.norm_style for block in model.blocks)
     assert model.item_dim == m.item_width == item_width(cfg) == model.item_emb.embedding_dim
     assert m.head_size == 32 // m.num_heads

@@ -118,7 +118,7 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, codes: int = 0, code_dim: int = 0, user_dim: int = 0) -> None:
         super().__init__()
         d = cfg.hidden_size
-        self.style = cfg.norm if cfg.norm in ("pre", "sasrec", "normed_skip") else "post"
+        self.style = cfg.norm_style
         self.pre_norm = self.style == "pre"
         self.norm1, self.norm2 = nn.LayerNorm(d, eps=cfg.norm_eps), nn.LayerNorm(d, eps=cfg.norm_eps)
         self.attn = SelfAttention(d, cfg.num_heads, cfg.attn_dropout, codes, code_dim)
@@ -177,7 +177,7 @@ class ModularSAR(nn.Module):
         self.fusion = cfg.user_fusion
         self.user_dim = cfg.user_width  # SSE-PT's share of d
         self.positions = max_len + 1  # AE reads max_len history items + the mask token
-        self.positional = "learned" if cfg.positional == "auto" else cfg.positional
+        self.positional = cfg.position_code
         self.absolute = cfg.absolute_positions
         pos_width = cfg.pos_dim if self.absolute and cfg.pos_fusion != "add" else d
         self.item_dim = cfg.item_width
@@ -197,7 +197,7 @@ class ModularSAR(nn.Module):
             else None
         )
         codes = code_count(self.causal, self.positions) if self.positional == "target_aligned" else 0
-        code_dim = cfg.pos_dim or d // cfg.num_heads
+        code_dim = cfg.pos_dim or cfg.head_size
         self.embed_norm = nn.LayerNorm(d, eps=1e-12) if cfg.embedding_norm else nn.Identity()
         self.drop = nn.Dropout(cfg.dropout)
         user_query = d if self.fusion == "bias" else 0
