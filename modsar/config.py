@@ -431,13 +431,17 @@ class Config:
         return flatten(self.stored())
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any], where: str = "config") -> Config:
-        """A full tree as `to_dict`/`stored` write it (checkpoints, search.json), older trees included."""
+    def from_dict(
+        cls, values: dict[str, Any], where: str = "config", changes: dict[str, Any] | None = None
+    ) -> Config:
+        """A full tree as `to_dict`/`stored` write it (checkpoints, search.json), older trees included. With
+        `changes` (dotted keys: a search trial's point), the tree with those applied, validated once as a
+        config asked for now (`validate`'s stored=False), not as a record."""
         flat = flatten(values)
         if "model.user_embedding" in flat:  # before 0.3: SSE-PT's switch, now user_fusion=concat
             flat["model.user_fusion"] = "concat" if flat.pop("model.user_embedding") else "none"
         cfg = cls()
-        apply_overrides(cfg, flat, where, stored=True)
+        apply_overrides(cfg, {**flat, **(changes or {})}, where, stored=changes is None)
         return cfg
 
 

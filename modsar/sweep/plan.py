@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from modsar.config import Config, apply_overrides, parse_override
+from modsar.config import Config, parse_override
 from modsar.data.store import data_root, load_dataset
 from modsar.errors import ModsarError
 from modsar.sweep.cluster import probe
@@ -401,10 +401,9 @@ def _reach_mlflow(shown: str) -> None:
 
 
 def trial_config(base: dict[str, Any], space: SearchSpace, sampled: dict[str, Any]) -> Config:
-    """The Config a trial runs: the plan's base with the sampled point (and its `also` keys) applied and
-    validated."""
-    cfg = Config.from_dict(base)
-    return apply_overrides(cfg, space.expand(sampled), "trial")
+    """The Config a trial runs: the plan's base with the sampled point (and its `also` keys) applied, and
+    validated once, as a whole."""
+    return Config.from_dict(base, "trial", changes=space.expand(sampled))
 
 
 def sampled_values(config: dict[str, Any]) -> dict[str, Any]:
