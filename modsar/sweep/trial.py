@@ -194,7 +194,10 @@ class _TrialReports:
 
 def make_trainable(plan: Plan, test: bool = False):
     """`trainable` bound to the plan's base config, space and data, with the plan's resources per trial:
-    what Tune pickles and ships to every worker."""
+    what Tune pickles and ships to every worker. The base goes as the plain tree `Config.to_dict` writes, not
+    as a Config: a worker must load the driver's plugins before a config naming a plugin's backbone (or
+    holding its settings section, a class of the plugin's module) can exist there, and it builds the trial's
+    Config from the tree and the point in one validation (`trial_config`)."""
     from modsar.model import registry
 
     return tune.with_resources(
