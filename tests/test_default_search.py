@@ -286,6 +286,13 @@ def test_every_search_request_field_is_one_option_of_modsar_search():
     assert "--time-budget 60 --full-grid" in resume_command(
         req
     ) or "--full-grid --time-budget 60" in resume_command(req)
+    # the option's default and help are the field's own: said once, in modsar.sweep.request
+    plain = search_cli._request(sub.parse_args(["--space", "s", "--dataset", "d"]))
+    assert plain == SearchRequest(space="s", dataset="d")
+    by_dest = {a.dest: a for a in sub._actions}
+    for f in dataclasses.fields(SearchRequest):
+        if f.name != "data_dir":  # --data-dir: every command's own (cli.common)
+            assert by_dest[OPTION_DEST.get(f.name, f.name)].help == f.metadata["help"], f.name
 
 
 def test_a_plan_pickled_before_directions_existed_still_answers():

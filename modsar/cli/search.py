@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import MISSING, Field
 from typing import TYPE_CHECKING, Any
 
 from modsar.cli.common import Subparsers, add_command, add_data_dir, print_json
@@ -27,121 +28,17 @@ per epoch, ASHA's first decision, the epochs it will train, and a wall-clock fro
 
 
 def add_parser(sub: Subparsers) -> None:
-    """The `search` command and its options, in the order --help lists them."""
+    """The `search` command: an option for each SearchRequest field (as its declaration says), in the order
+    --help lists them, then the options of this command's output alone."""
+    from modsar.sweep.request import OPTION_GROUPS, SEARCH_FIELDS
+
     search = add_command(
         sub, "search", "search a design space with Ray Tune (ASHA; grid, random, optuna)", run, EPILOG
     )
-    _add_what_and_where(search)
-    _add_budget(search)
-    _add_resources(search)
-    _add_run_options(search)
-    add_data_dir(search)
-
-
-def _add_what_and_where(search: argparse.ArgumentParser) -> None:
-    """The space, the dataset, the overrides and where the rows go."""
-    search.add_argument(
-        "--space", required=True, help="bundled space name (see `modsar spaces`) or a YAML path"
-    )
-    search.add_argument("--dataset", required=True, help="prepared dataset name")
-    search.add_argument(
-        "overrides", nargs="*", metavar="KEY=VALUE", help="config overrides on the space's base"
-    )
-    search.add_argument(
-        "--experiment", help="results group (default: <space>-<dataset>, -full-grid added with --full-grid)"
-    )
-    search.add_argument(
-        "--results", default="results", help="results root: a path or a pyarrow URI (s3://...)"
-    )
-
-
-def _add_budget(search: argparse.ArgumentParser) -> None:
-    """The search algorithm, its trials and epochs, and ASHA's schedule."""
-    search.add_argument(
-        "--search",
-        choices=["grid", "random", "optuna"],
-        help="search algorithm (default: the space's budget.search)",
-    )
-    search.add_argument(
-        "--full-grid",
-        action="store_true",
-        help="run the space's full_grid protocol instead of its default budget: every grid point, with the "
-        "paper's ASHA schedule (the paper spaces' default is a TPE search; `modsar spaces NAME --dataset D "
-        "--full-grid` says what each costs). Rows go to <space>-<dataset>-full-grid",
-    )
-    search.add_argument(
-        "--num-samples", type=int, help="grid: repeats of the grid; random/optuna: trials (16)"
-    )
-    search.add_argument("--max-epochs", type=int, help="epochs per trial (default: the space's budget)")
-    search.add_argument(
-        "--time-budget",
-        type=float,
-        metavar="SECONDS",
-        help="wall-clock budget, split evenly between the AE and AR searches",
-    )
-    search.add_argument(
-        "--max-t",
-        type=int,
-        help="ASHA max_t in the space's scheduler unit: validation passes, or "
-        "optimizer steps where it says unit: steps (default: from the space)",
-    )
-    search.add_argument("--grace-period", type=int, help="ASHA grace period, in the same unit as --max-t")
-    search.add_argument("--reduction-factor", type=int, help="ASHA reduction factor")
-
-
-def _add_resources(search: argparse.ArgumentParser) -> None:
-    """What each trial gets, how many run at once, retries and actors."""
-    search.add_argument("--cpus-per-trial", type=float, default=1.0, help="CPUs per trial (= torch threads)")
-    search.add_argument(
-        "--gpus-per-trial", type=float, default=0.0, help="GPUs per trial; fractions share a GPU"
-    )
-    search.add_argument(
-        "--max-concurrent", type=int, help="trials at once (default: what the resources allow)"
-    )
-    search.add_argument("--max-failures", type=int, default=0, help="retries of a failing trial")
-    search.add_argument(
-        "--fresh-actors",
-        action="store_true",
-        help="start a new Ray actor for every trial. By default a finished trial's actor (torch "
-        "imported, dataset loaded) runs the next one, and Tune gives it even a trial that waits "
-        "for an actor starting on another node: in a short search on a cluster whose other nodes "
-        "start slowly, one node can run every trial. Kept as started under --resume",
-    )
-
-
-def _add_run_options(search: argparse.ArgumentParser) -> None:
-    """Seeds, the cluster, logging, resuming and what is printed."""
-    search.add_argument(
-        "--seed", type=int, default=0, help="seed of the trials and of the random/optuna sampler"
-    )
-    search.add_argument(
-        "--seeds",
-        type=int,
-        default=0,
-        metavar="K",
-        help="afterwards re-run the selected AE and AR configs on seeds 0..K-1",
-    )
-    search.add_argument(
-        "--address", help="join an existing Ray cluster (default: $RAY_ADDRESS, else a local Ray)"
-    )
-    search.add_argument("--dashboard", action="store_true", help="start the Ray dashboard (localhost only)")
-    search.add_argument(
-        "--mlflow",
-        metavar="URI",
-        help="also log every trial to MLflow, one run per trial with its "
-        "params and per-epoch metrics (file:./mlruns, sqlite:///mlflow.db, http://HOST:5000); "
-        "needs pip install 'modsar[mlflow]'. TensorBoard files are always in the ray/ folders",
-    )
-    search.add_argument("--resume", action="store_true", help="continue a killed search (Tuner.restore)")
-    search.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="delete an existing search of this name first (only a folder holding a search that modsar "
-        "search wrote; anything else is refused, never deleted)",
-    )
-    search.add_argument(
-        "--quiet", action="store_true", help="no live table; print only the cost estimate and the summary"
-    )
+    for group in OPTION_GROUPS:
+        for name, declared in SEARCH_FIELDS.items():
+            if declared.metadata.get("group") == group:
+                _add_option(search, name, declared)
     search.add_argument(
         "--no-estimate",
         action="store_true",
@@ -150,6 +47,31 @@ def _add_run_options(search: argparse.ArgumentParser) -> None:
         "each model size: `modsar spaces SPACE --dataset D`); never printed with --resume",
     )
     search.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_data_dir(search)
+
+
+# a field's annotation -> the option's value type (a bool field is a switch)
+OPTION_TYPES: dict[str, type] = {"str": str, "int": int, "float": float}
+
+
+def _add_option(parser: argparse.ArgumentParser, name: str, declared: Field[Any]) -> None:
+    """The option of one SearchRequest field: --<name> (or its declared flag), typed by its annotation, with
+    the field's default and help."""
+    from modsar.sweep.request import option_flag
+
+    help_text = declared.metadata["help"]
+    extra = {k: v for k, v in declared.metadata.get("argparse", {}).items() if k != "flag"}
+    if name == "overrides":  # the positional KEY=VALUE list
+        parser.add_argument(name, nargs="*", metavar="KEY=VALUE", help=help_text)
+        return
+    kind = str(declared.type).removesuffix(" | None")
+    default = None if declared.default is MISSING else declared.default
+    if kind == "bool":
+        parser.add_argument(option_flag(name), action="store_true", help=help_text, **extra)
+    else:
+        parser.add_argument(
+            option_flag(name), type=OPTION_TYPES[kind], default=default, help=help_text, **extra
+        )
 
 
 def _request(args: argparse.Namespace) -> SearchRequest:
@@ -158,7 +80,7 @@ def _request(args: argparse.Namespace) -> SearchRequest:
     from dataclasses import fields
 
     from modsar.sweep import SearchRequest
-    from modsar.sweep.plan import OPTION_DEST
+    from modsar.sweep.request import OPTION_DEST
 
     given = {f.name: getattr(args, OPTION_DEST.get(f.name, f.name)) for f in fields(SearchRequest)}
     return SearchRequest(**{**given, "overrides": list(args.overrides)})

@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 # each name a search may pickle -> the module whose code defines it
 CONTRACT = {
-    "SearchRequest": "modsar.sweep.plan",  # the plan, held by the trainable and the callbacks
-    "Plan": "modsar.sweep.plan",
+    "SearchRequest": "modsar.sweep.request",  # what was asked, held by the plan
+    "Plan": "modsar.sweep.plan",  # the plan, held by the trainable and the callbacks
     "SearchSpace": "modsar.sweep.spaces",  # the space; its `suggest` is Optuna's define-by-run function
     "Param": "modsar.sweep.spaces",
     "trainable": "modsar.sweep.trial",  # the function each trial runs

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -18,70 +17,14 @@ from modsar.sweep.credentials import (
     mlflow_env,
     mlflow_uri,
     redact,
-    refuse_on_a_cluster,
-    take_secrets,
 )
 from modsar.sweep.pickled import pickled
+from modsar.sweep.request import OPTION_DEST, SearchRequest  # noqa: F401 (imported from here too)
 from modsar.sweep.space_check import SpaceCheck, check_space, dataset_sizes
 from modsar.sweep.spaces import Param, SearchSpace, grid_size_by_task, load_space
 
 # ASHA's max_t where a space counts optimizer steps and names none: max_epochs ends trials
 STEPS_MAX_T = 2**62
-# SearchRequest fields whose `modsar search` option has another name (--time-budget SECONDS): every other
-# field is the option --<field-name> (argparse dest <field_name>)
-OPTION_DEST = {"time_budget_s": "time_budget"}
-
-
-@pickled
-@dataclass
-class SearchRequest:
-    """What `modsar search` (or the API's `modsar.search`) is asked to do: its options as given, credentials
-    taken out; make_plan derives the rest."""
-
-    space: str
-    dataset: str  # "" only to plan without data (`modsar spaces --check`)
-    experiment: str | None = None
-    results: str = "results"
-    search: str | None = None  # grid | random | optuna (default: the space's budget.search)
-    full_grid: bool = False  # run the space's full_grid protocol (every grid point) instead of its budget
-    num_samples: int | None = None
-    max_epochs: int | None = None
-    time_budget_s: float | None = None
-    max_t: int | None = None
-    grace_period: int | None = None
-    reduction_factor: int | None = None
-    cpus_per_trial: float = 1.0
-    gpus_per_trial: float = 0.0
-    max_concurrent: int | None = None
-    max_failures: int = 0
-    fresh_actors: bool = False  # a new actor per trial; see `--fresh-actors`
-    seed: int = 0
-    seeds: int = 0
-    overrides: list[str] = field(default_factory=list)
-    address: str | None = None
-    data_dir: str | None = None
-    quiet: bool = False
-    resume: bool = False
-    overwrite: bool = False
-    dashboard: bool = False
-    mlflow: str | None = None  # MLflow tracking URI: one run per trial (params, per-epoch metrics)
-
-    def __post_init__(self) -> None:
-        """No secret stays in a request: search.json records it and Tune pickles it (sweep.credentials). A
-        switch is a bool (the API passes anything): "yes" would name the experiment and the resume command."""
-        for switch in ("full_grid", "resume", "overwrite", "quiet", "dashboard", "fresh_actors"):
-            if not isinstance(getattr(self, switch), bool):
-                raise ModsarError(f"{switch} must be True or False; got {getattr(self, switch)!r}")
-        refuse_on_a_cluster(self.address, self.mlflow, self.results)  # before the passwords are taken out
-        self.mlflow = take_secrets("--mlflow", self.mlflow)
-        self.results = take_secrets("--results", self.results) or self.results
-        self.address = take_secrets("--address", self.address)
-
-    @property
-    def experiment_name(self) -> str:
-        """The experiment's folder name: --experiment, or <space>-<dataset> (-full-grid with --full-grid)."""
-        full = "-full-grid" if self.full_grid else ""
-        return self.experiment or f"{Path(self.space).stem}-{self.dataset}{full}"
 
 
 @pickled
