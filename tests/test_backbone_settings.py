@@ -193,3 +193,11 @@ def test_a_bad_section_is_refused_when_registered(section, problem):
     assert registry.find("badsection") is None
     with pytest.raises(ModsarError, match="cannot have a settings section"):
         registry.register(registry.BackboneEntry("hf2:", "x:y", section=dataclasses.make_dataclass("S", [])))
+
+
+def test_a_declared_key_that_is_no_config_key_is_refused_when_registered():
+    with pytest.raises(ModsarError, match=r"declares model.gru_sise, which is no shared config key"):
+        registry.register(registry.BackboneEntry("typo", "x:y", settings=("model.gru_sise",)))
+    with pytest.raises(ModsarError, match=r"declares model.nope, which is no shared config key"):
+        registry.register(registry.BackboneEntry("typo", "x:y", inert=frozenset({"model.nope"})))
+    assert registry.find("typo") is None

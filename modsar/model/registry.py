@@ -138,11 +138,25 @@ def reads_all_but(not_read: str, no_effect: str = "") -> Reads:
 def register(entry: BackboneEntry) -> BackboneEntry:
     """Add (or replace) a backbone; returns it so a module can keep a handle. Its settings section, where it
     declares one, becomes the config keys model.<name>.*."""
+    _check_declared(entry)
     if entry.section is not None:
         _check_section(entry)
         SECTIONS[entry.name] = entry.section
     _ENTRIES[entry.name] = entry
     return entry
+
+
+def _check_declared(entry: BackboneEntry) -> None:
+    """What an entry says it reads names config keys: own settings of the shared config, reads and inert keys
+    of its model section (a misspelt one would be refused or let through without a word)."""
+    keys = set(Config().flat())
+    stray = [k for k in entry.settings if k not in keys]
+    stray += [k for k in (*(entry.reads or ()), *entry.inert) if k not in MODEL_KEYS]
+    if stray:
+        raise ModsarError(
+            f"backbone {entry.name!r} declares {', '.join(sorted(stray))}, which is no shared config key "
+            "(see `modsar train --list-keys`); a setting of its own goes in its `section`"
+        )
 
 
 def _check_section(entry: BackboneEntry) -> None:
@@ -281,7 +295,7 @@ def _refuse_foreign(cfg: Config, bad: Bad) -> None:
     foreign = [(key, owners, now[key], before[key]) for key, owners in owned_settings().items()]
     for name, values in cfg.model.changed_sections().items():
         if name != cfg.model.backbone:
-            defaults = dataclasses.asdict(SECTIONS[name]())
+            defaults = dataclasses.asdict(type(getattr(cfg.model, name))())
             foreign += [(f"model.{name}.{k}", (name,), v, defaults[k]) for k, v in values.items()]
     for key, owners, value, was in foreign:
         if cfg.model.backbone not in owners and value != was:
