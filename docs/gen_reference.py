@@ -116,11 +116,17 @@ def config_rows() -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
-def section_rows() -> list[tuple[str, str, str, str, str]]:
-    """(key, type, default, allowed, meaning) of every key of the registered backbones' own sections
+def documented(plugins: bool) -> list[registry.BackboneEntry]:
+    """The backbones the page documents: the core's and hf_plugins' (the committed page is the same on every
+    machine), and with `plugins`, every one loaded here too."""
+    return [e for e in registry.entries() if plugins or e.build.startswith(("modsar.", "hf_plugins."))]
+
+
+def section_rows(plugins: bool = False) -> list[tuple[str, str, str, str, str]]:
+    """(key, type, default, allowed, meaning) of every key of the documented backbones' own sections
     (model.<backbone>.<field>), documented by the comments in the module that declares the section."""
     rows = []
-    for entry in registry.entries():
+    for entry in documented(plugins):
         if entry.section is None:
             continue
         comments = field_comments(inspect.getsourcefile(entry.section))
@@ -133,21 +139,14 @@ def section_rows() -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
-def backbone_rows() -> list[tuple[str, str, str, str]]:
+def backbone_rows(plugins: bool = False) -> list[tuple[str, str, str, str]]:
     """(backbone, its own settings, the shared model keys it refuses, those it accepts with no effect)."""
     rows = []
-    for entry in registry.entries():
+    for entry in documented(plugins):
         own = [*entry.settings, *registry.section_keys(entry)]
-        reads = set(registry.MODEL_KEYS) if entry.reads is None else entry.reads
-        owned = set(registry.owned_settings())
-        if not entry.time_bias:  # a flag of its own: the attention bias, implemented or not
-            reads = reads - {"model.time_bias"}
-        refused = [
-            k for k in registry.MODEL_KEYS if k not in reads and k not in entry.inert and k not in owned
-        ]
         inert = [k for k in registry.MODEL_KEYS if k in entry.inert]
         name = entry.name + ("<model_type>" if entry.name.endswith(":") else "")
-        rows.append((name, _keys(own), _keys(refused), _keys(inert)))
+        rows.append((name, _keys(own), _keys(registry.refused_keys(entry)), _keys(inert)))
     return rows
 
 
@@ -159,7 +158,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def config_page() -> str:
+def config_page(plugins: bool = False) -> str:
     rows = config_rows()
     undocumented = [key for key, *_, meaning in rows if not meaning]
     if undocumented:
@@ -190,11 +189,11 @@ def config_page() -> str:
             f"| `{key}` | {_cell(kind)} | {_cell(d)} | {_cell(a)} | {_cell(m)} |"
             for key, kind, d, a, m in chosen
         ]
-    out += _backbones_part()
+    out += _backbones_part(plugins)
     return "\n".join(out) + "\n"
 
 
-def _backbones_part() -> list[str]:
+def _backbones_part(plugins: bool) -> list[str]:
     """Which keys each backbone reads, from the declarations on its registry entry, and the keys of their own
     settings sections."""
     out = [
@@ -204,15 +203,15 @@ def _backbones_part() -> list[str]:
         "Declared on each backbone's registry entry (`modsar/model/backbones.py`, `hf_plugins/backbones.py`,",
         "or a plugin's own module). A backbone's own settings, set under another backbone, are refused; so",
         "is a changed key the backbone does not read. A key it accepts with no effect changes nothing in it.",
-        "A `model.*` key listed nowhere in its row is one it reads (`model.` is left out below); it may",
-        "still refuse a value it cannot honour (bsarec's layers are post-LN only; a HuggingFace model",
-        "without attention dropout refuses a nonzero `attn_dropout`).",
+        "A shared `model.*` key listed nowhere in its row, and no other backbone's own setting, is one it",
+        "reads (`model.` is left out below); it may still refuse a value it cannot honour (bsarec's layers",
+        "are post-LN only; a HuggingFace model without attention dropout refuses a nonzero `attn_dropout`).",
         "",
         "| Backbone | Own settings | Refused: not read | Accepted, no effect |",
         "|---|---|---|---|",
     ]
-    out += [f"| `{name}` | {own} | {refused} | {inert} |" for name, own, refused, inert in backbone_rows()]
-    sections = section_rows()
+    out += [f"| `{n}` | {own} | {refused} | {inert} |" for n, own, refused, inert in backbone_rows(plugins)]
+    sections = section_rows(plugins)
     if sections:
         out += [
             "",

@@ -8,6 +8,7 @@ one another."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 import math
@@ -16,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import yaml
 
@@ -258,15 +259,29 @@ class ModelConfig:
         inputs' timestamps, so batches, evaluation and the data's checks must carry them."""
         return self.time_bias != "none"
 
-    def __getattr__(self, name: str) -> Any:
-        """`cfg.model.<backbone>`: that backbone's own settings section (`SECTIONS`), its defaults until a
-        key of it is set."""
-        if name.startswith("_") or name not in SECTIONS:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        sections = self.__dict__.setdefault("_sections", {})
-        if name not in sections:
-            sections[name] = SECTIONS[name]()
-        return sections[name]
+    if not TYPE_CHECKING:  # to mypy a misspelt attribute stays an error, not an Any
+
+        def __getattr__(self, name: str) -> Any:
+            """`cfg.model.<backbone>`: that backbone's own settings section (`SECTIONS`), its defaults until
+            a key of it is set."""
+            if name.startswith("_") or name not in SECTIONS:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            sections = self.__dict__.setdefault("_sections", {})
+            if name not in sections:
+                sections[name] = SECTIONS[name]()
+            return sections[name]
+
+    def section(self, name: str) -> Any:
+        """Backbone `name`'s own settings section, as `cfg.model.<name>` gives it (typed code's way)."""
+        return getattr(self, name)
+
+    def __copy__(self) -> ModelConfig:
+        """A copy whose sections are copies too (a shared one would change with the original)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        if "_sections" in new.__dict__:
+            new.__dict__["_sections"] = {k: copy.copy(v) for k, v in self.__dict__["_sections"].items()}
+        return new
 
     def changed_sections(self) -> dict[str, dict[str, Any]]:
         """The settings sections holding a value other than their defaults: {backbone: {field: value}}."""
@@ -278,6 +293,7 @@ class ModelConfig:
         return changed
 
     def __eq__(self, other: object) -> bool:
+        """Equal fields and equal settings sections (a section at its defaults equals none)."""
         if type(other) is not type(self):
             return NotImplemented
         fields = [f.name for f in dataclasses.fields(self)]
@@ -598,7 +614,12 @@ def set_value(cfg: Config, key: str, value: Any, where: str = "config") -> None:
         if part not in fields:
             scope = ".".join(parts[:depth]) or "the top level"
             known = ", ".join(sorted([*fields, *(SECTIONS if isinstance(node, ModelConfig) else ())]))
-            raise ModsarError(f"{where}: unknown key '{key}' ('{part}' is not in {scope}; allowed: {known})")
+            hint = ""
+            if isinstance(node, ModelConfig) and depth < len(parts) - 1:  # model.<name>.<field>
+                hint = f"; if '{part}' is a plugin backbone's settings, name its module in $MODSAR_PLUGINS"
+            raise ModsarError(
+                f"{where}: unknown key '{key}' ('{part}' is not in {scope}; allowed: {known}){hint}"
+            )
         f = fields[part]
         if depth < len(parts) - 1:
             node = getattr(node, part)

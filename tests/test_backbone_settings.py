@@ -42,7 +42,7 @@ def toy():
 
 
 def _read_by_the_model(backbone: str) -> set[str]:
-    """The ModelConfig keys a backbone's code reads while it builds its model (on the meta device)."""
+    """The ModelConfig keys a backbone's code reads while it builds its model and encodes a batch."""
     dropout = {"llama": ["model.dropout=0"], "transfo_xl": ["model.activation=relu"]}.get(backbone, [])
     task = "ar" if backbone in ("duorec", "gru4rec") else "ae"
     cfg = load_config(None, [f"model.backbone={backbone}", f"task={task}", *dropout])
@@ -56,8 +56,10 @@ def _read_by_the_model(backbone: str) -> set[str]:
             return super().__getattribute__(name)
 
     cfg.model = Recording(**{name: getattr(cfg.model, name) for name in fields})
-    with torch.device("meta"):
-        registry.build(cfg, num_items=30, num_users=10, max_len=8)
+    torch.manual_seed(0)
+    model = registry.build(cfg, num_items=30, num_users=10, max_len=8)
+    with torch.no_grad():  # and while it encodes a batch: some keys are read there (local heads, positions)
+        model.eval()(torch.tensor([[0, 3, 5, 7], [2, 4, 6, 8]]), torch.tensor([1, 2]))
     keys = set().union(*(DERIVED.get(name, {name}) for name in read))
     return {f"model.{key}" for key in keys} - {"model.backbone"}
 
@@ -72,6 +74,30 @@ def test_a_backbone_reads_no_key_its_entry_does_not_declare(backbone):
     assert read <= declared | set(entry.settings), sorted(read - declared - set(entry.settings))
     assert not read & entry.inert, sorted(read & entry.inert)
     assert "model.hidden_size" in read  # the recording sees the reads at all
+
+
+# keys a backbone's reads declare that its model code does not read: read by the training batches (SSE), or
+# checked against the one value the architecture has (HF models keep their own norms and positions)
+READ_ELSEWHERE = {"model.item_sse_prob", "model.user_sse_prob", "model.sse_style", "model.session_gap"}
+VALUE_CHECKED = {
+    "bsarec": {"model.norm", "model.positional"},
+    "albert": {"model.norm", "model.positional"},
+    "llama": {"model.norm", "model.positional", "model.dropout"},
+    "transfo_xl": {"model.positional", "model.activation"},
+    "hf:bert": {"model.norm", "model.positional"},
+}
+
+
+@pytest.mark.parametrize("backbone", BUILT)
+def test_a_backbone_reads_every_key_its_entry_declares(backbone):
+    """The other way round: every key the declaration says the backbone reads is read by its model, by the
+    training batches, or checked against the one value its architecture has: none is a silent no-op."""
+    entry = registry.lookup(backbone)
+    declared = set(registry.MODEL_KEYS) if entry.reads is None else set(entry.reads)
+    declared -= set(registry.owned_settings()) | READ_ELSEWHERE | VALUE_CHECKED.get(backbone, set())
+    if not entry.time_bias:
+        declared.discard("model.time_bias")
+    assert declared <= _read_by_the_model(backbone), sorted(declared - _read_by_the_model(backbone))
 
 
 def _changed(key: str):
@@ -170,7 +196,8 @@ def test_the_reference_lists_a_plugins_setting(toy, capsys):
 
     assert main(["train", "--list-keys"]) == 0
     assert "model.toy.recency = 0.0  (model.backbone=toy)" in capsys.readouterr().out.splitlines()
-    page = gen_reference.config_page()
+    page = gen_reference.config_page(plugins=True)
+    assert "toy" not in gen_reference.config_page()  # the committed page: core and hf_plugins only
     assert "| `model.toy.recency` | float | `0.0` | must be in [0, 1] | the weight of the item at t" in page
     assert "| `toy` | `toy.recency` | `time_bias` | none |" in page  # no time bias declared
     assert "| `gru4rec` | `gru_size` | `ffn_size`, `activation`," in page
@@ -201,3 +228,41 @@ def test_a_declared_key_that_is_no_config_key_is_refused_when_registered():
     with pytest.raises(ModsarError, match=r"declares model.nope, which is no shared config key"):
         registry.register(registry.BackboneEntry("typo", "x:y", inert=frozenset({"model.nope"})))
     assert registry.find("typo") is None
+
+
+def test_a_section_cannot_shadow_a_model_attribute_and_leaves_with_its_entry(toy):
+    for name in ("timed", "head_size", "backbone", "section"):
+        with pytest.raises(ModsarError, match="cannot have a settings section"):
+            registry.register(
+                registry.BackboneEntry(name, "x:y", section=dataclasses.make_dataclass("S", []))
+            )
+    toy_entry = registry.lookup("toy")
+    registry.register(dataclasses.replace(toy_entry, section=None))  # registered again, without it
+    try:
+        with pytest.raises(ModsarError, match=r"unknown key 'model\.toy\.recency'"):
+            load_config(None, ["model.backbone=toy", "model.toy.recency=0.5"])
+    finally:
+        registry.register(toy_entry)
+
+
+def test_replicas_are_told_apart_by_what_trained_not_where(toy):
+    """Seed re-runs given a GPU are still replicas (their train.device says where they ran); two toy rows
+    that differ in the plugin's own setting are not."""
+    import pandas as pd
+
+    from modsar.records.rows import differing_keys
+
+    rows = pd.DataFrame(
+        [
+            {"seed": 0, "train.device": "auto", "model.hidden_size": 8, "model.toy.recency": 0.0},
+            {"seed": 1, "train.device": "cuda", "model.hidden_size": 8, "model.toy.recency": 0.0},
+        ]
+    )
+    assert differing_keys(rows) == []
+    rows.loc[1, "model.toy.recency"] = 0.5
+    assert differing_keys(rows) == ["model.toy.recency"]
+
+
+def test_the_old_name_of_settings_still_declares_them():
+    entry = registry.BackboneEntry("old", "x:y", owned_settings=("model.gru_size",))
+    assert entry.settings == ("model.gru_size",)

@@ -107,7 +107,7 @@ def test_threads_up_to_the_cap_are_kept():
         (["model.user_sse_prob=0.2"], "'model.user_sse_prob' needs a user in the model"),
         (
             ["model.backbone=bsarec", "model.user_fusion=bias"],
-            "bsarec has no user embedding; 'model.user_fusion=bias'",
+            "bsarec has no 'model.user_fusion' (its layers, init and dot-product output are fixed",
         ),
         (["model.backbone=gru4rec", "model.pos_dim=8"], "gru4rec has no 'model.pos_dim'"),
         (

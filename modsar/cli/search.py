@@ -66,7 +66,8 @@ def _add_option(parser: argparse.ArgumentParser, name: str, declared: Field[Any]
         return
     kind = str(declared.type).removesuffix(" | None")
     default = None if declared.default is MISSING else declared.default
-    if kind == "bool":
+    if kind == "bool":  # a switch: off unless given
+        assert default is False, f"SearchRequest.{name}: a switch's default is False"
         parser.add_argument(option_flag(name), action="store_true", help=help_text, **extra)
     else:
         parser.add_argument(

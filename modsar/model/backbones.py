@@ -69,16 +69,6 @@ def _check_bsarec(cfg: Config, bad: Bad) -> None:
             f"bsarec has learned positions (as its code); 'model.positional={m.positional}' is not offered "
             "for it"
         )
-    if m.user_fusion != "none":
-        bad(f"bsarec has no user embedding; 'model.user_fusion={m.user_fusion}' is for the modular backbone")
-
-
-def _check_gru4rec(cfg: Config, bad: Bad) -> None:
-    if cfg.model.user_fusion != "none":
-        bad(
-            f"gru4rec has no user embedding; 'model.user_fusion={cfg.model.user_fusion}' is for the modular "
-            "backbone"
-        )
 
 
 # accepted by the backbones that do not read them, as before these declarations (spaces and records set them
@@ -133,7 +123,7 @@ register(
     BackboneEntry(
         "gru4rec",
         "modsar.model.gru4rec:GRU4Rec",
-        _check_gru4rec,
+        None,  # every refusal it makes is a key it does not read
         tasks=(AR,),
         attention_maps=False,
         residual_sites=False,

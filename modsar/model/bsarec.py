@@ -143,8 +143,8 @@ class BSARec(TiedScores, nn.Module):
         x = self.drop(self.embed_norm(self.item_emb(inputs) + self.pos_emb(pos)))
         real = inputs > 0
         mask = attention_mask(
-            inputs, self.causal, self.cfg.num_heads, self.cfg.local_heads, self.cfg.local_window
-        )
+            inputs, self.causal, self.cfg.num_heads, 0, 0
+        )  # no local heads: global attention
         attentions = []
         for layer in self.layers:
             x, probs = layer(x, mask, real, need_weights)

@@ -97,4 +97,4 @@ class DuoRec(ModularSAR):
 
     def describe(self) -> str:
         """A few words naming the model in messages."""
-        return f"DuoRec (the modular encoder, {self.cfg.norm} blocks, + contrastive views)"
+        return f"DuoRec (the modular encoder, {self.cfg.norm_style}-norm blocks, + contrastive views)"

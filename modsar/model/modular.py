@@ -352,7 +352,7 @@ class ModularSAR(nn.Module):
 
     def describe(self) -> str:
         """A few words naming the model in messages, with its block style."""
-        return f"the modular backbone ({self.cfg.norm} blocks)"
+        return f"the modular backbone ({self.cfg.norm_style}-norm blocks)"
 
     def score(
         self, hidden: torch.Tensor, users: torch.Tensor | None = None, items: torch.Tensor | None = None

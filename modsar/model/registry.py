@@ -32,6 +32,7 @@ from modsar.config import (
     SECTION_LOADERS,
     SECTIONS,
     Config,
+    ModelConfig,
     annotation_name,
     flatten,
 )
@@ -69,7 +70,7 @@ class BackboneEntry:
     recurrent: bool = False  # no attention at all (GRU4Rec): attention diagnostics are not defined for it
     # for a prefix entry: the model types under it whose attention skips are known (others have none)
     skip_site_types: tuple[str, ...] = ()
-    # What it reads, declared once: the refusals, the configuration reference and the cost probe follow.
+    # What it reads, declared once: the refusals and the configuration reference follow from it.
     # settings: the shared config's keys (dotted) that only this backbone reads (DuoRec's loss.cl_*);
     # under another backbone a changed one is refused, not ignored
     settings: tuple[str, ...] = ()
@@ -91,6 +92,11 @@ class BackboneEntry:
     time_bias: bool = False  # implements model.time_bias (attention biased by the inputs' time gaps)
     # its own settings that change what a training step costs: a search's cost estimate probes each value
     cost_settings: tuple[str, ...] = ()
+    owned_settings: tuple[str, ...] = ()  # before 0.4: `settings`' name, still read as it
+
+    def __post_init__(self) -> None:
+        if self.owned_settings:  # a plugin written for the earlier name
+            object.__setattr__(self, "settings", (*self.settings, *self.owned_settings))
 
     def matches(self, name: str) -> bool:
         """Whether `name` is this backbone: its exact name, or for a prefix entry ("hf:") any name it
@@ -113,6 +119,8 @@ _CONFIGURED: str | None = None  # the $MODSAR_PLUGINS value whose plugins (and e
 
 
 MODEL_KEYS = tuple(key for key in Config().flat() if key.startswith("model.") and key != "model.backbone")
+_DEFAULT_TREE = flatten(Config().to_dict())  # the defaults as set (an auto norm as auto)
+_DEFAULT_FLAT = Config().flat()  # the defaults as rows record them
 
 
 class Reads(TypedDict):
@@ -142,6 +150,8 @@ def register(entry: BackboneEntry) -> BackboneEntry:
     if entry.section is not None:
         _check_section(entry)
         SECTIONS[entry.name] = entry.section
+    else:  # a backbone registered again without its section: its keys go with it
+        SECTIONS.pop(entry.name, None)
     _ENTRIES[entry.name] = entry
     return entry
 
@@ -152,6 +162,7 @@ def _check_declared(entry: BackboneEntry) -> None:
     keys = set(Config().flat())
     stray = [k for k in entry.settings if k not in keys]
     stray += [k for k in (*(entry.reads or ()), *entry.inert) if k not in MODEL_KEYS]
+    stray += [k for k in entry.cost_settings if k not in keys and k not in section_keys(entry)]
     if stray:
         raise ModsarError(
             f"backbone {entry.name!r} declares {', '.join(sorted(stray))}, which is no shared config key "
@@ -165,10 +176,10 @@ def _check_section(entry: BackboneEntry) -> None:
     section = entry.section
     if not dataclasses.is_dataclass(section) or not isinstance(section, type):
         raise ModsarError(f"backbone {entry.name!r}: its section must be a dataclass class; got {section!r}")
-    if entry.name.endswith(":") or f"model.{entry.name}" in MODEL_KEYS or "." in entry.name:
+    if not entry.name.isidentifier() or entry.name.startswith("_") or hasattr(ModelConfig, entry.name):
         raise ModsarError(
-            f"backbone {entry.name!r} cannot have a settings section: model.{entry.name} must name neither a "
-            "prefix, a dotted path nor a shared model key"
+            f"backbone {entry.name!r} cannot have a settings section: model.{entry.name} must be a name "
+            "(letters, digits, _, not first) that no model key or ModelConfig attribute has"
         )
     for f in dataclasses.fields(section):
         kind = annotation_name(f.type)
@@ -289,9 +300,9 @@ def skip_site_backbones() -> list[str]:
 
 def _refuse_foreign(cfg: Config, bad: Bad) -> None:
     """Another backbone's own settings, changed: refused (the backbone here would ignore them)."""
-    default = Config()
-    now, before = cfg.flat(), default.flat()  # dotted names, as `settings` writes them
-    here = cfg.model.backbone + (" (the default)" if cfg.model.backbone == default.model.backbone else "")
+    now, before = cfg.flat(), _DEFAULT_FLAT  # dotted names, as `settings` writes them
+    default = before["model.backbone"]
+    here = cfg.model.backbone + (" (the default)" if cfg.model.backbone == default else "")
     foreign = [(key, owners, now[key], before[key]) for key, owners in owned_settings().items()]
     for name, values in cfg.model.changed_sections().items():
         if name != cfg.model.backbone:
@@ -306,18 +317,25 @@ def _refuse_foreign(cfg: Config, bad: Bad) -> None:
             )
 
 
-def _refuse_unread(cfg: Config, entry: BackboneEntry, bad: Bad) -> None:
-    """A shared model key the backbone neither reads nor accepts (`reads`, `inert`), changed: refused, since a
-    silent no-op would mislead a search."""
-    if entry.reads is None:
-        return
-    now, before = flatten(cfg.to_dict()), flatten(Config().to_dict())  # as set: a modular auto norm is auto
+def refused_keys(entry: BackboneEntry) -> list[str]:
+    """The shared model keys a backbone refuses when changed: those it neither reads nor accepts with no
+    effect (`reads`, `inert`), and model.time_bias where it has no time bias; other backbones' own settings
+    aside (refused as theirs). What the refusals and the configuration reference both read."""
     owned = owned_settings()
-    for key in MODEL_KEYS:
-        if key in entry.reads or key in entry.inert or key in owned or now[key] == before[key]:
-            continue
-        why = f" ({entry.unread_why})" if entry.unread_why else ""
-        bad(f"{cfg.model.backbone} has no '{key}'{why}; leave it at {before[key]!r}")
+    reads = set(MODEL_KEYS) if entry.reads is None else set(entry.reads)
+    if not entry.time_bias:
+        reads.discard("model.time_bias")
+    return [k for k in MODEL_KEYS if k not in reads and k not in entry.inert and k not in owned]
+
+
+def _refuse_unread(cfg: Config, entry: BackboneEntry, bad: Bad) -> None:
+    """A shared model key the backbone refuses (`refused_keys`), changed: refused, since a silent no-op
+    would mislead a search."""
+    now, before = flatten(cfg.to_dict()), _DEFAULT_TREE  # as set: a modular auto norm is auto
+    for key in refused_keys(entry):
+        if now[key] != before[key]:
+            why = f" ({entry.unread_why})" if entry.unread_why else ""
+            bad(f"{cfg.model.backbone} has no '{key}'{why}; leave it at {before[key]!r}")
 
 
 def check_config(cfg: Config, bad: Bad, stored: bool = False) -> None:

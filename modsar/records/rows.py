@@ -129,10 +129,19 @@ def trial_facts(result) -> dict[str, Any]:
     }
 
 
+# config keys that say where a run ran, not what it trained: a seed re-run given a GPU is still a replica
+PLACEMENT_KEYS = ("seed", "train.device", "train.threads")
+
+
 def differing_keys(rows) -> list[str]:
-    """Config keys (dotted names) on which the rows of a DataFrame disagree, the seed aside: rows are
-    replicas of one configuration when this is empty."""
-    keys = [k for k in Config().flat() if k in rows and k != "seed"]
+    """Config keys (dotted names, a plugin backbone's own section's too) on which the rows of a DataFrame
+    disagree, the seed and the run's placement aside: rows are replicas of one configuration when this is
+    empty."""
+    from modsar.config import SECTIONS
+
+    sections = tuple(f"model.{name}." for name in SECTIONS)
+    keys = [k for k in Config().flat() if k in rows and k not in PLACEMENT_KEYS]
+    keys += [k for k in rows.columns if isinstance(k, str) and k.startswith(sections)]
     return [k for k in keys if rows[k].astype(str).nunique() > 1]
 
 

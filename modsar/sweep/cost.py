@@ -512,7 +512,7 @@ def size_groups(plan: Plan, task: str, default_max_len: int) -> list[Group]:
         full = _full_point(space, point, closure)
         cfg = trial_config(plan.base, space, full)
         flat = cfg.flat()
-        key = {k: flat[k] for k in keys}
+        key = {k: flat.get(k) for k in keys}  # another backbone's own section's keys: absent here
         found = groups.get(tuple(map(repr, key.values())))
         if found is None:
             groups[tuple(map(repr, key.values()))] = Group(

@@ -26,7 +26,8 @@ from typing import Any
 
 from modsar.outputs import redact
 from modsar.records.rows import filesystem
-from modsar.sweep.plan import OPTION_DEST, Plan, SearchRequest
+from modsar.sweep.plan import Plan
+from modsar.sweep.request import SearchRequest, option_flag
 
 RUNNING, INTERRUPTED, COMPLETE = "running", "interrupted", "complete"  # search.json's "status"
 
@@ -150,7 +151,6 @@ def planned_trials(plan: Plan) -> int:
     return sum(plan.trials_of(t) for t in plan.space.tasks())
 
 
-_FLAGS = {field: "--" + dest.replace("_", "-") for field, dest in OPTION_DEST.items()}
 _NOT_REPEATED = {"space", "dataset", "overrides", "resume", "overwrite"}
 
 
@@ -162,7 +162,7 @@ def resume_command(req: SearchRequest) -> str:
         value = getattr(req, field.name)
         if field.name in _NOT_REPEATED or value == field.default:
             continue
-        flag = _FLAGS.get(field.name, "--" + field.name.replace("_", "-"))
+        flag = option_flag(field.name)
         args += [flag] if value is True else [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     return shlex.join([*args, *req.overrides, "--resume"])
 

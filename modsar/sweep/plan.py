@@ -19,9 +19,12 @@ from modsar.sweep.credentials import (
     redact,
 )
 from modsar.sweep.pickled import pickled
-from modsar.sweep.request import OPTION_DEST, SearchRequest  # noqa: F401 (imported from here too)
+from modsar.sweep.request import OPTION_DEST, SearchRequest  # noqa: F401 (see below)
 from modsar.sweep.space_check import SpaceCheck, check_space, dataset_sizes
 from modsar.sweep.spaces import Param, SearchSpace, grid_size_by_task, load_space
+
+# SearchRequest stays importable from here: tuner.pkl files of searches saved before the pickle contract
+# (0.4) name modsar.sweep.plan.SearchRequest
 
 # ASHA's max_t where a space counts optimizer steps and names none: max_epochs ends trials
 STEPS_MAX_T = 2**62

@@ -18,14 +18,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 
 from modsar.config import Config
-from modsar.training.trainer import Training
+from modsar.training.trainer import Training, TrainingDiverged
 
 # timed training steps per probe, after one warm-up step: batches at evenly spaced quantiles of the epoch's
 # batch sizes in positions, so their mean is the epoch's mean step (padding-free batches sorted by length
@@ -48,7 +48,7 @@ def probe(
         times: list[float] = []
         for step in steps:  # the first, the warm-up, on the largest batch: the allocator grows once
             tick = time.perf_counter()
-            step()
+            _take(step)
             times.append(time.perf_counter() - tick)
         training.model.eval()
         return statistics.fmean(times[1:]), validation_seconds(training.model, split, cfg, max_len, device)
@@ -187,19 +187,26 @@ def _companion() -> None:
                 PROBE_STEPS
             )
             for step in steps:
-                step()
+                _take(step)
         except Exception as error:  # the probe goes on without this one
             print(f"failed: {error}".splitlines()[0], file=answers, flush=True)
             continue
         print("training", file=answers, flush=True)
         while told.empty():
             for step in steps:
-                step()
+                _take(step)
                 if not told.empty():
                     break
         if told.get() == "gone":  # (else "stop")
             return
         print("stopped", file=answers, flush=True)
+
+
+def _take(step: Callable[[], float]) -> None:
+    """One timed step; a loss gone NaN or infinite (a size probed at a rate that diverges) ends only that
+    step, so the probe and its companions go on loading the machine as the trial would until it stopped."""
+    with contextlib.suppress(TrainingDiverged):
+        step()
 
 
 class _Enough(Exception):

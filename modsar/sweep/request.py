@@ -117,7 +117,7 @@ class SearchRequest:
     def __post_init__(self) -> None:
         """No secret stays in a request: search.json records it and Tune pickles it (sweep.credentials). A
         switch is a bool (the API passes anything): "yes" would name the experiment and the resume command."""
-        for switch in ("full_grid", "resume", "overwrite", "quiet", "dashboard", "fresh_actors"):
+        for switch in SWITCHES:
             if not isinstance(getattr(self, switch), bool):
                 raise ModsarError(f"{switch} must be True or False; got {getattr(self, switch)!r}")
         refuse_on_a_cluster(self.address, self.mlflow, self.results)  # before the passwords are taken out
@@ -145,3 +145,5 @@ OPTION_DEST = {
     for name in SEARCH_FIELDS
     if "flag" in SEARCH_FIELDS[name].metadata.get("argparse", {})
 }
+# the fields that are switches (a bool field is a store_true option, so its default is False)
+SWITCHES = tuple(name for name, declared in SEARCH_FIELDS.items() if declared.type == "bool")

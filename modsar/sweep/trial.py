@@ -44,9 +44,7 @@ def trainable(
     cfg = trial_config(base, space, sampled_values(config))
     _use_assigned_resources(cfg)
     facts = (*SPEED_FACTS, *PROTOCOL_FACTS, *PROGRESS_FACTS, *TIME_FACTS)
-    # every report carries the config this worker runs (its device included), which the row records
-    node = {**_node_facts(), "ran_config": json.dumps(cfg.to_dict())}
-    reports = _TrialReports(cfg.train.monitor_key, facts, node)
+    reports = _TrialReports(cfg.train.monitor_key, facts, _node_facts(), json.dumps(cfg.to_dict()))
     folder = Path(tempfile.mkdtemp(prefix="modsar-trial-"))
     resume = None
     if (checkpoint := tune.get_checkpoint()) is not None:  # a resumed search or a retried trial
@@ -103,12 +101,19 @@ class _TrialReports:
 
     monitor: str
     facts: tuple[str, ...]  # the trainer's facts a report carries where the trainer gives them
-    node: dict[str, str]  # where it runs, and what: the config it runs (ran_config), in every report
+    node: dict[str, str]  # where it runs
+    # the config this worker runs (its device set), for the row: in its first report after each (re)start
+    ran_config: str = ""
     started: float = field(default_factory=time.perf_counter)
     best: dict[str, Any] = field(default_factory=dict)
     restored: dict[str, Any] = field(default_factory=dict)
     device: str = ""
     report_s: float = 0.0  # in tune.report before this report: Tune copying checkpoints into storage
+
+    def _ran(self) -> dict[str, str]:
+        """The config this worker runs, once: the driver keeps the last value a key was reported with."""
+        ran, self.ran_config = self.ran_config, ""
+        return {"ran_config": ran} if ran else {}
 
     def resume_from(self, resume: dict) -> None:
         """Continue a restored trial's best value, clock and curve where its checkpoint left them."""
@@ -148,6 +153,7 @@ class _TrialReports:
             "monitor": self.monitor,
             "device": self.device,
             **self.node,
+            **self._ran(),
         }
         tick = time.perf_counter()
         if checkpoint is not None:
@@ -173,6 +179,7 @@ class _TrialReports:
                 "trial_done": True,
                 "monitor": self.monitor,
                 **self.node,
+                **self._ran(),
             }
         )
 
@@ -185,6 +192,7 @@ class _TrialReports:
                 "trial_done": True,
                 "monitor": self.monitor,
                 **self.node,
+                **self._ran(),
                 "num_parameters": result.num_parameters,
                 **{f"test.{k}": v for k, v in result.test.items()},
                 **{f"generate.{k}": v for k, v in result.generation.items()},

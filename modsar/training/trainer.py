@@ -338,7 +338,7 @@ class Trainer:
         bound_heap()
         if cfg.train.threads > 0:
             torch.set_num_threads(cfg.train.threads)
-        self.device = device or resolve_device(cfg.train.device)
+        self.device = device if device is not None else resolve_device(cfg.train.device)
         seed_everything(cfg.seed)
         dataset = viewed(dataset or load_dataset(cfg.dataset, data_root), cfg.data.view)
         self.split = make_split(cfg, dataset)
