@@ -86,6 +86,8 @@ def _texts(value: Any, name: str, keyed: bool = False) -> Iterator[tuple[str, st
     """(where, text) of every text in an argument: itself, its items, a mapping's values (where: the
     argument and the key; `keyed`: the key alone, for **options), a dataclass's fields. A Path's text gets
     its URI scheme's '//' back (Path("s3://k:s@b") reads "s3:/k:s@b")."""
+    from modsar.config import Config  # light: the package has imported it already
+
     if isinstance(value, str):
         yield name, value
     elif isinstance(value, PurePath):
@@ -96,6 +98,8 @@ def _texts(value: Any, name: str, keyed: bool = False) -> Iterator[tuple[str, st
     elif isinstance(value, (list, tuple, set, frozenset)):
         for item in value:
             yield from _texts(item, name)
+    elif isinstance(value, Config):  # its tree, the own backbone's settings section included
+        yield from _texts(value.to_dict(), name)
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         yield from _texts(dataclasses.asdict(value), name)
 
@@ -277,6 +281,8 @@ def search(
         )
     given = [overrides] if isinstance(overrides, str) else list(overrides or [])
     paths: dict[str, Any] = {k: str(v) if isinstance(v, Path) else v for k, v in options.items()}
+    if not isinstance(dataset, str) or not dataset:  # "" plans without data (modsar spaces --check) only
+        raise ModsarError(f"dataset must name a prepared dataset (modsar data list); got {dataset!r}")
     request = SearchRequest(space=str(space), dataset=dataset, overrides=given, **paths)
     summary = run_search(request)
     if summary["problem"]:

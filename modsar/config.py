@@ -271,6 +271,18 @@ class ModelConfig:
                 sections[name] = SECTIONS[name]()
             return sections[name]
 
+        def __setattr__(self, name: str, value: Any) -> None:
+            """`cfg.model.<backbone> = <its section>` keeps it where the checks and records read sections."""
+            if name in SECTIONS:
+                if not isinstance(value, SECTIONS[name]):
+                    raise ModsarError(
+                        f"'model.{name}' is a section; set one of its keys, or assign a "
+                        f"{SECTIONS[name].__name__}"
+                    )
+                self.__dict__.setdefault("_sections", {})[name] = value
+            else:
+                super().__setattr__(name, value)
+
     def section(self, name: str) -> Any:
         """Backbone `name`'s own settings section, as `cfg.model.<name>` gives it (typed code's way)."""
         return getattr(self, name)
@@ -551,6 +563,25 @@ def annotation_name(annotation: Any) -> str:
     if isinstance(annotation, str) or hasattr(annotation, "__origin__"):  # "float", list[int]
         return str(annotation)
     return getattr(annotation, "__name__", str(annotation))
+
+
+def field_problem(f: dataclasses.Field, value: Any, key: str) -> str | None:
+    """What is wrong with `value` as field `f`'s value (its type, choices, bounds, a finite number), or None:
+    a backbone plugin's section defaults are checked with it when it registers."""
+    try:
+        value = _coerce(value, annotation_name(f.type), key, "default")
+    except ModsarError as exc:
+        return str(exc)
+    if f.metadata.get("choices") and value not in f.metadata["choices"]:
+        return f"'{key}' must be one of {', '.join(map(str, f.metadata['choices']))}; got {shown(value)}"
+    bounds = f.metadata.get("bounds")
+    numbers = value if isinstance(value, list) else [value]
+    if bounds is not None and not all(isinstance(v, (int, float)) for v in numbers):
+        return f"'{key}' has bounds, and only a number (or a list of them) has a range"
+    if any(isinstance(v, float) and not math.isfinite(v) for v in numbers):
+        return f"'{key}' must be a finite number; got {value}"
+    problem = bounds.problem(value) if bounds is not None else None
+    return f"'{key}' {problem}; got {value}" if problem else None
 
 
 def _integral(value: Any) -> bool:

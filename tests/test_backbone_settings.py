@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from modsar import config
 from modsar.config import Config, ModelConfig, load_config
 from modsar.errors import ModsarError
 from modsar.model import registry
@@ -199,7 +200,11 @@ def test_the_reference_lists_a_plugins_setting(toy, capsys):
     page = gen_reference.config_page(plugins=True)
     assert "toy" not in gen_reference.config_page()  # the committed page: core and hf_plugins only
     assert "| `model.toy.recency` | float | `0.0` | must be in [0, 1] | the weight of the item at t" in page
-    assert "| `toy` | `toy.recency` | `time_bias` | none |" in page  # no time bias declared
+    toy_row = next(line for line in page.splitlines() if line.startswith("| `toy` |"))
+    assert toy_row.startswith("| `toy` | `toy.recency` | `num_layers`, `num_heads`, ") and toy_row.endswith(
+        " | none |"
+    )
+    assert "`hidden_size`" not in toy_row and "`time_bias`" in toy_row  # it reads the one, not the other
     assert "| `gru4rec` | `gru_size` | `ffn_size`, `activation`," in page
 
 
@@ -266,3 +271,62 @@ def test_replicas_are_told_apart_by_what_trained_not_where(toy):
 def test_the_old_name_of_settings_still_declares_them():
     entry = registry.BackboneEntry("old", "x:y", owned_settings=("model.gru_size",))
     assert entry.settings == ("model.gru_size",)
+
+
+@pytest.mark.parametrize(
+    "fields, problem",
+    [
+        ([("a", "float", dataclasses.field(default="abc"))], "must be float"),
+        ([("a", "float", dataclasses.field(default=float("nan")))], "must be a finite number"),
+        (
+            [("a", "str", dataclasses.field(default="zzz", metadata={"choices": ("x", "y")}))],
+            "must be one of x, y",
+        ),
+        ([("a", "str", config.bounded("x", low=0))], "only a number (or a list of them) has a range"),
+    ],
+)
+def test_a_section_whose_defaults_break_its_own_rules_is_refused(fields, problem):
+    with pytest.raises(ModsarError, match=re.escape(problem)):
+        registry.register(
+            registry.BackboneEntry("odd", "x:y", section=dataclasses.make_dataclass("S", fields))
+        )
+    frozen = dataclasses.make_dataclass("F", [("a", "float", dataclasses.field(default=0.0))], frozen=True)
+    with pytest.raises(ModsarError, match="is frozen"):
+        registry.register(registry.BackboneEntry("odd", "x:y", section=frozen))
+    assert registry.find("odd") is None and "odd" not in config.SECTIONS
+
+
+def test_a_plugin_cannot_take_another_modules_backbone_or_a_key_every_run_reads(toy, tmp_path):
+    clash = tmp_path / "clash.py"
+    clash.write_text(
+        "from dataclasses import dataclass\nfrom modsar.model.registry import BackboneEntry, register\n"
+        "@dataclass\nclass Other:\n    zzz: float = 0.0\n"
+        "register(BackboneEntry('toy', 'x:y', tasks=('ar',), section=Other))\n"
+    )
+    with pytest.raises(
+        ModsarError, match=r"registers backbone 'toy', which .*toy_backbone.py registered already"
+    ):
+        registry.load_plugins([str(clash)])
+    assert config.SECTIONS["toy"].__name__ == "ToySettings"  # the registry as it was, sections too
+    assert load_config(None, ["model.backbone=toy", "model.toy.recency=0.3"]).model.toy.recency == 0.3
+    with pytest.raises(ModsarError, match="claims seed as its own, which every run reads"):
+        registry.register(registry.BackboneEntry("grab", "x:y", settings=("seed",)))
+
+
+def test_a_secret_in_a_plugins_text_setting_is_refused(tmp_path):
+    """A Config object given to the API is checked for passwords in URIs as a mapping is, its plugin
+    section included (a row and a checkpoint would hold it)."""
+    import modsar
+
+    section = dataclasses.make_dataclass("Leaky", [("source", "str", dataclasses.field(default=""))])
+    registry.register(registry.BackboneEntry("leaky", "x:y", tasks=("ar",), section=section))
+    try:
+        cfg = load_config(None, ["model.backbone=leaky"])
+        cfg.model.leaky.source = "s3://AKIA:topsecret@bucket/x"
+        with pytest.raises(ModsarError, match=r"a URI here may carry no password") as refused:
+            modsar.train(cfg, dataset="synthetic", results=str(tmp_path))
+        assert "topsecret" not in str(refused.value)
+        with pytest.raises(ModsarError, match=r"'model.leaky' is a section; set one of its keys, or assign"):
+            cfg.model.leaky = 5
+    finally:
+        registry.unregister("leaky")

@@ -6,6 +6,7 @@ Ray here."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from modsar.cli import main
+from modsar.errors import ModsarError
 from modsar.sweep import SearchRequest, make_plan
 from modsar.sweep.cost import busy_cores, busy_note
 from modsar.sweep.interrupt import planned_trials, resume_command
@@ -304,3 +306,28 @@ def test_a_plan_pickled_before_directions_existed_still_answers():
     old = pickle.loads(pickle.dumps(plan))
     del old.__dict__["per_task"]
     assert (old.search_of("ar"), old.samples_of("ar")) == ("optuna", 20)
+
+
+def test_a_request_takes_each_field_of_its_type_only():
+    """The API passes anything: each SearchRequest value is of its field's type, or one line names it."""
+    for wrong, message in [
+        ({"cpus_per_trial": "abc"}, "cpus_per_trial must be a number; got 'abc'"),
+        ({"seeds": 2.5}, "seeds must be a whole number; got 2.5"),
+        ({"max_t": True}, "max_t must be a whole number or None; got True"),
+        ({"quiet": "yes"}, "quiet must be True or False; got 'yes'"),
+        ({"overrides": [5]}, "overrides must be a list of texts; got [5]"),
+    ]:
+        with pytest.raises(ModsarError, match=re.escape(message)):
+            SearchRequest(space="quickstart", dataset="synthetic", **wrong)
+
+
+def test_a_value_given_both_as_an_option_and_as_an_override_is_refused():
+    with pytest.raises(ModsarError, match=r"override 'seed=5' repeats --seed, which sets it for the search"):
+        make_plan(SearchRequest(space="quickstart", dataset="", overrides=["seed=5"]), check=False)
+    with pytest.raises(ModsarError, match=r"override 'train.max_epochs=7' repeats --max-epochs"):
+        make_plan(
+            SearchRequest(space="quickstart", dataset="", max_epochs=3, overrides=["train.max_epochs=7"]),
+            check=False,
+        )
+    with pytest.raises(ModsarError, match=r"--reduction-factor must be >= 2; got 0"):
+        make_plan(SearchRequest(space="quickstart", dataset="", reduction_factor=0), check=False)

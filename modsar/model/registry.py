@@ -23,6 +23,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from keyword import iskeyword
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TypedDict
 
@@ -34,6 +35,7 @@ from modsar.config import (
     Config,
     ModelConfig,
     annotation_name,
+    field_problem,
     flatten,
 )
 from modsar.errors import ModsarError
@@ -96,7 +98,9 @@ class BackboneEntry:
 
     def __post_init__(self) -> None:
         if self.owned_settings:  # a plugin written for the earlier name
-            object.__setattr__(self, "settings", (*self.settings, *self.owned_settings))
+            merged = tuple(dict.fromkeys((*self.settings, *self.owned_settings)))
+            object.__setattr__(self, "settings", merged)
+            object.__setattr__(self, "owned_settings", ())
 
     def matches(self, name: str) -> bool:
         """Whether `name` is this backbone: its exact name, or for a prefix entry ("hf:") any name it
@@ -143,6 +147,15 @@ def reads_all_but(not_read: str, no_effect: str = "") -> Reads:
     }
 
 
+def reads_only(names: str) -> Reads:
+    """An entry's `reads` declared by what its code reads, as short names split by spaces ("hidden_size"):
+    every other shared model key is refused when changed. (Left undeclared, `reads` accepts every one.)"""
+    keys = {f"model.{name}" for name in names.split()}
+    if unknown := sorted(keys - set(MODEL_KEYS)):
+        raise ValueError(f"not model keys: {', '.join(unknown)}")
+    return {"reads": frozenset(keys), "inert": frozenset()}
+
+
 def register(entry: BackboneEntry) -> BackboneEntry:
     """Add (or replace) a backbone; returns it so a module can keep a handle. Its settings section, where it
     declares one, becomes the config keys model.<name>.*."""
@@ -159,8 +172,22 @@ def register(entry: BackboneEntry) -> BackboneEntry:
 def _check_declared(entry: BackboneEntry) -> None:
     """What an entry says it reads names config keys: own settings of the shared config, reads and inert keys
     of its model section (a misspelt one would be refused or let through without a word)."""
+    for declared in ("settings", "reads", "inert", "cost_settings"):
+        value = getattr(entry, declared)
+        if isinstance(value, str) or not (value is None or isinstance(value, (tuple, list, set, frozenset))):
+            raise ModsarError(f"backbone {entry.name!r}: `{declared}` must be a collection of dotted keys")
     keys = set(Config().flat())
     stray = [k for k in entry.settings if k not in keys]
+    claimed = [
+        k
+        for k in entry.settings
+        if not k.startswith(("model.", "loss.")) or k in ("model.backbone", "loss.name")
+    ]
+    if claimed:
+        raise ModsarError(
+            f"backbone {entry.name!r} claims {', '.join(claimed)} as its own, which every run reads; a "
+            "setting only it reads is a model.* or loss.* key, or goes in its `section`"
+        )
     stray += [k for k in (*(entry.reads or ()), *entry.inert) if k not in MODEL_KEYS]
     stray += [k for k in entry.cost_settings if k not in keys and k not in section_keys(entry)]
     if stray:
@@ -176,7 +203,17 @@ def _check_section(entry: BackboneEntry) -> None:
     section = entry.section
     if not dataclasses.is_dataclass(section) or not isinstance(section, type):
         raise ModsarError(f"backbone {entry.name!r}: its section must be a dataclass class; got {section!r}")
-    if not entry.name.isidentifier() or entry.name.startswith("_") or hasattr(ModelConfig, entry.name):
+    if section.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        raise ModsarError(
+            f"backbone {entry.name!r}: its section {section.__name__} is frozen; keys are set on it"
+        )
+    name = entry.name
+    if (
+        not (name.isidentifier() and name.isascii())
+        or iskeyword(name)
+        or name[0] == "_"
+        or hasattr(ModelConfig, name)
+    ):
         raise ModsarError(
             f"backbone {entry.name!r} cannot have a settings section: model.{entry.name} must be a name "
             "(letters, digits, _, not first) that no model key or ModelConfig attribute has"
@@ -189,6 +226,16 @@ def _check_section(entry: BackboneEntry) -> None:
                 f"backbone {entry.name!r}: setting '{f.name}' must have a default and one of the types "
                 f"{', '.join(FIELD_TYPES)}; got {kind}"
             )
+    try:
+        defaults = section()
+    except Exception as exc:  # its __post_init__ (or a default factory) raised
+        raise ModsarError(
+            f"backbone {entry.name!r}: its section {section.__name__}() raised {exc!r}"
+        ) from None
+    for f in dataclasses.fields(section):
+        problem = field_problem(f, getattr(defaults, f.name), f"model.{entry.name}.{f.name}")
+        if problem:
+            raise ModsarError(f"backbone {entry.name!r}: the default of its setting is wrong: {problem}")
 
 
 def unregister(name: str) -> None:
@@ -306,7 +353,9 @@ def _refuse_foreign(cfg: Config, bad: Bad) -> None:
     foreign = [(key, owners, now[key], before[key]) for key, owners in owned_settings().items()]
     for name, values in cfg.model.changed_sections().items():
         if name != cfg.model.backbone:
-            defaults = dataclasses.asdict(type(getattr(cfg.model, name))())
+            defaults = dataclasses.asdict(
+                type(cfg.model.__dict__["_sections"][name])()
+            )  # (its plugin may be gone)
             foreign += [(f"model.{name}.{k}", (name,), v, defaults[k]) for k, v in values.items()]
     for key, owners, value, was in foreign:
         if cfg.model.backbone not in owners and value != was:
@@ -417,20 +466,40 @@ def load_plugins(specs: list[str] | None = None) -> list[str]:
     for spec, drop in absolute:
         if spec in _LOADED:
             continue
-        before = dict(_ENTRIES)
+        before, sections = dict(_ENTRIES), dict(SECTIONS)
         try:
             _import_plugin(spec)
+            _refuse_replacing(spec, before)
         except KeyboardInterrupt:  # Ctrl-C stays an interrupt (exit 130); the line says what it stopped
-            _ENTRIES.clear()
-            _ENTRIES.update(before)
+            _restore(before, sections)
             raise KeyboardInterrupt(f"while importing backbone plugin {spec!r}") from None
         except BaseException as exc:  # anything its module code raises: SystemExit, BaseException subclasses
-            _ENTRIES.clear()
-            _ENTRIES.update(before)
+            _restore(before, sections)
             why = _why(spec, exc)
             raise ModsarError(f"backbone plugin {spec!r} cannot be loaded: {why}, or {drop}") from None
         _LOADED[spec] = set(_ENTRIES) - set(before)
     return list(_LOADED)
+
+
+class _Replaces(Exception):
+    """A plugin registered a backbone name that the core or another plugin has."""
+
+
+def _refuse_replacing(spec: str, before: dict[str, BackboneEntry]) -> None:
+    """Two modules registering one backbone name: the later one would silently win (a user's `llama` lost to
+    hf_plugins' entry point, loaded after $MODSAR_PLUGINS)."""
+    for name, entry in _ENTRIES.items():
+        if name in before and entry is not before[name]:
+            owner = next((s for s, names in _LOADED.items() if name in names), "ModSAR's own backbones")
+            raise _Replaces(f"it registers backbone {name!r}, which {owner} registered already: rename one")
+
+
+def _restore(entries: dict[str, BackboneEntry], sections: dict[str, type]) -> None:
+    """The registry as it was before a plugin failed to load: its backbones and their sections."""
+    _ENTRIES.clear()
+    _ENTRIES.update(entries)
+    SECTIONS.clear()
+    SECTIONS.update(sections)
 
 
 def _import_plugin(spec: str) -> None:
@@ -455,6 +524,8 @@ def _import_plugin(spec: str) -> None:
 def _why(spec: str, exc: BaseException) -> str:
     """What went wrong and how to fix it: the plugin is missing (a wrong path or name), or its own code
     raised (the exception's type, first line and the line that raised it)."""
+    if isinstance(exc, _Replaces):
+        return str(exc)
     if isinstance(exc, FileNotFoundError) and exc.args == (spec,):
         return "there is no such file; name an existing .py file"
     missing = exc.name if isinstance(exc, ModuleNotFoundError) else None

@@ -179,6 +179,12 @@ def _base_overrides(req: SearchRequest, space: SearchSpace) -> dict[str, Any]:
     if req.dataset:
         overrides["dataset"] = req.dataset
     budget = space.budget
+    for key, flag, given in (("seed", "--seed", True), ("train.max_epochs", "--max-epochs", req.max_epochs)):
+        if key in overrides and given is not None:  # one would win silently; a seed override would seed the
+            raise ModsarError(  # trials but not the sampler
+                f"override '{key}={overrides[key]}' repeats {flag}, which sets it for the search: give "
+                f"{flag} {overrides[key]} instead"
+            )
     if req.max_epochs is not None:
         overrides["train.max_epochs"] = req.max_epochs
     overrides.setdefault("train.max_epochs", budget.get("max_epochs", Config().train.max_epochs))
@@ -233,7 +239,8 @@ def _asha_settings(req: SearchRequest, space: SearchSpace, cfg: Config) -> tuple
             "or raise max_t (--max-t)"
         )
     grace = min(grace, max_t)
-    factor = req.reduction_factor or space.scheduler.get("reduction_factor", 2)
+    factor = req.reduction_factor
+    factor = space.scheduler.get("reduction_factor", 2) if factor is None else factor  # 0 is given, not unset
     if factor < 2:
         raise ModsarError(f"--reduction-factor must be >= 2; got {factor}")
     return unit, max_t, grace, factor

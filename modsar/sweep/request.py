@@ -3,6 +3,7 @@ command's options. Light to import (no torch, no Ray): the command line builds i
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -115,11 +116,11 @@ class SearchRequest:
     data_dir: str | None = None  # --data-dir, as every command that reads datasets has it (cli.common)
 
     def __post_init__(self) -> None:
-        """No secret stays in a request: search.json records it and Tune pickles it (sweep.credentials). A
-        switch is a bool (the API passes anything): "yes" would name the experiment and the resume command."""
-        for switch in SWITCHES:
-            if not isinstance(getattr(self, switch), bool):
-                raise ModsarError(f"{switch} must be True or False; got {getattr(self, switch)!r}")
+        """Each value is of its field's type (the API passes anything: "yes" would name the experiment and
+        the resume command, "3" would fail after the search ran). No secret stays in a request: search.json
+        records it and Tune pickles it (sweep.credentials)."""
+        for name, declared in SEARCH_FIELDS.items():
+            _check_type(name, str(declared.type), getattr(self, name))
         refuse_on_a_cluster(self.address, self.mlflow, self.results)  # before the passwords are taken out
         self.mlflow = take_secrets("--mlflow", self.mlflow)
         self.results = take_secrets("--results", self.results) or self.results
@@ -145,5 +146,20 @@ OPTION_DEST = {
     for name in SEARCH_FIELDS
     if "flag" in SEARCH_FIELDS[name].metadata.get("argparse", {})
 }
-# the fields that are switches (a bool field is a store_true option, so its default is False)
-SWITCHES = tuple(name for name, declared in SEARCH_FIELDS.items() if declared.type == "bool")
+
+# a field's type -> (whether a value is one, how a message names it)
+FIELD_KINDS: dict[str, tuple[Any, str]] = {
+    "str": (lambda v: isinstance(v, str), "text"),
+    "bool": (lambda v: isinstance(v, bool), "True or False"),
+    "int": (lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool), "a whole number"),
+    "float": (lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool), "a number"),
+    "list[str]": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of texts"),
+}
+
+
+def _check_type(name: str, kind: str, value: Any) -> None:
+    """`value` is of the field's type (`kind`, an annotation: "int | None" also takes None), or one line."""
+    optional = kind.endswith(" | None")
+    test, words = FIELD_KINDS[kind.removesuffix(" | None")]
+    if not (test(value) or (optional and value is None)):
+        raise ModsarError(f"{name} must be {words}{' or None' if optional else ''}; got {value!r}")

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from modsar.config import bounded
-from modsar.model.registry import BackboneEntry, register
+from modsar.model.registry import BackboneEntry, reads_only, register
 from modsar.model.toolkit import item_scores
 
 
@@ -54,5 +54,8 @@ register(
         attention_maps=False,
         residual_sites=False,
         section=ToySettings,
+        # what its code reads (the training batches read the SSE keys): any other model key is refused
+        **reads_only("hidden_size item_sse_prob user_sse_prob sse_style"),
+        unread_why="the toy bag has one layer of hidden_size; nothing else of the model is settable",
     )
 )
