@@ -160,6 +160,27 @@ def test_seed_replicates_get_the_budget_asha_gave_their_search_trial():
     assert _asha_budget(short, pd.Series({"steps_per_epoch": 176.0})) == {"train.max_steps": 4 * 5 * 176}
 
 
+def test_a_replicate_with_the_asha_budget_is_still_a_replica_of_its_winner():
+    """The search trial's row says train.max_steps 0 (ASHA stopped it); its replicate's says 18,000 (the
+    budget it was given): the same config. A replicate of another learning rate, or one given another
+    budget, is not."""
+    import pandas as pd
+
+    from modsar.config import Config
+    from modsar.sweep.selection import is_replica
+
+    default = make_plan(SearchRequest(space="local_attn", dataset=""), check=False)
+    flat = {**Config().flat(), "steps_per_epoch": 176.0}
+    winner = pd.DataFrame([{**flat, "train.max_steps": 0}])
+    replicate = {**flat, "train.max_steps": 18000, "seed": 1}
+    assert is_replica(default, winner, replicate)
+    assert not is_replica(default, winner, {**replicate, "train.lr": 0.5})
+    assert not is_replica(default, winner, {**replicate, "train.max_steps": 9000})
+    full = make_plan(SearchRequest(space="local_attn", dataset="", full_grid=True), check=False)
+    assert not is_replica(full, winner, replicate)  # the paper's ASHA ends at max_epochs: no budget added
+    assert is_replica(full, winner, {**replicate, "train.max_steps": 0})
+
+
 def test_the_time_breakdown_of_hand_made_runs_and_rows():
     """Two runs of a search (one resumed): the driver's parts add up over runs, the slot-seconds are each
     Tuner's wall-clock times its slots, and the trials' parts come from their rows."""

@@ -72,8 +72,17 @@ def _unmark_earlier(
     for key, seeds in every[every["role"] == "seed"].groupby(by):  # re-runs of an earlier winner
         winner = rows[rows["trial_id"] == winners[key]["trial_id"]] if key in winners else rows.iloc[:0]
         for seed_row in seeds.to_dict("records"):
-            if not len(winner) or differing_keys(pd.concat([winner, pd.DataFrame([seed_row])])):
+            if not len(winner) or not is_replica(plan, winner, seed_row):
                 rewrite_row(plan, {**seed_row, "role": "superseded"})
+
+
+def is_replica(plan: Plan, winner: pd.DataFrame, seed_row: dict) -> bool:
+    """Whether a seed row re-ran the winner (a one-row frame): their configs agree once the winner is given
+    the budget its replicates run with. Where ASHA ended the search trial, its row says train.max_steps 0
+    and a replicate's says the step ASHA stopped at (asha_budget); compared as stored, every resumed search
+    would set its finished replicates aside and train them again."""
+    expected = winner.assign(**asha_budget(plan, winner.iloc[0]))
+    return not differing_keys(pd.concat([expected, pd.DataFrame([seed_row])]))
 
 
 def _test_winners(plan: Plan, rows: pd.DataFrame, winners: dict[Any, dict], column: str) -> dict[str, dict]:
