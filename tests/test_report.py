@@ -344,6 +344,47 @@ def test_seed_reruns_of_another_config_than_the_selected_are_refused(tmp_path, c
     assert len(err) == 1 and "not of its selected configuration (they differ in train.lr)" in err[0]
 
 
+def test_seed_reruns_given_the_asha_budget_of_their_selected_trial_form_its_cell(tmp_path, capsys):
+    """ASHA stopped the selected trial through Tune (its row: train.max_steps 0); its re-runs stop at the same
+    step through train.max_steps 18,000: one configuration. Re-runs with two budgets are not replicas."""
+    root = str(tmp_path / "results")
+    write_row(root, row("ar", "beauty", "local_attn", "ar", 0.40, **{"train.max_steps": 0}))
+    for s in range(2):
+        write_row(
+            root,
+            row(
+                f"sar{s}",
+                "beauty",
+                "local_attn",
+                "ar",
+                0.4 + s / 10,
+                seed=s,
+                role="seed",
+                selected=False,
+                **{"train.max_steps": 18000},
+            ),
+        )
+    assert main(["report", "--results", root]) == 0
+    n10 = next(r for r in md_table(capsys.readouterr().out, "Table 5: design choices") if r[1] == "N@10")
+    assert n10[3].startswith("0.4500 ± 0.0707")
+    write_row(
+        root,
+        row(
+            "sar1",
+            "beauty",
+            "local_attn",
+            "ar",
+            0.5,
+            seed=1,
+            role="seed",
+            selected=False,
+            **{"train.max_steps": 9000},
+        ),
+    )
+    assert main(["report", "--results", root]) == 2
+    assert "they differ in train.max_steps" in capsys.readouterr().err
+
+
 def test_the_sampling_seed_matters_only_where_negatives_were_sampled(tmp_path, capsys):
     root = str(tmp_path / "results")
     for trial, space, task, seed in (

@@ -145,6 +145,19 @@ def differing_keys(rows) -> list[str]:
     return [k for k in keys if rows[k].astype(str).nunique() > 1]
 
 
+def replicas_differ_from(selected: pd.DataFrame, replicas: pd.DataFrame) -> list[str]:
+    """Config keys on which seed re-runs differ from their selected trial (or from each other). A re-run
+    stops where ASHA's last rung stopped its search trial, through train.max_steps, while the trial's own row
+    says 0 (Tune stopped it, not its config): a step budget on the re-runs where the trial had none is the
+    same configuration, given the same budget."""
+    budget = "train.max_steps"
+    if budget in selected and budget in replicas and (selected[budget] == 0).all():
+        steps = replicas[budget].unique()
+        if len(steps) == 1:
+            selected = selected.assign(**{budget: steps[0]})
+    return differing_keys(pd.concat([selected, replicas]))
+
+
 URI_ADVICE = (
     "name a local folder, or a URI of a filesystem pyarrow supports, installed and reachable from here "
     "(s3://bucket/path, gs://bucket/path, hdfs://host:port/path, file:///absolute/path), its credentials "

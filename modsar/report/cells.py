@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from modsar.errors import ModsarError
-from modsar.records.rows import differing_keys
+from modsar.records.rows import differing_keys, replicas_differ_from
 from modsar.report.arms import KEY, in_paper_order, shown, with_arms
 
 METRICS = ["recall@5", "recall@10", "recall@20", "ndcg@5", "ndcg@10", "ndcg@20"]
@@ -147,7 +147,7 @@ def collect(rows: pd.DataFrame, metric: str) -> dict[CellKey, Cell]:
         cells[key] = _replica_cell(group, column, "selected", key)
     for key, group in rows[rows["role"] == "seed"].groupby(KEY):
         chosen = selected[(selected[KEY] == pd.Series(key, index=KEY)).all(axis=1)]
-        if len(chosen) and (differ := differing_keys(pd.concat([chosen, group]))):
+        if len(chosen) and (differ := replicas_differ_from(chosen, group)):
             raise ModsarError(
                 f"{where(key)}: the seed re-runs of experiment "
                 f"{group['experiment'].iloc[0]} are not of its selected configuration (they differ "
