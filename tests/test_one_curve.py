@@ -299,7 +299,8 @@ def test_the_resume_file_restores_every_global_generator(tmp_path):
     saved = global_states()
     expected = (random.random(), np.random.rand(), torch.rand(1).item())
     state = TrainState(make_optimizer(model, cfg), batches, torch.device("cpu"))
-    torch.save({**state.state_dict(1.0, saved), "state_dict": model.state_dict()}, tmp_path / "resume.pt")
+    resume_file = {**state.state_dict(1.0, saved, model, 1), "state_dict": model.state_dict()}
+    torch.save(resume_file, tmp_path / "resume.pt")
     seed_everything(99)
     resumed = TrainState(make_optimizer(model, cfg), batches, torch.device("cpu"))
     resumed.load(torch.load(tmp_path / "resume.pt", weights_only=True), model)

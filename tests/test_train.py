@@ -113,57 +113,82 @@ def test_same_seed_same_metrics_and_checkpoint_reproduces_test(tmp_path):
 
 @pytest.mark.parametrize("schedule", [[], ["train.warmup_steps=20", "train.lr_schedule=linear"]])
 def test_resumed_trial_continues_exactly_as_the_uninterrupted_one(tmp_path, schedule):
-    """A search trial killed mid-run restarts from its last best checkpoint (Tune restores it on --resume or a
-    retry): optimizer, RNG, mask draws and the step count (hence the learning-rate schedule) restored, it must
-    reproduce the uninterrupted run bit for bit."""
+    """A search trial killed mid-run restarts from its last validation pass (Tune restores it on --resume or a
+    retry): weights, optimizer, RNG, mask draws, patience and the step count (hence the learning-rate
+    schedule) restored, it must reproduce the uninterrupted run bit for bit, the best epoch's weights kept."""
     from modsar.training.state import load_resume_state
 
     class Killed(Exception):
         pass
 
-    cfg = quick("seed=3", "task=ae", "train.max_epochs=5", "model.dropout=0.3", *schedule)
+    cfg = quick("seed=3", "task=ae", "train.max_epochs=5", "model.dropout=0.3", "train.patience=3", *schedule)
     whole = run_trial(cfg, checkpoint_path=tmp_path / "whole" / "best.pt", resumable=True, progress=False)
 
-    def kill_at_4(epoch, metrics, improved, checkpoint, facts):
-        if epoch == 4:
-            raise Killed
+    def kill_at(epoch_killed):
+        def on_eval(epoch, metrics, improved, checkpoint, facts):
+            if epoch == epoch_killed:
+                raise Killed
+
+        return on_eval
 
     with pytest.raises(Killed):
         run_trial(
             cfg,
-            on_eval=kill_at_4,
+            on_eval=kill_at(4),
             checkpoint_path=tmp_path / "cut" / "best.pt",
             resumable=True,
             progress=False,
         )
     state = load_resume_state(tmp_path / "cut")
-    assert 1 <= state["epoch"] <= 4 and [h["epoch"] for h in state["history"]] == list(
-        range(1, state["epoch"] + 1)
-    )
+    assert state["last_epoch"] == 4 and [h["epoch"] for h in state["history"]] == [1, 2, 3, 4]
+    assert state["epoch"] == max(whole.history[:4], key=lambda h: h["valid.ndcg@10"])["epoch"]  # the best
     calls = []
     resumed = run_trial(cfg, resume=state, on_eval=lambda e, m, imp, c, f: calls.append(e), progress=False)
-    assert calls == list(range(state["epoch"] + 1, 6))
+    assert calls == [5]  # nothing trained twice
     assert resumed.history == whole.history  # losses and every validation metric, exactly
     assert (resumed.best_epoch, resumed.valid, resumed.test) == (whole.best_epoch, whole.valid, whole.test)
     assert load_resume_state(tmp_path / "nothing") is None
 
+    # a resume file from before the state was written at every pass holds the best epoch's: the run continues
+    # from there, and still reproduces the whole run
+    with pytest.raises(Killed):
+        run_trial(
+            cfg,
+            on_eval=kill_at(1),
+            checkpoint_path=tmp_path / "old" / "best.pt",
+            resumable=True,
+            progress=False,
+        )
+    old = {
+        k: v
+        for k, v in load_resume_state(tmp_path / "old").items()
+        if k not in ("weights", "last_epoch", "stale")
+    }
+    calls.clear()
+    resumed = run_trial(cfg, resume=old, on_eval=lambda e, m, imp, c, f: calls.append(e), progress=False)
+    assert calls == [2, 3, 4, 5] and resumed.history == whole.history and resumed.test == whole.test
+
     # resumed after its final epoch (killed before Tune heard it ended): one closing report, nothing retrained
-    done = quick("seed=3", "task=ae", f"train.max_epochs={state['epoch']}", "model.dropout=0.3", *schedule)
+    done = quick(
+        "seed=3", "task=ae", "train.max_epochs=4", "model.dropout=0.3", "train.patience=3", *schedule
+    )
     closing = []
     again = run_trial(
         done,
         resume=load_resume_state(tmp_path / "cut"),
         progress=False,
-        on_eval=lambda e, m, imp, c, f: closing.append((e, imp, f["last"])),
+        on_eval=lambda e, m, imp, c, f: closing.append((e, m, imp, f["last"])),
     )
-    assert closing == [(state["epoch"], False, True)] and again.valid == state["valid"]
+    fourth = {k.removeprefix("valid."): v for k, v in whole.history[3].items() if k.startswith("valid.")}
+    assert closing == [(4, fourth, False, True)] and again.valid == state["valid"]
     # ... and resumed at a pass past its step budget (train.max_steps): the same, whatever epochs are left
     spent = quick(
         "seed=3",
         "task=ae",
         "train.max_epochs=5",
-        f"train.max_steps={16 * state['epoch']}",
+        f"train.max_steps={state['steps']}",
         "model.dropout=0.3",
+        "train.patience=3",
         *schedule,
     )
     closing.clear()
@@ -171,11 +196,11 @@ def test_resumed_trial_continues_exactly_as_the_uninterrupted_one(tmp_path, sche
         spent,
         resume=load_resume_state(tmp_path / "cut"),
         progress=False,
-        on_eval=lambda e, m, imp, c, f: closing.append((e, imp, f["last"])),
+        on_eval=lambda e, m, imp, c, f: closing.append((e, m, imp, f["last"])),
     )
-    assert closing == [(state["epoch"], False, True)] and again.epochs_run == state["epoch"]
+    assert closing == [(4, fourth, False, True)] and again.epochs_run == 4
     # the time facts of the resumed run add its own to those its resume state carried
-    assert again.setup_s > state["times"]["setup_s"] > 0 and again.passes == state["epoch"]
+    assert again.setup_s > state["times"]["setup_s"] > 0 and again.passes == 4
 
 
 def test_best_epoch_is_the_validation_max_not_the_last(monkeypatch):

@@ -1,7 +1,7 @@
 """What a training run carries and saves: the best epoch's checkpoint, and the state that goes from one epoch
-to the next (best so far, history, optimizer, generators), which a resumable run also writes beside the
-checkpoint so that a retried trial continues bit for bit. Reading a checkpoint back for evaluation lives in
-`modsar.training.checkpoints`, which needs none of this."""
+to the next (weights, best so far, history, optimizer, generators), which a resumable run also writes beside
+the checkpoint at every validation pass so that a retried trial continues bit for bit from its last pass.
+Reading a checkpoint back for evaluation lives in `modsar.training.checkpoints`, which needs none of this."""
 
 from __future__ import annotations
 
@@ -87,10 +87,16 @@ class TrainState:
         )
         return improved
 
-    def state_dict(self, wall_time_s: float, rng: dict[str, Any]) -> dict[str, Any]:
-        """`rng` is the global generators' state training continues from (taken before validation)."""
+    def state_dict(
+        self, wall_time_s: float, rng: dict[str, Any], model: Recommender, epoch: int
+    ) -> dict[str, Any]:
+        """The run as it stands after the validation pass of `epoch`: `model`'s weights, and `rng`, the global
+        generators' state training continues from (taken before validation). The best weights: best.pt."""
         return {
             "epoch": self.best_epoch,
+            "last_epoch": epoch,
+            "stale": self.stale,
+            "weights": {k: v.detach().cpu() for k, v in model.state_dict().items()},
             "best_value": self.best_value,
             "valid": self.best_valid,
             "optimizer": self.optimizer.state_dict(),
@@ -110,9 +116,15 @@ class TrainState:
             "total_steps": self.rate.total,
         }
 
-    def load(self, resume: dict[str, Any], model: Recommender) -> float:
-        """Restore a `state_dict` (and the model from its best weights); returns the wall time it had run."""
+    def load(self, resume: dict[str, Any], model: Recommender) -> int:
+        """Restore a `state_dict`: the best weights kept, the model as it stood at the pass the state was
+        written (a resume file from before they were written at every pass holds the best epoch's state:
+        the run continues from there). Returns the epoch it continues after."""
         model.load_state_dict(resume["state_dict"])
+        self.best_weights = _weights(model)
+        if "weights" in resume:
+            model.load_state_dict(resume["weights"])
+        self.stale = int(resume.get("stale", 0))
         self.optimizer.load_state_dict(resume["optimizer"])
         torch.set_rng_state(resume["torch_rng"])
         if "python_rng" in resume:  # earlier resume files hold torch's state only
@@ -127,7 +139,6 @@ class TrainState:
             resume["epoch"],
             resume["valid"],
         )
-        self.best_weights = _weights(model)
         self.history, self.epoch_times, self.eval_times = (
             resume["history"],
             resume["epoch_times"],
@@ -137,12 +148,21 @@ class TrainState:
         self.times = {k: v + float(earlier.get(k, 0.0)) for k, v in self.times.items()}
         # earlier resume files have no step count: a constant rate does not need one
         self.rate.steps, self.rate.total = resume.get("steps", 0), resume.get("total_steps", 0)
-        return float(resume["wall_time_s"])
+        return int(resume.get("last_epoch", resume["epoch"]))
 
 
-def save_resume_state(checkpoint: Path, state: TrainState, wall_time_s: float, rng: dict[str, Any]) -> None:
-    """RESUME_FILE beside `checkpoint` (the best epoch's weights): the rest a retried trial continues from."""
-    _atomic_save(checkpoint.with_name(RESUME_FILE), state.state_dict(wall_time_s, rng))
+def save_resume_state(
+    checkpoint: Path,
+    state: TrainState,
+    wall_time_s: float,
+    rng: dict[str, Any],
+    model: Recommender,
+    epoch: int,
+) -> None:
+    """RESUME_FILE beside `checkpoint` (the best epoch's weights), written at every validation pass: what a
+    retried or resumed trial continues from, so that an interruption costs at most the epochs since the last
+    pass, not those since the best."""
+    _atomic_save(checkpoint.with_name(RESUME_FILE), state.state_dict(wall_time_s, rng, model, epoch))
 
 
 def load_resume_state(folder: str | Path) -> dict | None:

@@ -305,7 +305,7 @@ class Trainer:
     state: TrainState  # the curve, the best epoch and its weights, the times; what a resume restores
     popularity: float  # the monitored metric of a most-popular ranking on validation
     meta: dict[str, Any]  # written into each checkpoint: what `modsar evaluate` checks the data against
-    first_epoch: int  # 1, or the epoch after a resumed run's best
+    first_epoch: int  # 1, or the epoch after a resumed run's last validation pass
     epoch: int  # the last epoch trained so far
     facts_of_run: dict[str, Any]  # what every report carries unchanged: split facts, sizes, FLOPs
 
@@ -361,9 +361,9 @@ class Trainer:
             **dataset_identity(dataset.manifest),
         }
         self.first_epoch = 1
-        if resume is not None:  # a retried or resumed search trial: continue bit for bit after its best epoch
-            self.started -= self.state.load(resume, run.model)
-            self.first_epoch = self.state.best_epoch + 1
+        if resume is not None:  # a retried or resumed search trial: continue bit for bit after its last pass
+            self.first_epoch = self.state.load(resume, run.model) + 1
+            self.started -= float(resume["wall_time_s"])
         self.epoch = self.first_epoch - 1
         output_flops, model_flops = epoch_flops(
             run.model, cfg, int(run.batches.row_lengths.sum()), run.batches.num_targets, dataset.num_items
@@ -405,8 +405,7 @@ class Trainer:
                 with untouched(self.device):
                     metrics = self._validate(epoch)
                     improved = state.record(run.model, epoch, metrics, self.monitor, loss)
-                    if improved:
-                        self._checkpoint(epoch, metrics, training_rng)
+                    self._checkpoint(epoch, metrics, improved, training_rng)
                     last = self._stops(epoch)
                     self._report(epoch, metrics, improved, loss, last, bar)
                 if last:
@@ -416,10 +415,10 @@ class Trainer:
             raise
         finally:
             bar.close()
-        if ended and self.on_eval is not None:  # say it ended
-            self.on_eval(
-                state.best_epoch, state.best_valid, False, None, self.facts(True, state.history[-1]["loss"])
-            )
+        if ended and self.on_eval is not None:  # say it ended, with its last pass again
+            last_pass = state.history[-1]
+            metrics = {k.removeprefix("valid."): v for k, v in last_pass.items() if k.startswith("valid.")}
+            self.on_eval(last_pass["epoch"], metrics, False, None, self.facts(True, last_pass["loss"]))
 
     def _progress_bar(self, ended: bool) -> tqdm:
         """The epochs still to train (none where the run `ended`), as a progress bar."""
@@ -446,8 +445,10 @@ class Trainer:
                 "best": f"{state.best_value:.4f}@{state.best_epoch}",
             },
         )
-        if self.on_eval is not None:
-            checkpoint = self.checkpoint_path if improved else None
+        if self.on_eval is not None:  # a resumable run's folder changes at every pass: its resume state
+            checkpoint = (
+                self.checkpoint_path if improved or (self.resumable and self.checkpoint_path) else None
+            )
             self.on_eval(epoch, metrics, improved, checkpoint, self.facts(last, loss))
 
     def _validate(self, epoch: int) -> dict[str, float]:
@@ -465,16 +466,22 @@ class Trainer:
             raise TrainingDiverged(f"validation {', '.join(broken)} not finite at epoch {epoch}")
         return metrics
 
-    def _checkpoint(self, epoch: int, metrics: dict[str, float], training_rng: dict[str, Any]) -> None:
-        """Save a new best epoch (where the run has a checkpoint path) and, if resumable, its resume state."""
-        if not self.checkpoint_path:
+    def _checkpoint(
+        self, epoch: int, metrics: dict[str, float], improved: bool, training_rng: dict[str, Any]
+    ) -> None:
+        """Save a new best epoch (where the run has a checkpoint path) and, if resumable, the resume state of
+        every pass."""
+        if not self.checkpoint_path or not (improved or self.resumable):
             return
         tick = time.perf_counter()
-        meta = {**self.meta, "epoch": epoch, "valid": metrics}
-        save_checkpoint(self.checkpoint_path, self.training.model, self.cfg, meta)
+        if improved:
+            meta = {**self.meta, "epoch": epoch, "valid": metrics}
+            save_checkpoint(self.checkpoint_path, self.training.model, self.cfg, meta)
         if self.resumable:
             elapsed = time.perf_counter() - self.started
-            save_resume_state(self.checkpoint_path, self.state, elapsed, training_rng)
+            save_resume_state(
+                self.checkpoint_path, self.state, elapsed, training_rng, self.training.model, epoch
+            )
         self.state.times["checkpoint_s"] += time.perf_counter() - tick
 
     def _stops(self, epoch: int) -> bool:
