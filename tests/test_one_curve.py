@@ -85,7 +85,7 @@ def test_helpers_a_trial_calls_between_epochs_draw_nothing(tmp_path):
     _draws_nothing("checkpointing", lambda: save_checkpoint(tmp_path / "best.pt", model, cfg, meta))
     batches = TrainBatches(split, "ar", 30, 64, 0.2, True, 0.0, 0.0, seed=0)
     state = TrainState(make_optimizer(model, cfg), batches, torch.device("cpu"))
-    _draws_nothing("the resume state", lambda: state.state_dict(1.0, global_states()))
+    _draws_nothing("the resume state", lambda: state.state_dict(1.0, global_states(), model, 1))
 
 
 def test_a_helper_that_draws_cannot_shift_training():
