@@ -107,6 +107,13 @@ def test_the_quickstart_figures_a_newcomer_reads_are_the_committed_ones(doc):
     assert published._numbers(quoted) <= published._numbers(published.block("quickstart"))
 
 
+def test_the_headline_verdict_the_readme_quotes_is_the_committed_one():
+    paragraphs = (ROOT / "README.md").read_text().split("\n\n")
+    quoted = next(p for p in paragraphs if "AR wins" in p and "table5-beauty" in p)
+    committed = published._numbers(published.block("table5-beauty-paper") + published.block("search-time"))
+    assert published._numbers(quoted) <= committed
+
+
 def test_every_group_has_a_command_and_every_command_a_group():
     script = (ROOT / "benchmarks" / "rerun_published.sh").read_text()
     cases = set(re.findall(r"^  ([a-z0-9-]+)\)", script, flags=re.M))
