@@ -921,8 +921,11 @@ NAME_KEYS = ("dataset",)  # keys whose value names a folder: text whatever YAML 
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Defaults <- YAML file (nested or dotted keys, each given once) <- ``key=value`` overrides."""
+    """Defaults <- YAML file (nested or dotted keys, each given once) <- ``key=value`` overrides. A file the
+    checks refuse on its own is still taken where the overrides complete it (it sets a backbone's own keys,
+    an override chooses that backbone); otherwise its own refusal is the one said."""
     cfg = Config()
+    refused: ModsarError | None = None
     if path is not None:
         path = Path(path)
         if not path.is_file():
@@ -931,11 +934,21 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         data = {} if data is None else data  # an empty file: the defaults
         if not isinstance(data, dict):
             raise ModsarError(f"config file '{path}' must hold a mapping of keys to values")
-        apply_overrides(cfg, flatten(data, where=str(path)), str(path))
+        for key, value in flatten(data, where=str(path)).items():
+            set_value(cfg, key, value, str(path))
+        try:
+            validate(copy.deepcopy(cfg), str(path))
+        except ModsarError as error:
+            refused = error
     for text in overrides or []:
         key, value = parse_override(text)
         set_value(cfg, key, value, "override")
-    validate(cfg, "config")
+    try:
+        validate(cfg, "config")
+    except ModsarError:
+        if refused is not None:
+            raise refused from None
+        raise
     return cfg
 
 

@@ -182,6 +182,23 @@ def test_a_plugin_declares_a_setting_of_its_own(toy):
     assert not outputs[0][:, 1:].equal(outputs[1][:, 1:])
 
 
+def test_a_config_file_may_set_the_keys_of_the_backbone_an_override_chooses(toy, tmp_path):
+    """A file holding model.toy.recency (and loss.gbce_t) is refused alone, with its own line naming it, and
+    taken where the overrides choose the backbone (and the loss) that read them."""
+    path = tmp_path / "toy.yaml"
+    path.write_text("model:\n  toy:\n    recency: 0.5\nloss:\n  gbce_t: 0.5\n")
+    cfg = load_config(path, ["model.backbone=toy", "loss.name=gbce"])
+    assert (cfg.model.backbone, cfg.model.toy.recency, cfg.loss.gbce_t) == ("toy", 0.5, 0.5)
+    with pytest.raises(
+        ModsarError, match=rf"^{path}: .*'model.toy.recency=0.5' is read by model.backbone=toy"
+    ):
+        load_config(path)
+    with pytest.raises(
+        ModsarError, match=rf"^{path}: .*'model.toy.recency=0.5' is read by model.backbone=toy"
+    ):
+        load_config(path, ["loss.name=gbce"])  # the overrides do not complete it: the file's refusal
+
+
 def test_a_plugin_is_loaded_for_its_section_key(monkeypatch):
     """`modsar train model.backbone=toy model.toy.recency=...` with the plugin named in $MODSAR_PLUGINS: the
     section's key is known before the backbone is checked."""
