@@ -67,7 +67,7 @@ def main() -> None:
     predicted = predicted_seconds(stored)
     table["estimate_s"] = table["part"].map(predicted)
     # the estimate covers the search, not the seed re-runs after it (--seeds K): they are left out here
-    estimated = table["wall_s"] - table.get("seeds_s", 0.0).fillna(0.0)
+    estimated = table["wall_s"] - (table["seeds_s"].fillna(0.0) if "seeds_s" in table else 0.0)
     table["measured_over_estimate"] = estimated / table["estimate_s"]
     if args.re_estimate:
         again = predicted_seconds({"estimate": re_estimate(stored)})

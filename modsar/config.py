@@ -923,7 +923,7 @@ NAME_KEYS = ("dataset",)  # keys whose value names a folder: text whatever YAML 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Defaults <- YAML file (nested or dotted keys, each given once) <- ``key=value`` overrides. A file the
     checks refuse on its own is still taken where the overrides complete it (it sets a backbone's own keys,
-    an override chooses that backbone); otherwise its own refusal is the one said."""
+    an override chooses that backbone); where they leave its problem as it was, the file's line says it."""
     cfg = Config()
     refused: ModsarError | None = None
     if path is not None:
@@ -945,8 +945,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         set_value(cfg, key, value, "override")
     try:
         validate(cfg, "config")
-    except ModsarError:
-        if refused is not None:
+    except ModsarError as error:  # the file's own line where the overrides left its problem as it was
+        if refused is not None and str(error).removeprefix("config: ") == str(refused).removeprefix(
+            f"{path}: "
+        ):
             raise refused from None
         raise
     return cfg

@@ -197,6 +197,8 @@ def test_a_config_file_may_set_the_keys_of_the_backbone_an_override_chooses(toy,
         ModsarError, match=rf"^{path}: .*'model.toy.recency=0.5' is read by model.backbone=toy"
     ):
         load_config(path, ["loss.name=gbce"])  # the overrides do not complete it: the file's refusal
+    with pytest.raises(ModsarError, match=r"^config: 'train.lr' must be"):  # they fix it, but break another
+        load_config(path, ["model.backbone=toy", "loss.name=gbce", "train.lr=-1"])
 
 
 def test_a_plugin_is_loaded_for_its_section_key(monkeypatch):

@@ -158,6 +158,15 @@ def test_seed_replicates_get_the_budget_asha_gave_their_search_trial():
     assert _asha_budget(full, pd.Series({"steps_per_epoch": 176.0})) == {}
     short = make_plan(SearchRequest(space="local_attn", dataset="", full_grid=True, max_t=4), check=False)
     assert _asha_budget(short, pd.Series({"steps_per_epoch": 176.0})) == {"train.max_steps": 4 * 5 * 176}
+    # a base that sets its own, smaller step budget: that budget ends the trial and its replicates alike
+    own = make_plan(
+        SearchRequest(space="local_attn", dataset="", overrides=["train.max_steps=5000"]), check=False
+    )
+    assert _asha_budget(own, pd.Series({"steps_per_epoch": 176.0})) == {}
+    larger = make_plan(
+        SearchRequest(space="local_attn", dataset="", overrides=["train.max_steps=30000"]), check=False
+    )
+    assert _asha_budget(larger, pd.Series({"steps_per_epoch": 176.0})) == {"train.max_steps": 18000}
 
 
 def test_a_replicate_with_the_asha_budget_is_still_a_replica_of_its_winner():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -121,8 +122,14 @@ def test_resumed_trial_continues_exactly_as_the_uninterrupted_one(tmp_path, sche
     class Killed(Exception):
         pass
 
-    cfg = quick("seed=3", "task=ae", "train.max_epochs=5", "model.dropout=0.3", "train.patience=3", *schedule)
+    settings = ("seed=3", "task=ae", "model.dropout=0.3", "train.lr=0.01", "train.patience=2", *schedule)
+    cfg = quick(*settings, "train.max_epochs=14")
     whole = run_trial(cfg, checkpoint_path=tmp_path / "whole" / "best.pt", resumable=True, progress=False)
+    valid = [
+        {k.removeprefix("valid."): v for k, v in h.items() if k.startswith("valid.")} for h in whole.history
+    ]
+    best, last = whole.best_epoch, whole.epochs_run
+    assert last == best + 2 < 14  # two passes without an improvement ended it, on patience
 
     def kill_at(epoch_killed):
         def on_eval(epoch, metrics, improved, checkpoint, facts):
@@ -131,76 +138,108 @@ def test_resumed_trial_continues_exactly_as_the_uninterrupted_one(tmp_path, sche
 
         return on_eval
 
-    with pytest.raises(Killed):
-        run_trial(
-            cfg,
-            on_eval=kill_at(4),
-            checkpoint_path=tmp_path / "cut" / "best.pt",
-            resumable=True,
-            progress=False,
-        )
-    state = load_resume_state(tmp_path / "cut")
-    assert state["last_epoch"] == 4 and [h["epoch"] for h in state["history"]] == [1, 2, 3, 4]
-    assert state["epoch"] == max(whole.history[:4], key=lambda h: h["valid.ndcg@10"])["epoch"]  # the best
+    def cut(epoch: int) -> Path:
+        with pytest.raises(Killed):
+            folder = tmp_path / f"cut{epoch}"
+            run_trial(
+                cfg,
+                on_eval=kill_at(epoch),
+                checkpoint_path=folder / "best.pt",
+                resumable=True,
+                progress=False,
+            )
+        return folder
+
+    state = load_resume_state(cut(best + 1))
+    assert (state["last_epoch"], state["epoch"], state["stale"]) == (best + 1, best, 1)
+    assert [h["epoch"] for h in state["history"]] == list(range(1, best + 2))
     calls = []
     resumed = run_trial(cfg, resume=state, on_eval=lambda e, m, imp, c, f: calls.append(e), progress=False)
-    assert calls == [5]  # nothing trained twice
+    assert calls == [last]  # nothing trained twice, and patience went on counting from the pass it was at
     assert resumed.history == whole.history  # losses and every validation metric, exactly
     assert (resumed.best_epoch, resumed.valid, resumed.test) == (whole.best_epoch, whole.valid, whole.test)
     assert load_resume_state(tmp_path / "nothing") is None
 
-    # a resume file from before the state was written at every pass holds the best epoch's: the run continues
-    # from there, and still reproduces the whole run
-    with pytest.raises(Killed):
-        run_trial(
-            cfg,
-            on_eval=kill_at(1),
-            checkpoint_path=tmp_path / "old" / "best.pt",
-            resumable=True,
-            progress=False,
-        )
+    # a resume file from before the state was written at every pass was written at a best epoch only: the
+    # run continues from there, and still reproduces the whole run
     old = {
-        k: v
-        for k, v in load_resume_state(tmp_path / "old").items()
-        if k not in ("weights", "last_epoch", "stale")
+        k: v for k, v in load_resume_state(cut(best)).items() if k not in ("weights", "last_epoch", "stale")
     }
     calls.clear()
     resumed = run_trial(cfg, resume=old, on_eval=lambda e, m, imp, c, f: calls.append(e), progress=False)
-    assert calls == [2, 3, 4, 5] and resumed.history == whole.history and resumed.test == whole.test
+    assert calls == list(range(best + 1, last + 1))
+    assert resumed.history == whole.history and resumed.test == whole.test
 
-    # resumed after its final epoch (killed before Tune heard it ended): one closing report, nothing retrained
-    done = quick(
-        "seed=3", "task=ae", "train.max_epochs=4", "model.dropout=0.3", "train.patience=3", *schedule
-    )
-    closing = []
-    again = run_trial(
-        done,
-        resume=load_resume_state(tmp_path / "cut"),
-        progress=False,
-        on_eval=lambda e, m, imp, c, f: closing.append((e, m, imp, f["last"])),
-    )
-    fourth = {k.removeprefix("valid."): v for k, v in whole.history[3].items() if k.startswith("valid.")}
-    assert closing == [(4, fourth, False, True)] and again.valid == state["valid"]
-    # ... and resumed at a pass past its step budget (train.max_steps): the same, whatever epochs are left
-    spent = quick(
-        "seed=3",
-        "task=ae",
-        "train.max_epochs=5",
-        f"train.max_steps={state['steps']}",
-        "model.dropout=0.3",
-        "train.patience=3",
-        *schedule,
-    )
-    closing.clear()
-    again = run_trial(
-        spent,
-        resume=load_resume_state(tmp_path / "cut"),
-        progress=False,
-        on_eval=lambda e, m, imp, c, f: closing.append((e, m, imp, f["last"])),
-    )
-    assert closing == [(4, fourth, False, True)] and again.epochs_run == 4
+    # resumed at the pass that ended it (killed before Tune heard it ended): one closing report with that
+    # pass, nothing retrained; whether patience ended it, its last epoch, or its step budget
+    cut_at = tmp_path / f"cut{best + 1}"
+    ended_by = {
+        "patience": (cfg, tmp_path / "whole", last),
+        "its last epoch": (quick(*settings, f"train.max_epochs={best + 1}"), cut_at, best + 1),
+        "its step budget": (
+            quick(*settings, "train.max_epochs=14", f"train.max_steps={state['steps']}"),
+            cut_at,
+            best + 1,
+        ),
+    }
+    closing: list[tuple] = []
+    for why, (config, folder, ended) in ended_by.items():
+        closing.clear()
+        again = run_trial(
+            config,
+            resume=load_resume_state(folder),
+            progress=False,
+            on_eval=lambda e, m, imp, c, f: closing.append((e, m, imp, f["last"])),
+        )
+        assert closing == [(ended, valid[ended - 1], False, True)], why
+        assert again.history == whole.history[:ended] and again.valid == whole.valid, why
     # the time facts of the resumed run add its own to those its resume state carried
-    assert again.setup_s > state["times"]["setup_s"] > 0 and again.passes == 4
+    assert again.setup_s > state["times"]["setup_s"] > 0 and again.passes == best + 1
+
+
+def test_a_restored_trial_reports_folders_that_hold_its_best_epoch(tmp_path):
+    """Tune restores a trial from a checkpoint folder; the trial trains in a fresh folder of its own. Its
+    first pass after the resume does not improve, and the folder it reports then must still hold best.pt (the
+    row's checkpoint, and the next retry, read it)."""
+    from ray import tune
+
+    from modsar.sweep.trial import restore_into
+    from modsar.training.state import load_resume_state
+
+    class Killed(Exception):
+        pass
+
+    def kill_at_5(epoch, metrics, improved, checkpoint, facts):
+        if epoch == 5:
+            raise Killed
+
+    cfg = quick(
+        "seed=3", "task=ae", "model.dropout=0.3", "train.lr=0.01", "train.patience=2", "train.max_epochs=14"
+    )
+    with pytest.raises(Killed):
+        run_trial(
+            cfg,
+            on_eval=kill_at_5,
+            checkpoint_path=tmp_path / "cut" / "best.pt",
+            resumable=True,
+            progress=False,
+        )
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert restore_into(None, fresh) is None and not any(fresh.iterdir())
+    resume = restore_into(tune.Checkpoint.from_directory(str(tmp_path / "cut")), fresh)
+    reported = []
+    run_trial(
+        cfg,
+        resume=resume,
+        checkpoint_path=fresh / "best.pt",
+        resumable=True,
+        progress=False,
+        on_eval=lambda e, m, imp, c, f: reported.append((e, imp, sorted(p.name for p in c.parent.iterdir()))),
+    )
+    assert reported == [(6, False, ["best.pt", "resume.pt"])]
+    again = load_resume_state(fresh)
+    assert (again["epoch"], again["last_epoch"]) == (4, 6)
 
 
 def test_best_epoch_is_the_validation_max_not_the_last(monkeypatch):
@@ -550,3 +589,24 @@ def test_a_step_budget_ends_the_run_at_the_first_pass_past_it():
     assert (result.epochs_run, result.steps) == (4, 64)
     assert [h["steps"] for h in result.history] == [32, 64]
     assert run_trial(quick("train.max_epochs=3", "train.max_steps=0"), progress=False).epochs_run == 3
+
+
+def test_a_trial_hands_tune_its_folder_at_improvements_and_every_few_minutes(monkeypatch, tmp_path):
+    """Each checkpoint Tune is handed is a copy into storage, and every num_to_keep of a trial's make Tune
+    save the experiment's state: the folder goes with an improvement, and otherwise once CHECKPOINT_EVERY_S
+    has passed since it last went."""
+    from modsar.sweep import trial
+
+    handed = []
+    monkeypatch.setattr(trial.tune, "report", lambda report, checkpoint=None: handed.append(checkpoint))
+    reports = trial._TrialReports("ndcg@10", (), {}, "")
+    facts = {"last": False, "epoch_time_s": 1.0, "eval_time_s": 0.1, "loss": 1.0, "num_parameters": 1}
+    folder = tmp_path / "best.pt"
+    reports.on_eval(1, {"ndcg@10": 0.1}, True, folder, facts)
+    reports.on_eval(2, {"ndcg@10": 0.05}, False, folder, facts)
+    reports.on_eval(3, {"ndcg@10": 0.2}, True, folder, facts)
+    monkeypatch.setattr(trial, "CHECKPOINT_EVERY_S", 0.0)
+    reports.on_eval(4, {"ndcg@10": 0.15}, False, folder, facts)
+    reports.on_eval(5, {"ndcg@10": 0.15}, False, None, facts)  # a run without a folder hands none
+    assert [c is not None for c in handed] == [True, False, True, True, False]
+    assert handed[0].path == str(tmp_path)

@@ -148,14 +148,27 @@ def differing_keys(rows) -> list[str]:
 def replicas_differ_from(selected: pd.DataFrame, replicas: pd.DataFrame) -> list[str]:
     """Config keys on which seed re-runs differ from their selected trial (or from each other). A re-run
     stops where ASHA's last rung stopped its search trial, through train.max_steps, while the trial's own row
-    says 0 (Tune stopped it, not its config): a step budget on the re-runs where the trial had none is the
-    same configuration, given the same budget."""
+    says 0 or a larger budget (Tune stopped it, not its config): that smaller budget on the re-runs is the
+    same configuration, given the same budget, where it let them train as far as the trial did."""
     budget = "train.max_steps"
-    if budget in selected and budget in replicas and (selected[budget] == 0).all():
-        steps = replicas[budget].unique()
-        if len(steps) == 1:
-            selected = selected.assign(**{budget: steps[0]})
+    given = pd.to_numeric(replicas.get(budget), errors="coerce")
+    if budget in selected and given is not None and given.nunique(dropna=False) == 1 and given.notna().all():
+        steps = int(given.iloc[0])
+        own = pd.to_numeric(selected[budget], errors="coerce").fillna(0).iloc[0]  # 0: none
+        if (own == 0 or own > steps) and _lets_it_finish(selected.iloc[0], steps):  # a larger one unreached
+            selected = selected.assign(**{budget: steps})
     return differing_keys(pd.concat([selected, replicas]))
+
+
+def _lets_it_finish(row: pd.Series, budget: int) -> bool:
+    """Whether re-runs given `budget` steps could train as far as the selected trial did: at least its steps,
+    less one validation pass (token batches vary by a step or two an epoch). Rows without the step counts
+    (written before they were recorded) cannot tell, and are taken as they are."""
+    trained = pd.to_numeric(row.get("steps"), errors="coerce")
+    per_epoch = pd.to_numeric(row.get("steps_per_epoch"), errors="coerce")
+    if pd.isna(trained) or pd.isna(per_epoch):
+        return True
+    return budget >= trained - per_epoch * float(row.get("train.eval_every") or 1)
 
 
 URI_ADVICE = (

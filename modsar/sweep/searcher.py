@@ -24,9 +24,9 @@ from ray.tune.search.optuna import OptunaSearch
 
 from modsar.sweep.pickled import pickled
 
-# a resumed trial restarts at its last best checkpoint and reports again the passes after it, with the same
-# values (one curve); Optuna keeps the first and warns once per pass: noise on every resume. Set on import,
-# which a resumed search's unpickling of its searcher also does.
+# a resumed trial restarts at its last checkpoint reported to Tune and reports again the passes after it, with
+# the same values (one curve); Optuna keeps the first and warns once per pass: noise on every resume. Set on
+# import, which a resumed search's unpickling of its searcher also does.
 warnings.filterwarnings(
     "ignore", message="The reported value is ignored because this `step=", category=UserWarning
 )

@@ -170,6 +170,8 @@ def asha_budget(plan: Plan, row: pd.Series) -> dict[str, int]:
         return {}
     passes = round(plan.max_t * train["eval_every"] * per_epoch)  # max_t passes, in steps
     steps = plan.max_t if plan.unit == "steps" else passes
+    if train.get("max_steps") and train["max_steps"] <= steps:  # the base's own budget ends it first
+        return {}
     return {"train.max_steps": steps} if steps < per_epoch * train["max_epochs"] else {}
 
 

@@ -17,6 +17,11 @@ from modsar.sweep.pickled import pickled
 from modsar.sweep.plan import Plan, sampled_values, trial_config
 from modsar.sweep.spaces import SearchSpace
 
+# A trial's folder goes to Tune at each improvement and, between them, at most this often: each checkpoint is
+# a copy into storage, and every CheckpointConfig.num_to_keep of a trial's make Tune save the experiment's
+# state. An interrupted trial loses at most the passes since (its resume state is written at every pass).
+CHECKPOINT_EVERY_S = 120.0
+
 if TYPE_CHECKING:
     from modsar.config import Config
     from modsar.training.trainer import TrainingDiverged, TrialResult
@@ -33,11 +38,11 @@ def trainable(
     plugins: tuple[str, ...] = (),
 ) -> None:
     """One trial of a search: the sampled point trained by `run_trial` on the worker's share of the node,
-    every validation pass reported to Tune (with the best checkpoint so far), continued from the trial's
-    last checkpoint when Tune restores or retries it."""
+    every validation pass reported to Tune (with the trial's folder, best.pt and resume.pt, at an improvement
+    and every CHECKPOINT_EVERY_S), continued from the trial's last checkpoint when Tune restores or retries
+    it."""
     from modsar.model import registry
     from modsar.records.rows import PROGRESS_FACTS, PROTOCOL_FACTS, SPEED_FACTS, TIME_FACTS
-    from modsar.training.state import load_resume_state
     from modsar.training.trainer import TrainingDiverged, resolve_device, run_trial
 
     registry.load_plugins(list(plugins))  # the driver's plugin backbones, registered in this worker too
@@ -46,10 +51,7 @@ def trainable(
     facts = (*SPEED_FACTS, *PROTOCOL_FACTS, *PROGRESS_FACTS, *TIME_FACTS)
     reports = _TrialReports(cfg.train.monitor_key, facts, _node_facts(), json.dumps(cfg.to_dict()))
     folder = Path(tempfile.mkdtemp(prefix="modsar-trial-"))
-    resume = None
-    if (checkpoint := tune.get_checkpoint()) is not None:  # a resumed search or a retried trial
-        with checkpoint.as_directory() as directory:
-            resume = load_resume_state(directory)
+    resume = restore_into(tune.get_checkpoint(), folder)  # a resumed search or a retried trial
     if resume is not None:  # run_trial continues after the checkpointed epoch; the reports continue with it
         reports.resume_from(resume)
     device = resolve_device(cfg.train.device)  # once: the trainer runs on it, every report names it
@@ -73,6 +75,19 @@ def trainable(
         shutil.rmtree(folder, ignore_errors=True)
     if test:  # seed re-runs of selected configs (no scheduler): one more report carries the test metrics
         reports.tested(result)
+
+
+def restore_into(checkpoint: tune.Checkpoint | None, folder: Path) -> dict | None:
+    """The resume state of the checkpoint Tune restores a trial from (None: a fresh start), its files copied
+    into the trial's own `folder` first: a pass after the resume that does not improve reports that folder
+    too, and it must hold the best epoch's best.pt."""
+    from modsar.training.state import load_resume_state
+
+    if checkpoint is None:
+        return None
+    with checkpoint.as_directory() as directory:
+        shutil.copytree(directory, folder, dirs_exist_ok=True)
+    return load_resume_state(folder)
 
 
 def _use_assigned_resources(cfg: Config) -> None:
@@ -109,6 +124,7 @@ class _TrialReports:
     restored: dict[str, Any] = field(default_factory=dict)
     device: str = ""
     report_s: float = 0.0  # in tune.report before this report: Tune copying checkpoints into storage
+    checkpointed: float = field(default_factory=time.perf_counter)  # when the folder last went to Tune
 
     def _ran(self) -> dict[str, str]:
         """The config this worker runs, once: the driver keeps the last value a key was reported with."""
@@ -129,8 +145,8 @@ class _TrialReports:
     def on_eval(
         self, epoch: int, metrics: dict, improved: bool, checkpoint: Path | None, facts: dict
     ) -> None:
-        """run_trial's callback after each validation pass: one report, with the checkpoint when it is the
-        best so far (ASHA stops trials on these)."""
+        """run_trial's callback after each validation pass: one report (ASHA stops trials on these), with the
+        trial's folder at an improvement and every CHECKPOINT_EVERY_S."""
         import torch
 
         if improved:
@@ -156,8 +172,9 @@ class _TrialReports:
             **self._ran(),
         }
         tick = time.perf_counter()
-        if checkpoint is not None:
+        if checkpoint is not None and (improved or tick - self.checkpointed >= CHECKPOINT_EVERY_S):
             tune.report(report, checkpoint=tune.Checkpoint.from_directory(str(checkpoint.parent)))
+            self.checkpointed = tick
         else:
             tune.report(report)
         self.report_s += time.perf_counter() - tick
@@ -178,6 +195,7 @@ class _TrialReports:
                 "diverged": str(exc),
                 "trial_done": True,
                 "monitor": self.monitor,
+                **self.restored,  # diverging at the first pass after a resume: the earlier curve, still
                 **self.node,
                 **self._ran(),
             }
@@ -191,6 +209,7 @@ class _TrialReports:
                 **self.best,
                 "trial_done": True,
                 "monitor": self.monitor,
+                **self.restored,
                 **self.node,
                 **self._ran(),
                 "num_parameters": result.num_parameters,

@@ -382,8 +382,8 @@ class Trainer:
         where a pass is due, validate, keep an improvement, report and decide. A TrainingDiverged leaves with
         what the run had reached (`partial`: the best epoch so far, no test)."""
         cfg, run, state = self.cfg, self.training, self.state
-        # resumed after its final epoch, or at a pass past its step budget: nothing is left to train
-        ended = self.first_epoch > cfg.train.max_epochs or self._spent(run.rate.steps)
+        # resumed at a pass that ended the run (its last epoch, its step budget, patience): nothing to train
+        ended = self.first_epoch > 1 and self._stops(self.first_epoch - 1)
         bar = self._progress_bar(ended)
         run.model.train()
         try:
@@ -587,8 +587,9 @@ def run_trial(
 
     `on_eval(epoch, valid_metrics, improved, checkpoint, facts)` (EvalCallback) runs after every validation
     pass; a search reports from it. Searches pass evaluate_test=False: only the selected trials are ever
-    tested. `resumable` also writes RESUME_FILE (optimizer, RNG states, history) beside each best checkpoint;
-    `resume` (from load_resume_state) continues from there exactly as the interrupted run would have.
+    tested. `resumable` also writes RESUME_FILE (weights, optimizer, RNG states, history) beside the best
+    checkpoint at every validation pass; `resume` (from load_resume_state) continues from there exactly as
+    the interrupted run would have.
     `device`: train.device as the caller resolved it (resolved here where it is not given).
     """
     trainer = Trainer(cfg, on_eval, checkpoint_path, progress, resumable).setup(
