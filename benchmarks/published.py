@@ -420,6 +420,122 @@ def table5_beauty_paper() -> str:
     return markdown([*header, "paper", "direction", "size (ours vs paper)"], body)
 
 
+PROOF_DATASETS = ("synthetic", "ml-100k", "lastfm")  # benchmarks/search_proof.sh's, in its order
+
+
+def proof_searches() -> pd.DataFrame:
+    """One line per (dataset, search, direction) of the proof: the full grid (its selected config's test
+    NDCG@10 over its seed re-runs) and the default search run with seeds 0, 1 and 2 (each's selected
+    config), with the epochs and the wall-clock each search spent (its seed re-runs left out)."""
+    folder = PUBLISHED / "search-proof"
+    rows = read_rows(str(folder))
+    lines = []
+    for experiment, group in rows.groupby("experiment"):
+        stored = json.loads((folder / experiment / "search.json").read_text())
+        runs = stored.get("timing") or []
+        wall = sum(r.get("wall_s", 0.0) - r.get("seeds_s", 0.0) for r in runs)
+        search = group[group["role"] == "search"]
+        full = experiment.endswith("-full-grid")
+        for task in ("ae", "ar"):
+            mine = search[search["task"] == task]
+            chosen = mine[mine["selected"].astype(bool)]
+            seeds = group[(group["role"] == "seed") & (group["task"] == task)] if full else chosen
+            lines.append(
+                dict(
+                    dataset=group["dataset"].iloc[0],
+                    search="full grid" if full else f"default, seed {int(chosen['seed'].iloc[0])}",
+                    full=full,
+                    task=task,
+                    test=list(seeds.sort_values("seed")["test.ndcg@10"]),
+                    epochs=float(search["epochs_run"].sum()),
+                    trials=len(search),
+                    wall_s=wall,
+                    status=stored.get("status"),
+                )
+            )
+    return pd.DataFrame(lines)
+
+
+@table("search-proof", "search-proof")
+def search_proof() -> str:
+    """Per dataset and direction: the full grid's selected config over 3 seeds against what the default search
+    selected with each of 3 seeds; the same winner, and within the spread (2 standard errors of the
+    difference of the two means)."""
+    frame = proof_searches()
+    body = []
+    for dataset in [d for d in PROOF_DATASETS if d in set(frame["dataset"])]:
+        mine = frame[frame["dataset"] == dataset]
+        grid, default = mine[mine["full"]], mine[~mine["full"]]
+        if grid.empty or default.empty:
+            continue
+        winners = {}
+        for task in ("ae", "ar"):
+            g = np.array(grid[grid["task"] == task]["test"].iloc[0])
+            d = np.array([v for values in default[default["task"] == task]["test"] for v in values])
+            # one default search is one draw: with no spread of its own, the seeds' (of the grid's config)
+            spread = d.var(ddof=1) / len(d) if len(d) > 1 else g.var(ddof=1)
+            se = math.sqrt(g.var(ddof=1) / len(g) + spread)
+            winners[task] = (g.mean(), d.mean())
+            body.append(
+                [
+                    dataset,
+                    task.upper(),
+                    mean_se(g),
+                    ", ".join(num(v) for v in d),
+                    mean_se(d),
+                    f"{(d.mean() / g.mean() - 1) * 100:+.1f}%",
+                    "yes" if abs(d.mean() - g.mean()) <= 2 * se else "no",
+                ]
+            )
+        grid_winner = "AR" if winners["ar"][0] > winners["ae"][0] else "AE"
+        per_seed = {
+            task: list(default[default["task"] == task].sort_values("search")["test"].str[0])
+            for task in ("ae", "ar")
+        }
+        default_winners = [
+            "AR" if ar > ae else "AE" for ae, ar in zip(per_seed["ae"], per_seed["ar"], strict=True)
+        ]
+        body.append(
+            [
+                dataset,
+                "winner",
+                grid_winner,
+                ", ".join(default_winners),
+                "",
+                "",
+                "same" if set(default_winners) == {grid_winner} else "differs",
+            ]
+        )
+    header = ["dataset", "direction", "full grid: test N@10 (3 seeds)", "default: by search seed"]
+    return markdown([*header, "default: mean", "default vs grid", "within the spread"], body)
+
+
+@table("search-proof-cost", "search-proof")
+def search_proof_cost() -> str:
+    """What each search spent: trials, epochs, wall-clock (seed re-runs aside), and the default's saving."""
+    frame = proof_searches().drop_duplicates(["dataset", "search"])
+    body = []
+    for dataset in [d for d in PROOF_DATASETS if d in set(frame["dataset"])]:
+        mine = frame[frame["dataset"] == dataset]
+        grid, default = mine[mine["full"]], mine[~mine["full"]]
+        for r in mine.itertuples():
+            body.append([dataset, r.search, f"{r.trials:,}", f"{r.epochs:,.0f}", f"{r.wall_s:,.0f}", "", ""])
+        if len(grid) and len(default):
+            body.append(
+                [
+                    dataset,
+                    "full grid / default (mean)",
+                    "",
+                    "",
+                    "",
+                    f"{grid['epochs'].iloc[0] / default['epochs'].mean():.2f}x",
+                    f"{grid['wall_s'].iloc[0] / default['wall_s'].mean():.2f}x",
+                ]
+            )
+    header = ["dataset", "search", "trials", "epochs", "wall s, 2 CPUs", "epochs saved", "wall-clock saved"]
+    return markdown(header, body)
+
+
 @table("search-cost", "search-cost")
 def search_cost() -> str:
     """Each way of cheapening the headline search, costed from one probe by the estimate's ASHA replay."""
