@@ -937,7 +937,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         for key, value in flatten(data, where=str(path)).items():
             set_value(cfg, key, value, str(path))
         try:
-            validate(copy.deepcopy(cfg), str(path))
+            validate(cfg, str(path))  # the checks read, never set: no copy needed
         except ModsarError as error:
             refused = error
     for text in overrides or []:

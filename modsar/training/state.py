@@ -36,10 +36,14 @@ def _weights(model: Recommender) -> dict[str, torch.Tensor]:
     return copy.deepcopy({k: v.detach() for k, v in model.state_dict().items()})
 
 
+def _saved_weights(model: Recommender) -> dict[str, torch.Tensor]:
+    """The state dict as a file holds it: detached, on the CPU."""
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
 def save_checkpoint(path: Path, model: Recommender, cfg: Config, meta: dict) -> None:
     """State dict + config, written atomically."""
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    _atomic_save(path, {"state_dict": state, "config": cfg.stored(), **meta})
+    _atomic_save(path, {"state_dict": _saved_weights(model), "config": cfg.stored(), **meta})
 
 
 @dataclass
@@ -96,7 +100,7 @@ class TrainState:
             "epoch": self.best_epoch,
             "last_epoch": epoch,
             "stale": self.stale,
-            "weights": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+            "weights": _saved_weights(model),
             "best_value": self.best_value,
             "valid": self.best_valid,
             "optimizer": self.optimizer.state_dict(),

@@ -446,9 +446,7 @@ class Trainer:
             },
         )
         if self.on_eval is not None:  # a resumable run's folder changes at every pass: its resume state
-            checkpoint = (
-                self.checkpoint_path if improved or (self.resumable and self.checkpoint_path) else None
-            )
+            checkpoint = self.checkpoint_path if improved or self.resumable else None
             self.on_eval(epoch, metrics, improved, checkpoint, self.facts(last, loss))
 
     def _validate(self, epoch: int) -> dict[str, float]:
