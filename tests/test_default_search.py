@@ -190,6 +190,40 @@ def test_a_replicate_with_the_asha_budget_is_still_a_replica_of_its_winner():
     assert is_replica(full, winner, {**replicate, "train.max_steps": 0})
 
 
+def test_an_interrupted_seed_rerun_goes_on_only_with_the_replicates_still_wanted():
+    """The seeds' Tuner a cut-off re-run left goes on where what it would run (or record) is what is wanted:
+    seeds 0-2 of the selected config, seed 0 done (its row written), 1 mid-run, 2 not started."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from modsar.sweep.selection import _goes_on_with
+
+    def point(seed: int, lr: float = 0.001) -> dict:
+        return {"train.lr": lr, "train.max_steps": 18000, "seed": seed}
+
+    def trial(seed: int, status: str, lr: float = 0.001) -> SimpleNamespace:
+        return SimpleNamespace(config={"point": point(seed, lr)}, status=status, trial_id=f"t{seed}{lr}")
+
+    rows = pd.DataFrame({"trial_id": ["t00.001"]})
+    every, wanted = [point(0), point(1), point(2)], [point(1), point(2)]
+    left = [trial(0, "TERMINATED"), trial(1, "RUNNING"), trial(2, "PENDING")]
+    assert _goes_on_with(every, wanted, rows)(left)
+    # a trial that ended without its row (the driver was killed first, or the disk refused it) is recorded
+    assert _goes_on_with(every, wanted, rows)([trial(0, "TERMINATED"), trial(1, "TERMINATED"), left[2]])
+    # an errored replicate is retried from its checkpoint
+    assert _goes_on_with(every, wanted, rows)([left[0], trial(1, "ERROR"), left[2]])
+    # --seeds 2 now: seed 2 is no longer asked for, and a fresh Tuner runs seed 1
+    assert not _goes_on_with(every[:2], wanted[:1], rows)(left)
+    # --seeds 4 now: seed 3 is not among its trials
+    assert not _goes_on_with([*every, point(3)], [*wanted, point(3)], rows)(left)
+    # a selection redone since: its trials replicate another learning rate
+    assert not _goes_on_with(every, wanted, rows)([trial(s, "PENDING", lr=0.01) for s in range(3)])
+    # seed 1 ended with a row the re-run set aside (an error Tune never saw): trained again, afresh
+    ended = pd.DataFrame({"trial_id": ["t00.001", "t10.001"]})
+    assert not _goes_on_with(every, wanted, ended)([left[0], trial(1, "TERMINATED"), left[2]])
+
+
 def test_the_time_breakdown_of_hand_made_runs_and_rows():
     """Two runs of a search (one resumed): the driver's parts add up over runs, the slot-seconds are each
     Tuner's wall-clock times its slots, and the trials' parts come from their rows."""

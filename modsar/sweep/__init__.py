@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # the names as a type checker sees them; at run time __getatt
 # where each name the package exports lives; imported on first use, so that `modsar spaces` (which reads
 # modsar.sweep.spaces) does not start Ray Tune and torch. The Tune callbacks are among them because a search
 # started before the package split pickled them at the package's top (as modsar.search.<name>); --resume
-# finds them there under that name (tuner.modules_under_earlier_names)
+# finds them there under that name (restore.modules_under_earlier_names)
 _HOME = {
     "plan": ["Plan", "SearchRequest", "make_plan", "trial_config"],
     "rows": ["LiveTable", "ResultRows", "SchedulerState", "reconcile_rows", "row_from_results"],

@@ -9,11 +9,17 @@ import logging
 import pkgutil
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from ray import tune
+from ray.tune import ExperimentAnalysis
+
 from modsar.errors import ModsarError
+from modsar.records.rows import filesystem
 from modsar.sweep.plan import Plan
+from modsar.sweep.search_folder import drop_resume_files
+from modsar.sweep.storage import never_saved, remove_partial_files, restore_snapshot
 
 
 def search_settings(plan: Plan) -> dict[str, Any]:
@@ -160,3 +166,38 @@ def modules_under_earlier_names() -> Iterator[None]:
     finally:
         for name in [*added, *(n for n in sys.modules if n.split(".")[:2] == ["modsar", "search"])]:
             sys.modules.pop(name, None)
+
+
+def restored_tuner(
+    ray_path: str, trainable: Any, runs: Callable[[list], bool] | None = None
+) -> tune.Tuner | None:
+    """The Tuner a cut-off run left at `ray_path` (one direction's, or the seed re-runs'), restored to go on
+    with its unfinished trials (each from its last pass) and retry its errored ones from their checkpoints;
+    fit it under `restoring(ray_path)`. None where a fresh Tuner is to start instead: there is none, or it
+    was killed before Tune's first save (nothing ran: its folder is deleted), or `runs`, given its trials
+    (ray.tune.experiment.Trial: status, config, trial_id), says they are not the ones wanted now."""
+    if not tune.Tuner.can_restore(ray_path):
+        return None
+    fs, path = filesystem(ray_path)
+    if never_saved(ray_path):
+        fs.delete_dir(path)
+        return None
+    remove_partial_files(ray_path)
+    restore_snapshot(ray_path)  # Tune's state files as one save wrote them, whenever the kill came
+    with restoring(ray_path):
+        if runs is not None and not runs(ExperimentAnalysis(path, storage_filesystem=fs).trials):
+            drop_resume_files(ray_path)  # its trials will not go on: only their weights are kept
+            return None
+        return tune.Tuner.restore(ray_path, trainable=trainable, resume_unfinished=True, resume_errored=True)
+
+
+@contextlib.contextmanager
+def restoring(ray_path: str, restored: bool = True) -> Iterator[None]:
+    """While a Tuner from an earlier run is restored and fitted (`restored`; else nothing): the module names
+    earlier versions pickled resolve, and a state Tune fails to read is one clear error (not a search
+    silently run afresh)."""
+    if not restored:
+        yield
+        return
+    with modules_under_earlier_names(), restore_or_refuse(ray_path):
+        yield

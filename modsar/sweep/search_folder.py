@@ -30,16 +30,22 @@ def drop_resume_state(grid) -> None:
 
     Not before the Tuner returns: a trial that ended after Tune's last experiment-state save is resumed
     again after a kill and needs it. Errored trials keep it; --resume retries them from their checkpoint."""
-    from modsar.training.state import RESUME_FILE
-
     for result in grid:
         if result.error is None and result.path:
-            fs = result.filesystem
-            for info in fs.get_file_info(
-                pafs.FileSelector(result.path, recursive=True, allow_not_found=True)
-            ):
-                if info.base_name == RESUME_FILE:
-                    fs.delete_file(info.path)
+            _drop_resume_files(result.filesystem, result.path)
+
+
+def drop_resume_files(folder: str) -> None:
+    """Delete every resume state under `folder` (a path or URI): a Tuner's whose trials will not go on."""
+    _drop_resume_files(*filesystem(folder))
+
+
+def _drop_resume_files(fs: pafs.FileSystem, path: str) -> None:
+    from modsar.training.state import RESUME_FILE
+
+    for info in fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True)):
+        if info.base_name == RESUME_FILE:
+            fs.delete_file(info.path)
 
 
 def fs_exists(path: str) -> bool:

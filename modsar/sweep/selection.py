@@ -4,6 +4,8 @@ re-run on other seeds (with the budget their search trial had)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -16,9 +18,10 @@ from modsar.sweep.interrupt import (
     fitting,
 )
 from modsar.sweep.plan import STEPS_MAX_T, Plan
+from modsar.sweep.restore import restored_tuner, restoring
 from modsar.sweep.rows import (
     make_callbacks,
-    raise_row_fault,
+    reconcile_rows,
     rewrite_row,
     rows_dir,
 )
@@ -182,7 +185,8 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
     if not selected:
         return
     rows = read_rows(rows_dir(plan), plan.request.experiment_name)
-    points = []
+    every: list[dict] = []  # seeds 0..K-1 of each selected config
+    points = []  # those without a row yet, or with an errored one
     for info in selected.values():
         row = rows[rows["trial_id"] == info["trial_id"]].iloc[0]
         sampled: dict[str, Any] = {}
@@ -201,25 +205,56 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
             rewrite_row(plan, {**failed, "role": "superseded"})
         done = set(mine[mine["status"] != "error"]["seed"])
         budget = asha_budget(plan, row)
-        points += [
-            {**sampled, **budget, "seed": s} for s in range(plan.request.seeds) if s not in done
-        ]  # resumed: the rest
+        replicates = [{**sampled, **budget, "seed": s} for s in range(plan.request.seeds)]
+        every += replicates
+        points += [p for p in replicates if p["seed"] not in done]  # resumed: the rest
     if not points:
         return
-    storage = experiment_folder(plan)
-    tuner = tune.Tuner(
-        make_trainable(plan, test=True),
-        param_space={"point": tune.grid_search(points)},
-        tune_config=tune.TuneConfig(metric=f"best.{plan.monitor}", mode="max"),
-        run_config=tune.RunConfig(
-            name=f"{RAY_DIR}-seeds",
-            storage_path=storage,
-            verbose=0,
-            callbacks=make_callbacks(plan, role="seed"),
-            failure_config=tune.FailureConfig(max_failures=plan.request.max_failures),
-        ),
+    ray_path = f"{experiment_folder(plan)}/{RAY_DIR}-seeds"
+    fn = make_trainable(plan, test=True)
+    # an interrupted re-run goes on from each replicate's last pass, where what it has left is what is wanted
+    restored = (
+        restored_tuner(ray_path, fn, runs=_goes_on_with(every, points, rows)) if plan.request.resume else None
     )
-    with fitting():
+    tuner = (
+        restored
+        if restored is not None
+        else tune.Tuner(
+            fn,
+            param_space={"point": tune.grid_search(points)},
+            tune_config=tune.TuneConfig(metric=f"best.{plan.monitor}", mode="max"),
+            run_config=tune.RunConfig(
+                name=f"{RAY_DIR}-seeds",
+                storage_path=experiment_folder(plan),
+                verbose=0,
+                callbacks=make_callbacks(plan, role="seed"),
+                failure_config=tune.FailureConfig(max_failures=plan.request.max_failures),
+            ),
+        )
+    )
+    with fitting(), restoring(ray_path, restored is not None):
         grid = tuner.fit()
-    raise_row_fault(plan)  # a seed's row the disk refused ended the fit: said in one line
+    # a seed's row the disk refused ended the fit: said in one line; a row the killed driver missed: written
+    reconcile_rows(plan, grid, role="seed")
     drop_resume_state(grid)
+
+
+def _goes_on_with(every: list[dict], wanted: list[dict], rows: pd.DataFrame) -> Callable[[list], bool]:
+    """Whether the seeds' Tuner an interrupted re-run left is to go on (given its trials: status, config,
+    id): each trial it would run again, or that ended without a row (written from Tune's record after the
+    fit), is a replicate of the current selection and seeds (not of an earlier winner, nor a seed --seeds no
+    longer asks for), and each replicate still wanted is one of those. Else a fresh Tuner runs the wanted."""
+    recorded = set(rows["trial_id"]) if len(rows) else set()
+
+    def key(point: dict) -> str:  # JSON of the point; a value's type drifting (2 vs 2.0) only means afresh
+        return json.dumps(point, sort_keys=True, default=str)
+
+    current, missing = set(map(key, every)), set(map(key, wanted))
+
+    def goes_on(trials: list) -> bool:
+        left = {
+            key(t.config["point"]) for t in trials if t.status != "TERMINATED" or t.trial_id not in recorded
+        }
+        return left <= current and missing <= left
+
+    return goes_on

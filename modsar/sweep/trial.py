@@ -19,7 +19,8 @@ from modsar.sweep.spaces import SearchSpace
 
 # A trial's folder goes to Tune at each improvement and, between them, at most this often: each checkpoint is
 # a copy into storage, and every CheckpointConfig.num_to_keep of a trial's make Tune save the experiment's
-# state. An interrupted trial loses at most the passes since (its resume state is written at every pass).
+# state. An interrupted trial loses the passes since its folder last went to Tune: at most about this long,
+# or one pass where a pass takes longer (its resume state is written at every pass).
 CHECKPOINT_EVERY_S = 120.0
 
 if TYPE_CHECKING:

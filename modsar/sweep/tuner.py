@@ -34,8 +34,8 @@ from modsar.sweep.plan import Plan, SearchRequest, make_plan
 from modsar.sweep.ray_session import check_resources, connect_ray, trial_slots
 from modsar.sweep.restore import (
     check_same_search,
-    modules_under_earlier_names,
-    restore_or_refuse,
+    restored_tuner,
+    restoring,
     search_settings,
 )
 from modsar.sweep.rows import (
@@ -53,7 +53,7 @@ from modsar.sweep.search_folder import (
     write_json,
 )
 from modsar.sweep.selection import rerun_seeds, search_problem, select_and_test
-from modsar.sweep.storage import never_saved, remove_partial_files, restore_snapshot, snapshots_of_tune_state
+from modsar.sweep.storage import snapshots_of_tune_state
 from modsar.sweep.timing import SearchClock
 from modsar.sweep.trial import make_trainable
 
@@ -307,25 +307,12 @@ def _run_directions(
     for task in plan.space.tasks():
         fn = make_trainable(plan)
         ray_path = f"{storage}/{RAY_DIR}-{task}"
-        restorable = req.resume and tune.Tuner.can_restore(ray_path)  # before a fresh Tuner writes tuner.pkl
-        if restorable and never_saved(ray_path):  # killed before Tune's first save: nothing ran, start afresh
-            fs, path = filesystem(ray_path)
-            fs.delete_dir(path)
-            restorable = False
-        if restorable:
-            remove_partial_files(ray_path)
-            restore_snapshot(ray_path)  # Tune's state files as one save wrote them, whenever the kill came
-            with modules_under_earlier_names(), restore_or_refuse(ray_path):
-                tuner = tune.Tuner.restore(
-                    ray_path, trainable=fn, resume_unfinished=True, resume_errored=True
-                )
-                with fitting(), clock.part(f"direction:{task}"):
-                    grid = tuner.fit()
-        else:
-            tuner = build_tuner(plan, total, task, fn)
-            # Ctrl-C: Tune saves and ends this fit, and the search stops after it
-            with fitting(), clock.part(f"direction:{task}"):
-                grid = tuner.fit()
+        # restored before a fresh Tuner could write its tuner.pkl there
+        restored = restored_tuner(ray_path, fn) if req.resume else None
+        tuner = restored if restored is not None else build_tuner(plan, total, task, fn)
+        # Ctrl-C: Tune saves and ends this fit, and the search stops after it
+        with fitting(), clock.part(f"direction:{task}"), restoring(ray_path, restored is not None):
+            grid = tuner.fit()
         _record_clock(f"{storage}/search.json", clock)
         reconcile_rows(plan, grid)
         drop_resume_state(grid)
