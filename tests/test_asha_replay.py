@@ -59,3 +59,12 @@ def test_replay_is_seeded_and_leaves_numpy_global_state():
     # between the synchronous count (12 to rung 1, 6 to rung 2, 3 to max_t: 27 passes) and all to max_t
     assert 27 * 5 <= a.epochs <= 12 * 4 * 5
     assert a.seconds >= a.passes * PASS_S / 2 and 0.5 < a.busy <= 1  # the work spread on 2 workers, or more
+
+
+def test_each_replay_keeps_its_wall_clock_and_the_order_of_trials_spreads_them():
+    """4 trials on 1 worker: in the best order (each better than the last) all go to max_t, 16 passes; in the
+    worst (each worse) 7 passes. Replays in random orders fall between, and their mean is the estimate's."""
+    a = replay([SHAPE], 4, 1, PASSES, runs=40, seed=3)
+    assert len(a.seconds_by_run) == 40 and a.seconds == sum(a.seconds_by_run) / 40
+    assert set(a.seconds_by_run) <= {k * PASS_S for k in range(7, 17)}
+    assert min(a.seconds_by_run) < max(a.seconds_by_run)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import subprocess
 import sys
 import time
@@ -151,18 +153,26 @@ def test_modsar_spaces_prints_the_estimate(data_dir, capsys):
     ae, ar = (next(x for x in lines if x.startswith(f"  {t}: ")) for t in ("AE", "AR"))
     # 8 AE trials to 30 epochs, 4 on to max_t (60): 360 epochs if ASHA were synchronous; async ASHA lets more
     # through (the first trial at a rung always goes on), never more than 8 x 60
-    head = "  AE: 8 trials, 16 steps/epoch, first ASHA decision after 480 steps (30 epochs); <= "
+    head = "  AE: 8 trials, 16 steps/epoch, first ASHA decision after 480 steps (30 epochs); ~"
     assert ae.startswith(head) and "(1 CPU per trial, " in ae and " s/epoch and " in ae
     assert 360 < int(ae[len(head) :].split()[0].replace(",", "")) <= 480
-    head = "  AR: 4 trials, 16 steps/epoch, first ASHA decision after 480 steps (30 epochs); <= "
+    head = "  AR: 4 trials, 16 steps/epoch, first ASHA decision after 480 steps (30 epochs); ~"
     assert ar.startswith(head) and 180 < int(ar[len(head) :].split()[0]) <= 240
-    assert any("an estimate: Ray's ASHA replayed on the trials that run at once" in x for x in lines)
+    assert any(
+        "an estimate: the mean of replays of Ray's ASHA on the trials that run at once" in x for x in lines
+    )
+    (total,) = [x for x in lines if x.startswith("  in all: ~")]
+    assert re.search(
+        r", ~[0-9.]+ \w+ \([0-9.]+ \w+ to [0-9.]+ \w+ in 8 of 10 replays\) \(one direction", total
+    )
     assert main(["spaces", "quickstart", "--dataset", "synthetic", "--json", "--max-concurrent", "1"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert (
         document["directions"]["ae"]["trials"] == 8 and 180 <= document["directions"]["ar"]["epochs"] <= 240
     )
     assert document["resources"]["parallel"] == 1 and document["seconds"] > 0
+    low, high = document["seconds_range"]  # the order of trials alone moves a search: a range about the mean
+    assert 0 < low <= high and low < document["seconds"] * 1.5 and high > document["seconds"] / 1.5
 
 
 def test_an_unknown_dataset_is_one_clear_error(data_dir, capsys):
@@ -351,6 +361,46 @@ def test_each_size_is_timed_beside_the_other_trials_that_run_at_once(data_dir, m
     seen.clear()
     est = estimate(plan, Resources(cpus=2, gpus=0, max_concurrent=1))
     assert set(seen) == {None} and not any("side by side" in x for x in est.lines())
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="no /proc/stat: only a load average")
+def test_a_load_that_starts_while_the_probe_runs_is_said_and_recorded(data_dir, monkeypatch):
+    """A process that starts spinning on a core once the probe has begun (a glance before the probe missed
+    such loads): the estimate says the machine is busy, and records how busy in its JSON."""
+    spinners = []
+    real = cost.time_size
+
+    def beside_a_spinner(*args):
+        if not spinners:  # from the first size's probe on
+            spinners.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+            time.sleep(1.0)
+        return real(*args)
+
+    monkeypatch.setattr(cost, "time_size", beside_a_spinner)
+    plan = make_plan(SearchRequest(space="quickstart", dataset="synthetic", cpus_per_trial=1))
+    try:
+        est = estimate(plan, Resources(cpus=2, gpus=0, max_concurrent=1))  # no companions: 1 spinner
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert spinners and est.busy_cores is not None and est.busy_cores >= 0.5
+    assert any(note.startswith("this machine is busy (") for note in est.notes)
+    assert est.to_dict()["busy_cores"] == round(est.busy_cores, 2)
+
+
+def test_the_load_of_other_processes_is_the_machines_less_the_probes_own(monkeypatch):
+    """30 s of the machine's CPU over 10 s, 15 of them the probe's own (and its companions'): 1.5 cores."""
+    samples = iter([(100.0, 10.0, 0.0), (130.0, 25.0, 10.0)])
+    monkeypatch.setattr(cost, "_cpu_times", lambda: next(samples))
+    with cost.OtherLoad() as load:
+        pass
+    assert load.cores == 1.5
+    samples = iter([(None, 10.0, 0.0), (None, 25.0, 10.0)])  # no /proc/stat: the load average
+    monkeypatch.setattr(cost, "_load_average", lambda: 0.7)
+    with cost.OtherLoad() as load:
+        pass
+    assert load.cores == 0.7
 
 
 def test_a_script_without_a_main_guard_runs_once_with_its_companions(data_dir, tmp_path):

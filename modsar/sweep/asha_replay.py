@@ -83,12 +83,15 @@ class TrialShape:
 
 @dataclass(frozen=True)
 class Replay:
-    """Averages over the replays: epochs and validation passes trained in all, and the wall-clock."""
+    """Averages over the replays: epochs and validation passes trained in all, and the wall-clock; and each
+    replay's wall-clock, whose spread is what the order of good and poor trials alone moves a search by (the
+    first trial at a rung always goes on, so a search whose early trials are poor trains more)."""
 
     epochs: float
     passes: float
     seconds: float
     busy: float  # the share of the workers' time spent training (1 - cores left idle at the end)
+    seconds_by_run: tuple[float, ...] = ()
 
 
 def replay(
@@ -106,14 +109,16 @@ def replay(
     rng = np.random.default_rng(seed)
     shares = np.array([s.share for s in shapes], dtype=float)
     shares = shares / shares.sum()
-    epochs = passes = seconds = busy = 0.0
+    epochs = passes = busy = 0.0
+    walls = []
     with untouched():  # ASHAScheduler.on_trial_add draws a bracket from numpy's global generator
         for _ in range(runs):
             kinds = rng.choice(len(shapes), size=trials, p=shares)
             quality = rng.random(trials)
             e, p, s, b = _one_run([shapes[k] for k in kinds], quality, parallel, schedule)
-            epochs, passes, seconds, busy = epochs + e, passes + p, seconds + s, busy + b
-    return Replay(epochs / runs, passes / runs, seconds / runs, busy / runs)
+            epochs, passes, busy = epochs + e, passes + p, busy + b
+            walls.append(s)
+    return Replay(epochs / runs, passes / runs, sum(walls) / runs, busy / runs, tuple(walls))
 
 
 def _one_run(

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from modsar.config import Config
@@ -207,6 +208,12 @@ class Direction:
             return math.nan
         return TUNER_START_S + self.replayed().seconds
 
+    def seconds_by_run(self) -> list[float]:
+        """The wall-clock of each replay of this direction (empty where seconds() is not finite)."""
+        if not math.isfinite(self.seconds()):
+            return []
+        return [TUNER_START_S + wall for wall in self.replayed().seconds_by_run]
+
     def shapes(self) -> list[int]:
         """The distinct steps per epoch of the direction's sizes (a varied batch size or window gives
         several)."""
@@ -233,6 +240,7 @@ class CostEstimate:
     device: str  # where the probes ran
     directions: list[Direction]
     notes: list[str] = field(default_factory=list)
+    busy_cores: float | None = None  # cores other processes kept busy while the probe ran (None: no probe)
 
     @property
     def varied(self) -> list[str]:
@@ -250,6 +258,19 @@ class CostEstimate:
         if budget:
             each = [min(s, budget / len(self.directions)) for s in each]
         return RAY_START_S + sum(each)
+
+    def seconds_range(self) -> tuple[float, float]:
+        """The whole search's wall-clock in the 10th and 90th percentile of the replays (each direction's
+        replays taken in order: independent draws), cut by --time-budget as seconds() is; nan where it has no
+        finite wall-clock."""
+        runs = [d.seconds_by_run() for d in self.directions]
+        if not runs or not all(runs):
+            return math.nan, math.nan
+        budget = self.plan.request.time_budget_s
+        cap = budget / len(runs) if budget else math.inf
+        totals = [RAY_START_S + sum(min(r[i], cap) for r in runs) for i in range(min(map(len, runs)))]
+        low, high = np.percentile(totals, [10, 90])
+        return float(low), float(high)
 
     def size_name(self, g: Group) -> str:
         """A size as the estimate names it: the cost keys its direction varies, with this size's values."""
@@ -270,11 +291,13 @@ class CostEstimate:
         for d in self.directions:
             lines.append(self._line(d, parallel))
         if len(self.directions) > 1:
-            wall = f", {self._wall(self.seconds())} (one direction after the other)" if parallel else ""
-            lines.append(f"  in all: <= {_int(sum(d.epochs() for d in self.directions))} epochs{wall}")
+            wall = f", {self._wall(self.seconds())}{self._spread()} (one direction after the other)"
+            epochs = _int(sum(d.epochs() for d in self.directions))
+            lines.append(f"  in all: ~{epochs} epochs{wall if parallel else ''}")
         lines.append(
-            "  (an estimate: Ray's ASHA replayed on the trials that run at once; patience may end a trial "
-            "sooner)"
+            "  (an estimate: the mean of replays of Ray's ASHA on the trials that run at once; the order in "
+            "which good and poor trials come moves a search within the range shown, and patience may end a "
+            "trial sooner)"
         )
         budget = p.request.time_budget_s
         if budget and parallel and sum(d.seconds() for d in self.directions) > budget:
@@ -297,7 +320,7 @@ class CostEstimate:
         )
         head = (
             f"  {d.task.upper()}: {_int(d.trials)} trial{'s' if d.trials != 1 else ''}, {spe} steps/epoch, "
-            f"{first}; <= {_int(d.epochs())} epochs"
+            f"{first}; ~{_int(d.epochs())} epochs"
         )
         if not parallel:
             return f"{head}; no trial fits this machine's {self.resources.held}"
@@ -314,7 +337,8 @@ class CostEstimate:
         )
         side_by_side = " side by side" if parallel > 1 and self.device == "cpu" else ""
         measured = f"{per_epoch} s/epoch and {per_eval} s/validation measured{side_by_side}{guessed}"
-        return f"{head}, {self._wall(d.seconds())} on {self.resources.text(measured)}"
+        spread = self._spread() if len(self.directions) == 1 else ""
+        return f"{head}, {self._wall(d.seconds())}{spread} on {self.resources.text(measured)}"
 
     @staticmethod
     def _rung(d: Direction) -> str:
@@ -322,6 +346,13 @@ class CostEstimate:
         if d.schedule.unit == "steps":
             return f"{d.schedule.grace:,}"
         return _span([d.schedule.grace * d.schedule.eval_every * x for x in d.shapes()])
+
+    def _spread(self) -> str:
+        """The whole search's range over the replays, for people ("" where it has no finite wall-clock)."""
+        low, high = self.seconds_range()
+        if not math.isfinite(low):
+            return ""
+        return f" ({duration(low)} to {duration(high)} in 8 of 10 replays)"
 
     @staticmethod
     def _wall(seconds: float) -> str:
@@ -383,6 +414,8 @@ class CostEstimate:
             "directions": directions,
             "epochs": sum(d.epochs() for d in self.directions),
             "seconds": seconds(self.seconds()),
+            "seconds_range": [seconds(x) for x in self.seconds_range()],
+            "busy_cores": None if self.busy_cores is None else round(self.busy_cores, 2),
             "notes": self.notes,
         }
 
@@ -405,14 +438,12 @@ def estimate(
     resources = resources or Resources.here(req.cpus_per_trial, req.gpus_per_trial, req.max_concurrent)
     cuda = req.gpus_per_trial > 0 and torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
-    notes = []
+    notes, busy = [], None
     if req.address or os.environ.get("RAY_ADDRESS"):
         notes.append(
             "the search joins a Ray cluster: the wall-clock counts this machine's CPUs and GPUs, not the "
             "cluster's"
         )
-    if probe and (busy := busy_note(resources.cpus)):
-        notes.append(busy)
     base = Config.from_dict(plan.base)
     with untouched(device):  # nothing here may shift the training streams (modsar.randomness)
         dataset = viewed(load_dataset(req.dataset, req.data_dir), base.data.view)
@@ -424,10 +455,14 @@ def estimate(
             directions.append(Direction(task, plan.trials_of(task), groups, schedule, resources.parallel))
         measure_steps(directions, split, dataset)
         if probe and resources.parallel:  # (where no trial fits, there is no wall-clock to estimate)
-            notes += _probe_sizes(plan, resources, directions, dataset, split, device, max_probes)
+            with OtherLoad() as load:
+                notes += _probe_sizes(plan, resources, directions, dataset, split, device, max_probes)
+            busy = load.cores
+            if note := busy_note(resources.cpus, busy):
+                notes.append(note)
     for d in directions:
         d.forget()  # replayed again with the probes' timings
-    result = CostEstimate(plan, resources, str(device), directions, notes)
+    result = CostEstimate(plan, resources, str(device), directions, notes, busy)
     for d in directions:
         for g in d.groups:
             if g.error:
@@ -459,34 +494,65 @@ def _probe_sizes(
     return []
 
 
-def busy_cores(window_s: float = 0.5) -> float | None:
-    """Cores other processes kept busy over the last `window_s` seconds (this one sleeps meanwhile), from
-    /proc/stat's CPU times; the 1-minute load average where there is no /proc (None: neither)."""
+class OtherLoad:
+    """Cores other processes keep busy while a block runs: the machine's CPU time over the block (/proc/stat)
+    less this process's and its children's that ended in it (the probe's companions), per second. Measured
+    over the whole probe, so a load that comes and goes (a test suite, another search) is not missed the way
+    one glance before the probe missed it. Without /proc, the 1-minute load average as the block starts."""
 
-    def times() -> tuple[int, int]:
+    def __init__(self) -> None:
+        self.cores: float | None = None
+
+    def __enter__(self) -> OtherLoad:
+        self._start = _cpu_times()
+        self._load = _load_average() if self._start[0] is None else None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        (machine0, own0, wall0), (machine1, own1, wall1) = self._start, _cpu_times()
+        if machine0 is None or machine1 is None:
+            self.cores = self._load
+        else:
+            self.cores = max(0.0, ((machine1 - machine0) - (own1 - own0)) / max(1e-9, wall1 - wall0))
+
+
+def _cpu_times() -> tuple[float | None, float, float]:
+    """(seconds of CPU the whole machine has spent busy, None without /proc/stat; this process's and its
+    ended children's CPU seconds; a monotonic clock)."""
+    import resource
+
+    own = sum(
+        usage.ru_utime + usage.ru_stime
+        for usage in (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN))
+    )
+    try:
         with open("/proc/stat") as stat:
             fields = [int(x) for x in stat.readline().split()[1:]]
         idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
-        return sum(fields[:8]) - idle, sum(fields[:8])
-
-    try:
-        busy0, total0 = times()
-        time.sleep(window_s)
-        busy1, total1 = times()
+        machine: float | None = (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
-        try:
-            return os.getloadavg()[0]
-        except OSError:
-            return None
-    cpus = os.cpu_count() or 1
-    return cpus * (busy1 - busy0) / max(1, total1 - total0)
+        machine = None
+    return machine, own, time.monotonic()
 
 
-def busy_note(cpus: int, busy: float | None = None) -> str:
-    """A line saying the machine is busy, when other processes keep half a core or more busy just before the
-    probe: the probe then times a shared machine. No factor is guessed: niced work slows a probe far less
-    than it shows, and the search's own trials would compete with it all the same."""
-    busy = busy_cores() if busy is None else busy
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def busy_cores(window_s: float = 0.5) -> float | None:
+    """Cores other processes keep busy over the next `window_s` seconds (this one sleeps meanwhile)."""
+    with OtherLoad() as load:
+        time.sleep(window_s)
+    return load.cores
+
+
+def busy_note(cpus: int, busy: float | None) -> str:
+    """A line saying the machine is busy, when other processes kept half a core or more busy while the
+    probe ran: it then timed a shared machine. No factor is guessed: niced work slows a probe far less than
+    it shows, and the search's own trials would compete with it all the same."""
     if busy is None or busy < 0.5:
         return ""
     return (
