@@ -24,13 +24,23 @@ from modsar.records.rows import read_rows
 from modsar.sweep.timing import breakdown
 
 
-def predicted_seconds(stored: dict) -> dict[str, float]:
-    """Direction (and "search") -> the seconds the search's cost estimate predicted, where it had one."""
+def predicted(stored: dict, what: str = "seconds") -> dict[str, float]:
+    """Direction (and "search") -> what the search's cost estimate predicted of `what` (seconds, epochs),
+    where it had one."""
     estimate = stored.get("estimate") or {}
-    out = {t: d["seconds"] for t, d in (estimate.get("directions") or {}).items() if d.get("seconds")}
-    if estimate.get("seconds"):
-        out["search"] = estimate["seconds"]
+    out = {t: d[what] for t, d in (estimate.get("directions") or {}).items() if d.get(what)}
+    if estimate.get(what):
+        out["search"] = estimate[what]
     return out
+
+
+def spread(table: pd.DataFrame, name: str, estimate: dict) -> None:
+    """Columns <name>_low_s and <name>_high_s: the search's wall-clock in the 10th and 90th percentile of the
+    estimate's replays (an estimate made before they were recorded has none), on the search's line."""
+    low, high = estimate.get("seconds_range") or (None, None)
+    search = table["part"] == "search"
+    table[f"{name}_low_s"] = pd.Series(low, index=table.index).where(search)
+    table[f"{name}_high_s"] = pd.Series(high, index=table.index).where(search)
 
 
 def re_estimate(stored: dict) -> dict:
@@ -64,15 +74,22 @@ def main() -> None:
     stored = json.loads((Path(args.results) / args.experiment / "search.json").read_text())
     rows = read_rows(args.results, args.experiment)
     table = breakdown(stored.get("timing") or [], rows)
-    predicted = predicted_seconds(stored)
-    table["estimate_s"] = table["part"].map(predicted)
+    table["estimate_s"] = table["part"].map(predicted(stored))
     # the estimate covers the search, not the seed re-runs after it (--seeds K): they are left out here
     estimated = table["wall_s"] - (table["seeds_s"].fillna(0.0) if "seeds_s" in table else 0.0)
     table["measured_over_estimate"] = estimated / table["estimate_s"]
+    # the ratio as its two factors: how many epochs the trials ran, and the wall-clock each epoch took
+    # (with its share of validation, set-up and idle slots), each against the estimate's
+    table["estimate_epochs"] = table["part"].map(predicted(stored, "epochs"))
+    table["epochs_over_estimate"] = table["epochs"] / table["estimate_epochs"]
+    table["epoch_s_over_estimate"] = table["measured_over_estimate"] / table["epochs_over_estimate"]
+    # the whole search's range over the estimate's replays (10th to 90th percentile), where it recorded one
+    spread(table, "estimate", stored.get("estimate") or {})
     if args.re_estimate:
-        again = predicted_seconds({"estimate": re_estimate(stored)})
-        table["re_estimate_s"] = table["part"].map(again)
+        fresh = re_estimate(stored)
+        table["re_estimate_s"] = table["part"].map(predicted({"estimate": fresh}))
         table["measured_over_re_estimate"] = estimated / table["re_estimate_s"]
+        spread(table, "re_estimate", fresh)
     table.insert(0, "experiment", args.experiment)
     table["status"] = stored.get("status")
     table["runs"] = len(stored.get("timing") or [])
