@@ -639,17 +639,18 @@ def _descendants(pid: int) -> list:
         return []
 
 
-def _mid_run(experiment: Path, tag: str) -> bool:
-    """Tune's saved experiment state has the trial tagged `tag` running with 3+ epochs left: a kill now lands
-    after its first checkpoint is on record and well before it ends."""
-    for state_file in experiment.glob("ray-*/experiment_state-*.json"):
+def _mid_run(experiment: Path, tag: str, tuners: str = "ray-*", epochs: tuple = (2, 3)) -> bool:
+    """Tune's saved experiment state (of the Tuners matching `tuners`) has the trial tagged `tag` ("": any)
+    running with 3+ epochs left (or at `epochs`): a kill now lands after its first checkpoint is on record
+    and before it ends."""
+    for state_file in experiment.glob(f"{tuners}/experiment_state-*.json"):
         try:
             trials = json.loads(state_file.read_text())["trial_data"]
         except (OSError, ValueError, KeyError):  # being rewritten
             continue
         for trial, runtime in trials:
             last = json.loads(runtime).get("last_result") or {}
-            if json.loads(trial).get("experiment_tag", "").endswith(tag) and last.get("epoch") in (2, 3):
+            if json.loads(trial).get("experiment_tag", "").endswith(tag) and last.get("epoch") in epochs:
                 return True
     return False
 
@@ -726,6 +727,66 @@ def test_sigkill_driver_then_resume(data_dir, tmp_path):
         for name in ("k", "whole")
     )
     assert resumed.equals(uninterrupted), resumed.compare(uninterrupted)
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_sigkill_during_seed_reruns_then_resume(data_dir, tmp_path):
+    """Kill the driver while a seed replicate is mid-run; --resume restores the seeds' Tuner, so that
+    replicate goes on from its last checkpoint instead of starting again, and every seed row equals the row
+    of a search that was never killed."""
+    out = tmp_path / "results"
+    cmd = [
+        sys.executable,
+        "-m",
+        "modsar.cli",
+        "search",
+        "--space",
+        str(SPACES / "resume.yaml"),
+        "--dataset",
+        "synthetic",
+        "--results",
+        str(out),
+        "--experiment",
+        "k",
+        "--quiet",
+        "--no-estimate",
+        "--max-concurrent",  # ASHA decides alike in both searches: the same selection
+        "1",
+        "--seeds",
+        "2",
+    ]
+    env = {**os.environ, "MODSAR_DATA": str(data_dir)}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    # a replicate's 6 epochs take seconds: any saved state with epochs left will do
+    while not (caught := _mid_run(out / "k", "", "ray-seeds", (1, 2, 3, 4))) and time.time() < deadline:
+        time.sleep(0.02)
+    family = _descendants(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    for child in family:
+        child.kill()
+    proc.wait()
+    assert caught, "no seed replicate was seen mid-run"
+    rows = read_rows(str(out), "k")
+    assert (rows["role"] == "search").sum() == 6 and (rows["role"] == "seed").sum() < 2, "killed mid-seeds"
+
+    done = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    whole = subprocess.run(
+        [*cmd[:-7], "whole", *cmd[-6:]], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    resumed, uninterrupted = (
+        read_rows(str(out), name).query("role == 'seed'").set_index("seed").sort_index()
+        for name in ("k", "whole")
+    )
+    assert list(resumed.index) == [0, 1] and (resumed["status"] == "finished").all()
+    # the replicate caught mid-run went on from its checkpoint: fewer reports than a whole run's, one curve
+    assert (resumed["reports"] < uninterrupted["reports"]).any(), resumed[["reports", "epochs_run"]]
+    facts = ["epochs_run", "best_epoch", "valid.ndcg@10", "curve", "test.ndcg@10", "test.recall@10"]
+    assert resumed[facts].equals(uninterrupted[facts]), resumed[facts].compare(uninterrupted[facts])
+    assert not list((out / "k").rglob("resume.pt"))  # the search ended: only the weights stay
 
 
 @pytest.mark.slow

@@ -228,6 +228,7 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
                 storage_path=experiment_folder(plan),
                 verbose=0,
                 callbacks=make_callbacks(plan, role="seed"),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=2),  # as a direction's Tuner
                 failure_config=tune.FailureConfig(max_failures=plan.request.max_failures),
             ),
         )
