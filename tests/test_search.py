@@ -655,13 +655,10 @@ def _mid_run(experiment: Path, tag: str, tuners: str = "ray-*", epochs: tuple = 
     return False
 
 
-@pytest.mark.slow
-@pytest.mark.long
-def test_sigkill_driver_then_resume(data_dir, tmp_path):
-    """Kill the driver (and its local Ray) while a trial is mid-run; --resume continues that trial from its
-    checkpoint and ASHA from its rungs, and every row equals the row of a search that was never killed."""
-    out = tmp_path / "results"
-    cmd = [
+def _resume_space_search(out: Path, experiment: str, *options: str) -> list[str]:
+    """The command line of a search of tests/spaces/resume.yaml (one trial at a time, so that ASHA decides
+    alike in every run) in a subprocess, which a test can kill."""
+    return [
         sys.executable,
         "-m",
         "modsar.cli",
@@ -673,22 +670,37 @@ def test_sigkill_driver_then_resume(data_dir, tmp_path):
         "--results",
         str(out),
         "--experiment",
-        "k",
+        experiment,
         "--quiet",
         "--max-concurrent",
         "1",
+        *options,
     ]
+
+
+def _kill_with_family(proc: subprocess.Popen) -> None:
+    """SIGKILL a driver and every process under it (its local Ray), as the OOM killer would."""
+    family = _descendants(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    for child in family:
+        child.kill()
+    proc.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_sigkill_driver_then_resume(data_dir, tmp_path):
+    """Kill the driver (and its local Ray) while a trial is mid-run; --resume continues that trial from its
+    checkpoint and ASHA from its rungs, and every row equals the row of a search that was never killed."""
+    out = tmp_path / "results"
+    cmd = _resume_space_search(out, "k")
     env = {**os.environ, "MODSAR_DATA": str(data_dir)}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     trials = out / "k" / "trials"
     deadline = time.time() + 240  # the third trial (best lr) outlives every rung: catch it mid-run
     while time.time() < deadline and not _mid_run(out / "k", "model_dropout_0_0_train_lr_0_003"):
         time.sleep(0.05)
-    family = _descendants(proc.pid)
-    proc.send_signal(signal.SIGKILL)
-    for child in family:
-        child.kill()
-    proc.wait()
+    _kill_with_family(proc)
     before = len(list(trials.glob("[!.]*.parquet")))  # a row being written at the kill stays a .tmp- file
     assert before == 2, "the driver was killed while the third trial ran"
     (trials / ".tmp-killed-mid-write.parquet").write_bytes(b"PAR1 half a row")  # as a kill mid-write leaves
@@ -709,7 +721,7 @@ def test_sigkill_driver_then_resume(data_dir, tmp_path):
     assert not list((out / "k").rglob("resume.pt"))  # the search ended: only the weights stay
 
     whole = subprocess.run(
-        [*cmd[:-4], "whole", *cmd[-3:]], env=env, capture_output=True, text=True, timeout=600
+        _resume_space_search(out, "whole"), env=env, capture_output=True, text=True, timeout=600
     )
     assert whole.returncode == 0, whole.stderr[-2000:]
     facts = [
@@ -736,37 +748,15 @@ def test_sigkill_during_seed_reruns_then_resume(data_dir, tmp_path):
     replicate goes on from its last checkpoint instead of starting again, and every seed row equals the row
     of a search that was never killed."""
     out = tmp_path / "results"
-    cmd = [
-        sys.executable,
-        "-m",
-        "modsar.cli",
-        "search",
-        "--space",
-        str(SPACES / "resume.yaml"),
-        "--dataset",
-        "synthetic",
-        "--results",
-        str(out),
-        "--experiment",
-        "k",
-        "--quiet",
-        "--no-estimate",
-        "--max-concurrent",  # ASHA decides alike in both searches: the same selection
-        "1",
-        "--seeds",
-        "2",
-    ]
+    options = ("--no-estimate", "--seeds", "2")
+    cmd = _resume_space_search(out, "k", *options)
     env = {**os.environ, "MODSAR_DATA": str(data_dir)}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     # a replicate's 6 epochs take seconds: any saved state with epochs left will do
     while not (caught := _mid_run(out / "k", "", "ray-seeds", (1, 2, 3, 4))) and time.time() < deadline:
         time.sleep(0.02)
-    family = _descendants(proc.pid)
-    proc.send_signal(signal.SIGKILL)
-    for child in family:
-        child.kill()
-    proc.wait()
+    _kill_with_family(proc)
     assert caught, "no seed replicate was seen mid-run"
     rows = read_rows(str(out), "k")
     assert (rows["role"] == "search").sum() == 6 and (rows["role"] == "seed").sum() < 2, "killed mid-seeds"
@@ -774,7 +764,7 @@ def test_sigkill_during_seed_reruns_then_resume(data_dir, tmp_path):
     done = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     whole = subprocess.run(
-        [*cmd[:-7], "whole", *cmd[-6:]], env=env, capture_output=True, text=True, timeout=600
+        _resume_space_search(out, "whole", *options), env=env, capture_output=True, text=True, timeout=600
     )
     assert whole.returncode == 0, whole.stderr[-2000:]
     resumed, uninterrupted = (
