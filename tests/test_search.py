@@ -1321,7 +1321,13 @@ def test_a_scheduler_in_optimizer_steps_decides_on_steps(local_ray, data_dir, tm
     assert (rows["epochs_run"] == 3).all() and (rows["steps"] == 12).all()
     assert rows["popularity_level"].between(0.01, 0.2).all()
     search_json = json.loads((out / "s" / "search.json").read_text())
-    assert search_json["asha"] == {"max_t": 10, "grace_period": 10, "reduction_factor": 2, "unit": "steps"}
+    assert search_json["asha"] == {
+        "max_t": 10,
+        "grace_period": 10,
+        "reduction_factor": 2,
+        "unit": "steps",
+        "kind": "asha",
+    }
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from modsar.sweep import Plan, SearchRequest
 
 EPILOG = """examples:
-  modsar search --space local_attn --dataset beauty              # TPE, ASHA in steps, local Ray
+  modsar search --space local_attn --dataset beauty              # TPE, successive halving, local Ray
   modsar search --space local_attn --dataset beauty --full-grid  # the paper's full grid
   modsar search --space loss_ce --dataset synthetic --max-epochs 10 --max-t 5 --grace-period 1
   modsar search --space vanilla --dataset video --search optuna --num-samples 40 --cpus-per-trial 2

@@ -1,5 +1,5 @@
-"""What asynchronous ASHA lets a search train, and for how long, found by running Ray's own scheduler on
-simulated trials.
+"""What a search's early stopping lets it train, and for how long, found by running the scheduler's rule on
+simulated trials: Ray's own asynchronous ASHA, or synchronous successive halving (modsar.sweep.halving).
 
 A closed formula (every trial to the grace period, 1/rf of them on to each next rung) undercounts what
 Ray's ASHA does with a few workers: the first trial to reach a rung has nothing to be compared with and
@@ -10,6 +10,10 @@ reports at its validation passes as a real one does, and `ASHAScheduler` (the cl
 decides at each report whether it goes on. A trial's reported value is a fixed random quality (its rank
 against the others holds over time); patience is not modelled, so a trial that converges early costs less
 than this says. The replay draws from its own seeded generator and leaves numpy's global one as it was.
+
+Successive halving needs no such replay for its epochs (n trials to the first rung, n // rf on, and so on,
+in any order), but its wall-clock does: each rung waits for its last trial while other cores idle, and
+which sizes go on is random here (a real search's better trials may be its larger, slower ones).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
 from modsar.randomness import untouched
+from modsar.sweep.halving import best_of, promoted_count, rung_times
 
 if TYPE_CHECKING:
     from modsar.sweep.plan import Plan
@@ -40,6 +45,7 @@ class Schedule:
     unit: str  # "passes" (validation passes) or "steps" (optimizer steps): what grace and max_t count
     eval_every: int
     max_epochs: int
+    kind: str = "asha"  # or "halving" (modsar.sweep.halving): what the replay runs
 
     @classmethod
     def of(cls, plan: Plan) -> Schedule:
@@ -52,6 +58,7 @@ class Schedule:
             plan.unit,
             train["eval_every"],
             train["max_epochs"],
+            getattr(plan, "scheduler", "asha"),
         )
 
     def epochs_at(self, t: int, steps_per_epoch: int) -> int:
@@ -115,7 +122,8 @@ def replay(
         for _ in range(runs):
             kinds = rng.choice(len(shapes), size=trials, p=shares)
             quality = rng.random(trials)
-            e, p, s, b = _one_run([shapes[k] for k in kinds], quality, parallel, schedule)
+            one = _one_halving_run if schedule.kind == "halving" else _one_run
+            e, p, s, b = one([shapes[k] for k in kinds], quality, parallel, schedule)
             epochs, passes, busy = epochs + e, passes + p, busy + b
             walls.append(s)
     return Replay(epochs / runs, passes / runs, sum(walls) / runs, busy / runs, tuple(walls))
@@ -172,3 +180,53 @@ def _one_run(
 
 def _pass_s(shape: TrialShape, k: int, last_pass: int) -> float:
     return shape.last_pass_s if k == last_pass else shape.pass_s
+
+
+def _one_halving_run(
+    order: list[TrialShape],
+    quality: np.ndarray,
+    parallel: int,
+    schedule: Schedule,
+) -> tuple[float, float, float, float]:
+    """(epochs, passes, wall seconds, busy share) of one replay of synchronous successive halving: each
+    stage (to the next rung) is a batch of jobs the free workers take in order, and the next stage starts
+    when the last job of this one ends (the scheduler decides a rung once every trial is there); a job that
+    resumes a paused trial pays the trial's start again. Which trials go on is decided by SuccessiveHalving's
+    own rule (promoted_count, best_of) on their fixed random quality."""
+    eval_every, max_epochs = schedule.eval_every, schedule.max_epochs
+    last_pass = math.ceil(max_epochs / eval_every)
+
+    def time_at(shape: TrialShape, p: int) -> int:
+        return p if schedule.unit == "passes" else min(p * eval_every, max_epochs) * shape.steps_per_epoch
+
+    def first_pass_at(shape: TrialShape, t: int) -> int:
+        """The first pass whose report is at or past time t (last_pass when none is)."""
+        return next((p for p in range(1, last_pass + 1) if time_at(shape, p) >= t), last_pass)
+
+    rungs = rung_times(schedule.grace, schedule.reduction_factor, schedule.max_t)
+    ends = [first_pass_at(shape, schedule.max_t) for shape in order]  # the pass each trial would end at
+    done = [0] * len(order)  # passes each trial has trained
+    going = list(range(len(order)))
+    now, worked = 0.0, 0.0
+    workers = min(parallel, len(order))
+    for k in range(len(rungs) + 1):
+        free = [now] * workers
+        reached: dict[str, float] = {}
+        for index in going:
+            shape = order[index]
+            target = ends[index] if k == len(rungs) else min(first_pass_at(shape, rungs[k]), ends[index])
+            passes = range(done[index] + 1, target + 1)
+            cost = shape.start_s + sum(_pass_s(shape, p, last_pass) for p in passes)
+            worker = int(np.argmin(free))
+            free[worker] += cost
+            worked += cost
+            done[index] = target
+            if k < len(rungs) and time_at(shape, target) >= rungs[k]:  # at the rung (ended there or not)
+                reached[str(index)] = float(quality[index])
+        now = max(free) if going else now
+        best = best_of(reached, promoted_count(len(reached), schedule.reduction_factor))
+        going = [int(t) for t in best if done[int(t)] < ends[int(t)]]  # one that ended there leaves its place
+        if not going:
+            break
+    epochs = sum(min(p * eval_every, max_epochs) for p in done)
+    return float(epochs), float(sum(done)), now, worked / (now * workers) if now > 0 else 1.0

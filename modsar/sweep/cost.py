@@ -6,14 +6,14 @@ passes of `eval_every` epochs of a dataset's steps, rungs that keep 1/reduction_
 in parallel on the CPUs a trial takes. `estimate` times a few training steps and a validation pass (or its
 first batches) of one configuration per model size (cost_keys()), on the CPU beside as many companions
 training it as other trials run at once (modsar.sweep.probe: trials side by side slow each other), then
-replays each direction's asynchronous ASHA with Ray's own scheduler on as many workers as trials run at once
-(modsar.sweep.asha_replay), adding the seconds a search spends besides epochs (TRIAL_START_S, REPORT_S,
-RAY_START_S, TUNER_START_S); so `modsar spaces NAME --dataset D` and the first lines of `modsar search` say
-what a search costs before any of it runs.
+replays each direction's early stopping on as many workers as trials run at once (modsar.sweep.asha_replay:
+Ray's own ASHA scheduler, or the rule of synchronous successive halving), adding the seconds a search spends
+besides epochs (TRIAL_START_S, REPORT_S, RAY_START_S, TUNER_START_S); so `modsar spaces NAME --dataset D` and
+the first lines of `modsar search` say what a search costs before any of it runs.
 
-The epochs are an estimate: patience may end a trial before ASHA does (it is not modelled). The probe draws
-nothing from the global random generators a trial's training reads (modsar.randomness.untouched) and writes
-no file.
+The epochs are an estimate: patience may end a trial before the scheduler does (it is not modelled). The probe
+draws nothing from the global random generators a trial's training reads (modsar.randomness.untouched) and
+writes no file.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from modsar.config import Config
 from modsar.data.store import window
 from modsar.model import registry
 from modsar.sweep.asha_replay import Replay, Schedule, TrialShape, replay
+from modsar.sweep.halving import promoted_count, rung_times
 from modsar.sweep.plan import STEPS_MAX_T, Plan, trial_config
 from modsar.sweep.probe import Companions
 from modsar.sweep.probe import probe as time_size
@@ -281,9 +282,16 @@ class CostEstimate:
         it."""
         p, s = self.plan, Schedule.of(self.plan)
         max_t = "none" if p.max_t >= STEPS_MAX_T else f"{p.max_t:,}"
+        halving = s.kind == "halving"
+        stopping = (
+            f"successive halving in {p.unit}: rungs at "
+            f"{' and '.join(f'{r:,}' for r in rung_times(p.grace_period, p.reduction_factor, p.max_t))}"
+            if halving
+            else f"ASHA in {p.unit}: grace {p.grace_period:,}"
+        )
         lines = [
-            f"cost of '{p.space.name}' on {p.request.dataset} ({p.search} search; ASHA in {p.unit}: grace "
-            f"{p.grace_period:,}, reduction factor {p.reduction_factor}, max_t {max_t}; validation every "
+            f"cost of '{p.space.name}' on {p.request.dataset} ({p.search} search; {stopping}, "
+            f"reduction factor {p.reduction_factor}, max_t {max_t}; validation every "
             f"{_count(s.eval_every, 'epoch') if s.eval_every > 1 else 'epoch'}, at most "
             f"{_count(s.max_epochs, 'epoch')} a trial):"
         ]
@@ -295,9 +303,13 @@ class CostEstimate:
             epochs = _int(sum(d.epochs() for d in self.directions))
             lines.append(f"  in all: ~{epochs} epochs{wall if parallel else ''}")
         lines.append(
-            "  (an estimate: the mean of replays of Ray's ASHA on the trials that run at once; the order in "
-            "which good and poor trials come moves a search within the range shown, and patience may end a "
-            "trial sooner)"
+            "  (an estimate: successive halving fixes how many trials train to each rung, whatever their "
+            "order; which sizes go on moves a search within the range shown, and patience may end a trial "
+            "sooner)"
+            if halving
+            else "  (an estimate: the mean of replays of Ray's ASHA on the trials that run at once; the "
+            "order in which good and poor trials come moves a search within the range shown, and patience "
+            "may end a trial sooner)"
         )
         budget = p.request.time_budget_s
         if budget and parallel and sum(d.seconds() for d in self.directions) > budget:
@@ -312,12 +324,15 @@ class CostEstimate:
         decisions = d.decisions()
         steps, epochs = _span([x for x, _ in decisions]), _span([y for _, y in decisions])
         epochs += " epoch" if epochs == "1" else " epochs"
+        who = "ASHA" if d.schedule.kind == "asha" else "halving"
         first = (
-            f"first ASHA decision after {steps} steps ({epochs})"
+            f"first {who} decision after {steps} steps ({epochs})"
             if max(y for _, y in decisions) < d.schedule.max_epochs
-            else f"no ASHA decision: its first rung ({self._rung(d)} steps) is at or past the last epoch "
+            else f"no {who} decision: its first rung ({self._rung(d)} steps) is at or past the last epoch "
             f"({_span([d.schedule.max_epochs * x for x in d.shapes()])} steps)"
         )
+        if d.schedule.kind == "halving" and max(y for _, y in decisions) < d.schedule.max_epochs:
+            first += f" ({self._kept(d)})"
         head = (
             f"  {d.task.upper()}: {_int(d.trials)} trial{'s' if d.trials != 1 else ''}, {spe} steps/epoch, "
             f"{first}; ~{_int(d.epochs())} epochs"
@@ -341,6 +356,15 @@ class CostEstimate:
         return f"{head}, {self._wall(d.seconds())}{spread} on {self.resources.text(measured)}"
 
     @staticmethod
+    def _kept(d: Direction) -> str:
+        """How many trials successive halving trains past each rung: "20 trials, then 6, then 2"."""
+        counts, n = [], d.trials
+        for _ in rung_times(d.schedule.grace, d.schedule.reduction_factor, d.schedule.max_t):
+            n = promoted_count(n, d.schedule.reduction_factor)
+            counts.append(n)
+        return "its rungs keep " + ", then ".join(f"{c:,}" for c in counts)
+
+    @staticmethod
     def _rung(d: Direction) -> str:
         """The first rung in optimizer steps: the grace itself when the space counts steps."""
         if d.schedule.unit == "steps":
@@ -358,44 +382,41 @@ class CostEstimate:
     def _wall(seconds: float) -> str:
         return f"~{duration(seconds)}" if math.isfinite(seconds) else "wall-clock unknown"
 
+    def _direction_dict(self, d: Direction) -> dict[str, Any]:
+        """One direction of to_dict: its trials, decisions, epochs, seconds and sizes."""
+        return {
+            "search": self.plan.search_of(d.task),
+            "trials": d.trials,
+            "steps_per_epoch": d.shapes(),
+            "first_decision": [{"steps": x, "epochs": y} for x, y in d.decisions()],
+            "epochs": d.epochs(),
+            "validation_passes": d.passes(),
+            "seconds": _finite(d.seconds()),
+            "sizes": [
+                {
+                    "key": g.key,
+                    "trials": g.trials,
+                    "steps_per_epoch": g.steps_per_epoch,
+                    "gflop_per_step": g.flops / 1e9,
+                    "probed": g.probed,
+                    "seconds_per_step": _finite(g.step_s),
+                    "seconds_per_epoch": _finite(g.epoch_s),
+                    "seconds_per_validation": _finite(g.eval_s),
+                    **({"error": g.error} if g.error else {}),
+                }
+                for g in d.groups
+            ],
+        }
+
     def to_dict(self) -> dict[str, Any]:
         """The estimate as JSON (`--json`; kept in search.json, where the search's own clock is compared with
         it)."""
         p, s, r = self.plan, Schedule.of(self.plan), self.resources
-
-        def seconds(value: float) -> float | None:
-            return value if math.isfinite(value) else None
-
-        directions = {}
-        for d in self.directions:
-            decisions = d.decisions()
-            directions[d.task] = {
-                "search": p.search_of(d.task),
-                "trials": d.trials,
-                "steps_per_epoch": d.shapes(),
-                "first_decision": [{"steps": x, "epochs": y} for x, y in decisions],
-                "epochs": d.epochs(),
-                "validation_passes": d.passes(),
-                "seconds": seconds(d.seconds()),
-                "sizes": [
-                    {
-                        "key": g.key,
-                        "trials": g.trials,
-                        "steps_per_epoch": g.steps_per_epoch,
-                        "gflop_per_step": g.flops / 1e9,
-                        "probed": g.probed,
-                        "seconds_per_step": seconds(g.step_s),
-                        "seconds_per_epoch": seconds(g.epoch_s),
-                        "seconds_per_validation": seconds(g.eval_s),
-                        **({"error": g.error} if g.error else {}),
-                    }
-                    for g in d.groups
-                ],
-            }
         return {
             "space": p.space.name,
             "dataset": p.request.dataset,
             "search": p.search,
+            "scheduler": s.kind,
             "unit": p.unit,
             "grace_period": p.grace_period,
             "reduction_factor": p.reduction_factor,
@@ -411,13 +432,18 @@ class CostEstimate:
                 "parallel": r.parallel,
                 "probe_device": self.device,
             },
-            "directions": directions,
+            "directions": {d.task: self._direction_dict(d) for d in self.directions},
             "epochs": sum(d.epochs() for d in self.directions),
-            "seconds": seconds(self.seconds()),
-            "seconds_range": [seconds(x) for x in self.seconds_range()],
+            "seconds": _finite(self.seconds()),
+            "seconds_range": [_finite(x) for x in self.seconds_range()],
             "busy_cores": None if self.busy_cores is None else round(self.busy_cores, 2),
             "notes": self.notes,
         }
+
+
+def _finite(value: float) -> float | None:
+    """A number for JSON: None where it is nan or infinite."""
+    return value if math.isfinite(value) else None
 
 
 def estimate(

@@ -27,6 +27,7 @@ CONTRACT = {
     "SchedulerState": "modsar.sweep.rows",
     "MLflowRuns": "modsar.sweep.tracking",
     "DistinctOptunaSearch": "modsar.sweep.searcher",  # the searcher, saved with its Optuna study
+    "SuccessiveHalving": "modsar.sweep.halving",  # the scheduler, saved with the callbacks' states
 }
 
 T = TypeVar("T")

@@ -53,6 +53,7 @@ class Plan:
     # points runs its grid once instead (see directions())
     per_task: dict[str, list] = field(default_factory=dict)
     trials: dict[str, int] = field(default_factory=dict)  # task -> the trials its Tuner runs
+    scheduler: str = "asha"  # asha (Ray's, asynchronous) or halving (modsar.sweep.halving, synchronous)
 
     def search_of(self, task: str) -> str:
         """The search algorithm of `task`'s Tuner (a sampled direction with a small grid runs "grid")."""
@@ -104,6 +105,7 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
         space.base = {**space.base, "task": cfg.task.value}
     search, num_samples, per_task, trials = _search_and_samples(req, space)
     unit, max_t, grace, factor = _asha_settings(req, space, cfg)
+    scheduler = req.scheduler or str(space.scheduler.get("kind", "asha"))
     _check_resources(req)
     if req.mlflow is not None:
         _check_mlflow(req.mlflow)
@@ -125,6 +127,7 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
         unit,
         per_task,
         trials,
+        scheduler,
     )
     if check:
         plan.check().raise_if_invalid()

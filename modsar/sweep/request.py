@@ -78,6 +78,13 @@ class SearchRequest:
         group="budget",
     )
     grace_period: int | None = option(help="ASHA grace period, in the same unit as --max-t", group="budget")
+    scheduler: str | None = option(
+        help="how trials are stopped early: halving (the trials at a rung judged together, once all are "
+        "there: a search's epochs fixed by its trial count) or asha (each trial judged as it reaches a rung, "
+        "against those before it) (default: the space's scheduler.kind, else asha)",
+        group="budget",
+        choices=["asha", "halving"],
+    )
     reduction_factor: int | None = option(help="ASHA reduction factor", group="budget")
     cpus_per_trial: float = option(1.0, "CPUs per trial (= torch threads)", "resources")
     gpus_per_trial: float = option(0.0, "GPUs per trial; fractions share a GPU", "resources")

@@ -35,6 +35,7 @@ def search_settings(plan: Plan) -> dict[str, Any]:
             "grace_period": plan.grace_period,
             "reduction_factor": plan.reduction_factor,
             "unit": plan.unit,
+            "kind": plan.scheduler,
         },
     }
 
@@ -45,7 +46,7 @@ def check_same_search(plan: Plan, stored: dict, settings: dict) -> None:
     from modsar.config import flatten
 
     if isinstance(stored.get("asha"), dict):  # searches before scheduler units counted validation passes
-        stored = {**stored, "asha": {"unit": "passes", **stored["asha"]}}
+        stored = {**stored, "asha": {"unit": "passes", "kind": "asha", **stored["asha"]}}
     was, now = flatten({k: stored[k] for k in settings if k in stored}), flatten(settings)
     changed = [f"{k} {was[k]!r} -> {now.get(k)!r}" for k in sorted(was) if was[k] != now.get(k)]
     if changed:
@@ -56,6 +57,9 @@ def check_same_search(plan: Plan, stored: dict, settings: dict) -> None:
             if stored.get("search") == "grid" and plan.search != "grid" and plan.space.full_grid is not None
             else ""
         )
+        started_with = was.get("asha.kind")
+        if not hint and started_with and started_with != plan.scheduler:  # started before halving was default
+            hint += f"; it was started with --scheduler {started_with}, which --resume must repeat"
         raise ModsarError(
             f"--resume must repeat the search that was started as '{name}', "
             f"but {', '.join(changed[:4])} changed (your options, or the space file since the search "

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ray import tune
-from ray.tune.schedulers import ASHAScheduler
+from ray.tune.schedulers import TrialScheduler
 
 from modsar.config import Config
 from modsar.errors import ModsarError
@@ -122,7 +122,7 @@ def _trial_facts(
         "torch_threads": _count(last.get("torch_threads")),
         "checkpoint": checkpoint,
         "curve": json.dumps(_validation_curve(results, plan.monitor)),
-        "reports": len(results),
+        "reports": sum(1 for r in results if not r.get("repeat")),  # a resumed trial's repeat is no pass
         "search_algorithm": plan.search_of(task),
         "space_arms": json.dumps(plan.space.arms) if plan.space.arms else None,
         "trial_index": int(tag.split("_")[0]) if tag.split("_")[0].isdigit() else None,
@@ -289,17 +289,18 @@ class LiveTable(tune.Callback):
 
 @pickled
 class SchedulerState(tune.Callback):
-    """Saves ASHA's rung records with Tune's experiment state and restores them on --resume.
+    """Saves the scheduler's rung records (ASHA's or successive halving's) with Tune's experiment state and
+    restores them on --resume.
 
     Tune checkpoints the searcher but not the scheduler (ray-project/ray#30838): a resumed search would judge
     its remaining trials against empty rungs and stop fewer of them than the uninterrupted search. Tune
     pickles this callback and the scheduler together in tuner.pkl, so the reference survives a restore."""
 
-    def __init__(self, scheduler: ASHAScheduler) -> None:
+    def __init__(self, scheduler: TrialScheduler) -> None:
         self.scheduler = scheduler
 
     def get_state(self) -> dict:
-        """ASHA's rung records, saved with Tune's experiment state."""
+        """The rung records, saved with Tune's experiment state."""
         return {"scheduler": dict(self.scheduler.__dict__)}  # what ASHAScheduler.save pickles
 
     def set_state(self, state: dict) -> None:

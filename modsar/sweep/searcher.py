@@ -69,6 +69,17 @@ class DistinctOptunaSearch(OptunaSearch):
         finally:
             self._study.sampler = sampler
 
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        """A trial's intermediate value; none after the study was told its value (successive halving tells
+        it at the first rung, and the trial may train on)."""
+        if trial_id not in self._completed_trials:
+            super().on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        """The trial's value, told once: a trial promoted past the first rung was told its value there."""
+        if trial_id not in self._completed_trials:
+            super().on_trial_complete(trial_id, result, error)
+
     def _earlier(self, trial: optuna.trial.Trial) -> Any:
         """The first other trial of the study, complete or running, with `trial`'s configuration; None if
         there is none."""

@@ -63,7 +63,9 @@ def _bundled_folder() -> Path:
 SPACES_DIR = _bundled_folder()
 DISTRIBUTIONS = ("grid", "choice", "uniform", "loguniform", "randint")
 TOP_KEYS = {"description", "paper", "base", "params", "scheduler", "budget", "arms", "full_grid"}
-SCHEDULER_KEYS = {"max_t", "grace_period", "reduction_factor", "unit"}
+SCHEDULER_KEYS = {"max_t", "grace_period", "reduction_factor", "unit", "kind"}
+# asha: Ray's asynchronous ASHA (the paper's); halving: synchronous successive halving (modsar.sweep.halving)
+SCHEDULER_KINDS = ("asha", "halving")
 SCHEDULER_UNITS = (
     "passes",
     "steps",
@@ -604,7 +606,13 @@ def _parse_schedule(where: str, data: dict) -> tuple[dict, dict]:
             f"scheduler.unit must be passes (validation passes) or steps (optimizer steps, the same for a "
             f"small and a large dataset); got {scheduler.get('unit')!r}",
         )
-    numbers = [(k, v) for k, v in scheduler.items() if k != "unit"]
+    if scheduler.get("kind", "asha") not in SCHEDULER_KINDS:
+        _fail(
+            where,
+            "scheduler.kind must be asha (each trial judged on arrival at a rung) or halving (the trials at "
+            f"a rung judged together, once all are there); got {scheduler.get('kind')!r}",
+        )
+    numbers = [(k, v) for k, v in scheduler.items() if k not in ("unit", "kind")]
     for key, value in [*numbers, *((k, v) for k, v in budget.items() if k != "search")]:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             _fail(where, f"'{key}' must be a positive integer; got {value!r}")
@@ -711,8 +719,9 @@ def describe(space: SearchSpace) -> str:
         lines.append(f"  {p.key}: {p.kind} {p.values}{cond}{also}")
     if space.arms:
         lines.append(f"  arms (each value selected and tested, per task): {', '.join(space.arms)}")
-    sched = ", ".join(f"{k}={v}" for k, v in space.scheduler.items())
-    lines.append(f"  ASHA: {sched or 'defaults'}; budget: {space.budget}")
+    kind = "successive halving" if space.scheduler.get("kind") == "halving" else "ASHA"
+    sched = ", ".join(f"{k}={v}" for k, v in space.scheduler.items() if k != "kind")
+    lines.append(f"  {kind}: {sched or 'defaults'}; budget: {space.budget}")
     if space.full_grid:
         full = ", ".join(f"{k}={v}" for k, v in space.full_grid["scheduler"].items())
         lines.append(f"  --full-grid: ASHA: {full or 'defaults'}; budget: {space.full_grid['budget']}")

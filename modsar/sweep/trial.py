@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ray import tune
 
+from modsar.sweep.halving import halving_time, rung_times
 from modsar.sweep.pickled import pickled
 from modsar.sweep.plan import Plan, sampled_values, trial_config
 from modsar.sweep.spaces import SearchSpace
@@ -37,10 +38,13 @@ def trainable(
     data_dir: str,
     test: bool = False,
     plugins: tuple[str, ...] = (),
+    rungs: tuple[int, ...] = (),
+    time_attr: str = "steps",
 ) -> None:
     """One trial of a search: the sampled point trained by `run_trial` on the worker's share of the node,
-    every validation pass reported to Tune (with the trial's folder, best.pt and resume.pt, at an improvement
-    and every CHECKPOINT_EVERY_S), continued from the trial's last checkpoint when Tune restores or retries
+    every validation pass reported to Tune (with the trial's folder, best.pt and resume.pt, at an improvement,
+    at the first report past each of the scheduler's `rungs` (where successive halving pauses it) and every
+    CHECKPOINT_EVERY_S), continued from the trial's last checkpoint when Tune restores, retries or unpauses
     it."""
     from modsar.model import registry
     from modsar.records.rows import PROGRESS_FACTS, PROTOCOL_FACTS, SPEED_FACTS, TIME_FACTS
@@ -51,10 +55,12 @@ def trainable(
     _use_assigned_resources(cfg)
     facts = (*SPEED_FACTS, *PROTOCOL_FACTS, *PROGRESS_FACTS, *TIME_FACTS)
     reports = _TrialReports(cfg.train.monitor_key, facts, _node_facts(), json.dumps(cfg.to_dict()))
+    reports.rungs, reports.time_attr = rungs, time_attr
     folder = Path(tempfile.mkdtemp(prefix="modsar-trial-"))
     resume = restore_into(tune.get_checkpoint(), folder)  # a resumed search or a retried trial
     if resume is not None:  # run_trial continues after the checkpointed epoch; the reports continue with it
         reports.resume_from(resume)
+        reports.repeat_rung_report(folder)
     device = resolve_device(cfg.train.device)  # once: the trainer runs on it, every report names it
     reports.device = str(device)
     try:  # Tune copies each reported checkpoint into storage, so the local folder is scratch
@@ -76,6 +82,23 @@ def trainable(
         shutil.rmtree(folder, ignore_errors=True)
     if test:  # seed re-runs of selected configs (no scheduler): one more report carries the test metrics
         reports.tested(result)
+
+
+REPORT_FILE = "report.json"  # beside best.pt and resume.pt: the report its checkpoint went to Tune with
+
+
+def _write_report(folder: Path, report: dict, at_rung: bool) -> None:
+    """The report a checkpoint goes to Tune with, in its folder (JSON: the report's values are plain)."""
+    text = json.dumps({"report": report, "at_rung": at_rung}, default=float)
+    (folder / REPORT_FILE).write_text(text)
+
+
+def _read_report(folder: Path) -> dict | None:
+    """What _write_report left in a restored checkpoint's folder, or None (an older checkpoint: none)."""
+    try:
+        return json.loads((folder / REPORT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def restore_into(checkpoint: tune.Checkpoint | None, folder: Path) -> dict | None:
@@ -126,6 +149,9 @@ class _TrialReports:
     device: str = ""
     report_s: float = 0.0  # in tune.report before this report: Tune copying checkpoints into storage
     checkpointed: float = field(default_factory=time.perf_counter)  # when the folder last went to Tune
+    rungs: tuple[int, ...] = ()  # successive halving's rungs: a pass past one goes to Tune with its folder
+    time_attr: str = "steps"  # what the rungs count: a fact the trainer reports (steps or passes)
+    time: int = 0  # the trial's time in that unit at its last report
 
     def _ran(self) -> dict[str, str]:
         """The config this worker runs, once: the driver keeps the last value a key was reported with."""
@@ -172,14 +198,34 @@ class _TrialReports:
             **self.node,
             **self._ran(),
         }
+        before, self.time = self.time, int(facts.get(self.time_attr, 0))
+        at_rung = any(before < rung <= self.time for rung in self.rungs)  # successive halving pauses it here
         tick = time.perf_counter()
-        if checkpoint is not None and (improved or tick - self.checkpointed >= CHECKPOINT_EVERY_S):
+        if checkpoint is not None and (improved or at_rung or tick - self.checkpointed >= CHECKPOINT_EVERY_S):
+            if self.rungs:  # what a resume from this checkpoint repeats, if it was taken at a rung
+                _write_report(checkpoint.parent, report, at_rung)
             tune.report(report, checkpoint=tune.Checkpoint.from_directory(str(checkpoint.parent)))
             self.checkpointed = tick
         else:
             tune.report(report)
         self.report_s += time.perf_counter() - tick
         self.restored.clear()  # the first report after a resume carries the earlier curve; once is enough
+
+    def repeat_rung_report(self, folder: Path) -> None:
+        """A trial resumed from a checkpoint taken at a rung report repeats that report (marked `repeat`)
+        before it trains on: successive halving decides on it again, so a trial that was waiting there when
+        the search stopped waits again instead of training a pass past its rung, and its row gets the facts
+        of its last pass. A promoted trial's repeat is below its next rung and changes nothing."""
+        saved = _read_report(folder)
+        if saved is None:
+            return
+        self.time = int(saved["report"].get(self.time_attr, 0))  # where the rungs are counted from
+        if not saved["at_rung"]:
+            return
+        report = {**saved["report"], **self.restored, "repeat": True, **self.node, **self._ran()}
+        tune.report(report, checkpoint=tune.Checkpoint.from_directory(str(folder)))
+        self.checkpointed = time.perf_counter()
+        self.restored.clear()
 
     def diverged(self, exc: TrainingDiverged) -> None:
         """A diverged trial ends normally (Tune would retry an error) with one last report naming the reason.
@@ -236,6 +282,10 @@ def make_trainable(plan: Plan, test: bool = False):
             data_dir=plan.data_root,
             test=test,
             plugins=tuple(registry.loaded_plugins()),
+            rungs=tuple(rung_times(plan.grace_period, plan.reduction_factor, plan.max_t))
+            if getattr(plan, "scheduler", "asha") == "halving" and not test
+            else (),
+            time_attr=halving_time(plan),
         ),
         {"cpu": plan.request.cpus_per_trial, "gpu": plan.request.gpus_per_trial},
     )

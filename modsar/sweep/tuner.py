@@ -22,6 +22,7 @@ from modsar.outputs import (
 )
 from modsar.records.rows import filesystem, read_rows, remove_partial_rows
 from modsar.sweep.credentials import environment, mlflow_session, redact, results_env
+from modsar.sweep.halving import SuccessiveHalving, halving_time
 from modsar.sweep.interrupt import (
     COMPLETE,
     RUNNING,
@@ -58,18 +59,30 @@ from modsar.sweep.timing import SearchClock
 from modsar.sweep.trial import make_trainable
 
 
+def make_scheduler(plan: Plan) -> ASHAScheduler | SuccessiveHalving:
+    """The plan's early stopping: Ray's asynchronous ASHA, or synchronous successive halving."""
+    if getattr(plan, "scheduler", "asha") == "asha":
+        return ASHAScheduler(
+            time_attr=plan.time_attr,
+            max_t=plan.max_t,
+            grace_period=plan.grace_period,
+            reduction_factor=plan.reduction_factor,
+        )
+    return SuccessiveHalving(
+        time_attr=halving_time(plan),
+        max_t=plan.max_t,
+        grace_period=plan.grace_period,
+        reduction_factor=plan.reduction_factor,
+    )
+
+
 def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tuner:
     """A fresh Tuner for one direction. Note: constructing it writes tuner.pkl into its folder."""
     req = plan.request
     storage = experiment_folder(plan)
     concurrent = trial_slots(req, total)
-    metric = f"best.{plan.monitor}"  # ASHA compares each trial's best validation value so far
-    scheduler = ASHAScheduler(
-        time_attr=plan.time_attr,
-        max_t=plan.max_t,
-        grace_period=plan.grace_period,
-        reduction_factor=plan.reduction_factor,
-    )
+    metric = f"best.{plan.monitor}"  # the scheduler compares each trial's best validation value so far
+    scheduler = make_scheduler(plan)
     search_alg, param_space = None, {}
     space = plan.space.for_task(task)
     search = plan.search_of(task)

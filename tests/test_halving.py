@@ -1,0 +1,190 @@
+"""Synchronous successive halving (modsar.sweep.halving): its rule by hand, its replay's fixed epochs, and a
+real search on a local Ray cluster, uninterrupted and killed while trials wait at a rung."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import ray
+import yaml
+
+from modsar.cli import main
+from modsar.records.rows import read_rows
+from modsar.sweep.asha_replay import Schedule, TrialShape, replay
+from modsar.sweep.halving import best_of, promoted_count, rung_times
+from modsar.sweep.spaces import load_space
+
+SPACE = Path(__file__).parent / "spaces" / "halving.yaml"
+
+
+def test_rungs_and_promotions_by_hand():
+    assert rung_times(2000, 3, 18000) == [2000, 6000]  # the paper spaces' default: 15 and 35 epochs on Beauty
+    assert rung_times(1, 2, 4) == [1, 2] and rung_times(5, 2, 5) == []
+    assert [promoted_count(n, 3) for n in (20, 6, 2, 0)] == [6, 2, 1, 0]  # at least one goes on
+    values = {"a": 0.1, "b": 0.3, "c": 0.3, "d": math.nan, "e": 0.2}
+    assert best_of(values, 2) == ["b", "c"]  # a tie goes to the smaller id; NaN is never best
+    assert best_of(values, 5) == ["b", "c", "e", "a", "d"]
+    assert best_of(values, 2, mode="min") == ["a", "e"]
+
+
+def _schedule(kind: str) -> Schedule:
+    return Schedule(
+        grace=2000, reduction_factor=3, max_t=18000, unit="steps", eval_every=5, max_epochs=200, kind=kind
+    )
+
+
+def test_the_replay_of_halving_trains_what_the_trial_count_fixes():
+    """Beauty's shape (177 steps an epoch, a pass of 5 epochs): 20 trials to the pass past 2,000 steps
+    (15 epochs), 6 to the pass past 6,000 (35), 2 to the pass past 18,000 (105): 560 epochs in every
+    replay, where ASHA's depend on the order of good and poor trials."""
+    shape = TrialShape(share=1.0, steps_per_epoch=177, pass_s=1.0, last_pass_s=1.0)
+    halving = replay([shape], 20, 2, _schedule("halving"), runs=12)
+    assert halving.epochs == 20 * 15 + 6 * 20 + 2 * 70 == 560
+    assert halving.passes == 20 * 3 + 6 * 4 + 2 * 14
+    # 2 workers: 60 passes of rung 0 (30 s), 24 to the second rung (12 s), the last 2 side by side (14 s)
+    assert set(halving.seconds_by_run) == {56.0} and halving.busy == pytest.approx(112 / 112)
+    asha = replay([shape], 20, 2, _schedule("asha"), runs=12)
+    assert len(set(asha.seconds_by_run)) > 1  # ASHA's cost moves with the order the trials come in
+
+    # 7 trials on 2 workers: the seventh trial's rung-0 work runs alone (a core idles at the barrier)
+    seven = replay([shape], 7, 2, _schedule("halving"), runs=1)
+    assert seven.epochs == 7 * 15 + 2 * 20 + 1 * 70
+    assert seven.seconds == 4 * 3 + 4 + 14  # ceil(7/2) rounds of 3 passes, then 2 side by side, then 1
+    assert seven.busy == pytest.approx((21 + 8 + 14) / (2 * 30))
+
+
+def test_a_trial_ending_at_a_rung_leaves_its_place():
+    """Max_epochs at the first rung: every trial ends there, none goes on (the scheduler cannot resume a
+    trial whose training is over)."""
+    shape = TrialShape(share=1.0, steps_per_epoch=177, pass_s=1.0, last_pass_s=1.0)
+    short = Schedule(
+        grace=2000, reduction_factor=3, max_t=18000, unit="steps", eval_every=5, max_epochs=15, kind="halving"
+    )
+    assert replay([shape], 9, 2, short, runs=1).epochs == 9 * 15
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(
+        num_cpus=2,
+        num_gpus=0,
+        include_dashboard=False,
+        object_store_memory=128 * 1024 * 1024,
+        log_to_driver=False,
+        logging_level="ERROR",
+    )
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def data_dir(tmp_path_factory, monkeypatch):
+    root = tmp_path_factory.mktemp("data")
+    monkeypatch.setenv("MODSAR_DATA", str(root))
+    return root
+
+
+def _first_values(row) -> list[float]:
+    return [v for _, v in json.loads(row["curve"])]
+
+
+def test_a_halving_search_trains_what_its_rungs_keep(local_ray, data_dir, tmp_path):
+    """7 TPE trials, rungs at 1 and 2 passes, reduction factor 2: all 7 train 1 epoch, the best 3 there a
+    second, the best of those to max_t (4): epochs 1, 1, 1, 1, 2, 2, 4. TPE was told every trial's value at
+    the first rung, and the trial paused twice and resumed trains the curve `modsar train` gives its
+    config."""
+    out = tmp_path / "results"
+    argv = ["search", "--quiet", "--no-estimate", "--space", str(SPACE), "--dataset", "synthetic"]
+    assert main([*argv, "--results", str(out), "--experiment", "h", "--max-concurrent", "2"]) == 0
+    rows = read_rows(str(out), "h")
+    assert sorted(rows["epochs_run"]) == [1, 1, 1, 1, 2, 2, 4]
+    assert (rows["passes"] == rows["reports"]).all()  # a paused trial resumed where it paused: no pass twice
+    first = {r["trial_id"]: _first_values(r)[0] for _, r in rows.iterrows()}
+    went_on = set(rows[rows["epochs_run"] >= 2]["trial_id"])
+    assert went_on == set(best_of(first, 3))  # the best 3 at the first rung, by their value there
+    second = {
+        r["trial_id"]: max(_first_values(r)[:2]) for _, r in rows.iterrows() if r["trial_id"] in went_on
+    }
+    (last,) = rows[rows["epochs_run"] == 4].to_dict("records")
+    assert [last["trial_id"]] == best_of(second, 1) and last["selected"] and last["status"] == "finished"
+    assert set(rows[rows["epochs_run"] < 4]["status"]) == {"stopped"}
+
+    (state,) = (out / "h" / "ray-ar").glob("searcher-state-*.pkl")
+    study = pickle.loads(state.read_bytes())["_ot_study"]
+    told = sorted(t.values[0] for t in study.get_trials() if t.state.name == "COMPLETE")
+    assert told == sorted(first.values())  # TPE learned every trial at the same budget: the first rung's
+    assert json.loads((out / "h" / "search.json").read_text())["asha"]["kind"] == "halving"
+
+    space = load_space(str(SPACE))
+    config = {
+        **space.base,
+        "model.dropout": last["model.dropout"],
+        "model.attn_dropout": last["model.attn_dropout"],
+        "train.lr": last["train.lr"],
+        "train.max_epochs": 4,
+        "train.eval_every": 1,
+    }
+    (tmp_path / "last.yaml").write_text(yaml.safe_dump(config))
+    trained = ["train", "--dataset", "synthetic", "--config", str(tmp_path / "last.yaml"), "--quiet"]
+    assert main([*trained, "--results", str(out), "--experiment", "t"]) == 0
+    (alone,) = read_rows(str(out), "t").to_dict("records")
+    assert json.loads(alone["curve"]) == json.loads(last["curve"])  # paused and resumed: one curve
+
+
+def _waiting(experiment: Path) -> bool:
+    """Tune's saved state has a trial paused at a rung."""
+    for state_file in experiment.glob("ray-ar/experiment_state-*.json"):
+        try:
+            trials = json.loads(state_file.read_text())["trial_data"]
+        except (OSError, ValueError, KeyError):  # being rewritten
+            continue
+        if any(json.loads(trial).get("status") == "PAUSED" for trial, _ in trials):
+            return True
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_a_halving_search_killed_while_trials_wait_resumes_to_the_same_rows(data_dir, tmp_path):
+    """Killed (with its local Ray) while trials wait at the first rung, --resume neither trains a waiting
+    trial again nor decides the rung before every trial is there: every row equals an uninterrupted
+    search's (one trial at a time, so TPE draws alike in both)."""
+    out = tmp_path / "results"
+    env = {**os.environ, "MODSAR_DATA": str(data_dir)}
+
+    def command(experiment: str) -> list[str]:
+        where = ["--dataset", "synthetic", "--results", str(out), "--experiment", experiment]
+        options = ["--quiet", "--no-estimate", "--max-concurrent", "1"]
+        return [sys.executable, "-m", "modsar.cli", "search", "--space", str(SPACE), *where, *options]
+
+    from test_search import _kill_with_family  # tests/ is on sys.path (no package)
+
+    # Tune saves its state at every step (not every 10 s): the kill lands while a trial waits on record
+    saving = {**env, "TUNE_GLOBAL_CHECKPOINT_S": "0"}
+    proc = subprocess.Popen(command("k"), env=saving, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rows = out / "k" / "trials"
+    deadline = time.time() + 240
+    while not (caught := _waiting(out / "k")) and time.time() < deadline:
+        time.sleep(0.02)
+    _kill_with_family(proc)
+    assert caught and not list(rows.glob("[!.]*.parquet")), "no trial was seen waiting at the first rung"
+    done = subprocess.run([*command("k"), "--resume"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    whole = subprocess.run(command("whole"), env=env, capture_output=True, text=True, timeout=600)
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    facts = ["status", "epochs_run", "best_epoch", "valid.ndcg@10", "curve", "selected", "test.ndcg@10"]
+    resumed, uninterrupted = (
+        read_rows(str(out), name).set_index("train.lr").sort_index()[facts] for name in ("k", "whole")
+    )
+    assert sorted(resumed["epochs_run"]) == [1, 1, 1, 1, 2, 2, 4]
+    assert resumed.equals(uninterrupted), resumed.compare(uninterrupted)
+    assert np.isfinite(resumed["test.ndcg@10"].dropna()).all() and resumed["selected"].sum() == 1
