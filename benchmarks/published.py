@@ -574,19 +574,22 @@ def search_cost() -> str:
     return markdown([*header, "vs paper", "validation share"], body)
 
 
-@table("search-time", "search-time", "table5-beauty")
+@table("search-time", "search-time", "table5-beauty", "asha-overrun")
 def search_time() -> str:
     """Where searches' time went: the driver's parts, the trials' parts, the idle slot-seconds; the wall-clock
-    over the estimate, and that ratio's two factors (the epochs run, the seconds each took)."""
+    over the estimate, and that ratio's two factors (the epochs run, the seconds each took). A search stopped
+    before its end shows only the directions it finished."""
 
     def factor(value: float) -> str:
         return "–" if pd.isna(value) else f"{value:.2f}"
 
-    groups = ("search-time", "table5-beauty")
+    groups = ("search-time", "table5-beauty", "asha-overrun")
     files = [f for group in groups for f in sorted((PUBLISHED / group).glob("time-*.parquet"))]
     frames = [pd.read_parquet(f) for f in files]
     body = []
     for r in pd.concat(frames).itertuples():
+        if r.status == "interrupted" and r.part == "search":  # its other direction never ran
+            continue
         slot = r.slot_s if r.slot_s > 0 else math.nan
 
         def share(seconds: float, slot: float = slot) -> str:
@@ -595,9 +598,11 @@ def search_time() -> str:
         ratio = "–" if pd.isna(r.measured_over_estimate) else f"{r.measured_over_estimate:.2f}"
         again = getattr(r, "measured_over_re_estimate", math.nan)
         ratio += "" if pd.isna(again) else f" ({again:.2f})"
+        scheduler = getattr(r, "scheduler", None)  # none: written when every search ran ASHA
         body.append(
             [
                 f"{r.experiment} ({r.part})",
+                "successive halving" if scheduler == "halving" else "ASHA",
                 f"{r.trials:.0f}",
                 f"{r.epochs:,.0f}",
                 f"{r.wall_s:,.0f}",
@@ -613,7 +618,15 @@ def search_time() -> str:
                 factor(getattr(r, "epoch_s_over_estimate", math.nan)),
             ]
         )
-    header = ["search (part)", "trials", "epochs", "wall s", "of it, seed re-runs s", "training"]
+    header = [
+        "search (part)",
+        "early stopping",
+        "trials",
+        "epochs",
+        "wall s",
+        "of it, seed re-runs s",
+        "training",
+    ]
     header += ["validation", "set-up", "checkpoints, reports", "other", "idle", "measured / estimate (again)"]
     header += ["of it: epochs", "of it: s per epoch"]
     return markdown(header, body)

@@ -92,6 +92,7 @@ def main() -> None:
         spread(table, "re_estimate", fresh)
     table.insert(0, "experiment", args.experiment)
     table["status"] = stored.get("status")
+    table["scheduler"] = (stored.get("asha") or {}).get("kind", "asha")  # searches before halving ran ASHA
     table["runs"] = len(stored.get("timing") or [])
     shown = table.drop(columns=["experiment"]).round(2)
     with pd.option_context("display.width", 250, "display.max_columns", 30):
