@@ -188,3 +188,28 @@ def test_a_halving_search_killed_while_trials_wait_resumes_to_the_same_rows(data
     assert sorted(resumed["epochs_run"]) == [1, 1, 1, 1, 2, 2, 4]
     assert resumed.equals(uninterrupted), resumed.compare(uninterrupted)
     assert np.isfinite(resumed["test.ndcg@10"].dropna()).all() and resumed["selected"].sum() == 1
+
+
+def test_scheduler_halving_on_a_grid_space_waits_without_deadlock(local_ray, data_dir, tmp_path):
+    """`--scheduler halving` on a grid space (the AR directions of loss_* and hf_* run their grid): Tune's
+    grid generator caps live trials at --max-concurrent, and trials waiting at a rung would hold those slots
+    forever, but a trial at the first rung is told complete to its generator. AE's 8 points: 8 train 1 epoch,
+    4 a second, 2 to max_t (4); AR's 4: 4, then 2, then 1."""
+    out = tmp_path / "results"
+    space = str(Path(__file__).parent / "spaces" / "asha.yaml")  # a grid, ASHA by its own settings
+    argv = [
+        "search",
+        "--quiet",
+        "--no-estimate",
+        "--space",
+        space,
+        "--dataset",
+        "synthetic",
+        "--results",
+        str(out),
+    ]
+    assert main([*argv, "--experiment", "g", "--scheduler", "halving", "--max-concurrent", "2"]) == 0
+    rows = read_rows(str(out), "g")
+    epochs = {task: sorted(group["epochs_run"]) for task, group in rows.groupby("task")}
+    assert epochs == {"ae": [1, 1, 1, 1, 2, 2, 4, 4], "ar": [1, 1, 2, 4]}
+    assert json.loads((out / "g" / "search.json").read_text())["asha"]["kind"] == "halving"

@@ -116,6 +116,26 @@ def test_a_steps_space_decides_first_at_its_grace_steps(data_dir, tmp_path, caps
     assert "ASHA in steps: grace 40" in out and f"first ASHA decision after {epochs * spe} steps" in out
 
 
+def test_successive_halving_counts_what_its_rungs_keep(data_dir, capsys):
+    """The quickstart under --scheduler halving (rung at 10 passes of 3 epochs, reduction factor 2, max_t
+    20): AE's 8 trials all to 30 epochs, 4 on to 60, 360 epochs; AR's 4, then 2, 180; the same in every
+    replay, where ASHA's count moves with the order."""
+    req = SearchRequest(space="quickstart", dataset="synthetic", scheduler="halving")
+    est = estimate(make_plan(req), probe=False)
+    ae, ar = est.directions
+    assert (ae.epochs(), ar.epochs()) == (8 * 30 + 4 * 30, 4 * 30 + 2 * 30)
+    lines = est.lines()
+    assert lines[0].startswith(
+        "cost of 'quickstart' on synthetic (grid search; successive halving in passes: "
+    )
+    assert "rungs at 10, reduction factor 2, max_t 20" in lines[0]
+    assert "first halving decision after 480 steps (30 epochs); its rungs keep 4; ~360 epochs" in lines[1]
+    assert "its rungs keep 2; ~180 epochs" in lines[2]
+    assert any("successive halving fixes how many trials train to each rung" in x for x in lines)
+    assert main(["spaces", "quickstart", "--dataset", "synthetic", "--scheduler", "asha", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["scheduler"] == "asha"
+
+
 def test_probes_time_each_size_and_interpolate_the_rest(data_dir, tmp_path):
     path = space_file(
         tmp_path,

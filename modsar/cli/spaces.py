@@ -16,13 +16,14 @@ EPILOG = """examples:
   modsar spaces hf_llama --check --dataset video  # ... with the dataset's sizes, as `modsar search` checks
   modsar spaces vanilla --dataset video           # what searching it costs, before anything runs
   modsar spaces local_attn --dataset beauty --full-grid             # ... the paper's full grid instead
+  modsar spaces local_attn --dataset beauty --scheduler asha        # ... under Ray's ASHA instead
   modsar spaces local_attn --dataset beauty --cpus-per-trial 2 --max-concurrent 8 --json
 
 `modsar search` runs the same check before Ray starts and refuses an invalid space with every problem.
-With --dataset (no --check), the estimate counts each direction's trials, steps per epoch and ASHA's rungs,
-replays the search with Ray's ASHA scheduler on the trials that run at once (patience may stop trials
-sooner, so the epochs are an estimate), and times a few training steps and a validation pass per model size
-on this machine; `modsar search` prints the same lines first."""
+With --dataset (no --check), the estimate counts each direction's trials, steps per epoch and rungs, replays
+the search's early stopping (successive halving, or Ray's ASHA scheduler) on the trials that run at once
+(patience may stop trials sooner, so the epochs are an estimate), and times a few training steps and a
+validation pass per model size on this machine; `modsar search` prints the same lines first."""
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -39,8 +40,9 @@ def add_parser(sub: Subparsers) -> None:
     spaces.add_argument(
         "--dataset",
         help="with --check: check against this prepared dataset's sizes; without: "
-        "estimate what searching it costs before anything runs (trials, steps per epoch, ASHA's "
-        "first decision, epochs, and wall-clock from a few seconds' timed probe of each model size)",
+        "estimate what searching it costs before anything runs (trials, steps per epoch, the first "
+        "early-stopping decision, epochs, and wall-clock from a few seconds' timed probe of each model "
+        "size)",
     )
     spaces.add_argument(
         "--search",
@@ -82,6 +84,11 @@ def _add_estimate_options(spaces: argparse.ArgumentParser) -> None:
         type=int,
         help="with --dataset: trials at once (default: what this machine's CPUs and GPUs allow)",
     )
+    spaces.add_argument(
+        "--scheduler",
+        choices=["asha", "halving"],
+        help="with --dataset: the early stopping, as `modsar search --scheduler` (default: the space's)",
+    )
     spaces.add_argument("--json", action="store_true", help="with --dataset: print the estimate as JSON")
 
 
@@ -93,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         "--cpus-per-trial": args.cpus_per_trial,
         "--gpus-per-trial": args.gpus_per_trial,
         "--max-concurrent": args.max_concurrent,
+        "--scheduler": args.scheduler,
         "--json": args.json or None,
     }
     if args.dataset and not args.check:
@@ -136,6 +144,7 @@ def _estimate_space(args: argparse.Namespace) -> int:
         cpus_per_trial=1.0 if args.cpus_per_trial is None else args.cpus_per_trial,
         gpus_per_trial=args.gpus_per_trial or 0.0,
         max_concurrent=args.max_concurrent,
+        scheduler=args.scheduler,
     )
     result = estimate(make_plan(req))
     if args.json:

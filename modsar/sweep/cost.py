@@ -332,7 +332,7 @@ class CostEstimate:
             f"({_span([d.schedule.max_epochs * x for x in d.shapes()])} steps)"
         )
         if d.schedule.kind == "halving" and max(y for _, y in decisions) < d.schedule.max_epochs:
-            first += f" ({self._kept(d)})"
+            first += f"; {self._kept(d)}"
         head = (
             f"  {d.task.upper()}: {_int(d.trials)} trial{'s' if d.trials != 1 else ''}, {spe} steps/epoch, "
             f"{first}; ~{_int(d.epochs())} epochs"
@@ -357,7 +357,7 @@ class CostEstimate:
 
     @staticmethod
     def _kept(d: Direction) -> str:
-        """How many trials successive halving trains past each rung: "20 trials, then 6, then 2"."""
+        """How many trials successive halving trains past each rung: "its rungs keep 6, then 2"."""
         counts, n = [], d.trials
         for _ in rung_times(d.schedule.grace, d.schedule.reduction_factor, d.schedule.max_t):
             n = promoted_count(n, d.schedule.reduction_factor)
