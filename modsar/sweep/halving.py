@@ -18,8 +18,7 @@ A resumed search: the rungs' records are plain dicts keyed by trial id, which Sc
 restores with Tune's state. Tune restores a waiting (paused) trial as pending and starts it; the trial, whose
 checkpoint was taken at its rung report, repeats that report first (modsar.sweep.trial), so it waits again
 here without training a further pass, and its row gets its facts. Rungs count optimizer steps or validation
-passes as the trainer reports them, never Tune's own iteration count, which a resume and a repeated report
-would shift.
+passes as the trainer reports them, never Tune's own iteration count, which a repeated report would shift.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
 
 def halving_time(plan: Plan) -> str:
     """What the rungs of a plan's successive halving count, as the trainer reports it (not Tune's iteration
-    count, which a resume shifts): optimizer steps, or validation passes."""
+    count, which a resumed trial's repeated report shifts): optimizer steps, or validation passes."""
     return "steps" if plan.unit == "steps" else "passes"
 
 
