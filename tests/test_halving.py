@@ -11,16 +11,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import ray
 import yaml
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import TrialScheduler
 
 from modsar.cli import main
 from modsar.records.rows import read_rows
 from modsar.sweep.asha_replay import Schedule, TrialShape, replay
-from modsar.sweep.halving import best_of, promoted_count, rung_times
+from modsar.sweep.halving import SuccessiveHalving, best_of, promoted_count, rung_times
 from modsar.sweep.spaces import load_space
 
 SPACE = Path(__file__).parent / "spaces" / "halving.yaml"
@@ -34,6 +37,111 @@ def test_rungs_and_promotions_by_hand():
     assert best_of(values, 2) == ["b", "c"]  # a tie goes to the smaller id; NaN is never best
     assert best_of(values, 5) == ["b", "c", "e", "a", "d"]
     assert best_of(values, 2, mode="min") == ["a", "e"]
+
+
+class _Searcher:
+    """What the scheduler asks of Tune's search algorithm: whether every trial is made; whom it told."""
+
+    def __init__(self) -> None:
+        self.told: dict[str, float] = {}
+
+    def is_finished(self) -> bool:
+        return True
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        self.told[trial_id] = (result or {})["m"]
+
+
+class _Controller:
+    """The calls SuccessiveHalving makes on Tune's controller (its rule, apart from Ray: the searches below
+    run it on a real local Ray)."""
+
+    def __init__(self, count: int) -> None:
+        # ids in the reverse of the trials' order, so that a tie broken by id would pick the last trial
+        self.trials = [
+            SimpleNamespace(trial_id=f"id{9 - i}", status=Trial.RUNNING, experiment_tag=f"{i + 1}_x=1")
+            for i in range(count)
+        ]
+        self.search_alg = _Searcher()
+
+    def get_trials(self) -> list:
+        return self.trials
+
+    def stop_trial(self, trial) -> None:
+        trial.status = Trial.TERMINATED
+
+
+def _report(scheduler, controller, i: int, passes: int, value: float, **extra) -> str:
+    trial = controller.trials[i]
+    decision = scheduler.on_trial_result(controller, trial, {"passes": passes, "m": value, **extra})
+    if decision == TrialScheduler.PAUSE:
+        trial.status = Trial.PAUSED  # as Tune does
+    if decision == TrialScheduler.STOP:
+        trial.status = Trial.TERMINATED
+    return decision
+
+
+def _halving(**options) -> SuccessiveHalving:
+    return SuccessiveHalving("passes", 1, 2, 4, metric="m", mode="max", **options)  # rungs at 1 and 2 passes
+
+
+def test_the_rung_decides_once_all_are_there_and_ties_go_to_the_first_made():
+    scheduler, controller = _halving(), _Controller(4)
+    assert [_report(scheduler, controller, i, 1, v) for i, v in enumerate((0.1, 0.3, 0.3))] == ["PAUSE"] * 3
+    assert scheduler.choose_trial_to_run(controller) is None  # all three wait for the fourth
+    assert _report(scheduler, controller, 3, 1, 0.2) == "STOP"  # the last one decides: 2 of 4 go on
+    statuses = [t.status for t in controller.trials]
+    assert statuses == [Trial.TERMINATED, Trial.PAUSED, Trial.PAUSED, Trial.TERMINATED]
+    assert scheduler.promoted[0] == ["id8", "id7"]  # the tie at 0.3 in the trials' order, not their ids'
+    assert controller.search_alg.told == {"id9": 0.1, "id8": 0.3, "id7": 0.3, "id6": 0.2}  # TPE, at rung 1
+    assert scheduler.choose_trial_to_run(controller) is controller.trials[1]
+    controller.trials[1].status = Trial.RUNNING
+    assert _report(scheduler, controller, 1, 2, 0.5) == "PAUSE"  # at the second rung, waits for the other
+    controller.trials[2].status = Trial.RUNNING
+    assert _report(scheduler, controller, 2, 2, 0.6) == "CONTINUE"  # the best of 2 goes on to max_t
+    assert controller.trials[1].status == Trial.TERMINATED
+    assert _report(scheduler, controller, 2, 4, 0.7) == "STOP"  # max_t
+
+
+def test_a_trial_that_ends_at_a_rung_leaves_its_place_and_a_late_one_stops():
+    scheduler, controller = _halving(), _Controller(4)
+    _report(scheduler, controller, 0, 1, 0.9, trial_done=True)  # patience ended it there: it cannot go on
+    controller.trials[0].status = Trial.TERMINATED
+    for i, v in ((1, 0.3), (2, 0.2)):
+        _report(scheduler, controller, i, 1, v)
+    controller.trials[3].status = Trial.ERROR  # failed before the rung (a retry will follow)
+    scheduler.on_trial_error(controller, controller.trials[3])
+    assert not scheduler.decided[0]  # Tune retries it: no decision without it yet
+    scheduler.choose_trial_to_run(controller)  # ... but it failed for good: decided on the next step
+    assert scheduler.promoted[0] == ["id8"]  # 3 // 2 of the 3 that arrived: not the ended one, best as it was
+    controller.trials[3].status = Trial.RUNNING  # a --resume of the errored trial: decided without it
+    assert _report(scheduler, controller, 3, 1, 0.99) == "STOP"
+
+
+def test_promoted_trials_resume_within_max_running_and_waiting_ones_never():
+    scheduler, controller = _halving(max_running=1), _Controller(2)
+    _report(scheduler, controller, 0, 1, 0.5)
+    assert _report(scheduler, controller, 1, 1, 0.4) == "STOP"
+    controller.trials.append(SimpleNamespace(trial_id="busy", status=Trial.RUNNING, experiment_tag="3_x"))
+    assert scheduler.choose_trial_to_run(controller) is None  # one trial runs: the promoted one waits
+    controller.trials[-1].status = Trial.TERMINATED
+    assert scheduler.choose_trial_to_run(controller) is controller.trials[0]
+    # a resumed search: Tune restores a trial that waited at a rung as PENDING; it is never chosen, and its
+    # repeated rung report keeps its first value
+    again, control = _halving(), _Controller(3)
+    _report(again, control, 0, 1, 0.5)
+    control.trials[0].status = Trial.PENDING
+    control.trials[1].status = Trial.PENDING  # a new trial
+    assert again.choose_trial_to_run(control) is control.trials[1]  # not the waiting one
+    assert _report(again, control, 0, 1, 0.7, repeat=True) == "PAUSE" and again.arrived[0]["id9"] == 0.5
+
+
+def test_a_scheduler_pickled_before_later_records_restores_them_empty():
+    scheduler = _halving()
+    state = {k: v for k, v in scheduler.__dict__.items() if k not in ("ended", "index", "promoted")}
+    restored = SuccessiveHalving.__new__(SuccessiveHalving)
+    restored.__setstate__(pickle.loads(pickle.dumps(state)))
+    assert restored.ended == set() and restored.index == {} and restored.promoted == [[], []]
 
 
 def _schedule(kind: str) -> Schedule:
@@ -62,7 +170,7 @@ def test_the_replay_of_halving_trains_what_the_trial_count_fixes():
     assert seven.busy == pytest.approx((21 + 8 + 14) / (2 * 30))
 
 
-def test_a_trial_ending_at_a_rung_leaves_its_place():
+def test_a_trial_ending_at_a_rung_cannot_go_on():
     """Max_epochs at the first rung: every trial ends there, none goes on (the scheduler cannot resume a
     trial whose training is over)."""
     shape = TrialShape(share=1.0, steps_per_epoch=177, pass_s=1.0, last_pass_s=1.0)

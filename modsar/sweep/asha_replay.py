@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Schedule:
-    """ASHA's settings and the trial budget of a search: where its first decision falls, and what the replay
-    runs its scheduler with."""
+    """The scheduler's settings and the trial budget of a search: where its first decision falls, and what the
+    replay runs its scheduler with."""
 
     grace: int
     reduction_factor: int
@@ -49,7 +49,7 @@ class Schedule:
 
     @classmethod
     def of(cls, plan: Plan) -> Schedule:
-        """The schedule a plan's search runs: its ASHA settings and its trials' budget."""
+        """The schedule a plan's search runs: its scheduler's settings and its trials' budget."""
         train = plan.base["train"]
         return cls(
             plan.grace_period,
@@ -58,20 +58,20 @@ class Schedule:
             plan.unit,
             train["eval_every"],
             train["max_epochs"],
-            getattr(plan, "scheduler", "asha"),
+            plan.scheduler,
         )
 
     def epochs_at(self, t: int, steps_per_epoch: int) -> int:
-        """Epochs a trial has trained when its ASHA time first reaches `t`: ASHA sees it at validation passes
-        only (every eval_every epochs, and at max_epochs)."""
+        """Epochs a trial has trained when its scheduler time first reaches `t`: the scheduler sees it at
+        validation passes only (every eval_every epochs, and at max_epochs)."""
         if self.unit == "steps":
             passes = math.ceil(t / (max(1, steps_per_epoch) * self.eval_every))
             return min(passes * self.eval_every, self.max_epochs)
         return min(t * self.eval_every, self.max_epochs)
 
     def first_decision(self, steps_per_epoch: int) -> tuple[int, int]:
-        """(optimizer steps, epochs) before ASHA's first decision: at the first validation pass at or past the
-        grace period (in steps: 2,000 on Video's 121 steps an epoch, validated every 5, is epoch 20, 2,420
+        """(optimizer steps, epochs) before the first rung's decision: at the first validation pass at or past
+        the grace period (in steps: 2,000 on Video's 121 steps an epoch, validated every 5, is epoch 20, 2,420
         steps)."""
         epochs = self.epochs_at(self.grace, steps_per_epoch)
         return epochs * steps_per_epoch, epochs
@@ -110,7 +110,7 @@ def replay(
     runs: int = 0,
     seed: int = 0,
 ) -> Replay:
-    """Replay a direction's ASHA search `runs` times (by default enough to average a few thousand trials)
+    """Replay a direction's search `runs` times (by default enough to average a few thousand trials)
     with `parallel` workers; trials are drawn from `shapes` by their shares, in a random order."""
     runs = runs or max(4, min(32, 4000 // max(1, trials)))
     rng = np.random.default_rng(seed)
@@ -224,8 +224,10 @@ def _one_halving_run(
             if k < len(rungs) and time_at(shape, target) >= rungs[k]:  # at the rung (ended there or not)
                 reached[str(index)] = float(quality[index])
         now = max(free) if going else now
-        best = best_of(reached, promoted_count(len(reached), schedule.reduction_factor))
-        going = [int(t) for t in best if done[int(t)] < ends[int(t)]]  # one that ended there leaves its place
+        # 1/rf of all that reached the rung go on, chosen from those that can train on (one that ended there
+        # leaves its place to the next best), as SuccessiveHalving decides
+        can_go_on = {t: q for t, q in reached.items() if done[int(t)] < ends[int(t)]}
+        going = [int(t) for t in best_of(can_go_on, promoted_count(len(reached), schedule.reduction_factor))]
         if not going:
             break
     epochs = sum(min(p * eval_every, max_epochs) for p in done)

@@ -43,6 +43,13 @@ def halving_time(plan: Plan) -> str:
     return "steps" if plan.unit == "steps" else "passes"
 
 
+def halving_rungs(plan: Plan) -> tuple[int, ...]:
+    """The rungs a plan's trials wait at: none unless it runs successive halving."""
+    if plan.scheduler != "halving":
+        return ()
+    return tuple(rung_times(plan.grace_period, plan.reduction_factor, plan.max_t))
+
+
 def rung_times(grace: int, reduction_factor: int, max_t: int) -> list[int]:
     """The times (in the scheduler's unit) at which trials wait for a decision: grace * rf**k below max_t."""
     times, t = [], grace
@@ -58,15 +65,26 @@ def promoted_count(arrived: int, reduction_factor: int) -> int:
     return max(1, arrived // reduction_factor) if arrived else 0
 
 
-def best_of(values: dict[str, float], count: int, mode: str = "max") -> list[str]:
-    """The `count` best trial ids by value (ties by trial id, so a resumed search decides the same)."""
+def best_of(
+    values: dict[str, float], count: int, mode: str = "max", order: dict[str, int] | None = None
+) -> list[str]:
+    """The `count` best trial ids by value; ties go to the trial made first (`order`: its index in the
+    search), else to the smaller id, so that every run of a search decides alike."""
     sign = -1.0 if mode == "max" else 1.0
-    ranked = sorted(values, key=lambda t: (_nan_last(sign * values[t]), t))
+    order = order or {}
+    ranked = sorted(values, key=lambda t: (_nan_last(sign * values[t]), order.get(t, 0), t))
     return ranked[:count]
 
 
 def _nan_last(x: float) -> float:
+    """A NaN value (a trial that never validated) ranks after every number."""
     return math.inf if math.isnan(x) else x
+
+
+def trial_index(trial: Trial) -> int:
+    """The trial's place in its search (the number its experiment tag starts with; trial ids are random)."""
+    head = str(getattr(trial, "experiment_tag", "")).split("_", 1)[0]
+    return int(head) if head.isdigit() else 0
 
 
 @pickled
@@ -81,6 +99,7 @@ class SuccessiveHalving(FIFOScheduler):
         max_t: int,
         metric: str | None = None,
         mode: str | None = None,
+        max_running: int | None = None,
     ) -> None:
         super().__init__()
         self._time_attr = time_attr
@@ -88,9 +107,20 @@ class SuccessiveHalving(FIFOScheduler):
         self._max_t = max_t
         self._rungs = rung_times(grace_period, reduction_factor, max_t)
         self._metric, self._mode = metric, mode
+        self.max_running = max_running  # trials at once (--max-concurrent): promoted ones resume within it
         self.level: dict[str, int] = {}  # trial id -> the rung it trains towards (its promotions so far)
         self.arrived: list[dict[str, float]] = [{} for _ in self._rungs]  # rung -> trial id -> value there
-        self.decided: list[bool] = [False for _ in self._rungs]
+        self.ended: set[str] = set()  # trials whose report at a rung was their last (patience, divergence)
+        self.index: dict[str, int] = {}  # trial id -> its place in the search, for ties
+        self.promoted: list[list[str]] = [[] for _ in self._rungs]  # rung -> the trials that went on from it
+        self.decided: list[bool] = [False] * len(self._rungs)
+
+    def __setstate__(self, state: dict) -> None:
+        """A scheduler pickled by an earlier ModSAR lacks the records added since: they start empty."""
+        rungs = len(state.get("_rungs", []))
+        later: dict[str, object] = {"max_running": None, "ended": set(), "index": {}}
+        later["promoted"] = [[] for _ in range(rungs)]
+        self.__dict__.update({**later, **state})
 
     def set_search_properties(self, metric: str | None, mode: str | None, **spec) -> bool:
         """Take the Tuner's metric and mode where the constructor named none (as Ray's schedulers do)."""
@@ -114,47 +144,50 @@ class SuccessiveHalving(FIFOScheduler):
         k = self.level.get(trial.trial_id, 0)
         if k >= len(self._rungs) or t < self._rungs[k]:
             return TrialScheduler.CONTINUE
-        if trial.trial_id in self.arrived[k]:  # a resumed trial repeats its report at the rung: still waiting
-            return self._decide(tune_controller, k, current=trial) or TrialScheduler.PAUSE
-        self.arrived[k][trial.trial_id] = float(result[self._metric])
-        if k == 0:  # TPE learns from every trial at the same budget; the searcher's slot frees
-            tune_controller.search_alg.on_trial_complete(trial.trial_id, result=result)
+        last = bool(result.get("trial_done") or result.get("done"))  # it ends by itself after this report
+        if self.decided[
+            k
+        ]:  # decided without it (it was retried, or resumed after an error): not among the best
+            return TrialScheduler.STOP
+        if trial.trial_id not in self.arrived[k]:  # (a resumed trial repeats its report at the rung)
+            self.arrived[k][trial.trial_id] = float(result[self._metric])
+            self.index[trial.trial_id] = trial_index(trial)
+            if k == 0:  # TPE learns from every trial at the same budget; the searcher's slot frees
+                tune_controller.search_alg.on_trial_complete(trial.trial_id, result=result)
+        if last:
+            self.ended.add(trial.trial_id)
         decision = self._decide(tune_controller, k, current=trial)
-        if result.get("trial_done") or result.get("done"):  # its last pass: it ends, and competes with this
-            return decision or TrialScheduler.CONTINUE
-        return decision or TrialScheduler.PAUSE
+        return decision or (TrialScheduler.CONTINUE if last else TrialScheduler.PAUSE)
 
     def on_trial_complete(self, tune_controller: TuneController, trial: Trial, result: dict) -> None:
         """A trial that ended by itself (patience, its last epoch) may complete a rung."""
-        self._after_end(tune_controller)
-
-    def on_trial_error(self, tune_controller: TuneController, trial: Trial) -> None:
-        """An errored trial no longer holds up a rung."""
-        self._after_end(tune_controller)
+        self._decide_all(tune_controller)
 
     def on_trial_remove(self, tune_controller: TuneController, trial: Trial) -> None:
         """A stopped trial no longer holds up a rung."""
-        self._after_end(tune_controller)
+        self._decide_all(tune_controller)
 
-    def _after_end(self, tune_controller: TuneController) -> None:
-        """A trial that ends before its rung (patience, its last epoch, an error) may be the one a rung's
-        decision waited for."""
+    # on_trial_error decides nothing: Tune calls it before it retries the trial (--max-failures), and a
+    # trial that failed for good is decided without by choose_trial_to_run, which Tune calls every step
+
+    def _decide_all(self, tune_controller: TuneController) -> None:
+        """Every rung whose decision waited only for a trial that has now ended."""
         for k in range(len(self._rungs)):
             self._decide(tune_controller, k)
 
     def choose_trial_to_run(self, tune_controller: TuneController) -> Trial | None:
-        """New trials first, then the promoted ones; never one waiting at a rung (a resumed search restores
-        its waiting trials as PENDING)."""
-        for k in range(len(self._rungs)):
-            self._decide(tune_controller, k)
-        runnable = [t for t in tune_controller.get_trials() if t.status in (Trial.PENDING, Trial.PAUSED)]
+        """New trials first, then the promoted ones (within max_running trials at once); never one waiting
+        at a rung (a resumed search restores its waiting trials as PENDING)."""
+        self._decide_all(tune_controller)
+        trials = tune_controller.get_trials()
+        runnable = [t for t in trials if t.status in (Trial.PENDING, Trial.PAUSED)]
         for trial in runnable:
             if trial.status == Trial.PENDING and not self._waiting(trial.trial_id):
                 return trial
-        for trial in runnable:
-            if not self._waiting(trial.trial_id):
-                return trial
-        return None
+        running = sum(t.status in (Trial.RUNNING, Trial.PENDING) for t in trials)
+        if self.max_running is not None and running >= self.max_running:
+            return None
+        return next((t for t in runnable if not self._waiting(t.trial_id)), None)
 
     def _waiting(self, trial_id: str) -> bool:
         """Whether the trial has reached its next rung and waits for that rung's decision."""
@@ -162,21 +195,26 @@ class SuccessiveHalving(FIFOScheduler):
         return k < len(self._rungs) and trial_id in self.arrived[k]
 
     def _decide(self, tune_controller: TuneController, k: int, current: Trial | None = None) -> str | None:
-        """Rung k's decision, once every trial that can reach it has: the best go on, the others stop.
-        Returns the decision for `current` (the trial whose result is being processed), if it was made."""
+        """Rung k's decision, once every trial that can reach it has: the best of the trials there that can
+        train on go on (1/rf of all that reached it, at least one), the others stop. Returns the decision for
+        `current` (the trial whose result is being processed), if it was made."""
         if self.decided[k] or not self._complete(tune_controller, k):
             return None
         self.decided[k] = True
+        trials = tune_controller.get_trials()
+        over = {t.trial_id for t in trials if t.status in (Trial.TERMINATED, Trial.ERROR)} | self.ended
         arrived = self.arrived[k]
-        going_on = set(best_of(arrived, promoted_count(len(arrived), self._rf), self._mode or "max"))
+        candidates = {t: v for t, v in arrived.items() if t not in over}
+        count = promoted_count(len(arrived), self._rf)
+        self.promoted[k] = best_of(candidates, count, self._mode or "max", self.index)
+        for trial_id in self.promoted[k]:
+            self.level[trial_id] = k + 1
         action = None
-        for trial in tune_controller.get_trials():
-            if trial.trial_id not in arrived or trial.status in (Trial.TERMINATED, Trial.ERROR):
+        for trial in trials:
+            if trial.trial_id not in candidates:
                 continue
-            if trial.trial_id in going_on:
-                self.level[trial.trial_id] = k + 1
-                if trial is current:
-                    action = TrialScheduler.CONTINUE
+            if trial.trial_id in self.promoted[k]:
+                action = TrialScheduler.CONTINUE if trial is current else action
             elif trial is current:
                 action = TrialScheduler.STOP
             else:

@@ -34,7 +34,8 @@ STEPS_MAX_T = 2**62
 @dataclass
 class Plan:
     """Everything a search will do, derived from its request and checked before Ray starts: the space, the
-    base config of every trial, each direction's search and trials, ASHA's settings, where rows go."""
+    base config of every trial, each direction's search and trials, the scheduler's settings, where rows
+    go."""
 
     request: SearchRequest
     space: SearchSpace
@@ -71,7 +72,7 @@ class Plan:
 
     @property
     def time_attr(self) -> str:
-        """The reported value ASHA's rungs are counted in."""
+        """The reported value ASHA's rungs are counted in (successive halving's: halving.halving_time)."""
         return "steps" if self.unit == "steps" else "training_iteration"
 
     def check(self) -> SpaceCheck:
@@ -106,6 +107,11 @@ def make_plan(req: SearchRequest, check: bool = True) -> Plan:
     search, num_samples, per_task, trials = _search_and_samples(req, space)
     unit, max_t, grace, factor = _asha_settings(req, space, cfg)
     scheduler = req.scheduler or str(space.scheduler.get("kind", "asha"))
+    if scheduler == "halving" and max_t >= STEPS_MAX_T:  # rungs every rf-fold of steps, without end
+        raise ModsarError(
+            f"space '{space.path}': successive halving in steps needs a max_t (its last rung's steps); give "
+            "scheduler.max_t in the space or --max-t, or run --scheduler asha"
+        )
     _check_resources(req)
     if req.mlflow is not None:
         _check_mlflow(req.mlflow)
@@ -225,8 +231,9 @@ def _search_and_samples(
 
 
 def _asha_settings(req: SearchRequest, space: SearchSpace, cfg: Config) -> tuple[str, int, int, int]:
-    """(unit, max_t, grace period, reduction factor) of ASHA: the flags' or the space scheduler's, fitted to
-    the trial's budget, and refused where no trial could reach a first rung."""
+    """(unit, max_t, grace period, reduction factor) of the scheduler (ASHA or successive halving): the flags'
+    or the space scheduler's, fitted to the trial's budget, and refused where no trial could reach a first
+    rung."""
     unit = str(space.scheduler.get("unit", "passes"))
     if unit == "steps":  # the trial's epochs end it first wherever max_t is larger than its steps
         max_t = req.max_t or space.scheduler.get("max_t", STEPS_MAX_T)
@@ -237,7 +244,7 @@ def _asha_settings(req: SearchRequest, space: SearchSpace, cfg: Config) -> tuple
     # in passes the grace shrinks to a shorter budget; a stated one does not
     if unit == "steps" and grace > max_t:
         raise ModsarError(
-            f"space '{space.path}': ASHA's grace period ({grace:,} steps) is past its max_t "
+            f"space '{space.path}': the scheduler's grace period ({grace:,} steps) is past its max_t "
             f"({max_t:,} steps), so no trial could reach a first rung; lower the grace (--grace-period) "
             "or raise max_t (--max-t)"
         )

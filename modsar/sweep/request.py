@@ -73,11 +73,13 @@ class SearchRequest:
         metavar="SECONDS",
     )
     max_t: int | None = option(
-        help="ASHA max_t in the space's scheduler unit: validation passes, or optimizer steps where it says "
-        "unit: steps (default: from the space)",
+        help="the scheduler's max_t, in the space's scheduler unit: validation passes, or optimizer steps "
+        "where it says unit: steps (default: from the space)",
         group="budget",
     )
-    grace_period: int | None = option(help="ASHA grace period, in the same unit as --max-t", group="budget")
+    grace_period: int | None = option(
+        help="the scheduler's first rung (ASHA's grace period), in the same unit as --max-t", group="budget"
+    )
     scheduler: str | None = option(
         help="how trials are stopped early: halving (the trials at a rung judged together, once all are "
         "there: a search's epochs fixed by its trial count) or asha (each trial judged as it reaches a rung, "
@@ -85,7 +87,9 @@ class SearchRequest:
         group="budget",
         choices=["asha", "halving"],
     )
-    reduction_factor: int | None = option(help="ASHA reduction factor", group="budget")
+    reduction_factor: int | None = option(
+        help="the scheduler's reduction factor: 1 in this many trials goes on at each rung", group="budget"
+    )
     cpus_per_trial: float = option(1.0, "CPUs per trial (= torch threads)", "resources")
     gpus_per_trial: float = option(0.0, "GPUs per trial; fractions share a GPU", "resources")
     max_concurrent: int | None = option(

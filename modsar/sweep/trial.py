@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ray import tune
 
-from modsar.sweep.halving import halving_time, rung_times
+from modsar.sweep.halving import halving_rungs, halving_time
 from modsar.sweep.pickled import pickled
 from modsar.sweep.plan import Plan, sampled_values, trial_config
 from modsar.sweep.spaces import SearchSpace
@@ -172,8 +172,8 @@ class _TrialReports:
     def on_eval(
         self, epoch: int, metrics: dict, improved: bool, checkpoint: Path | None, facts: dict
     ) -> None:
-        """run_trial's callback after each validation pass: one report (ASHA stops trials on these), with the
-        trial's folder at an improvement and every CHECKPOINT_EVERY_S."""
+        """run_trial's callback after each validation pass: one report (the scheduler stops trials on these),
+        with the trial's folder at an improvement, at a rung and every CHECKPOINT_EVERY_S."""
         import torch
 
         if improved:
@@ -282,9 +282,7 @@ def make_trainable(plan: Plan, test: bool = False):
             data_dir=plan.data_root,
             test=test,
             plugins=tuple(registry.loaded_plugins()),
-            rungs=tuple(rung_times(plan.grace_period, plan.reduction_factor, plan.max_t))
-            if getattr(plan, "scheduler", "asha") == "halving" and not test
-            else (),
+            rungs=() if test else halving_rungs(plan),  # seed re-runs have no scheduler
             time_attr=halving_time(plan),
         ),
         {"cpu": plan.request.cpus_per_trial, "gpu": plan.request.gpus_per_trial},

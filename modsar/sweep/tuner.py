@@ -1,5 +1,5 @@
-"""The search: plan it, run one Tuner (and ASHA bracket) per direction on the cluster ray_session connects,
-record its state and clock in search.json, then select, test and re-run seeds (selection)."""
+"""The search: plan it, run one Tuner (and its early stopping) per direction on the cluster ray_session
+connects, record its state and clock in search.json, then select, test and re-run seeds (selection)."""
 
 from __future__ import annotations
 
@@ -59,9 +59,10 @@ from modsar.sweep.timing import SearchClock
 from modsar.sweep.trial import make_trainable
 
 
-def make_scheduler(plan: Plan) -> ASHAScheduler | SuccessiveHalving:
-    """The plan's early stopping: Ray's asynchronous ASHA, or synchronous successive halving."""
-    if getattr(plan, "scheduler", "asha") == "asha":
+def make_scheduler(plan: Plan, concurrent: int) -> ASHAScheduler | SuccessiveHalving:
+    """The plan's early stopping: Ray's asynchronous ASHA, or synchronous successive halving (which resumes
+    promoted trials within `concurrent` at once)."""
+    if plan.scheduler == "asha":
         return ASHAScheduler(
             time_attr=plan.time_attr,
             max_t=plan.max_t,
@@ -73,6 +74,7 @@ def make_scheduler(plan: Plan) -> ASHAScheduler | SuccessiveHalving:
         max_t=plan.max_t,
         grace_period=plan.grace_period,
         reduction_factor=plan.reduction_factor,
+        max_running=concurrent,
     )
 
 
@@ -82,7 +84,7 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
     storage = experiment_folder(plan)
     concurrent = trial_slots(req, total)
     metric = f"best.{plan.monitor}"  # the scheduler compares each trial's best validation value so far
-    scheduler = make_scheduler(plan)
+    scheduler = make_scheduler(plan, concurrent)
     search_alg, param_space = None, {}
     space = plan.space.for_task(task)
     search = plan.search_of(task)
@@ -314,7 +316,7 @@ def _record_clock(search_json: str, clock: SearchClock) -> None:
 def _run_directions(
     req: SearchRequest, plan: Plan, storage: str, total: dict[str, float], clock: SearchClock
 ) -> tuple[int, int]:
-    """One Tuner (and ASHA bracket) per direction, as the original experiments, restored where a resumed
+    """One Tuner (and its early stopping) per direction, as the original experiments, restored where a resumed
     search left one; each direction's rows are written as it ends. Returns (trials, errors)."""
     trials, errors = 0, 0
     for task in plan.space.tasks():
