@@ -58,3 +58,28 @@ def write(path, text: str):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A real local Ray cluster of 2 CPUs, shared by a module's search tests (no mocks)."""
+    import ray
+
+    ray.init(
+        num_cpus=2,
+        num_gpus=0,
+        include_dashboard=False,
+        object_store_memory=128 * 1024 * 1024,
+        log_to_driver=False,
+        logging_level="ERROR",
+    )
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def data_dir(tmp_path_factory, monkeypatch):
+    """Trials run in other processes: the data root must be a real shared folder, not per-test env."""
+    root = tmp_path_factory.mktemp("data")
+    monkeypatch.setenv("MODSAR_DATA", str(root))
+    return root

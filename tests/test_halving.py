@@ -15,7 +15,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import ray
 import yaml
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
@@ -178,27 +177,6 @@ def test_a_trial_ending_at_a_rung_cannot_go_on():
         grace=2000, reduction_factor=3, max_t=18000, unit="steps", eval_every=5, max_epochs=15, kind="halving"
     )
     assert replay([shape], 9, 2, short, runs=1).epochs == 9 * 15
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(
-        num_cpus=2,
-        num_gpus=0,
-        include_dashboard=False,
-        object_store_memory=128 * 1024 * 1024,
-        log_to_driver=False,
-        logging_level="ERROR",
-    )
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture
-def data_dir(tmp_path_factory, monkeypatch):
-    root = tmp_path_factory.mktemp("data")
-    monkeypatch.setenv("MODSAR_DATA", str(root))
-    return root
 
 
 def _first_values(row) -> list[float]:

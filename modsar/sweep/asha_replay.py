@@ -201,7 +201,7 @@ def _one_halving_run(
 
     def first_pass_at(shape: TrialShape, t: int) -> int:
         """The first pass whose report is at or past time t (last_pass when none is)."""
-        return next((p for p in range(1, last_pass + 1) if time_at(shape, p) >= t), last_pass)
+        return math.ceil(schedule.epochs_at(t, shape.steps_per_epoch) / eval_every)
 
     rungs = rung_times(schedule.grace, schedule.reduction_factor, schedule.max_t)
     ends = [first_pass_at(shape, schedule.max_t) for shape in order]  # the pass each trial would end at
