@@ -21,8 +21,8 @@ from ray.tune.schedulers import TrialScheduler
 
 from modsar.cli import main
 from modsar.records.rows import read_rows
-from modsar.sweep.asha_replay import Schedule, TrialShape, replay
 from modsar.sweep.halving import SuccessiveHalving, best_of, promoted_count, rung_times
+from modsar.sweep.scheduler_replay import Schedule, TrialShape, replay
 from modsar.sweep.spaces import load_space
 
 SPACE = Path(__file__).parent / "spaces" / "halving.yaml"

@@ -21,9 +21,9 @@ from modsar.data.split import make_split
 from modsar.data.store import load_dataset
 from modsar.randomness import global_states, same_states
 from modsar.sweep import SearchRequest, cost, make_plan
-from modsar.sweep.asha_replay import Schedule
 from modsar.sweep.cost import Resources, duration, estimate
 from modsar.sweep.probe import Companions
+from modsar.sweep.scheduler_replay import Schedule
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def space_file(
 
 def test_first_decision_of_hand_counted_cases():
     """ASHA sees a trial at its validation passes only: its first decision comes at the first pass at or past
-    the grace period (the replay's hand-counted cases are in test_asha_replay.py)."""
+    the grace period (the replay's hand-counted cases are in test_scheduler_replay.py)."""
     passes = Schedule(grace=1, reduction_factor=2, max_t=4, unit="passes", eval_every=5, max_epochs=200)
     assert passes.first_decision(10) == (50, 5)  # grace x eval_every x steps/epoch
     # unit: steps, 16 steps an epoch, validation every 2 epochs (32 steps): a 40-step grace is seen at epoch 4

@@ -3,10 +3,11 @@ row.
 
 Each trial runs `training.run_trial` (the same function as `modsar train`) inside a Ray Tune function
 trainable and reports validation metrics at every evaluation, with a checkpoint whenever the monitored metric
-improves. ASHA stops weak trials early; grid enumerates the conditional grid exactly; random and Optuna sample
-through Ray's OptunaSearch (RandomSampler / TPE, both seeded). A driver-side callback writes one row per trial
-as it ends (finished, stopped by ASHA, or error); after the search the best AE and best AR trial (best
-validation epoch) are tested from their best checkpoints and marked selected.
+improves (and, under successive halving, at each rung). A scheduler stops weak trials early (synchronous
+successive halving, the paper spaces' default, or Ray's ASHA); grid enumerates the conditional grid exactly;
+random and Optuna sample through Ray's OptunaSearch (RandomSampler / TPE, both seeded). A driver-side callback
+writes one row per trial as it ends (finished, stopped early, or error); after the search the best AE and best
+AR trial (best validation epoch) are tested from their best checkpoints and marked selected.
 
 Layout: ``<results>/<experiment>/{search.json, trials/*.parquet, ray/ (Tune state and checkpoints)}``. A
 killed driver is resumed with ``--resume`` (Tuner.restore): unfinished trials continue from their last
@@ -14,13 +15,15 @@ checkpoint (the latest improvement) with the optimizer and RNG states saved besi
 uninterrupted run (tested), errored trials are retried, finished rows are kept as they are.
 
 The package: `spaces` (the YAML design spaces) and `space_check` (every configuration a space could run,
-validated), `plan` (request -> checked plan), `cost` (what the search will cost, before it runs), `trial` (the
-trainable: a trial in a Ray worker), `rows` (one Parquet row per trial), `tracking` (MLflow), `tuner` (the
-search: one Tuner per direction), `ray_session` (joining or starting Ray), `restore` (--resume),
-`search_folder` (the experiment's folder and search.json), `selection` (selection, testing and seed
-re-runs), `timing` (where a search's time went), `asha_replay` (the cost estimate's replay of ASHA),
-`storage` (Tune's state, one snapshot a save, for --resume), `submit` (a command as a Ray job on a
-cluster).
+validated), `plan` (request -> checked plan), `cost` (what the search will cost, before it runs), `probe` (the
+cost's few seconds of timing) and `scheduler_replay` (its replay of ASHA or successive halving), `trial` (the
+trainable: a trial in a Ray worker), `halving` (the successive-halving scheduler), `searcher` (Optuna without
+repeats), `rows` (one Parquet row per trial), `tracking` (MLflow), `credentials` (no secret in a file or a
+line), `tuner` (the search: one Tuner per direction), `cluster` and `ray_session` (the Ray a search runs on),
+`restore` (--resume), `interrupt` (Ctrl-C and the search's status), `pickled` (what Tune pickles, one import
+path), `search_folder` (the experiment's folder and search.json), `selection` (selection, testing and seed
+re-runs), `timing` (where a search's time went), `storage` (Tune's state, one snapshot a save, for --resume),
+`submit` (a command as a Ray job on a cluster).
 """
 
 import importlib

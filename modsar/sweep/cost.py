@@ -6,10 +6,11 @@ passes of `eval_every` epochs of a dataset's steps, rungs that keep 1/reduction_
 in parallel on the CPUs a trial takes. `estimate` times a few training steps and a validation pass (or its
 first batches) of one configuration per model size (cost_keys()), on the CPU beside as many companions
 training it as other trials run at once (modsar.sweep.probe: trials side by side slow each other), then
-replays each direction's early stopping on as many workers as trials run at once (modsar.sweep.asha_replay:
-Ray's own ASHA scheduler, or the rule of synchronous successive halving), adding the seconds a search spends
-besides epochs (TRIAL_START_S, REPORT_S, RAY_START_S, TUNER_START_S); so `modsar spaces NAME --dataset D` and
-the first lines of `modsar search` say what a search costs before any of it runs.
+replays each direction's early stopping on as many workers as trials run at once
+(modsar.sweep.scheduler_replay: Ray's own ASHA scheduler, or the rule of synchronous successive halving),
+adding the seconds a search spends besides epochs (TRIAL_START_S, REPORT_S, RAY_START_S, TUNER_START_S); so
+`modsar spaces NAME --dataset D` and the first lines of `modsar search` say what a search costs before any of
+it runs.
 
 The epochs are an estimate: patience may end a trial before the scheduler does (it is not modelled). The probe
 draws nothing from the global random generators a trial's training reads (modsar.randomness.untouched) and
@@ -31,11 +32,11 @@ import torch
 from modsar.config import Config
 from modsar.data.store import window
 from modsar.model import registry
-from modsar.sweep.asha_replay import Replay, Schedule, TrialShape, replay
 from modsar.sweep.halving import promoted_count, rung_times
 from modsar.sweep.plan import STEPS_MAX_T, Plan, trial_config
 from modsar.sweep.probe import Companions
 from modsar.sweep.probe import probe as time_size
+from modsar.sweep.scheduler_replay import Replay, Schedule, TrialShape, replay
 from modsar.sweep.spaces import MAX_GRID_POINTS, Param, SearchSpace
 from modsar.training.trainer import train_batches
 
@@ -163,7 +164,7 @@ class Group:
 @dataclass
 class Direction:
     """One direction's (AE or AR) Tuner: its trials, their sizes and what ASHA lets them train, replayed with
-    Ray's scheduler on `parallel` workers (modsar.sweep.asha_replay)."""
+    Ray's scheduler on `parallel` workers (modsar.sweep.scheduler_replay)."""
 
     task: str
     trials: int

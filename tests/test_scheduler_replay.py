@@ -1,6 +1,6 @@
-"""The replay of an asynchronous ASHA search (modsar.sweep.asha_replay) against hand-counted cases: Ray's own
-scheduler decides, the first trial at a rung always goes on, workers run in parallel, the last pass is cut at
-max_epochs, and numpy's global generator is left as it was."""
+"""The replay of an asynchronous ASHA search (modsar.sweep.scheduler_replay) against hand-counted cases: Ray's
+own scheduler decides, the first trial at a rung always goes on, workers run in parallel, the last pass is cut
+at max_epochs, and numpy's global generator is left as it was."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 
-from modsar.sweep.asha_replay import Schedule, TrialShape, _one_run, replay
+from modsar.sweep.scheduler_replay import Schedule, TrialShape, _one_run, replay
 
 PASS_S = 10.0
 SHAPE = TrialShape(share=1.0, steps_per_epoch=7, pass_s=PASS_S, last_pass_s=PASS_S)
