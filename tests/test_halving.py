@@ -225,6 +225,15 @@ def test_a_halving_search_trains_what_its_rungs_keep(local_ray, data_dir, tmp_pa
     (alone,) = read_rows(str(out), "t").to_dict("records")
     assert json.loads(alone["curve"]) == json.loads(last["curve"])  # paused and resumed: one curve
 
+    # --resume of the finished search (as --seeds does): Tune's saved state still lists the trials stopped
+    # while they waited as paused, and restores them as pending; none trains again, no row is rewritten
+    reports = {p: p.read_text() for p in (out / "h" / "ray-ar").glob("*/result.json")}
+    assert main([*argv, "--results", str(out), "--experiment", "h", "--max-concurrent", "2", "--resume"]) == 0
+    assert {p: p.read_text() for p in reports} == reports
+    again = read_rows(str(out), "h")
+    key = ["trial_id", "finished_at", "wall_time_s", "curve", "selected"]
+    assert again[key].sort_values("trial_id").equals(rows[key].sort_values("trial_id"))
+
 
 def _waiting(experiment: Path) -> bool:
     """Tune's saved state has a trial paused at a rung."""

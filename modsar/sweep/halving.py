@@ -177,8 +177,11 @@ class SuccessiveHalving(FIFOScheduler):
 
     def choose_trial_to_run(self, tune_controller: TuneController) -> Trial | None:
         """New trials first, then the promoted ones (within max_running trials at once); never one waiting
-        at a rung (a resumed search restores its waiting trials as PENDING)."""
+        at a rung (a resumed search restores its waiting trials as PENDING), and none a rung stopped."""
         self._decide_all(tune_controller)
+        for trial in tune_controller.get_trials():
+            if trial.status in (Trial.PENDING, Trial.PAUSED) and self._stopped_at_rung(trial.trial_id):
+                tune_controller.stop_trial(trial)  # before Tune starts every pending trial itself
         trials = tune_controller.get_trials()
         runnable = [t for t in trials if t.status in (Trial.PENDING, Trial.PAUSED)]
         for trial in runnable:
@@ -188,6 +191,14 @@ class SuccessiveHalving(FIFOScheduler):
         if self.max_running is not None and running >= self.max_running:
             return None
         return next((t for t in runnable if not self._waiting(t.trial_id)), None)
+
+    def _stopped_at_rung(self, trial_id: str) -> bool:
+        """Whether a rung the trial reached was decided without promoting it. Such a trial was stopped while
+        it waited, and Tune saves no state for a paused trial it stops: a resumed search's saved state lists
+        it as paused, and Tune restores it as pending and would train it again (from scratch, once a finished
+        direction dropped its resume state)."""
+        k = self.level.get(trial_id, 0)
+        return k < len(self._rungs) and self.decided[k] and trial_id in self.arrived[k]
 
     def _waiting(self, trial_id: str) -> bool:
         """Whether the trial has reached its next rung and waits for that rung's decision."""

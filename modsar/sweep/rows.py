@@ -234,8 +234,11 @@ class ResultRows(tune.Callback):
                 tune_stop(signal.SIGUSR1, None)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        """A finished (or ASHA-stopped) trial: write its row."""
-        self._write(trial, None)
+        """A finished (or early-stopped) trial: write its row. One that reported nothing in this fit (a
+        resumed search's scheduler stopped it before it ran) keeps the row an earlier fit wrote, or gets one
+        from Tune's record after the fit (reconcile_rows)."""
+        if trial.trial_id in self.results:
+            self._write(trial, None)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         """An errored trial: write its row with the error's last line."""

@@ -34,6 +34,12 @@ class MLflowRuns(MLflowLoggerCallback):
         """MLflow refuses '@' in metric names: ndcg@10 is logged as ndcg_at_10."""
         super().log_trial_result(iteration, trial, {k.replace("@", "_at_"): v for k, v in result.items()})
 
+    def log_trial_end(self, trial: Any, failed: bool = False) -> None:
+        """End the trial's run, if this fit started one: a resumed search's scheduler may stop a trial that
+        never ran in it."""
+        if trial in self._trial_runs:
+            super().log_trial_end(trial, failed)
+
 
 def mlflow_callback(plan: Plan, role: str) -> MLflowRuns:
     """The MLflow logger of a search's fit: one run per trial in an experiment named after the search, tagged
