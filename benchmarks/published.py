@@ -1314,7 +1314,7 @@ def _modsar_claims() -> list[Claim]:
             "Tables 5, 6",
             "–",
             "–",
-            "open: about 3 hours of this machine each by the default search's estimate",
+            "open: at most about 2 hours of this machine each by the default search's estimate",
             "",
         ),
     ]

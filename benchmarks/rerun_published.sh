@@ -50,24 +50,27 @@ for group in "$@"; do
     loopback modsar search --space quickstart --dataset synthetic --results "$scratch" --quiet > /dev/null
     python benchmarks/search_time.py --results "$scratch" --experiment quickstart-synthetic --out "$root/search-time"
     rm -rf "$scratch" ;;
-  table5-beauty)  # the headline search as the README gives it (the paper spaces' default search, Table 5's
-    # Local-attn on Beauty), its selected configs re-run on seeds 0-2, and where its time went: ~4 h on 2 idle cores
+  table5-beauty)  # the headline search as the README gives it (the paper spaces' default search, successive
+    # halving, Table 5's Local-attn on Beauty), its selected configs re-run on seeds 0-2, and where its time
+    # went: ~2 h and ~1 h of seed re-runs on 2 idle cores
     fresh table5-beauty
-    # (the committed rows were made before successive halving became the default: --scheduler asha; an idle
-    # run under the default replaces them)
-    loopback modsar search --space local_attn --dataset beauty --results "$root/table5-beauty" --quiet --seeds 3 \
-        --scheduler asha
+    loopback modsar search --space local_attn --dataset beauty --results "$root/table5-beauty" --quiet --seeds 3
     python benchmarks/search_time.py --results "$root/table5-beauty" --experiment local_attn-beauty \
         --out "$root/table5-beauty"
     rm -rf "$root/table5-beauty"/local_attn-beauty/ray-* ;;
-  asha-overrun)  # the headline search under Ray's ASHA, the default before successive halving, seed 1, on an
-    # idle machine (~3 h); the committed rows are its first 19 AE trials: it was stopped there with Ctrl-C, its
-    # AE direction 1.5x over its estimate, the finding that made successive halving the default
+  asha-overrun)  # the headline search under Ray's ASHA, the default before successive halving: seed 0 with its
+    # seed re-runs (~5 h; the committed run shared the machine), then seed 1 on an idle machine (~3 h; the
+    # committed rows are its first 19 AE trials: it was stopped there with Ctrl-C, its AE direction 1.5x over
+    # its estimate, the finding that made successive halving the default)
     fresh asha-overrun
+    loopback modsar search --space local_attn --dataset beauty --scheduler asha --seeds 3 \
+        --results "$root/asha-overrun" --quiet
     loopback modsar search --space local_attn --dataset beauty --scheduler asha --seed 1 \
         --experiment local_attn-beauty-s1 --results "$root/asha-overrun" --quiet
-    python benchmarks/search_time.py --results "$root/asha-overrun" --experiment local_attn-beauty-s1 \
-        --out "$root/asha-overrun"
+    for experiment in local_attn-beauty local_attn-beauty-s1; do
+      python benchmarks/search_time.py --results "$root/asha-overrun" --experiment "$experiment" \
+          --out "$root/asha-overrun"
+    done
     rm -rf "$root/asha-overrun"/*/ray-* ;;
   search-proof)  # the default search against the paper's full grid (its selected configs on 3 seeds), the
     # default run with seeds 0, 1 and 2, on synthetic, ML-100K and LastFM (capped at 50 epochs): ~10 h, 2 cores

@@ -1,14 +1,16 @@
 """What each way of cheapening a search saves, from one probe: the paper's full grid, then TPE sampling, ASHA
-counted in steps past the popularity plateau, a larger reduction factor and a last rung, each added in turn
-(the last is the paper spaces' default), and the full grid under the default's ASHA to separate the two.
+counted in steps past the popularity plateau, a larger reduction factor, a last rung and synchronous
+successive halving in place of Ray's asynchronous ASHA, each added in turn (the last is the paper spaces'
+default), and the full grid under the default's successive halving to separate sampling from early stopping.
 
     python benchmarks/search_strategies.py --space local_attn --dataset beauty
     python benchmarks/search_strategies.py --space loss_ce --dataset ml-100k --out /tmp/strategies
 
 The model sizes are probed once (as `modsar spaces NAME --dataset D` does) and every strategy is costed with
-those timings by the estimate's ASHA replay on this machine's workers, so the ratios between strategies do not
-depend on the machine's load while the probe ran. The validation share is the part of the trial-seconds spent
-in validation passes: the most that cheaper validation at non-final rungs could save.
+those timings by the estimate's replay of the scheduler (ASHA or successive halving) on this machine's
+workers, so the ratios between strategies do not depend on the machine's load while the probe ran. The
+validation share is the part of the trial-seconds spent in validation passes: the most that cheaper validation
+at non-final rungs could save.
 """
 
 from __future__ import annotations
@@ -31,13 +33,16 @@ STEPS = {"unit": "steps", "grace_period": 2000, "reduction_factor": 2}
 BUDGET = {"max_epochs": 200, "eval_every": 5}
 TPE = {"search": "optuna", "num_samples": 20, **BUDGET}
 GRID = {"search": "grid", "num_samples": 1, **BUDGET}
+DEFAULT_RUNGS = {**STEPS, "reduction_factor": 3, "max_t": 18000}
+HALVING = {"kind": "halving", **DEFAULT_RUNGS}
 STRATEGIES = [  # (name, scheduler, budget), each adding one change to the one before (the last: on its own)
     ("paper: full grid, ASHA in passes (grace 25 epochs, rf 2)", PAPER_ASHA, GRID),
     ("+ TPE, 20 trials a direction", PAPER_ASHA, TPE),
     ("+ ASHA in steps, first rung at 2,000 steps", STEPS, TPE),
     ("+ reduction factor 3", {**STEPS, "reduction_factor": 3}, TPE),
-    ("+ last rung at 18,000 steps (the default)", {**STEPS, "reduction_factor": 3, "max_t": 18000}, TPE),
-    ("full grid under the default's ASHA", {**STEPS, "reduction_factor": 3, "max_t": 18000}, GRID),
+    ("+ last rung at 18,000 steps", DEFAULT_RUNGS, TPE),
+    ("+ synchronous successive halving (the default)", HALVING, TPE),
+    ("full grid under the default's successive halving", HALVING, GRID),
 ]
 
 
