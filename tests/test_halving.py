@@ -135,6 +135,23 @@ def test_promoted_trials_resume_within_max_running_and_waiting_ones_never():
     assert _report(again, control, 0, 1, 0.7, repeat=True) == "PAUSE" and again.arrived[0]["id9"] == 0.5
 
 
+def test_a_resumed_search_stops_the_trials_its_rungs_stopped_before_tune_starts_them():
+    """Tune restores a trial stopped while it waited at a rung as pending where its saved state still lists
+    it as paused (searches saved before Tune was told of such stops); the scheduler stops it again, and the
+    promoted trial, pending too, is the one chosen."""
+    scheduler, controller = _halving(), _Controller(4)
+    stopped, paused, pending = Trial.TERMINATED, Trial.PAUSED, Trial.PENDING
+    for i, value in enumerate((0.1, 0.4, 0.3, 0.2)):
+        _report(scheduler, controller, i, 1, value)
+    assert [t.status for t in controller.trials] == [stopped, paused, paused, stopped]
+    for trial in controller.trials:
+        trial.status = pending  # as Tune restores a state saved while they waited
+    assert scheduler.choose_trial_to_run(controller) is controller.trials[1]  # the best of the 4 goes on
+    assert [t.status for t in controller.trials] == [stopped, pending, pending, stopped]
+    controller.trials[1].status = Trial.RUNNING
+    assert scheduler.choose_trial_to_run(controller) is controller.trials[2]  # 2 of 4 go on
+
+
 def test_a_scheduler_pickled_before_later_records_restores_them_empty():
     scheduler = _halving()
     state = {k: v for k, v in scheduler.__dict__.items() if k not in ("ended", "index", "promoted")}
@@ -183,14 +200,18 @@ def _first_values(row) -> list[float]:
     return [v for _, v in json.loads(row["curve"])]
 
 
-def test_a_halving_search_trains_what_its_rungs_keep(local_ray, data_dir, tmp_path):
+def test_a_halving_search_trains_what_its_rungs_keep(local_ray, data_dir, tmp_path, monkeypatch):
     """7 TPE trials, rungs at 1 and 2 passes, reduction factor 2: all 7 train 1 epoch, the best 3 there a
     second, the best of those to max_t (4): epochs 1, 1, 1, 1, 2, 2, 4. TPE was told every trial's value at
     the first rung, and the trial paused twice and resumed trains the curve `modsar train` gives its
-    config."""
+    config. Tune's saved state lists every trial stopped while it waited as stopped, and a --resume of the
+    finished search trains nothing again."""
     out = tmp_path / "results"
     argv = ["search", "--quiet", "--no-estimate", "--space", str(SPACE), "--dataset", "synthetic"]
+    # Tune saves its state at every step: saves fall between trials pausing and their rung's decision
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "0")
     assert main([*argv, "--results", str(out), "--experiment", "h", "--max-concurrent", "2"]) == 0
+    assert not _waiting(out / "h")  # (it failed before Tune was told of the trials stopped while paused)
     rows = read_rows(str(out), "h")
     assert sorted(rows["epochs_run"]) == [1, 1, 1, 1, 2, 2, 4]
     assert (rows["passes"] == rows["reports"]).all()  # a paused trial resumed where it paused: no pass twice

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow.parquet as pq
 import pytest
@@ -1010,6 +1011,45 @@ def test_a_row_records_the_config_its_worker_ran(data_dir, tmp_path):
     unreported = row_from_results(plan, "b", point, [], "RuntimeError: lost", None)
     assert unreported["train.device"] == Config.from_dict(plan.base).train.device == "auto"
     assert unreported["task"] == "ar" and unreported["status"] == "error"
+
+
+def test_reconcile_writes_again_an_error_row_tune_now_holds_without_error(data_dir, tmp_path):
+    """After a fit, a trial with no row gets one from Tune's record; a trial whose row says error but that
+    Tune now holds without one (a resumed search retried it and its scheduler stopped it before it reported,
+    so no callback wrote) gets its row again; any other row stands, whatever Tune's record says. Tune's
+    record gives NaN for `repeat` where a report had none: only a repeat is left out of `reports`."""
+    import pandas as pd
+
+    from modsar.sweep import SearchRequest, make_plan, row_from_results
+    from modsar.sweep.rows import reconcile_rows, write_search_row
+
+    plan = make_plan(
+        SearchRequest(
+            space=str(SPACES / "asha.yaml"), dataset="synthetic", results=str(tmp_path), experiment="rc"
+        )
+    )
+    point = {"point": {"task": "ar", "train.lr": 0.005}}
+    reports = [{"epoch": 1, "valid.ndcg@10": 0.2, "best.ndcg@10": 0.2, "best_epoch": 1, "trial_done": True}]
+    write_search_row(plan, row_from_results(plan, "err", point, [], "RuntimeError: node died", None))
+    write_search_row(plan, row_from_results(plan, "kept", point, reports[:0], None, None))
+
+    def result(trial_id: str, error: Exception | None = None) -> SimpleNamespace:
+        frame = pd.DataFrame([*reports, {**reports[0], "repeat": True}])  # repeat: NaN on the first
+        return SimpleNamespace(
+            path=f"/x/trainable_{trial_id}_1_lr=0.005",
+            metrics={"trial_id": trial_id},
+            config=point,
+            metrics_dataframe=frame,
+            error=error,
+            checkpoint=None,
+        )
+
+    reconcile_rows(plan, [result("err"), result("kept"), result("new"), result("bad", RuntimeError("x"))])
+    rows = read_rows(str(tmp_path), "rc").set_index("trial_id")
+    assert rows.loc["err", "status"] == "finished" and rows.loc["err", "valid.ndcg@10"] == 0.2
+    assert rows.loc["err", "reports"] == 1  # the repeated report is no pass; the first counts
+    assert pd.isna(rows.loc["kept", "valid.ndcg@10"])  # a row the callback wrote is not replaced
+    assert rows.loc["new", "status"] == "finished" and rows.loc["bad", "status"] == "error"
 
 
 LOOPBACK_CHECK = r"""

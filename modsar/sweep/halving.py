@@ -87,6 +87,19 @@ def trial_index(trial: Trial) -> int:
     return int(head) if head.isdigit() else 0
 
 
+def _stop_for_good(tune_controller: TuneController, trial: Trial) -> None:
+    """Stop a trial that waits at a rung (or was restored waiting), and have Tune's next save of its state
+    say so. Tune saves a trial's status only once it marks the trial for it, which stopping a trial without a
+    running actor does not do: the saved state would list it as paused, and a resumed search would start it.
+    The mark is Tune's own (a private method, reached past the wrapper Tune hands schedulers); without it,
+    `_stopped_at_rung` still stops such a trial again on resume."""
+    tune_controller.stop_trial(trial)
+    controller = getattr(tune_controller, "_tune_controller", tune_controller)
+    mark = getattr(controller, "_mark_trial_to_checkpoint", None)
+    if callable(mark):
+        mark(trial)
+
+
 @pickled
 class SuccessiveHalving(FIFOScheduler):
     """Synchronous successive halving over the trials of one Tuner (see the module docstring)."""
@@ -181,7 +194,7 @@ class SuccessiveHalving(FIFOScheduler):
         self._decide_all(tune_controller)
         for trial in tune_controller.get_trials():
             if trial.status in (Trial.PENDING, Trial.PAUSED) and self._stopped_at_rung(trial.trial_id):
-                tune_controller.stop_trial(trial)  # before Tune starts every pending trial itself
+                _stop_for_good(tune_controller, trial)  # before Tune starts every pending trial itself
         trials = tune_controller.get_trials()
         runnable = [t for t in trials if t.status in (Trial.PENDING, Trial.PAUSED)]
         for trial in runnable:
@@ -229,7 +242,7 @@ class SuccessiveHalving(FIFOScheduler):
             elif trial is current:
                 action = TrialScheduler.STOP
             else:
-                tune_controller.stop_trial(trial)
+                _stop_for_good(tune_controller, trial)
         return action
 
     def _complete(self, tune_controller: TuneController, k: int) -> bool:

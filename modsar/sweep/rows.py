@@ -122,7 +122,9 @@ def _trial_facts(
         "torch_threads": _count(last.get("torch_threads")),
         "checkpoint": checkpoint,
         "curve": json.dumps(_validation_curve(results, plan.monitor)),
-        "reports": sum(1 for r in results if not r.get("repeat")),  # a resumed trial's repeat is no pass
+        # a resumed trial's repeat is no pass (`is not True`: Tune's record after a fit gives NaN where a
+        # report had no repeat key)
+        "reports": sum(1 for r in results if r.get("repeat") is not True),
         "search_algorithm": plan.search_of(task),
         "space_arms": json.dumps(plan.space.arms) if plan.space.arms else None,
         "trial_index": int(tag.split("_")[0]) if tag.split("_")[0].isdigit() else None,
@@ -337,6 +339,9 @@ def reconcile_rows(plan: Plan, grid, role: str = "search") -> None:
     raise_row_fault(plan)
     existing = read_rows(rows_dir(plan), plan.request.experiment_name)
     have = set(existing["trial_id"]) if len(existing) else set()
+    # an error row of a trial Tune now holds without error (a resumed search retried it, and its scheduler
+    # stopped it before it reported: the callback wrote nothing) is written again from Tune's record
+    errored = set(existing.loc[existing["status"] == "error", "trial_id"]) if len(existing) else set()
     for result in grid:
         # trial folders are named <trainable>_<trial id>_<index>_<params>; ids may hold one "_"
         match = re.match(
@@ -344,7 +349,9 @@ def reconcile_rows(plan: Plan, grid, role: str = "search") -> None:
         )
         trial_id = (result.metrics or {}).get("trial_id") or (match.group(1) if match else None)
         tag = match.group(2) if match else ""
-        if not trial_id or trial_id in have or result.config is None:  # None: never started (time budget)
+        if not trial_id or result.config is None:  # None: never started (time budget)
+            continue
+        if trial_id in have and not (trial_id in errored and result.error is None):
             continue
         frame = result.metrics_dataframe
         history = frame.to_dict("records") if frame is not None else []
