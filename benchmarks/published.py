@@ -358,8 +358,10 @@ def quickstart() -> str:
     return report_markdown("quickstart", "quickstart-synthetic")
 
 
-# The ModSAR paper's Table 5 and 6, "Best Improv." on R@10 (best AR over best AE, %), by space and dataset
-PAPER_BEST_IMPROV_R10 = {("local_attn", "beauty"): 28.57}
+# The ModSAR paper's Table 5, "Best Improv." on R@10 by dataset (%): the best AR cell of its row over the best
+# AE cell, across the row's four design choices; the paper gives no improvement per design choice
+PAPER_TABLE5_BEST_IMPROV_R10 = {"beauty": 28.57}
+TABLE5_SPACES = ("local_attn", "ssept", "loss_ce", "loss_bpr")  # Local Attn., SSE-PT, Loss-CE, Loss-BPR
 
 
 def design_cells(folder: str, metric: str = "recall@10") -> pd.DataFrame:
@@ -374,7 +376,6 @@ def design_cells(folder: str, metric: str = "recall@10") -> pd.DataFrame:
         if ae is None or ar is None or not ae.values or not ar.values:
             continue
         mean_ae, mean_ar = np.mean(list(ae.values.values())), np.mean(list(ar.values.values()))
-        paper = PAPER_BEST_IMPROV_R10.get((space, dataset), math.nan)
         common = sorted(set(ae.values) & set(ar.values))
         lines.append(
             dict(
@@ -385,7 +386,35 @@ def design_cells(folder: str, metric: str = "recall@10") -> pd.DataFrame:
                 ar=mean_ar,
                 improv=(mean_ar / mean_ae - 1) * 100,
                 by_seed=[(ar.values[s] / ae.values[s] - 1) * 100 for s in common],
-                paper=paper,
+                paper=math.nan,
+                ae_values=ae.values,
+                ar_values=ar.values,
+            )
+        )
+    return pd.DataFrame(lines)
+
+
+def table5_rows(folder: str) -> pd.DataFrame:
+    """Table 5's Best Improv. per dataset as the paper computes it: the best AR cell (mean test R@10 over
+    seeds) over the best AE cell, across the design choices of the row that were run, beside the paper's
+    figure, which spans all four."""
+    cells = design_cells(folder)
+    lines = []
+    for dataset, group in cells[cells["space"].isin(TABLE5_SPACES)].groupby("dataset") if len(cells) else ():
+        ae, ar = group.loc[group["ae"].idxmax()], group.loc[group["ar"].idxmax()]
+        common = sorted(set(ae.ae_values) & set(ar.ar_values))
+        lines.append(
+            dict(
+                dataset=dataset,
+                spaces=[s for s in TABLE5_SPACES if s in set(group["space"])],
+                seeds=min(len(ae.ae_values), len(ar.ar_values)),
+                ae=ae.ae,
+                ar=ar.ar,
+                best_ae=ae.space,
+                best_ar=ar.space,
+                improv=(ar.ar / ae.ae - 1) * 100,
+                by_seed=[(ar.ar_values[s] / ae.ae_values[s] - 1) * 100 for s in common],
+                paper=PAPER_TABLE5_BEST_IMPROV_R10.get(dataset, math.nan),
             )
         )
     return pd.DataFrame(lines)
@@ -398,14 +427,17 @@ def table5_beauty() -> str:
 
 @table("table5-beauty-paper", "table5-beauty")
 def table5_beauty_paper() -> str:
-    """Our Best Improv. (R@10, AR over AE) beside the paper's, per design choice, with the page's status."""
+    """AR over AE on test R@10 per design choice, then Table 5's Best Improv. of the row as the paper computes
+    it (best AR cell over best AE cell across the choices run) beside the paper's, with the page's status."""
     body = []
-    for r in design_cells("table5-beauty").itertuples():
+    lines = [*design_cells("table5-beauty").itertuples(), *table5_rows("table5-beauty").itertuples()]
+    for r in lines:
         same = not math.isnan(r.paper) and r.improv * r.paper > 0
+        choice = getattr(r, "space", None) or f"the row: best of {', '.join(r.spaces)}"
         body.append(
             [
                 r.dataset,
-                r.space,
+                choice,
                 str(r.seeds),
                 num(r.ae),
                 num(r.ar),
@@ -416,7 +448,7 @@ def table5_beauty_paper() -> str:
                 "–" if math.isnan(r.paper) else f"{status(r.improv, r.paper)} ({percent(r.improv, r.paper)})",
             ]
         )
-    header = ["dataset", "design choice", "seeds", "AE R@10", "AR R@10", "Best Improv. (ours)", "by seed"]
+    header = ["dataset", "design choice", "seeds", "AE R@10", "AR R@10", "AR over AE (ours)", "by seed"]
     return markdown([*header, "paper", "direction", "size (ours vs paper)"], body)
 
 
@@ -1287,20 +1319,20 @@ def _modsar_claims() -> list[Claim]:
         ),
         *(
             claim
-            for r in design_cells("table5-beauty").itertuples()
+            for r in table5_rows("table5-beauty").itertuples()
             if not math.isnan(r.paper)
             for claim in (
                 direction(
-                    f"ModSAR Table 5, {r.dataset.title()}, {r.space}: AR ahead of AE (test R@10, "
-                    f"{r.seeds} seeds)",
+                    f"ModSAR Table 5, {r.dataset.title()}: best AR ahead of best AE (test R@10, {r.seeds} "
+                    f"seeds; choices run: {', '.join(r.spaces)} of 4)",
                     f"{r.paper:+.2f}%",
                     f"{r.improv:+.2f}%",
                     r.improv * r.paper > 0,
                     "table5-beauty-paper",
                 ),
                 Claim(
-                    f"ModSAR Table 5, {r.dataset.title()}, {r.space}: Best Improv. (AR over AE, test R@10), "
-                    f"{r.seeds} seeds",
+                    f"ModSAR Table 5, {r.dataset.title()}: Best Improv. (best AR over best AE, test R@10, "
+                    f"{r.seeds} seeds; choices run: {', '.join(r.spaces)} of 4)",
                     f"{r.paper:+.2f}%",
                     f"{r.improv:+.2f}%",
                     percent(r.improv, r.paper, 2),
