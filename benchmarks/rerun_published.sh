@@ -50,14 +50,18 @@ for group in "$@"; do
     loopback modsar search --space quickstart --dataset synthetic --results "$scratch" --quiet > /dev/null
     python benchmarks/search_time.py --results "$scratch" --experiment quickstart-synthetic --out "$root/search-time"
     rm -rf "$scratch" ;;
-  table5-beauty)  # the headline search as the README gives it (the paper spaces' default search, successive
-    # halving, Table 5's Local-attn on Beauty), its selected configs re-run on seeds 0-2, and where its time
-    # went: ~2 h and ~1 h of seed re-runs on 2 idle cores
+  table5-beauty)  # Table 5 on Beauty: the headline search as the README gives it (the paper spaces' default
+    # search, successive halving; Local-attn), its selected configs re-run on seeds 0-2, and where its time
+    # went (~2 h and ~1 h of seed re-runs on 2 idle cores); then the other design choices run so far the same
+    # way (SSE-PT: ~40 min and ~20 min)
     fresh table5-beauty
     loopback modsar search --space local_attn --dataset beauty --results "$root/table5-beauty" --quiet --seeds 3
     python benchmarks/search_time.py --results "$root/table5-beauty" --experiment local_attn-beauty \
         --out "$root/table5-beauty"
-    rm -rf "$root/table5-beauty"/local_attn-beauty/ray-* ;;
+    for space in ssept; do
+      loopback modsar search --space "$space" --dataset beauty --results "$root/table5-beauty" --quiet --seeds 3
+    done
+    rm -rf "$root/table5-beauty"/*/ray-* ;;
   asha-overrun)  # the headline search under Ray's ASHA, the default before successive halving: seed 0 with its
     # seed re-runs (~5 h; the committed run shared the machine), then seed 1 on an idle machine (~3 h; the
     # committed rows are its first 19 AE trials: it was stopped there with Ctrl-C, its AE direction 1.5x over
