@@ -163,8 +163,8 @@ class Group:
 
 @dataclass
 class Direction:
-    """One direction's (AE or AR) Tuner: its trials, their sizes and what ASHA lets them train, replayed with
-    Ray's scheduler on `parallel` workers (modsar.sweep.scheduler_replay)."""
+    """One direction's (AE or AR) Tuner: its trials, their sizes and what its scheduler (successive halving or
+    Ray's ASHA) lets them train, replayed on `parallel` workers (modsar.sweep.scheduler_replay)."""
 
     task: str
     trials: int

@@ -207,9 +207,9 @@ class SuccessiveHalving(FIFOScheduler):
 
     def _stopped_at_rung(self, trial_id: str) -> bool:
         """Whether a rung the trial reached was decided without promoting it. Such a trial was stopped while
-        it waited, and Tune saves no state for a paused trial it stops: a resumed search's saved state lists
-        it as paused, and Tune restores it as pending and would train it again (from scratch, once a finished
-        direction dropped its resume state)."""
+        it waited; where Tune's saved state still lists it as paused (saved before `_stop_for_good` marked
+        such stops, or without Tune's mark), Tune restores it as pending and would train it again (from
+        scratch, once a finished direction dropped its resume state)."""
         k = self.level.get(trial_id, 0)
         return k < len(self._rungs) and self.decided[k] and trial_id in self.arrived[k]
 
