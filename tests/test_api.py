@@ -157,9 +157,7 @@ def test_the_api_is_importable_without_loading_the_machinery():
 
 
 @pytest.mark.slow
-def test_search_returns_the_experiments_rows(tmp_path, monkeypatch):
-    import ray
-
+def test_search_returns_the_experiments_rows(local_ray, tmp_path, monkeypatch):
     monkeypatch.setenv("MODSAR_DATA", str(tmp_path / "data"))  # trials run in Ray workers: a real folder
     space = tmp_path / "one.yaml"
     space.write_text(
@@ -167,20 +165,9 @@ def test_search_returns_the_experiments_rows(tmp_path, monkeypatch):
         "params:\n  model.num_heads: {grid: [1, 2]}\n"
         "budget: {search: grid, num_samples: 1, max_epochs: 2, eval_every: 1}\n"
     )
-    ray.init(
-        num_cpus=2,
-        num_gpus=0,
-        include_dashboard=False,
-        object_store_memory=128 * 1024 * 1024,
-        log_to_driver=False,
-        logging_level="ERROR",
-    )
-    try:
-        rows = modsar.search(space, "synthetic", results=str(tmp_path / "results"), quiet=True)
-        with pytest.raises(ModsarError, match="unknown option 'max_epoch'"):
-            modsar.search(space, "synthetic", max_epoch=3)
-    finally:
-        ray.shutdown()
+    rows = modsar.search(space, "synthetic", results=str(tmp_path / "results"), quiet=True)
+    with pytest.raises(ModsarError, match="unknown option 'max_epoch'"):
+        modsar.search(space, "synthetic", max_epoch=3)
     assert len(rows) == 2 and rows["selected"].sum() == 1
     best = rows[rows["selected"]].iloc[0]
     assert best["valid.ndcg@10"] == rows["valid.ndcg@10"].max() and pd.notna(best["test.ndcg@10"])
