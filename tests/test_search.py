@@ -1399,3 +1399,73 @@ def test_a_search_whose_tune_state_cannot_be_restored_is_refused_not_rerun(
     after = read_rows(str(out), "r")
     assert sorted(after["trial_id"]) == sorted(before["trial_id"])
     assert after.set_index("trial_id")["valid.ndcg@10"].equals(before.set_index("trial_id")["valid.ndcg@10"])
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_seeds_added_from_committed_rows_and_a_direction_whose_tune_state_is_gone(
+    local_ray, data_dir, tmp_path, capsys
+):
+    """A search folder as it is committed (search.json and rows; no Ray state, no checkpoint) gains seed
+    re-runs with --resume --seeds: no trial is trained again, the selected rows keep their test figures.
+    A direction that had not ended when its Tune state was lost runs again from its start: its earlier rows
+    are kept as superseded (never two sets of trials in one selection), and the line says so."""
+    space = tmp_path / "four.yaml"
+    space.write_text(
+        "description: two trials a direction\nbase: {model.hidden_size: 8, model.num_layers: 1}\n"
+        "params:\n  task: {grid: [ae, ar]}\n  train.lr: {grid: [0.001, 0.01]}\n"
+        "budget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n"
+    )
+    out = tmp_path / "results"
+    common = ("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment", "c")
+    assert search(*common) == 0
+    folder = out / "c"
+    stored = json.loads((folder / "search.json").read_text())
+    assert stored["status"] == "complete" and stored["directions_ended"] == ["ae", "ar"]
+    del stored["directions_ended"]  # as a search saved before the record: complete means every direction
+    (folder / "search.json").write_text(json.dumps(stored))
+    for ray_dir in folder.glob("ray-*"):  # the committed folder: rows only
+        subprocess.run(["rm", "-rf", str(ray_dir)], check=True)
+    before = read_rows(str(out), "c").set_index("trial_id").sort_index()
+    assert not any(Path(c).exists() for c in before["checkpoint"].dropna())
+
+    capsys.readouterr()
+    assert main(["search", "--no-estimate", *common, "--seeds", "2", "--resume"]) == 0
+    said = capsys.readouterr().out
+    assert "AE: ended in an earlier run; its 2 rows are kept" in said
+    assert "AR: ended in an earlier run; its 2 rows are kept" in said
+    after = read_rows(str(out), "c").set_index("trial_id").sort_index()
+    search_rows, seeds = after[after["role"] == "search"], after[after["role"] == "seed"]
+    assert list(search_rows.index) == list(before.index)  # nothing trained again
+    chosen = before[before["selected"].astype(bool)]
+    assert len(chosen) == 2
+    for column in ("selected", "valid.ndcg@10", "test.ndcg@10", "test.recall@10"):
+        assert search_rows[column].equals(before[column]), column  # kept, not re-tested
+    pairs = sorted(zip(seeds["task"], seeds["seed"], strict=True))
+    assert pairs == [("ae", 0), ("ae", 1), ("ar", 0), ("ar", 1)]
+    assert (seeds["status"] == "finished").all() and seeds["test.ndcg@10"].notna().all()
+    # the search ran on seed 0: its selected trials' seed-0 re-runs are the same curves
+    for task in ("ae", "ar"):
+        seed0 = seeds[(seeds["task"] == task) & (seeds["seed"] == 0)].iloc[0]
+        assert seed0["test.ndcg@10"] == chosen[chosen["task"] == task].iloc[0]["test.ndcg@10"]
+
+    # AR cut off on a machine now gone: its Tune state is lost before the direction ended
+    stored = json.loads((folder / "search.json").read_text())
+    (folder / "search.json").write_text(
+        json.dumps({**stored, "status": "interrupted", "directions_ended": ["ae"]})
+    )
+    subprocess.run(["rm", "-rf", *map(str, folder.glob("ray-*"))], check=True)
+    capsys.readouterr()
+    assert search(*common, "--seeds", "2", "--resume") == 0
+    err = capsys.readouterr().err
+    assert f"modsar: warning: AR: no Tune state to go on from in {folder / 'ray-ar'}; its 2 earlier" in err
+    again = read_rows(str(out), "c").set_index("trial_id")
+    old_ar = search_rows[search_rows["task"] == "ar"].index
+    assert (again.loc[old_ar, "role"] == "superseded").all()
+    now = again[again["role"] == "search"]
+    assert sorted(now["task"]) == ["ae", "ae", "ar", "ar"] and not set(now.index) & set(old_ar)
+    # the same configs on the same seed: the same curves, so the same AR winner, whose seeds are kept
+    ar_now = now[now["task"] == "ar"].sort_values("train.lr")
+    ar_before = search_rows[search_rows["task"] == "ar"].sort_values("train.lr")
+    assert list(ar_now["valid.ndcg@10"]) == list(ar_before["valid.ndcg@10"])
+    assert set(seeds.index) == set(again[again["role"] == "seed"].index)

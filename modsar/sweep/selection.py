@@ -57,19 +57,34 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
         key: group.sort_values([column, "trial_id"], ascending=[False, True]).iloc[0].to_dict()
         for key, group in candidates.groupby(by)
     }
-    _unmark_earlier(plan, every, rows, winners, by)
+    tested = {w["trial_id"] for w in winners.values() if _tested(w, plan.monitor)}
+    _unmark_earlier(plan, every, rows, winners, by, tested)
     if not winners:
         return {}
-    return _test_winners(plan, rows, winners, column)
+    return _test_winners(plan, rows, winners, column, tested)
+
+
+def _tested(row: dict, monitor: str) -> bool:
+    """Whether a winner is already marked selected with its test metrics: an earlier run of the search
+    selected and tested it (a trial that ended no longer changes, and testing is exact, so again would give
+    the same figures; its checkpoint may not even be here: a folder of committed rows)."""
+    selected, value = row.get("selected"), row.get(f"test.{monitor}")
+    return bool(pd.notna(selected) and selected) and bool(pd.notna(value))
 
 
 def _unmark_earlier(
-    plan: Plan, every: pd.DataFrame, rows: pd.DataFrame, winners: dict[Any, dict], by: list[str]
+    plan: Plan,
+    every: pd.DataFrame,
+    rows: pd.DataFrame,
+    winners: dict[Any, dict],
+    by: list[str],
+    tested: set[str],
 ) -> None:
     """Before the winners are marked, earlier selections lose their mark and test metrics (unmarking first,
-    a crash leaves none selected rather than two), and seed re-runs of a winner that is no longer one, or
-    whose config now differs, are kept as superseded: no report cell uses them."""
-    for earlier in rows[rows["selected"].astype(bool)].to_dict("records"):
+    a crash leaves none selected rather than two), but for winners `tested` already, and seed re-runs of a
+    winner that is no longer one, or whose config now differs, are kept as superseded: no report cell uses
+    them."""
+    for earlier in rows[rows["selected"].astype(bool) & ~rows["trial_id"].isin(tested)].to_dict("records"):
         earlier.update({k: None for k in earlier if k.startswith(("test.", "generate."))}, selected=False)
         rewrite_row(plan, earlier)
     for key, seeds in every[every["role"] == "seed"].groupby(by):  # re-runs of an earlier winner
@@ -88,9 +103,12 @@ def is_replica(plan: Plan, winner: pd.DataFrame, seed_row: dict) -> bool:
     return not differing_keys(pd.concat([expected, pd.DataFrame([seed_row])]))
 
 
-def _test_winners(plan: Plan, rows: pd.DataFrame, winners: dict[Any, dict], column: str) -> dict[str, dict]:
+def _test_winners(
+    plan: Plan, rows: pd.DataFrame, winners: dict[Any, dict], column: str, tested: set[str]
+) -> dict[str, dict]:
     """Each winner tested on the CPU from its best checkpoint (and its rollouts measured), its row rewritten
-    as selected; returns model_key -> its trial, validation and main test values."""
+    as selected, but for those `tested` already, whose row is kept; returns model_key -> its trial,
+    validation and main test values."""
     import torch
 
     from modsar.data.split import LeaveOneOut, make_split
@@ -103,6 +121,10 @@ def _test_winners(plan: Plan, rows: pd.DataFrame, winners: dict[Any, dict], colu
     selected = {}
     backbones = rows["model.backbone"].nunique()
     for (task, backbone, *arms), best in winners.items():
+        key = model_key(task, backbone, backbones, tuple(arms))
+        if best["trial_id"] in tested:
+            selected[key] = _selected_entry(plan, best, column, best)
+            continue
         with local_checkpoint(best["checkpoint"]) as path:
             model, cfg, payload = load_checkpoint(path)
         protocol = (
@@ -121,12 +143,14 @@ def _test_winners(plan: Plan, rows: pd.DataFrame, winners: dict[Any, dict], colu
         best.update({f"test.{k}": v for k, v in test.items()}, selected=True)
         best.update({f"generate.{k}": v for k, v in generation.items()})
         rewrite_row(plan, best)
-        selected[model_key(task, backbone, backbones, tuple(arms))] = {
-            "trial_id": best["trial_id"],
-            column: best[column],
-            **{f"test.{k}": test[k] for k in (plan.monitor, "recall@10", "ndcg@10") if k in test},
-        }
+        selected[key] = _selected_entry(plan, best, column, {f"test.{k}": v for k, v in test.items()})
     return selected
+
+
+def _selected_entry(plan: Plan, best: dict, column: str, test: dict) -> dict:
+    """What the search returns of a selected trial: its id, validation and main test values."""
+    keys = [f"test.{k}" for k in (plan.monitor, "recall@10", "ndcg@10")]
+    return {"trial_id": best["trial_id"], column: best[column], **{k: test[k] for k in keys if k in test}}
 
 
 def search_problem(plan: Plan, rows: pd.DataFrame, selected: dict[str, dict], counts: str) -> str | None:

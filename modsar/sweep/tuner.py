@@ -9,6 +9,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+import pandas as pd
 import pyarrow.fs as pafs
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler
@@ -43,6 +44,7 @@ from modsar.sweep.rows import (
     SchedulerState,
     make_callbacks,
     reconcile_rows,
+    rewrite_row,
     rows_dir,
 )
 from modsar.sweep.search_folder import (
@@ -162,8 +164,11 @@ def _run_connected(
         fs, path = filesystem(storage)
         fs.delete_dir(path)
     settings = search_settings(plan)
+    ended: set[str] = set()  # directions an earlier run of this search saw to their end
     if req.resume:
-        check_same_search(plan, read_json(search_json), settings)
+        stored = read_json(search_json)
+        check_same_search(plan, stored, settings)
+        ended = directions_ended(stored, plan.space.tasks())
         remove_partial_rows(rows_dir(plan), req.experiment_name)  # a row the killed driver was writing
         record_state(search_json, RUNNING, trials_planned=planned_trials(plan))
     else:
@@ -184,7 +189,7 @@ def _run_connected(
     started = time.perf_counter()
     try:
         with snapshots_of_tune_state(), stops_on_ctrl_c(plan, search_json):
-            trials, errors = _run_directions(req, plan, storage, total, clock)
+            trials, errors = _run_directions(req, plan, storage, total, clock, ended)
             with clock.part("select_test_s"):
                 selected = select_and_test(plan)
             if req.seeds:
@@ -314,22 +319,74 @@ def _record_clock(search_json: str, clock: SearchClock) -> None:
 
 
 def _run_directions(
-    req: SearchRequest, plan: Plan, storage: str, total: dict[str, float], clock: SearchClock
+    req: SearchRequest,
+    plan: Plan,
+    storage: str,
+    total: dict[str, float],
+    clock: SearchClock,
+    ended: set[str],
 ) -> tuple[int, int]:
     """One Tuner (and its early stopping) per direction, as the original experiments, restored where a resumed
-    search left one; each direction's rows are written as it ends. Returns (trials, errors)."""
+    search left one; each direction's rows are written as it ends. A direction in `ended` whose Tune state is
+    gone (a folder of committed rows, another machine) keeps its rows and is not run again. Returns (trials,
+    errors)."""
     trials, errors = 0, 0
+    search_json = f"{storage}/search.json"
     for task in plan.space.tasks():
         fn = make_trainable(plan)
         ray_path = f"{storage}/{RAY_DIR}-{task}"
+        if req.resume and task in ended and not tune.Tuner.can_restore(ray_path):
+            mine = _direction_rows(plan, task)
+            if not req.quiet:
+                print(f"{task.upper()}: ended in an earlier run; its {len(mine)} rows are kept", flush=True)
+            trials, errors = trials + len(mine), errors + int((mine["status"] == "error").sum())
+            continue
         # restored before a fresh Tuner could write its tuner.pkl there
         restored = restored_tuner(ray_path, fn) if req.resume else None
+        if req.resume and restored is None:
+            _set_aside_orphans(plan, task, ray_path)
         tuner = restored if restored is not None else build_tuner(plan, total, task, fn)
         # Ctrl-C: Tune saves and ends this fit, and the search stops after it
         with fitting(), clock.part(f"direction:{task}"), restoring(ray_path, restored is not None):
             grid = tuner.fit()
-        _record_clock(f"{storage}/search.json", clock)
+        _record_clock(search_json, clock)
         reconcile_rows(plan, grid)
         drop_resume_state(grid)
+        ended.add(task)
+        record_state(search_json, RUNNING, directions_ended=sorted(ended))
         trials, errors = trials + len(grid), errors + grid.num_errors
     return trials, errors
+
+
+def directions_ended(stored: dict[str, Any], tasks: list[str]) -> set[str]:
+    """The directions (ae, ar) whose Tuner an earlier run of the search saw to its end, from its search.json:
+    as recorded, or every one where a search from before the record is complete."""
+    recorded = stored.get("directions_ended")
+    if isinstance(recorded, list):
+        return {t for t in tasks if t in recorded}
+    return set(tasks) if stored.get("status") == COMPLETE else set()
+
+
+def _direction_rows(plan: Plan, task: str) -> pd.DataFrame:
+    """A direction's search-trial rows (role search)."""
+    rows = read_rows(rows_dir(plan), plan.request.experiment_name)
+    if not len(rows):
+        return rows
+    return rows[(rows["role"] == "search") & (rows["task"] == task)]
+
+
+def _set_aside_orphans(plan: Plan, task: str, ray_path: str) -> None:
+    """A resumed direction that starts afresh (its Tune state is gone, or was never saved) would otherwise
+    sit beside rows of trials that will never go on: those are kept as superseded, which no selection or
+    report uses, and the line says the direction is run again."""
+    orphans = _direction_rows(plan, task)
+    if not len(orphans):
+        return
+    for row in orphans.to_dict("records"):
+        rewrite_row(plan, {**row, "role": "superseded"})
+    print(
+        f"modsar: warning: {task.upper()}: no Tune state to go on from in {redact(ray_path)}; its "
+        f"{len(orphans)} earlier trial rows are kept as superseded and it runs again from its start",
+        file=sys.stderr,
+        flush=True,
+    )
