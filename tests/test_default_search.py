@@ -190,6 +190,35 @@ def test_a_replicate_with_the_asha_budget_is_still_a_replica_of_its_winner():
     assert is_replica(full, winner, {**replicate, "train.max_steps": 0})
 
 
+def test_the_search_trial_is_its_own_seeds_replicate_only_where_the_budget_ends_it_alike():
+    """A replicate on the search's own seed is the trial's own run where the replicate's budget would end it
+    where the trial ended: patience or its epochs first (finished under the budget), or the last rung at that
+    budget (stopped at max_t, in steps). A trial an earlier rung stopped, a rung in validation passes (whose
+    budget in steps may end a replicate a pass later), or a row without its step count is re-trained."""
+    import pandas as pd
+
+    from modsar.sweep.selection import _own_replicate, _ran_its_replicate
+
+    default = make_plan(SearchRequest(space="local_attn", dataset=""), check=False)
+    full = make_plan(SearchRequest(space="local_attn", dataset="", full_grid=True), check=False)
+    cap = {"train.max_steps": 18000}
+
+    def row(status: str, steps: float) -> pd.Series:
+        return pd.Series({"trial_id": "t1", "status": status, "steps": steps, "seed": 0, "selected": True})
+
+    assert _ran_its_replicate(default, row("finished", 12331), cap)  # patience ended it first
+    assert _ran_its_replicate(default, row("finished", 1600), {})  # no budget: its epochs end both
+    assert not _ran_its_replicate(default, row("finished", 18500), cap)  # the budget would end it sooner
+    assert _ran_its_replicate(default, row("stopped", 18507), cap)  # the last rung: the budget's own pass
+    assert not _ran_its_replicate(default, row("stopped", 6020), cap)  # an earlier rung: trains on
+    assert not _ran_its_replicate(full, row("stopped", 18507), cap)  # rungs in passes
+    assert not _ran_its_replicate(default, row("finished", float("nan")), cap)
+    assert not _ran_its_replicate(default, row("error", 12331), cap)
+    own = _own_replicate(row("finished", 12331), cap)
+    assert own["role"] == "seed" and own["selected"] is False and own["replica_of"] == "t1"
+    assert own["trial_id"] == "t1-seed0" and own["train.max_steps"] == 18000
+
+
 def test_an_interrupted_seed_rerun_goes_on_only_with_the_replicates_still_wanted():
     """The seeds' Tuner a cut-off re-run left goes on where what it would run (or record) is what is wanted:
     seeds 0-2 of the selected config, seed 0 done (its row written), 1 mid-run, 2 not started."""

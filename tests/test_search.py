@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import ray
@@ -182,6 +183,7 @@ def test_seed_reruns_on_a_uri_store(local_ray, data_dir, tmp_path, capsys):
     from modsar.records.rows import write_row
 
     lost = seed_rows[(seed_rows["task"] == "ae") & (seed_rows["seed"] == 1)].iloc[0].to_dict()
+    lost = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in lost.items()}  # as stored
     write_row(uri, {**lost, "status": "error", "error": "RayActorError: the node died", "test.ndcg@10": None})
     assert (
         search(
@@ -227,6 +229,50 @@ def test_seed_reruns_on_a_uri_store(local_ray, data_dir, tmp_path, capsys):
     )
     roles = read_rows(uri, "s").set_index("trial_id")["role"]
     assert roles["old-winner-seed0"] == "superseded" and (roles[list(seed_rows["trial_id"])] == "seed").all()
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_the_search_trial_stands_for_its_own_seed_and_equals_a_real_rerun(local_ray, data_dir, tmp_path):
+    """--seeds 2 after a search on seed 0 trains only seed 1: seed 0's replicate is the selected trial's own
+    row (replica_of). The same search on seed 1 trains seed 0 for real, and the two agree to the last bit
+    both ways: the row taken as a replicate is the run a replicate trains (one config and seed, one curve)."""
+    out = str(tmp_path / "results")
+    for seed in (0, 1):
+        assert (
+            search(
+                "--space",
+                str(SPACES / "seeds.yaml"),
+                "--dataset",
+                "synthetic",
+                "--results",
+                out,
+                "--experiment",
+                f"s{seed}",
+                "--seed",
+                str(seed),
+                "--seeds",
+                "2",
+            )
+            == 0
+        )
+    facts = ["steps", "epochs_run", "best_epoch", "curve", "valid.ndcg@10", "test.ndcg@10", "test.recall@10"]
+    replicas = {}
+    for seed in (0, 1):
+        rows = read_rows(out, f"s{seed}")
+        seeds = rows[rows["role"] == "seed"].set_index(["task", "seed"]).sort_index()
+        chosen = rows[rows["selected"].astype(bool)].set_index("task")
+        assert list(seeds.index) == [("ae", 0), ("ae", 1), ("ar", 0), ("ar", 1)]
+        for task in ("ae", "ar"):
+            own = seeds.loc[(task, seed)]
+            assert own["replica_of"] == chosen.loc[task, "trial_id"]
+            assert own["trial_id"] == f"{chosen.loc[task, 'trial_id']}-seed{seed}"
+            other = seeds.loc[(task, 1 - seed)]
+            assert pd.isna(other.get("replica_of")), "the other seed was trained"
+        trained = [d for d in (Path(out) / f"s{seed}" / "ray-seeds").iterdir() if d.is_dir()]
+        assert len(trained) == 2, trained  # the seeds' Tuner trained one replicate a direction, not two
+        replicas[seed] = seeds
+    assert replicas[0][facts].equals(replicas[1][facts]), replicas[0][facts].compare(replicas[1][facts])
 
 
 @pytest.mark.slow

@@ -229,8 +229,14 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
             rewrite_row(plan, {**failed, "role": "superseded"})
         done = set(mine[mine["status"] != "error"]["seed"])
         budget = asha_budget(plan, row)
+        own = int(row["seed"])  # the search's seed: that replicate is the search trial's own run
+        if own < plan.request.seeds and own not in done and _ran_its_replicate(plan, row, budget):
+            rewrite_row(plan, _own_replicate(row, budget))
+            done.add(own)
+        given = "replica_of" in mine and (mine["replica_of"] == info["trial_id"]).any()
+        taken = {own} if own in done and (given or _ran_its_replicate(plan, row, budget)) else set()
         replicates = [{**sampled, **budget, "seed": s} for s in range(plan.request.seeds)]
-        every += replicates
+        every += [p for p in replicates if p["seed"] not in taken]  # a Tuner that trains the trial again: not
         points += [p for p in replicates if p["seed"] not in done]  # resumed: the rest
     if not points:
         return
@@ -262,6 +268,33 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
     # a seed's row the disk refused ended the fit: said in one line; a row the killed driver missed: written
     reconcile_rows(plan, grid, role="seed")
     drop_resume_state(grid)
+
+
+def _ran_its_replicate(plan: Plan, row: pd.Series, budget: dict[str, int]) -> bool:
+    """Whether the search trial `row` already ran its own seed's replicate: one config and seed give one
+    curve, so where the replicate's budget would end it where the trial ended (patience or its epochs ended
+    the trial before the budget, or the last rung stopped it at the replicate's step budget), training it
+    again only repeats the trial to the last bit (as every committed seed re-run of a search's own seed
+    did). A trial an earlier rung stopped did not: its replicate trains on to the budget."""
+    steps, cap = pd.to_numeric(row.get("steps"), errors="coerce"), budget.get("train.max_steps")
+    if pd.isna(steps):  # a row from before steps were recorded: train the replicate
+        return False
+    if row["status"] == "finished":
+        return cap is None or steps <= cap
+    return row["status"] == "stopped" and plan.unit == "steps" and cap is not None and steps >= cap
+
+
+def _own_replicate(row: pd.Series, budget: dict[str, int]) -> dict[str, Any]:
+    """The search trial's row as its own seed's replicate (role seed, `replica_of` its trial), with the
+    budget a replicate is given; its test figures are the selection's."""
+    return {
+        **row.to_dict(),
+        **budget,
+        "trial_id": f"{row['trial_id']}-seed{int(row['seed'])}",
+        "role": "seed",
+        "selected": False,
+        "replica_of": row["trial_id"],
+    }
 
 
 def _goes_on_with(every: list[dict], wanted: list[dict], rows: pd.DataFrame) -> Callable[[list], bool]:
