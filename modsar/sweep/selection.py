@@ -212,32 +212,9 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
     every: list[dict] = []  # seeds 0..K-1 of each selected config
     points = []  # those without a row yet, or with an errored one
     for info in selected.values():
-        row = rows[rows["trial_id"] == info["trial_id"]].iloc[0]
-        sampled: dict[str, Any] = {}
-        for p in plan.space.params:  # the selected trial's own sampled values, conditions included
-            if p.active(sampled):
-                sampled[p.key] = row[p.key].item() if hasattr(row[p.key], "item") else row[p.key]
-        task = sampled.get("task", plan.base["task"])
-        backbone = sampled.get("model.backbone", plan.base["model"]["backbone"])
-        same = (rows["task"] == task) & (rows["model.backbone"] == backbone)
-        for arm in plan.space.arms:  # a seed of another arm of this task is not one of these
-            same &= rows[arm] == row[arm]
-        mine = rows[(rows["role"] == "seed") & same] if "role" in rows else rows.iloc[:0]
-        for failed in mine[mine["status"] == "error"].to_dict(
-            "records"
-        ):  # retried below, as search trials are
-            rewrite_row(plan, {**failed, "role": "superseded"})
-        done = set(mine[mine["status"] != "error"]["seed"])
-        budget = asha_budget(plan, row)
-        own = int(row["seed"])  # the search's seed: that replicate is the search trial's own run
-        if own < plan.request.seeds and own not in done and _ran_its_replicate(plan, row, budget):
-            rewrite_row(plan, _own_replicate(row, budget))
-            done.add(own)
-        given = "replica_of" in mine and (mine["replica_of"] == info["trial_id"]).any()
-        taken = {own} if own in done and (given or _ran_its_replicate(plan, row, budget)) else set()
-        replicates = [{**sampled, **budget, "seed": s} for s in range(plan.request.seeds)]
-        every += [p for p in replicates if p["seed"] not in taken]  # a Tuner that trains the trial again: not
-        points += [p for p in replicates if p["seed"] not in done]  # resumed: the rest
+        wanted, missing = _replicates_of(plan, rows, info["trial_id"])
+        every += wanted
+        points += missing
     if not points:
         return
     ray_path = f"{experiment_folder(plan)}/{RAY_DIR}-seeds"
@@ -268,6 +245,36 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
     # a seed's row the disk refused ended the fit: said in one line; a row the killed driver missed: written
     reconcile_rows(plan, grid, role="seed")
     drop_resume_state(grid)
+
+
+def _replicates_of(plan: Plan, rows: pd.DataFrame, trial_id: str) -> tuple[list[dict], list[dict]]:
+    """The replicates of the selected trial `trial_id` on seeds 0..K-1 that a seeds' Tuner may run (its own
+    seed's left out where the trial's own row stands for it: written here), and those still to train: no
+    row yet, or an errored one (kept as superseded, and retried as search trials are)."""
+    row = rows[rows["trial_id"] == trial_id].iloc[0]
+    sampled: dict[str, Any] = {}
+    for p in plan.space.params:  # the selected trial's own sampled values, conditions included
+        if p.active(sampled):
+            sampled[p.key] = row[p.key].item() if hasattr(row[p.key], "item") else row[p.key]
+    task = sampled.get("task", plan.base["task"])
+    backbone = sampled.get("model.backbone", plan.base["model"]["backbone"])
+    same = (rows["task"] == task) & (rows["model.backbone"] == backbone)
+    for arm in plan.space.arms:  # a seed of another arm of this task is not one of these
+        same &= rows[arm] == row[arm]
+    mine = rows[(rows["role"] == "seed") & same] if "role" in rows else rows.iloc[:0]
+    for failed in mine[mine["status"] == "error"].to_dict("records"):  # retried below, as search trials are
+        rewrite_row(plan, {**failed, "role": "superseded"})
+    done = set(mine[mine["status"] != "error"]["seed"])
+    budget = asha_budget(plan, row)
+    own = int(row["seed"])  # the search's seed: that replicate is the search trial's own run
+    if own < plan.request.seeds and own not in done and _ran_its_replicate(plan, row, budget):
+        rewrite_row(plan, _own_replicate(row, budget))
+        done.add(own)
+    given = "replica_of" in mine and (mine["replica_of"] == trial_id).any()
+    taken = {own} if own in done and (given or _ran_its_replicate(plan, row, budget)) else set()
+    replicates = [{**sampled, **budget, "seed": s} for s in range(plan.request.seeds)]
+    wanted = [p for p in replicates if p["seed"] not in taken]  # a Tuner that trains the trial again: not
+    return wanted, [p for p in replicates if p["seed"] not in done]  # resumed: the rest
 
 
 def _ran_its_replicate(plan: Plan, row: pd.Series, budget: dict[str, int]) -> bool:

@@ -163,29 +163,7 @@ def _run_connected(
     if req.overwrite and not req.resume and fs_exists(storage):
         fs, path = filesystem(storage)
         fs.delete_dir(path)
-    settings = search_settings(plan)
-    ended: set[str] = set()  # directions an earlier run of this search saw to their end
-    if req.resume:
-        stored = read_json(search_json)
-        check_same_search(plan, stored, settings)
-        ended = directions_ended(stored, plan.space.tasks())
-        remove_partial_rows(rows_dir(plan), req.experiment_name)  # a row the killed driver was writing
-        record_state(search_json, RUNNING, trials_planned=planned_trials(plan))
-    else:
-        argv = [redact(arg) for arg in sys.argv]  # no password of a URI is written (sweep.credentials)
-        state = {"status": RUNNING, "trials_planned": planned_trials(plan)}
-        estimate = {"estimate": predicted} if predicted else {}
-        write_json(
-            search_json,
-            {
-                "request": asdict(req),
-                "space_file": plan.space.path,
-                **settings,
-                "argv": argv,
-                **state,
-                **estimate,
-            },
-        )
+    ended = _record_start(req, plan, search_json, predicted)
     started = time.perf_counter()
     try:
         with snapshots_of_tune_state(), stops_on_ctrl_c(plan, search_json):
@@ -214,6 +192,33 @@ def _run_connected(
             plan, rows, selected, f"{trials} trials: {errors} errors, {diverged} diverged"
         ),
     }
+
+
+def _record_start(req: SearchRequest, plan: Plan, search_json: str, predicted: dict | None) -> set[str]:
+    """Write search.json for a new search (its request, settings and estimate), or check that a resumed one
+    repeats its search and mark it running again; returns the directions an earlier run saw to their end."""
+    settings = search_settings(plan)
+    if req.resume:
+        stored = read_json(search_json)
+        check_same_search(plan, stored, settings)
+        remove_partial_rows(rows_dir(plan), req.experiment_name)  # a row the killed driver was writing
+        record_state(search_json, RUNNING, trials_planned=planned_trials(plan))
+        return directions_ended(stored, plan.space.tasks())
+    argv = [redact(arg) for arg in sys.argv]  # no password of a URI is written (sweep.credentials)
+    state = {"status": RUNNING, "trials_planned": planned_trials(plan)}
+    estimate = {"estimate": predicted} if predicted else {}
+    write_json(
+        search_json,
+        {
+            "request": asdict(req),
+            "space_file": plan.space.path,
+            **settings,
+            "argv": argv,
+            **state,
+            **estimate,
+        },
+    )
+    return set()
 
 
 def _check_start(req: SearchRequest, plan: Plan, storage: str, search_json: str) -> None:
