@@ -214,8 +214,9 @@ def test_the_search_trial_is_its_own_seeds_replicate_only_where_the_budget_ends_
     assert not _ran_its_replicate(full, row("stopped", 18507), cap)  # rungs in passes
     assert not _ran_its_replicate(default, row("finished", float("nan")), cap)
     assert not _ran_its_replicate(default, row("error", 12331), cap)
-    own = _own_replicate(row("finished", 12331), cap)
+    own = _own_replicate(row("stopped", 18507), cap)  # a replicate ends at its budget on its own
     assert own["role"] == "seed" and own["selected"] is False and own["replica_of"] == "t1"
+    assert own["status"] == "finished" and own["steps"] == 18507
     assert own["trial_id"] == "t1-seed0" and own["train.max_steps"] == 18000
 
 

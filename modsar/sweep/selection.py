@@ -293,11 +293,13 @@ def _ran_its_replicate(plan: Plan, row: pd.Series, budget: dict[str, int]) -> bo
 
 def _own_replicate(row: pd.Series, budget: dict[str, int]) -> dict[str, Any]:
     """The search trial's row as its own seed's replicate (role seed, `replica_of` its trial), with the
-    budget a replicate is given; its test figures are the selection's."""
+    budget a replicate is given, and ended as that replicate ends, on its own (finished: the last rung's stop
+    is its step budget); its test figures are the selection's."""
     return {
         **row.to_dict(),
         **budget,
         "trial_id": f"{row['trial_id']}-seed{int(row['seed'])}",
+        "status": "finished",
         "role": "seed",
         "selected": False,
         "replica_of": row["trial_id"],
