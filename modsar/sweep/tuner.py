@@ -344,7 +344,8 @@ def _run_directions(
             mine = _direction_rows(plan, task)
             if not req.quiet:
                 print(f"{task.upper()}: ended in an earlier run; its {len(mine)} rows are kept", flush=True)
-            trials, errors = trials + len(mine), errors + int((mine["status"] == "error").sum())
+            failed = int((mine["status"] == "error").sum()) if len(mine) else 0
+            trials, errors = trials + len(mine), errors + failed
             continue
         # restored before a fresh Tuner could write its tuner.pkl there
         restored = restored_tuner(ray_path, fn) if req.resume else None
