@@ -267,11 +267,11 @@ def _replicates_of(plan: Plan, rows: pd.DataFrame, trial_id: str) -> tuple[list[
     done = set(mine[mine["status"] != "error"]["seed"])
     budget = asha_budget(plan, row)
     own = int(row["seed"])  # the search's seed: that replicate is the search trial's own run
-    if own < plan.request.seeds and own not in done and _ran_its_replicate(plan, row, budget):
+    stands_for_it = _ran_its_replicate(plan, row, budget)
+    if own < plan.request.seeds and own not in done and stands_for_it:
         rewrite_row(plan, _own_replicate(row, budget))
         done.add(own)
-    given = "replica_of" in mine and (mine["replica_of"] == trial_id).any()
-    taken = {own} if own in done and (given or _ran_its_replicate(plan, row, budget)) else set()
+    taken = {own} if own in done and stands_for_it else set()
     replicates = [{**sampled, **budget, "seed": s} for s in range(plan.request.seeds)]
     wanted = [p for p in replicates if p["seed"] not in taken]  # a Tuner that trains the trial again: not
     return wanted, [p for p in replicates if p["seed"] not in done]  # resumed: the rest
