@@ -7,6 +7,7 @@ import json
 import math
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import time
@@ -329,3 +330,19 @@ def test_scheduler_halving_on_a_grid_space_waits_without_deadlock(local_ray, dat
     epochs = {task: sorted(group["epochs_run"]) for task, group in rows.groupby("task")}
     assert epochs == {"ae": [1, 1, 1, 1, 2, 2, 4, 4], "ar": [1, 1, 2, 4]}
     assert json.loads((out / "g" / "search.json").read_text())["asha"]["kind"] == "halving"
+
+    # AR cut off and its Tune state lost (another machine): trials waiting at a rung wrote no row, so it
+    # cannot go on from its rows (modsar.sweep.carry_on); it runs again from its start, its rows set aside
+    stored = json.loads((out / "g" / "search.json").read_text())
+    (out / "g" / "search.json").write_text(
+        json.dumps({**stored, "status": "interrupted", "directions_ended": ["ae"]})
+    )
+    shutil.rmtree(out / "g" / "ray-ar")
+    assert (
+        main([*argv, "--experiment", "g", "--scheduler", "halving", "--max-concurrent", "2", "--resume"]) == 0
+    )
+    again = read_rows(str(out), "g")
+    old_ar = set(rows.loc[rows["task"] == "ar", "trial_id"])
+    assert set(again.loc[again["role"] == "superseded", "trial_id"]) == old_ar
+    ar = again[(again["role"] == "search") & (again["task"] == "ar")]
+    assert sorted(ar["epochs_run"]) == [1, 1, 2, 4] and not set(ar["trial_id"]) & old_ar

@@ -1454,8 +1454,9 @@ def test_seeds_added_from_committed_rows_and_a_direction_whose_tune_state_is_gon
 ):
     """A search folder as it is committed (search.json and rows; no Ray state, no checkpoint) gains seed
     re-runs with --resume --seeds: no trial is trained again, the selected rows keep their test figures.
-    A direction that had not ended when its Tune state was lost runs again from its start: its earlier rows
-    are kept as superseded (never two sets of trials in one selection), and the line says so."""
+    A direction that had not ended when its Tune state was lost goes on from the rows of its ended trials:
+    only a trial that left none trains again (under successive halving it runs again from its start:
+    tests/test_halving.py)."""
     space = tmp_path / "four.yaml"
     space.write_text(
         "description: two trials a direction\nbase: {model.hidden_size: 8, model.num_layers: 1}\n"
@@ -1495,23 +1496,80 @@ def test_seeds_added_from_committed_rows_and_a_direction_whose_tune_state_is_gon
         seed0 = seeds[(seeds["task"] == task) & (seeds["seed"] == 0)].iloc[0]
         assert seed0["test.ndcg@10"] == chosen[chosen["task"] == task].iloc[0]["test.ndcg@10"]
 
-    # AR cut off on a machine now gone: its Tune state is lost before the direction ended
+    # AR cut off on a machine now gone while one of its trials still ran: its Tune state is lost before the
+    # direction ended, and that trial wrote no row. AR goes on from its other row: only the lost trial trains.
     stored = json.loads((folder / "search.json").read_text())
     (folder / "search.json").write_text(
         json.dumps({**stored, "status": "interrupted", "directions_ended": ["ae"]})
     )
     subprocess.run(["rm", "-rf", *map(str, folder.glob("ray-*"))], check=True)
+    ar_rows = search_rows[search_rows["task"] == "ar"]
+    kept, lost = (
+        ar_rows[ar_rows["selected"].astype(bool)].index[0],
+        ar_rows[~ar_rows["selected"].astype(bool)].index[0],
+    )
+    (folder / "trials" / f"{lost}.parquet").unlink()
     capsys.readouterr()
-    assert search(*common, "--seeds", "2", "--resume") == 0
-    err = capsys.readouterr().err
-    assert f"modsar: warning: AR: no Tune state to go on from in {folder / 'ray-ar'}; its 2 earlier" in err
+    assert main(["search", "--no-estimate", *common, "--seeds", "2", "--resume"]) == 0
+    said = capsys.readouterr().out
+    assert (
+        f"AR: no Tune state to go on from in {folder / 'ray-ar'}; it goes on from the rows of the trials "
+        "that ended (1, not trained again) and runs the 1 left"
+    ) in said
     again = read_rows(str(out), "c").set_index("trial_id")
-    old_ar = search_rows[search_rows["task"] == "ar"].index
-    assert (again.loc[old_ar, "role"] == "superseded").all()
-    now = again[again["role"] == "search"]
-    assert sorted(now["task"]) == ["ae", "ae", "ar", "ar"] and not set(now.index) & set(old_ar)
-    # the same configs on the same seed: the same curves, so the same AR winner, whose seeds are kept
-    ar_now = now[now["task"] == "ar"].sort_values("train.lr")
-    ar_before = search_rows[search_rows["task"] == "ar"].sort_values("train.lr")
-    assert list(ar_now["valid.ndcg@10"]) == list(ar_before["valid.ndcg@10"])
+    assert not (again["role"] == "superseded").any() and lost not in again.index
+    now = again[(again["role"] == "search") & (again["task"] == "ar")]
+    assert len(now) == 2 and kept in now.index
+    for column in ("valid.ndcg@10", "test.ndcg@10", "curve", "selected"):
+        assert now.loc[kept, column] == ar_rows.loc[kept, column], column  # kept as it was
+    retrained = now.drop(kept).iloc[0]  # the lost point, trained again: the same config and seed, one curve
+    for column in ("train.lr", "curve", "valid.ndcg@10", "epochs_run", "status"):
+        assert retrained[column] == ar_rows.loc[lost, column], column
     assert set(seeds.index) == set(again[again["role"] == "seed"].index)
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_a_sampled_direction_goes_on_from_its_rows_drawing_only_the_trials_it_lacks(
+    local_ray, data_dir, tmp_path, capsys
+):
+    """A TPE direction under ASHA whose Tune state was lost with two of its four trials unended (no rows):
+    it draws two trials more, none a configuration an ended trial had (the sampler was told them), and the
+    ended trials' rows stay as they were."""
+    space = tmp_path / "tpe.yaml"
+    space.write_text(
+        "description: four TPE trials\nbase: {task: ar, model.hidden_size: 8, model.num_layers: 1}\n"
+        "params:\n  train.lr: {grid: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02]}\n"
+        "  model.dropout: {grid: [0.0, 0.2], also: [model.attn_dropout]}\n"
+        "scheduler: {max_t: 2, grace_period: 1, reduction_factor: 2}\n"
+        "budget: {search: optuna, num_samples: 4, max_epochs: 2, eval_every: 1}\n"
+    )
+    out = tmp_path / "results"
+    common = ("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment", "t")
+    assert search(*common) == 0
+    folder = out / "t"
+    first = read_rows(str(out), "t").sort_values("trial_index").set_index("trial_id")
+    assert len(first) == 4 and first["search_algorithm"].eq("optuna").all()
+    stored = json.loads((folder / "search.json").read_text())
+    (folder / "search.json").write_text(
+        json.dumps({**stored, "status": "interrupted", "directions_ended": []})
+    )
+    subprocess.run(["rm", "-rf", *map(str, folder.glob("ray-*"))], check=True)
+    kept, lost = first.iloc[:2], first.iloc[2:]
+    for trial_id in lost.index:
+        (folder / "trials" / f"{trial_id}.parquet").unlink()
+
+    capsys.readouterr()
+    assert main(["search", "--no-estimate", *common, "--resume"]) == 0
+    said = capsys.readouterr().out
+    assert (
+        "it goes on from the rows of the trials that ended (2, not trained again) and runs the 2 left" in said
+    )
+    again = read_rows(str(out), "t").set_index("trial_id")
+    assert len(again) == 4 and (again["role"] == "search").all()
+    for column in ("train.lr", "model.dropout", "curve", "valid.ndcg@10"):
+        assert again.loc[kept.index, column].equals(kept[column]), column
+    drawn = again.drop(kept.index)
+    points = lambda rows: {(r["train.lr"], r["model.dropout"]) for _, r in rows.iterrows()}  # noqa: E731
+    assert len(points(drawn)) == 2 and not points(drawn) & points(kept)
+    assert again["selected"].astype(bool).sum() == 1

@@ -80,6 +80,16 @@ class DistinctOptunaSearch(OptunaSearch):
         if trial_id not in self._completed_trials:
             super().on_trial_complete(trial_id, result, error)
 
+    def tell_ended(self, point: dict[str, Any], value: float | None) -> None:
+        """Add a trial an earlier run of the direction ended (its sampled `point` and its value; None for
+        one that never validated, told the 0.0 Tune's report gave it) to the study, as if it had been drawn
+        and told here: TPE learns from it and never draws it again (carry_on)."""
+        assert callable(self._space), "a search's space is define-by-run (SearchSpace.suggest)"
+        self._study.enqueue_trial(point, skip_if_exists=False)
+        trial = self._study.ask()
+        self._space(trial)  # registers each param's distribution; the enqueued values are the ones taken
+        self._study.tell(trial, 0.0 if value is None else value)
+
     def _earlier(self, trial: optuna.trial.Trial) -> Any:
         """The first other trial of the study, complete or running, with `trial`'s configuration; None if
         there is none."""

@@ -22,6 +22,7 @@ from modsar.outputs import (
     writer_lock,
 )
 from modsar.records.rows import filesystem, read_rows, remove_partial_rows
+from modsar.sweep.carry_on import Carried, can_carry_on, carried_rows
 from modsar.sweep.credentials import environment, mlflow_session, redact, results_env
 from modsar.sweep.halving import SuccessiveHalving, halving_time
 from modsar.sweep.interrupt import (
@@ -80,8 +81,12 @@ def make_scheduler(plan: Plan, concurrent: int) -> ASHAScheduler | SuccessiveHal
     )
 
 
-def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tuner:
-    """A fresh Tuner for one direction. Note: constructing it writes tuner.pkl into its folder."""
+def build_tuner(
+    plan: Plan, total: dict[str, float], task: str, fn, carried: Carried | None = None
+) -> tune.Tuner:
+    """A fresh Tuner for one direction, or for what is left of it after the ended trials `carried` (the
+    direction goes on from their rows: modsar.sweep.carry_on). Note: constructing it writes tuner.pkl into
+    its folder."""
     req = plan.request
     storage = experiment_folder(plan)
     concurrent = trial_slots(req, total)
@@ -89,19 +94,25 @@ def build_tuner(plan: Plan, total: dict[str, float], task: str, fn) -> tune.Tune
     scheduler = make_scheduler(plan, concurrent)
     search_alg, param_space = None, {}
     space = plan.space.for_task(task)
-    search = plan.search_of(task)
-    if search == "grid":
-        param_space = {"point": tune.grid_search(space.grid_points())}
+    samples = plan.samples_of(task)
+    if plan.search_of(task) == "grid":
+        points = carried.grid_left(space, samples) if carried else space.grid_points()
+        param_space, samples = {"point": tune.grid_search(points)}, 1 if carried else samples
     else:
         from modsar.sweep.searcher import sampled_search
 
-        search_alg = sampled_search(space.suggest, search, metric, req.seed, concurrent)
+        search_alg = sampled_search(space.suggest, plan.search_of(task), metric, req.seed, concurrent)
+        if carried:
+            carried.tell_sampler(search_alg.searcher, space, plan.monitor)
+            samples = max(0, samples - len(carried))
+    if carried and isinstance(scheduler, ASHAScheduler):
+        carried.record_rungs(scheduler, plan)
     tune_config = tune.TuneConfig(
         metric=metric,
         mode="max",
         scheduler=scheduler,
         search_alg=search_alg,
-        num_samples=plan.samples_of(task),
+        num_samples=samples,
         time_budget_s=req.time_budget_s / len(plan.space.tasks()) if req.time_budget_s else None,
         max_concurrent_trials=concurrent if search_alg is None else None,
         # reuse saves an actor start (torch import, dataset load) per trial, but
@@ -333,25 +344,27 @@ def _run_directions(
 ) -> tuple[int, int]:
     """One Tuner (and its early stopping) per direction, as the original experiments, restored where a resumed
     search left one; each direction's rows are written as it ends. A direction in `ended` whose Tune state is
-    gone (a folder of committed rows, another machine) keeps its rows and is not run again. Returns (trials,
-    errors)."""
+    gone (a folder of committed rows, another machine) keeps its rows and is not run again; one cut off
+    mid-way goes on from its ended trials' rows (carry_on). Returns (trials, errors)."""
     trials, errors = 0, 0
     search_json = f"{storage}/search.json"
     for task in plan.space.tasks():
         fn = make_trainable(plan)
         ray_path = f"{storage}/{RAY_DIR}-{task}"
         if req.resume and task in ended and not tune.Tuner.can_restore(ray_path):
-            mine = _direction_rows(plan, task)
-            if not req.quiet:
-                print(f"{task.upper()}: ended in an earlier run; its {len(mine)} rows are kept", flush=True)
-            failed = int((mine["status"] == "error").sum()) if len(mine) else 0
-            trials, errors = trials + len(mine), errors + failed
+            kept, failed = _kept_rows(plan, task)
+            trials, errors = trials + kept, errors + failed
             continue
         # restored before a fresh Tuner could write its tuner.pkl there
         restored = restored_tuner(ray_path, fn) if req.resume else None
-        if req.resume and restored is None:
-            _set_aside_orphans(plan, task, ray_path)
-        tuner = restored if restored is not None else build_tuner(plan, total, task, fn)
+        carried = _carried_on(plan, task, ray_path) if req.resume and restored is None else None
+        if carried is not None and carried.trials_left(plan) == 0:  # every trial ended; the record had not
+            kept, failed = _kept_rows(plan, task)
+            trials, errors = trials + kept, errors + failed
+            ended.add(task)
+            record_state(search_json, RUNNING, directions_ended=sorted(ended))
+            continue
+        tuner = restored if restored is not None else build_tuner(plan, total, task, fn, carried)
         # Ctrl-C: Tune saves and ends this fit, and the search stops after it
         with fitting(), clock.part(f"direction:{task}"), restoring(ray_path, restored is not None):
             grid = tuner.fit()
@@ -361,6 +374,8 @@ def _run_directions(
         ended.add(task)
         record_state(search_json, RUNNING, directions_ended=sorted(ended))
         trials, errors = trials + len(grid), errors + grid.num_errors
+        if carried is not None:
+            trials, errors = trials + len(carried), errors + carried.errors
     return trials, errors
 
 
@@ -381,10 +396,39 @@ def _direction_rows(plan: Plan, task: str) -> pd.DataFrame:
     return rows[(rows["role"] == "search") & (rows["task"] == task)]
 
 
+def _kept_rows(plan: Plan, task: str) -> tuple[int, int]:
+    """A direction that ended in an earlier run keeps its rows and trains nothing: (its trials, its errors),
+    said in one line."""
+    mine = _direction_rows(plan, task)
+    if not plan.request.quiet:
+        print(f"{task.upper()}: ended in an earlier run; its {len(mine)} rows are kept", flush=True)
+    return len(mine), int((mine["status"] == "error").sum()) if len(mine) else 0
+
+
+def _carried_on(plan: Plan, task: str, ray_path: str) -> Carried | None:
+    """What a resumed direction without Tune state goes on from: its ended trials' rows where its scheduler
+    allows (carry_on), said in one line; None where it starts afresh (with no rows, or under successive
+    halving, its rows set aside)."""
+    carried = carried_rows(_direction_rows(plan, task), task)
+    if not len(carried):
+        return None
+    if not can_carry_on(plan):
+        _set_aside_orphans(plan, task, ray_path)
+        return None
+    if not plan.request.quiet and carried.trials_left(plan):
+        print(
+            f"{task.upper()}: no Tune state to go on from in {redact(ray_path)}; it goes on from the rows of "
+            f"the trials that ended ({len(carried)}, not trained again) and runs the "
+            f"{carried.trials_left(plan)} left",
+            flush=True,
+        )
+    return carried
+
+
 def _set_aside_orphans(plan: Plan, task: str, ray_path: str) -> None:
-    """A resumed direction that starts afresh (its Tune state is gone, or was never saved) would otherwise
-    sit beside rows of trials that will never go on: those are kept as superseded, which no selection or
-    report uses, and the line says the direction is run again."""
+    """A resumed direction that starts afresh (its Tune state is gone, and successive halving cannot go on
+    from rows) would otherwise sit beside rows of trials that will never go on: those are kept as
+    superseded, which no selection or report uses, and the line says the direction is run again."""
     orphans = _direction_rows(plan, task)
     if not len(orphans):
         return

@@ -1,0 +1,101 @@
+"""A direction cut off mid-way goes on from its ended trials' rows (modsar.sweep.carry_on): the rung records
+ASHA rebuilds from their curves, the sampler told their values, the grid points left. Known answers by hand;
+the whole path with real Ray is in tests/test_search.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+from ray.tune.schedulers import ASHAScheduler
+
+from modsar.sweep.carry_on import Carried, carried_rows
+from modsar.sweep.searcher import sampled_search
+from modsar.sweep.spaces import load_space
+
+SPACES = Path(__file__).parent / "spaces"
+
+
+def _row(trial_id: str, curve: list[list[float]], index: int, **values) -> dict:
+    epochs = int(curve[-1][0]) if curve else 0
+    return {
+        "trial_id": trial_id,
+        "role": "search",
+        "task": "ae",
+        "status": "stopped",
+        "curve": json.dumps(curve),
+        "steps": 20 * epochs,  # 20 steps an epoch
+        "epochs_run": epochs,
+        "trial_index": index,
+        **values,
+    }
+
+
+class _Plan:
+    """What record_rungs reads of a plan: the scheduler's unit."""
+
+    def __init__(self, unit: str) -> None:
+        self.unit = unit
+
+
+def _records(scheduler: ASHAScheduler) -> dict[int, dict[str, float]]:
+    return {int(m): dict(r) for m, r in scheduler._brackets[0]._rungs if r}
+
+
+def test_asha_rungs_rebuilt_from_the_rows_curves_in_passes_and_in_steps():
+    """Validation every 5 epochs: a pass's value at a rung is the best so far (strictly better improves);
+    a trial records each rung it reached, once, and none it did not reach."""
+    rows = pd.DataFrame(
+        [
+            _row("a", [[5, 0.1], [10, 0.3], [15, 0.2], [20, 0.5]], 0),
+            _row("b", [[5, 0.4], [10, 0.2]], 1),  # stopped at the second rung
+            _row("c", [], 2),  # never validated: no record
+        ]
+    )
+    carried = Carried("ae", rows)
+    passes = ASHAScheduler(time_attr="training_iteration", grace_period=1, reduction_factor=2, max_t=8)
+    carried.record_rungs(passes, _Plan("passes"))  # type: ignore[arg-type]
+    assert _records(passes) == {1: {"a": 0.1, "b": 0.4}, 2: {"a": 0.3, "b": 0.4}, 4: {"a": 0.5}}
+    # in steps: passes at 100, 200, 300, 400 steps; rungs at 100, 200, 400 (one record a report, as ASHA)
+    steps = ASHAScheduler(time_attr="steps", grace_period=100, reduction_factor=2, max_t=800)
+    carried.record_rungs(steps, _Plan("steps"))  # type: ignore[arg-type]
+    assert _records(steps) == {100: {"a": 0.1, "b": 0.4}, 200: {"a": 0.3, "b": 0.4}, 400: {"a": 0.5}}
+
+
+def test_the_grid_points_left_are_those_without_a_row_in_grid_order():
+    """asha.yaml's AE grid: 8 points (mask_prob x dropout x lr); two ended, six left; twice as many runs
+    of each (num_samples 2) leave two runs of every point but the two ended ones, which have one."""
+    space = load_space(str(SPACES / "asha.yaml")).for_task("ae")
+    grid = space.grid_points()
+    assert len(grid) == 8
+    ended = [grid[1], grid[6]]
+    rows = pd.DataFrame([_row(f"t{i}", [[1, 0.1]], i, **point) for i, point in enumerate(ended)])
+    carried = carried_rows(rows, "ae")
+    assert carried.points(space) == ended
+    assert carried.grid_left(space, 1) == [p for i, p in enumerate(grid) if i not in (1, 6)]
+    twice = carried.grid_left(space, 2)
+    assert len(twice) == 14 and twice.count(grid[1]) == 1 and twice.count(grid[0]) == 2
+    assert not len(carried_rows(rows, "ar"))  # another direction's rows are not this one's
+
+
+def test_the_sampler_is_told_the_ended_trials_and_never_draws_them_again():
+    """A space of four points (2 x 2 categorical): three ended trials told with their values; the next
+    draw can only be the fourth point, and the study holds the three told values."""
+    space = load_space(str(SPACES / "asha.yaml")).for_task("ar")  # dropout x lr: 4 points
+    grid = space.grid_points()
+    assert len(grid) == 4
+    rows = pd.DataFrame(
+        [
+            _row(f"t{i}", [[1, v]], i, **{**p, "valid.ndcg@10": v})
+            for i, (p, v) in enumerate(zip(grid, (0.1, 0.3, 0.2), strict=False))
+        ]
+    )
+    limiter = sampled_search(space.suggest, "optuna", "best.ndcg@10", seed=0, concurrent=2)
+    carried_rows(rows.assign(task="ar"), "ar").tell_sampler(limiter.searcher, space, "ndcg@10")
+    study = limiter.searcher._study
+    assert [(t.params, t.value) for t in study.trials] == [
+        (p, v) for p, v in zip(grid, (0.1, 0.3, 0.2), strict=False)
+    ]
+    drawn = limiter.suggest("new")
+    assert drawn == grid[3]
