@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from ray.tune.experiment import Trial
@@ -274,7 +275,8 @@ def _waiting(experiment: Path) -> bool:
 def test_a_halving_search_killed_while_trials_wait_resumes_to_the_same_rows(data_dir, tmp_path):
     """Killed (with its local Ray) while trials wait at the first rung, --resume neither trains a waiting
     trial again nor decides the rung before every trial is there: every row equals an uninterrupted
-    search's (one trial at a time, so TPE draws alike in both)."""
+    search's (one trial at a time, so TPE draws alike in both). The same with its Tune state gone (another
+    machine): it goes on from the rows the waiting trials wrote (status paused), replaying them."""
     out = tmp_path / "results"
     env = {**os.environ, "MODSAR_DATA": str(data_dir)}
 
@@ -285,25 +287,49 @@ def test_a_halving_search_killed_while_trials_wait_resumes_to_the_same_rows(data
 
     from test_search import _kill_with_family  # tests/ is on sys.path (no package)
 
-    # Tune saves its state at every step (not every 10 s): the kill lands while a trial waits on record
-    saving = {**env, "TUNE_GLOBAL_CHECKPOINT_S": "0"}
-    proc = subprocess.Popen(command("k"), env=saving, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    rows = out / "k" / "trials"
-    deadline = time.time() + 240
-    while not (caught := _waiting(out / "k")) and time.time() < deadline:
-        time.sleep(0.02)
-    _kill_with_family(proc)
-    assert caught and not list(rows.glob("[!.]*.parquet")), "no trial was seen waiting at the first rung"
+    def kill_while_waiting(experiment: str, rows_at_least: int) -> pd.DataFrame:
+        # Tune saves its state at every step (not every 10 s): the kill lands while a trial waits on record
+        saving = {**env, "TUNE_GLOBAL_CHECKPOINT_S": "0"}
+        proc = subprocess.Popen(
+            command(experiment), env=saving, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        rows = out / experiment / "trials"
+        deadline = time.time() + 240
+        while time.time() < deadline and not (
+            _waiting(out / experiment) and len(list(rows.glob("[!.]*.parquet"))) >= rows_at_least
+        ):
+            time.sleep(0.02)
+        _kill_with_family(proc)
+        assert _waiting(out / experiment), "no trial was seen waiting at the first rung"
+        return read_rows(str(out), experiment) if rows_at_least else pd.DataFrame()
+
+    kill_while_waiting("k", 0)
+    waited = read_rows(str(out), "k")
+    assert not len(waited) or set(waited["status"]) == {"paused"}  # a waiting trial's row so far
     done = subprocess.run([*command("k"), "--resume"], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
+
+    waited = kill_while_waiting("c", 2)
+    assert set(waited["status"]) == {"paused"} and sorted(waited["epochs_run"]) == [1] * len(waited)
+    for ray_dir in (out / "c").glob("ray-*"):
+        shutil.rmtree(ray_dir)
+    carried = subprocess.run(
+        [*command("c"), "--resume"], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert carried.returncode == 0, carried.stderr[-2000:]
+    replaced = read_rows(str(out), "c").set_index("trial_id")
+    assert set(replaced.index[replaced["role"] == "superseded"]) == set(waited["trial_id"])
+
     whole = subprocess.run(command("whole"), env=env, capture_output=True, text=True, timeout=600)
     assert whole.returncode == 0, whole.stderr[-2000:]
     facts = ["status", "epochs_run", "best_epoch", "valid.ndcg@10", "curve", "selected", "test.ndcg@10"]
-    resumed, uninterrupted = (
-        read_rows(str(out), name).set_index("train.lr").sort_index()[facts] for name in ("k", "whole")
+    resumed, gone_on, uninterrupted = (
+        read_rows(str(out), name).query("role == 'search'").set_index("train.lr").sort_index()[facts]
+        for name in ("k", "c", "whole")
     )
     assert sorted(resumed["epochs_run"]) == [1, 1, 1, 1, 2, 2, 4]
     assert resumed.equals(uninterrupted), resumed.compare(uninterrupted)
+    assert gone_on.equals(uninterrupted), gone_on.compare(uninterrupted)
     assert np.isfinite(resumed["test.ndcg@10"].dropna()).all() and resumed["selected"].sum() == 1
 
 
@@ -330,19 +356,3 @@ def test_scheduler_halving_on_a_grid_space_waits_without_deadlock(local_ray, dat
     epochs = {task: sorted(group["epochs_run"]) for task, group in rows.groupby("task")}
     assert epochs == {"ae": [1, 1, 1, 1, 2, 2, 4, 4], "ar": [1, 1, 2, 4]}
     assert json.loads((out / "g" / "search.json").read_text())["asha"]["kind"] == "halving"
-
-    # AR cut off and its Tune state lost (another machine): trials waiting at a rung wrote no row, so it
-    # cannot go on from its rows (modsar.sweep.carry_on); it runs again from its start, its rows set aside
-    stored = json.loads((out / "g" / "search.json").read_text())
-    (out / "g" / "search.json").write_text(
-        json.dumps({**stored, "status": "interrupted", "directions_ended": ["ae"]})
-    )
-    shutil.rmtree(out / "g" / "ray-ar")
-    assert (
-        main([*argv, "--experiment", "g", "--scheduler", "halving", "--max-concurrent", "2", "--resume"]) == 0
-    )
-    again = read_rows(str(out), "g")
-    old_ar = set(rows.loc[rows["task"] == "ar", "trial_id"])
-    assert set(again.loc[again["role"] == "superseded", "trial_id"]) == old_ar
-    ar = again[(again["role"] == "search") & (again["task"] == "ar")]
-    assert sorted(ar["epochs_run"]) == [1, 1, 2, 4] and not set(ar["trial_id"]) & old_ar

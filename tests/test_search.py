@@ -1513,8 +1513,8 @@ def test_seeds_added_from_committed_rows_and_a_direction_whose_tune_state_is_gon
     assert main(["search", "--no-estimate", *common, "--seeds", "2", "--resume"]) == 0
     said = capsys.readouterr().out
     assert (
-        f"AR: no Tune state to go on from in {folder / 'ray-ar'}; it goes on from the rows of the trials "
-        "that ended (1, not trained again) and runs the 1 left"
+        f"AR: no Tune state to go on from in {folder / 'ray-ar'}; it goes on from the rows of 1 trial, which "
+        "it does not train again, and runs the 1 left"
     ) in said
     again = read_rows(str(out), "c").set_index("trial_id")
     assert not (again["role"] == "superseded").any() and lost not in again.index

@@ -30,7 +30,9 @@ from modsar.data.store import dataset_identity
 from modsar.errors import ModsarError
 from modsar.outputs import PARTIAL_PREFIX, atomic_write, check_name, is_uri, name_problem, redact
 
-STATUSES = ("finished", "stopped", "diverged", "error")  # diverged: NaN/inf loss, weights or metrics
+# diverged: NaN/inf loss, weights or metrics; paused: a search trial waiting at a rung of successive halving
+# when its row was written (sweep.rows: rewritten when it ends)
+STATUSES = ("finished", "stopped", "diverged", "error", "paused")
 ROW_KIND = (b"modsar.kind", b"trial-row")  # schema metadata of every row file: `read_rows` takes nothing else
 # The columns that make an unmarked (older) file a row: every column `modsar results`, `modsar report` and
 # `modsar analyze --experiment` read from any row, all of which rows written by modsar 0.2.0 always carry

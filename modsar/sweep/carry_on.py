@@ -1,31 +1,40 @@
 """Going on with a direction whose Tune state is gone (another machine, a removed ray-* folder) from the rows
-its ended trials wrote, so that no ended trial is trained again.
+its trials wrote, so that no pass a row holds is trained again.
 
-A search folder as it is committed holds search.json and one row per ended trial, never Ray's state or a
+A search folder as it is committed holds search.json and one row per trial, never Ray's state or a
 checkpoint. A session's end that cuts a direction off mid-way on a machine that is then lost leaves exactly
-that. A direction can go on from it where the rows hold everything its scheduler and sampler need:
+that. The direction goes on from it:
 
-- a grid direction runs only the points (times num_samples) that have no row yet;
-- a sampled one (TPE or uniform) draws only the trials it still lacks, after its sampler was told each ended
-  trial's configuration and value: TPE learns from them, and never draws one of them again
-  (searcher.DistinctOptunaSearch);
-- Ray's ASHA gets each ended trial's value at every rung it reached, rebuilt from the row's validation curve
-  (the best value so far at that pass, what the trial reported), by ASHA's own bookkeeping: the trials still
-  to run are cut against the same records they would have met had the earlier trials run first.
+- Under Ray's ASHA, a grid direction runs only the points (times num_samples) that have no row yet; a sampled
+  one draws only the trials it still lacks, after its sampler was told each ended trial's configuration and
+  value: TPE learns from them, and never draws one of them again (searcher.DistinctOptunaSearch). ASHA gets
+  each ended trial's value at every rung it reached, rebuilt from the row's validation curve (the best value
+  so far at that pass, what the trial reported), by ASHA's own bookkeeping: the trials left are cut against
+  the records they would have met had the ended trials run first.
+- Under successive halving, a rung waits for every trial of the direction, and a trial waiting there writes
+  its row so far (status paused, sweep.rows.ResultRows). Every trial with a row is made again, in its order
+  (the grid's points, or the sampler's queue), and replays its row's reports without training
+  (replays_of; sweep.trial): the rungs decide on the values they decided on before, and TPE hears them at
+  the first rung as it did. A replayed trial that a rung sends on trains its replayed epochs again,
+  unreported (one config and seed give one curve), and goes on; its new row replaces the old one, kept as
+  superseded.
 
-A trial that was running when the state was lost left no row: a grid point trains again from its start, a
-sampled one is drawn afresh. Successive halving waits at each rung for every trial of the direction, and a
-waiting trial writes no row, so a direction under it runs again from its start (tuner._set_aside_orphans).
+A trial that was running when the state was lost, and had written no row, trains again from its start (a
+grid point) or is drawn afresh (a sampled one). A winner whose checkpoint is gone with the machine is tested
+by training it again on its seed (sweep.selection).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd
+
+from modsar.records.rows import PROGRESS_FACTS, PROTOCOL_FACTS, SPEED_FACTS, TIME_FACTS
 
 if TYPE_CHECKING:
     from ray.tune.experiment import Trial
@@ -49,6 +58,7 @@ class Carried:
 
     task: str
     rows: pd.DataFrame
+    replay: bool = False  # successive halving: its trials are made again from their rows (replays_of)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -86,12 +96,25 @@ class Carried:
             left += [point] * max(0, runs)
         return left
 
+    def all_ended(self, plan: Plan) -> bool:
+        """Whether nothing is left to run: every trial wrote a row, and none waits at a rung."""
+        waiting = bool((self.rows["status"] == "paused").any()) if len(self.rows) else False
+        return self.trials_left(plan) == 0 and not waiting
+
+    def replayable(self) -> pd.DataFrame:
+        """The rows a replay can make again: those with a validation pass, not an error."""
+        curves = self.rows["curve"].map(lambda c: isinstance(c, str) and bool(json.loads(c)))
+        return self.rows[curves & (self.rows["status"] != "error")]
+
     def tell_sampler(self, searcher: Searcher, space: SearchSpace, monitor: str) -> None:
         """Tell the sampler (a ConcurrencyLimiter's DistinctOptunaSearch) every ended trial's configuration
         and its value (the best validation value it reached, as Tune told the sampler when it ended)."""
         from modsar.sweep.searcher import DistinctOptunaSearch
 
         assert isinstance(searcher, DistinctOptunaSearch), "a sampled direction's searcher (sampled_search)"
+        if self.replay:  # its trials are drawn again in their order, and replayed
+            searcher.queue(self.points(space))
+            return
         for row in self._in_order():
             value = pd.to_numeric(row.get(f"valid.{monitor}"), errors="coerce")
             searcher.tell_ended(_sampled(space, row), None if pd.isna(value) else float(value))
@@ -107,17 +130,86 @@ class Carried:
                 bracket.on_result(trial, time, best)
 
 
-def carried_rows(rows: pd.DataFrame, task: str) -> Carried:
-    """The ended trials of direction `task` among a search's rows (role search)."""
+# a row's facts that the last replayed report gives back, so the trial's new row holds them as the old did
+_REPLAYED_FACTS = (
+    "epoch_time_s",
+    "eval_time_s",
+    "wall_time_s",
+    "device",
+    "num_parameters",
+    "torch_threads",
+    "host",
+    "node_id",
+    "report_s",
+    *SPEED_FACTS,
+    *PROTOCOL_FACTS,
+    *PROGRESS_FACTS,
+    *TIME_FACTS,
+)
+
+
+def replays_of(carried: Carried, space: SearchSpace, monitor: str) -> dict[str, list[dict[str, Any]]]:
+    """Successive halving's carry-on: each trial that wrote a row (not an error), by its point's key, as the
+    reports its validation passes made, rebuilt from the row. A fresh trial of that point makes them again
+    without training (modsar.sweep.trial), so the rungs and the sampler hear what they heard before; its last
+    one carries the row's figures and facts, and `replayed_from` names the row it replaces."""
+    out = {}
+    for row in carried._in_order():
+        curve = json.loads(row["curve"]) if isinstance(row.get("curve"), str) else []
+        if row["status"] == "error" or not curve:  # nothing to replay: the point trains again
+            continue
+        steps, epochs = pd.to_numeric(row.get("steps"), errors="coerce"), row.get("epochs_run")
+        per_epoch = int(steps) // int(epochs) if not pd.isna(steps) and epochs else 0
+        reports, best, best_epoch = [], float("-inf"), 0
+        for k, (epoch, value) in enumerate(curve, start=1):
+            if float(value) > best:
+                best, best_epoch = float(value), int(epoch)
+            reports.append(
+                {
+                    "epoch": int(epoch),
+                    f"valid.{monitor}": float(value),
+                    f"best.{monitor}": best,
+                    "best_epoch": best_epoch,
+                    "steps": int(epoch) * per_epoch,
+                    "passes": k,
+                    "trial_done": False,
+                    "monitor": monitor,
+                }
+            )
+        reports[-1].update(_last_report(row))
+        out[_key(_sampled(space, row))] = reports
+    return out
+
+
+def _last_report(row: dict[str, Any]) -> dict[str, Any]:
+    """What a trial's last replayed report adds: its row's best figures and facts, how it ended."""
+    last = {k: row[k] for k in _REPLAYED_FACTS if k in row and not _missing(row[k])}
+    last.update({f"best.{k[6:]}": v for k, v in row.items() if k.startswith("valid.") and not _missing(v)})
+    if not _missing(row.get("best_epoch")):
+        last["best_epoch"] = int(row["best_epoch"])
+    last["trial_done"] = row["status"] in ("finished", "diverged")
+    if row["status"] == "diverged":
+        last["diverged"] = row.get("error") or "diverged"
+    last["replayed_from"] = str(row["trial_id"])
+    return {k: (v.item() if hasattr(v, "item") else v) for k, v in last.items()}
+
+
+def _missing(value: Any) -> bool:
+    """None, or the NaN Parquet gives a row's missing value."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def point_key(point: dict[str, Any]) -> str:
+    """A trial's sampled point as the key of its replay (its values as the row and Tune hold them)."""
+    return _key(point)
+
+
+def carried_rows(rows: pd.DataFrame, task: str, replay: bool = False) -> Carried:
+    """The trials of direction `task` that wrote rows (role search), among a search's rows; `replay`: under
+    successive halving, where they are made again from their rows (replays_of)."""
     if not len(rows):
-        return Carried(task, rows)
-    return Carried(task, rows[(rows["role"] == "search") & (rows["task"] == task)])
-
-
-def can_carry_on(plan: Plan) -> bool:
-    """Whether a direction of this plan can go on from its rows: not under successive halving, whose waiting
-    trials wrote none (module docstring)."""
-    return plan.scheduler != "halving"
+        return Carried(task, rows, replay)
+    return Carried(task, rows[(rows["role"] == "search") & (rows["task"] == task)], replay)
 
 
 def _sampled(space: SearchSpace, row: dict[str, Any]) -> dict[str, Any]:

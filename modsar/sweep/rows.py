@@ -54,10 +54,12 @@ def row_from_results(
     checkpoint: str | None,
     role: str = "search",
     tag: str = "",
+    waiting: bool = False,
 ) -> dict[str, Any]:
     """The Parquet row of one trial, from what Tune recorded of it: its config, its reports in order, its
     error and its best checkpoint. The config is the one its worker reported running (a GPU trial's device
-    is set there); a trial that never reported gets the plan's."""
+    is set there); a trial that never reported gets the plan's. `waiting`: it waits at a rung, status
+    "paused" (its row is written again when it ends)."""
     sampled = plan.space.expand(sampled_values(config))
     last: dict[str, Any] = {}
     for reported in results:  # later reports win; a final test-only report keeps the earlier facts
@@ -66,7 +68,8 @@ def row_from_results(
     if last.get("diverged"):
         status, error = "diverged", error or last["diverged"]
     else:
-        status = "error" if error else ("finished" if last.get("trial_done") else "stopped")
+        ended = "finished" if last.get("trial_done") else ("paused" if waiting else "stopped")
+        status = "error" if error else ended
     # best.* without a best epoch is the 0.0 floor a trial that diverged before validating reports to Tune
     valid = {k[5:]: v for k, v in last.items() if k.startswith("best.")} if "best_epoch" in last else {}
     test = {k[5:]: v for k, v in last.items() if k.startswith("test.")}
@@ -210,10 +213,14 @@ class ResultRows(tune.Callback):
         _ROW_FAULTS.pop(rows_dir(self.plan), None)  # one a fit that raised never handed on
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        """Keep every report of the trial: its row is built from them all when it ends."""
+        """Keep every report of the trial: its row is built from them all when it ends. A report at a rung
+        of successive halving, where the trial waits, writes its row so far (status paused): a direction cut
+        off on a machine then lost goes on from its rows (carry_on)."""
         self.results.setdefault(trial.trial_id, []).append(dict(result))
+        if result.get("at_rung") is True and not result.get("trial_done") and self.role == "search":
+            self._write(trial, None, waiting=True)
 
-    def _write(self, trial, error: str | None) -> None:
+    def _write(self, trial, error: str | None, waiting: bool = False) -> None:
         if rows_dir(self.plan) in _ROW_FAULTS:  # the fit is ending on a write fault: no row is tried again
             return
         checkpoint = trial.checkpoint.path if trial.checkpoint else None
@@ -226,14 +233,28 @@ class ResultRows(tune.Callback):
             checkpoint,
             self.role,
             trial.experiment_tag,
+            waiting,
         )
         try:
             write_search_row(self.plan, row)
+            self._replace_replayed(self.results.get(trial.trial_id, []))
         except RowWriteFault as fault:  # atomic_write's one line for a write fault; any other error as raised
             _ROW_FAULTS[rows_dir(self.plan)] = fault
             tune_stop = signal.getsignal(signal.SIGUSR1)  # Tune's, installed for a fit in the main thread
             if callable(tune_stop):
                 tune_stop(signal.SIGUSR1, None)
+
+    def _replace_replayed(self, results: list[dict]) -> None:
+        """The row a replayed trial's row now holds (its last replayed report names it: carry_on) is kept
+        as superseded, once: a selection never sees one trial twice."""
+        replaced = self.__dict__.setdefault("replaced", set())  # none in a callback an earlier ModSAR pickled
+        old = next((r["replayed_from"] for r in results if isinstance(r.get("replayed_from"), str)), None)
+        if old is None or old in replaced:
+            return
+        rows = read_rows(rows_dir(self.plan), self.plan.request.experiment_name)
+        for row in rows[rows["trial_id"] == old].to_dict("records") if len(rows) else []:
+            rewrite_row(self.plan, {**row, "role": "superseded"})
+        replaced.add(old)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         """A finished (or early-stopped) trial: write its row. One that reported nothing in this fit (a
@@ -342,6 +363,8 @@ def reconcile_rows(plan: Plan, grid, role: str = "search") -> None:
     # an error row of a trial Tune now holds without error (a resumed search retried it, and its scheduler
     # stopped it before it reported: the callback wrote nothing) is written again from Tune's record
     errored = set(existing.loc[existing["status"] == "error", "trial_id"]) if len(existing) else set()
+    # a row written while its trial waited at a rung (paused), which ended since: written again as it ended
+    errored |= set(existing.loc[existing["status"] == "paused", "trial_id"]) if len(existing) else set()
     for result in grid:
         # trial folders are named <trainable>_<trial id>_<index>_<params>; ids may hold one "_"
         match = re.match(

@@ -90,6 +90,12 @@ class DistinctOptunaSearch(OptunaSearch):
         self._space(trial)  # registers each param's distribution; the enqueued values are the ones taken
         self._study.tell(trial, 0.0 if value is None else value)
 
+    def queue(self, points: list[dict[str, Any]]) -> None:
+        """Have the next draws be these points, in order (a direction going on from its rows under
+        successive halving replays its trials: carry_on); Optuna learns each one's value as Tune tells it."""
+        for point in points:
+            self._study.enqueue_trial(point, skip_if_exists=False)
+
     def _earlier(self, trial: optuna.trial.Trial) -> Any:
         """The first other trial of the study, complete or running, with `trial`'s configuration; None if
         there is none."""

@@ -5,7 +5,9 @@ re-run on other seeds (with the budget their search trial had)."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -13,11 +15,12 @@ from ray import tune
 
 from modsar.data.store import load_dataset
 from modsar.data.views import viewed
+from modsar.outputs import is_uri
 from modsar.records.rows import differing_keys, read_rows
 from modsar.sweep.interrupt import (
     fitting,
 )
-from modsar.sweep.plan import STEPS_MAX_T, Plan
+from modsar.sweep.plan import STEPS_MAX_T, Plan, trial_config
 from modsar.sweep.restore import restored_tuner, restoring
 from modsar.sweep.rows import (
     make_callbacks,
@@ -125,6 +128,11 @@ def _test_winners(
         if best["trial_id"] in tested:
             selected[key] = _selected_entry(plan, best, column, best)
             continue
+        if not _checkpoint_here(best.get("checkpoint")):
+            best.update(_tested_by_training(plan, best), selected=True)
+            rewrite_row(plan, best)
+            selected[key] = _selected_entry(plan, best, column, best)
+            continue
         with local_checkpoint(best["checkpoint"]) as path:
             model, cfg, payload = load_checkpoint(path)
         protocol = (
@@ -145,6 +153,18 @@ def _test_winners(
         rewrite_row(plan, best)
         selected[key] = _selected_entry(plan, best, column, {f"test.{k}": v for k, v in test.items()})
     return selected
+
+
+def _checkpoint_here(where: Any) -> bool:
+    """Whether a row's checkpoint can be read here: an object store's is taken as there (reading it says
+    otherwise in one line); a local one must be a file, or a trial's folder holding its best.pt (a replayed
+    trial's holds none: carry_on)."""
+    from modsar.training.checkpoints import CHECKPOINT_FILE
+
+    if not isinstance(where, str) or not where.strip():
+        return False
+    path = Path(where).expanduser()
+    return is_uri(where) or path.is_file() or (path / CHECKPOINT_FILE).is_file()
 
 
 def _selected_entry(plan: Plan, best: dict, column: str, test: dict) -> dict:
@@ -252,10 +272,7 @@ def _replicates_of(plan: Plan, rows: pd.DataFrame, trial_id: str) -> tuple[list[
     seed's left out where the trial's own row stands for it: written here), and those still to train: no
     row yet, or an errored one (kept as superseded, and retried as search trials are)."""
     row = rows[rows["trial_id"] == trial_id].iloc[0]
-    sampled: dict[str, Any] = {}
-    for p in plan.space.params:  # the selected trial's own sampled values, conditions included
-        if p.active(sampled):
-            sampled[p.key] = row[p.key].item() if hasattr(row[p.key], "item") else row[p.key]
+    sampled = _sampled_of(plan, row)
     task = sampled.get("task", plan.base["task"])
     backbone = sampled.get("model.backbone", plan.base["model"]["backbone"])
     same = (rows["task"] == task) & (rows["model.backbone"] == backbone)
@@ -275,6 +292,45 @@ def _replicates_of(plan: Plan, rows: pd.DataFrame, trial_id: str) -> tuple[list[
     replicates = [{**sampled, **budget, "seed": s} for s in range(plan.request.seeds)]
     wanted = [p for p in replicates if p["seed"] not in taken]  # a Tuner that trains the trial again: not
     return wanted, [p for p in replicates if p["seed"] not in done]  # resumed: the rest
+
+
+def _sampled_of(plan: Plan, row: pd.Series) -> dict[str, Any]:
+    """A trial's own sampled values, read from its row (the params active at its point)."""
+    sampled: dict[str, Any] = {}
+    for p in plan.space.params:
+        if p.active(sampled):
+            sampled[p.key] = row[p.key].item() if hasattr(row[p.key], "item") else row[p.key]
+    return sampled
+
+
+def _tested_by_training(plan: Plan, best: dict) -> dict[str, Any]:
+    """The test (and rollout) figures of a winner whose checkpoint is not here (its direction went on from
+    its rows on another machine: carry_on): its configuration trained again on its seed, to the budget its
+    trial had, and its best epoch tested. One config and seed give one curve, so that epoch's model is the
+    trial's; a validation figure that differs (another machine's arithmetic) is said in one line."""
+    from modsar.training.trainer import run_trial
+
+    row = pd.Series(best)
+    point = {**_sampled_of(plan, row), **asha_budget(plan, row), "seed": int(row["seed"])}
+    print(
+        f"modsar: {row['task'].upper()}: the selected trial {row['trial_id']}'s checkpoint is not here; "
+        "training it again on its seed to test it",
+        file=sys.stderr,
+        flush=True,
+    )
+    result = run_trial(trial_config(plan.base, plan.space, point), progress=False, data_root=plan.data_root)
+    was, now = row[f"valid.{plan.monitor}"], result.valid.get(plan.monitor)
+    if now != was:
+        print(
+            f"modsar: warning: trial {row['trial_id']} trained again gives validation {plan.monitor} {now} "
+            f"where its row has {was}; its test figures are of the model trained here",
+            file=sys.stderr,
+            flush=True,
+        )
+    return {
+        **{f"test.{k}": v for k, v in result.test.items()},
+        **{f"generate.{k}": v for k, v in result.generation.items()},
+    }
 
 
 def _ran_its_replicate(plan: Plan, row: pd.Series, budget: dict[str, int]) -> bool:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ray import tune
 
+from modsar.sweep.carry_on import point_key
 from modsar.sweep.halving import halving_rungs, halving_time
 from modsar.sweep.pickled import pickled
 from modsar.sweep.plan import Plan, sampled_values, trial_config
@@ -40,12 +41,14 @@ def trainable(
     plugins: tuple[str, ...] = (),
     rungs: tuple[int, ...] = (),
     time_attr: str = "steps",
+    replays: dict[str, list[dict]] | None = None,
 ) -> None:
     """One trial of a search: the sampled point trained by `run_trial` on the worker's share of the node,
     every validation pass reported to Tune (with the trial's folder, best.pt and resume.pt, at an improvement,
     at the first report past each of the scheduler's `rungs` (where successive halving pauses it) and every
     CHECKPOINT_EVERY_S), continued from the trial's last checkpoint when Tune restores, retries or unpauses
-    it."""
+    it. A point in `replays` (a direction going on from its rows: carry_on) first makes its row's reports
+    again without training, and trains (those passes again, unreported: one curve) only where it goes on."""
     from modsar.model import registry
     from modsar.records.rows import PROGRESS_FACTS, PROTOCOL_FACTS, SPEED_FACTS, TIME_FACTS
     from modsar.training.trainer import TrainingDiverged, resolve_device, run_trial
@@ -60,7 +63,11 @@ def trainable(
     resume = restore_into(tune.get_checkpoint(), folder)  # a resumed search or a retried trial
     if resume is not None:  # run_trial continues after the checkpointed epoch; the reports continue with it
         reports.resume_from(resume)
-        reports.repeat_rung_report(folder)
+    reports.repeat_rung_report(folder)  # restored from a rung's checkpoint (a replay's holds no weights)
+    replay = (replays or {}).get(point_key(sampled_values(config)))
+    if replay is not None and resume is None and reports.replay(replay, folder):
+        shutil.rmtree(folder, ignore_errors=True)
+        return  # it ended where its row ended
     device = resolve_device(cfg.train.device)  # once: the trainer runs on it, every report names it
     reports.device = str(device)
     try:  # Tune copies each reported checkpoint into storage, so the local folder is scratch
@@ -152,6 +159,7 @@ class _TrialReports:
     rungs: tuple[int, ...] = ()  # successive halving's rungs: a pass past one goes to Tune with its folder
     time_attr: str = "steps"  # what the rungs count: a fact the trainer reports (steps or passes)
     time: int = 0  # the trial's time in that unit at its last report
+    replayed_epochs: int = 0  # epochs whose reports a replay made: trained again unreported (one curve)
 
     def _ran(self) -> dict[str, str]:
         """The config this worker runs, once: the driver keeps the last value a key was reported with."""
@@ -179,6 +187,9 @@ class _TrialReports:
         if improved:
             self.best.clear()
             self.best.update({f"best.{k}": v for k, v in metrics.items()}, best_epoch=epoch)
+        if epoch <= self.replayed_epochs:  # reported by the replay: trained again to go on from here
+            self.time = int(facts.get(self.time_attr, 0))
+            return
         report = {
             "epoch": epoch,
             **{f"valid.{k}": v for k, v in metrics.items()},
@@ -200,6 +211,8 @@ class _TrialReports:
         }
         before, self.time = self.time, int(facts.get(self.time_attr, 0))
         at_rung = any(before < rung <= self.time for rung in self.rungs)  # successive halving pauses it here
+        if at_rung:  # its row is written there (ResultRows)
+            report["at_rung"] = True
         tick = time.perf_counter()
         if checkpoint is not None and (improved or at_rung or tick - self.checkpointed >= CHECKPOINT_EVERY_S):
             if self.rungs:  # what a resume from this checkpoint repeats, if it was taken at a rung
@@ -226,6 +239,29 @@ class _TrialReports:
         tune.report(report, checkpoint=tune.Checkpoint.from_directory(str(folder)))
         self.checkpointed = time.perf_counter()
         self.restored.clear()
+
+    def replay(self, passes: list[dict], folder: Path) -> bool:
+        """Make again the reports of a trial's row (carry_on.replays_of) after those an earlier process of
+        this trial made (its checkpoint's report), each at a rung with a checkpoint that holds no weights
+        but that report (`repeat_rung_report` makes it again on a restore); returns whether the trial ended
+        there. Training goes on past them: run_trial trains the replayed epochs again, unreported."""
+        saved = (_read_report(folder) or {}).get("report", {})
+        done = int(saved.get("passes", 0)) if saved.get("replayed") else 0
+        if done:  # restored from a replay's checkpoint (repeat_rung_report made its report again)
+            self.best = {k: v for k, v in saved.items() if k.startswith("best") and v is not None}
+        for report in passes[done:]:
+            self.best = {k: v for k, v in report.items() if k.startswith("best")}
+            before, self.time = self.time, int(report.get(self.time_attr, 0))
+            at_rung = any(before < rung <= self.time for rung in self.rungs)
+            full = {**report, "replayed": True, **self.node, **self._ran()}
+            if at_rung:
+                full["at_rung"] = True
+                _write_report(folder, full, at_rung)
+                tune.report(full, checkpoint=tune.Checkpoint.from_directory(str(folder)))
+            else:
+                tune.report(full)
+        self.replayed_epochs = int(passes[-1]["epoch"])
+        return bool(passes[-1].get("trial_done"))
 
     def diverged(self, exc: TrainingDiverged) -> None:
         """A diverged trial ends normally (Tune would retry an error) with one last report naming the reason.
@@ -266,7 +302,7 @@ class _TrialReports:
         )
 
 
-def make_trainable(plan: Plan, test: bool = False):
+def make_trainable(plan: Plan, test: bool = False, replays: dict[str, list[dict]] | None = None):
     """`trainable` bound to the plan's base config, space and data, with the plan's resources per trial:
     what Tune pickles and ships to every worker. The base goes as the plain tree `Config.to_dict` writes, not
     as a Config: a worker must load the driver's plugins before a config naming a plugin's backbone (or
@@ -284,6 +320,7 @@ def make_trainable(plan: Plan, test: bool = False):
             plugins=tuple(registry.loaded_plugins()),
             rungs=() if test else halving_rungs(plan),  # seed re-runs have no scheduler
             time_attr=halving_time(plan),
+            replays=replays,
         ),
         {"cpu": plan.request.cpus_per_trial, "gpu": plan.request.gpus_per_trial},
     )

@@ -22,7 +22,7 @@ from modsar.outputs import (
     writer_lock,
 )
 from modsar.records.rows import filesystem, read_rows, remove_partial_rows
-from modsar.sweep.carry_on import Carried, can_carry_on, carried_rows
+from modsar.sweep.carry_on import Carried, carried_rows, replays_of
 from modsar.sweep.credentials import environment, mlflow_session, redact, results_env
 from modsar.sweep.halving import SuccessiveHalving, halving_time
 from modsar.sweep.interrupt import (
@@ -96,15 +96,16 @@ def build_tuner(
     space = plan.space.for_task(task)
     samples = plan.samples_of(task)
     if plan.search_of(task) == "grid":
-        points = carried.grid_left(space, samples) if carried else space.grid_points()
-        param_space, samples = {"point": tune.grid_search(points)}, 1 if carried else samples
+        left = carried is not None and not carried.replay  # else every point runs, its row replayed
+        points = carried.grid_left(space, samples) if carried and left else space.grid_points()
+        param_space, samples = {"point": tune.grid_search(points)}, 1 if carried and left else samples
     else:
         from modsar.sweep.searcher import sampled_search
 
         search_alg = sampled_search(space.suggest, plan.search_of(task), metric, req.seed, concurrent)
         if carried:
             carried.tell_sampler(search_alg.searcher, space, plan.monitor)
-            samples = max(0, samples - len(carried))
+            samples = samples if carried.replay else max(0, samples - len(carried))
     if carried and isinstance(scheduler, ASHAScheduler):
         carried.record_rungs(scheduler, plan)
     tune_config = tune.TuneConfig(
@@ -358,12 +359,14 @@ def _run_directions(
         # restored before a fresh Tuner could write its tuner.pkl there
         restored = restored_tuner(ray_path, fn) if req.resume else None
         carried = _carried_on(plan, task, ray_path) if req.resume and restored is None else None
-        if carried is not None and carried.trials_left(plan) == 0:  # every trial ended; the record had not
+        if carried is not None and carried.all_ended(plan):  # every trial ended; the record had not
             kept, failed = _kept_rows(plan, task)
             trials, errors = trials + kept, errors + failed
             ended.add(task)
             record_state(search_json, RUNNING, directions_ended=sorted(ended))
             continue
+        if carried is not None and carried.replay:
+            fn = make_trainable(plan, replays=replays_of(carried, plan.space.for_task(task), plan.monitor))
         tuner = restored if restored is not None else build_tuner(plan, total, task, fn, carried)
         # Ctrl-C: Tune saves and ends this fit, and the search stops after it
         with fitting(), clock.part(f"direction:{task}"), restoring(ray_path, restored is not None):
@@ -406,37 +409,30 @@ def _kept_rows(plan: Plan, task: str) -> tuple[int, int]:
 
 
 def _carried_on(plan: Plan, task: str, ray_path: str) -> Carried | None:
-    """What a resumed direction without Tune state goes on from: its ended trials' rows where its scheduler
-    allows (carry_on), said in one line; None where it starts afresh (with no rows, or under successive
-    halving, its rows set aside)."""
-    carried = carried_rows(_direction_rows(plan, task), task)
+    """What a resumed direction without Tune state goes on from: the rows its trials wrote (carry_on), said
+    in one line; None where it has none and starts afresh."""
+    carried = carried_rows(_direction_rows(plan, task), task, replay=plan.scheduler == "halving")
     if not len(carried):
         return None
-    if not can_carry_on(plan):
-        _set_aside_orphans(plan, task, ray_path)
-        return None
-    if not plan.request.quiet and carried.trials_left(plan):
+    if (
+        carried.replay
+    ):  # a row no replay can make again (an error, no validation pass): its point trains again
+        lost = carried.rows.drop(carried.replayable().index)
+        for row in lost.to_dict("records"):
+            rewrite_row(plan, {**row, "role": "superseded"})
+        carried = Carried(task, carried.replayable(), replay=True)
+    if not plan.request.quiet and not carried.all_ended(plan):
+        how = (
+            "whose passes it replays without training" if carried.replay else "which it does not train again"
+        )
         print(
             f"{task.upper()}: no Tune state to go on from in {redact(ray_path)}; it goes on from the rows of "
-            f"the trials that ended ({len(carried)}, not trained again) and runs the "
-            f"{carried.trials_left(plan)} left",
+            f"{_trials(len(carried))}, {how}, and runs the {carried.trials_left(plan)} left",
             flush=True,
         )
     return carried
 
 
-def _set_aside_orphans(plan: Plan, task: str, ray_path: str) -> None:
-    """A resumed direction that starts afresh (its Tune state is gone, and successive halving cannot go on
-    from rows) would otherwise sit beside rows of trials that will never go on: those are kept as
-    superseded, which no selection or report uses, and the line says the direction is run again."""
-    orphans = _direction_rows(plan, task)
-    if not len(orphans):
-        return
-    for row in orphans.to_dict("records"):
-        rewrite_row(plan, {**row, "role": "superseded"})
-    print(
-        f"modsar: warning: {task.upper()}: no Tune state to go on from in {redact(ray_path)}; its "
-        f"{len(orphans)} earlier trial rows are kept as superseded and it runs again from its start",
-        file=sys.stderr,
-        flush=True,
-    )
+def _trials(count: int) -> str:
+    """'1 trial', '2 trials'."""
+    return f"{count} trial{'' if count == 1 else 's'}"
