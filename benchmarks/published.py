@@ -1346,7 +1346,7 @@ def _modsar_claims() -> list[Claim]:
             "Tables 5, 6",
             "–",
             "–",
-            "open: at most about 2 hours of this machine each by the default search's estimate",
+            "open: 2 to 7 hours each by the default search's estimate, as fast or slow as the machine",
             "",
         ),
     ]
