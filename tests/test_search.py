@@ -1562,9 +1562,7 @@ def test_a_sampled_direction_goes_on_from_its_rows_drawing_only_the_trials_it_la
     capsys.readouterr()
     assert main(["search", "--no-estimate", *common, "--resume"]) == 0
     said = capsys.readouterr().out
-    assert (
-        "it goes on from the rows of the trials that ended (2, not trained again) and runs the 2 left" in said
-    )
+    assert "it goes on from the rows of 2 trials, which it does not train again, and runs the 2 left" in said
     again = read_rows(str(out), "t").set_index("trial_id")
     assert len(again) == 4 and (again["role"] == "search").all()
     for column in ("train.lr", "model.dropout", "curve", "valid.ndcg@10"):

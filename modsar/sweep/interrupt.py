@@ -136,7 +136,8 @@ def record_interrupted(plan: Plan, search_json: str) -> tuple[int | None, str]:
     req, ended = plan.request, None
     try:
         rows = read_rows(req.results.rstrip("/"), req.experiment_name)
-        ended = int((rows["role"] == "search").sum()) if len(rows) else 0
+        # a trial waiting at a rung (its row paused) has not ended
+        ended = int(((rows["role"] == "search") & (rows["status"] != "paused")).sum()) if len(rows) else 0
         record_state(search_json, INTERRUPTED, trials_ended=ended, trials_planned=planned_trials(plan))
     except KeyboardInterrupt:  # a second Ctrl-C while recording: the search stops all the same
         return ended, "; its state was not recorded (a second Ctrl-C)"
