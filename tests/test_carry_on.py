@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 from ray.tune.schedulers import ASHAScheduler
 
-from modsar.sweep.carry_on import Carried, carried_rows
+from modsar.sweep.carry_on import Carried, carried_rows, point_key, repeated_rows
 from modsar.sweep.searcher import sampled_search
 from modsar.sweep.spaces import load_space
 
@@ -99,3 +99,38 @@ def test_the_sampler_is_told_the_ended_trials_and_never_draws_them_again():
     ]
     drawn = limiter.suggest("new")
     assert drawn == grid[3]
+
+
+def test_a_point_is_one_key_whatever_type_its_numbers_come_back_as(tmp_path):
+    """A space's `0` comes back from a row as `0.0` (a config's float field): the same point, so a grid
+    point with a row is not run again, and its replay is found."""
+    path = tmp_path / "ints.yaml"
+    path.write_text(
+        "description: a grid with an integer value\nbase: {task: ar}\n"
+        "params:\n  train.weight_decay: {grid: [0, 1.0e-4]}\n  train.lr: {grid: [0.001, 0.01]}\n"
+        "budget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n"
+    )
+    space = load_space(str(path)).for_task("ar")
+    grid = space.grid_points()
+    assert grid[0] == {"train.weight_decay": 0, "train.lr": 0.001}
+    rows = pd.DataFrame([_row("t0", [[1, 0.1]], 0, **{"train.weight_decay": 0.0, "train.lr": 0.001})])
+    carried = carried_rows(rows.assign(task="ar"), "ar")
+    assert point_key(grid[0]) == point_key(carried.points(space)[0])
+    assert carried.grid_left(space, 1) == grid[1:]
+
+
+def test_of_two_rows_of_one_point_the_longer_or_the_one_kept_stays():
+    """A replay cut off before it replaced its old row leaves two rows of one point: all but one are set
+    aside, the longer curve staying, or the row of the fit that just ran."""
+    space = load_space(str(SPACES / "asha.yaml")).for_task("ar")
+    point = space.grid_points()[0]
+    rows = pd.DataFrame(
+        [
+            _row("old", [[1, 0.1], [2, 0.2], [3, 0.3]], 0, **point),
+            _row("new", [[1, 0.1]], 5, **point),
+            _row("other", [[1, 0.1]], 1, **space.grid_points()[1]),
+        ]
+    ).assign(task="ar")
+    carried = carried_rows(rows, "ar")
+    assert [r["trial_id"] for r in repeated_rows(carried, space, keep=set())] == ["new"]
+    assert [r["trial_id"] for r in repeated_rows(carried, space, keep={"new"})] == ["old"]

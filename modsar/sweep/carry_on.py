@@ -1,5 +1,5 @@
 """Going on with a direction whose Tune state is gone (another machine, a removed ray-* folder) from the rows
-its trials wrote, so that no pass a row holds is trained again.
+its trials wrote, so that what a row holds is not trained again (but to go on past it).
 
 A search folder as it is committed holds search.json and one row per trial, never Ray's state or a
 checkpoint. A session's end that cuts a direction off mid-way on a machine that is then lost leaves exactly
@@ -20,8 +20,9 @@ that. The direction goes on from it:
   superseded.
 
 A trial that was running when the state was lost, and had written no row, trains again from its start (a
-grid point) or is drawn afresh (a sampled one). A winner whose checkpoint is gone with the machine is tested
-by training it again on its seed (sweep.selection).
+grid point) or is drawn afresh (a sampled one); an errored trial's row is set aside and its point runs
+again. A winner whose checkpoint is gone with the machine is tested by training it again on its seed
+(sweep.selection).
 """
 
 from __future__ import annotations
@@ -101,10 +102,18 @@ class Carried:
         waiting = bool((self.rows["status"] == "paused").any()) if len(self.rows) else False
         return self.trials_left(plan) == 0 and not waiting
 
-    def replayable(self) -> pd.DataFrame:
-        """The rows a replay can make again: those with a validation pass, not an error."""
-        curves = self.rows["curve"].map(lambda c: isinstance(c, str) and bool(json.loads(c)))
-        return self.rows[curves & (self.rows["status"] != "error")]
+    def replayable(self, unit: str) -> pd.DataFrame:
+        """The rows a replay can make again: those with a validation pass, not an error, and, where the rungs
+        count steps, with the steps they took (a row from before steps were recorded is trained again)."""
+        rows = self.rows
+        curves = rows["curve"].map(lambda c: isinstance(c, str) and bool(json.loads(c)))
+        ok = curves & (rows["status"] != "error")
+        if unit == "steps":
+            ok &= (
+                pd.to_numeric(rows.get("steps", pd.Series(index=rows.index, dtype=float)), errors="coerce")
+                > 0
+            )
+        return rows[ok]
 
     def tell_sampler(self, searcher: Searcher, space: SearchSpace, monitor: str) -> None:
         """Tell the sampler (a ConcurrencyLimiter's DistinctOptunaSearch) every ended trial's configuration
@@ -152,11 +161,15 @@ def replays_of(carried: Carried, space: SearchSpace, monitor: str) -> dict[str, 
     """Successive halving's carry-on: each trial that wrote a row (not an error), by its point's key, as the
     reports its validation passes made, rebuilt from the row. A fresh trial of that point makes them again
     without training (modsar.sweep.trial), so the rungs and the sampler hear what they heard before; its last
-    one carries the row's figures and facts, and `replayed_from` names the row it replaces."""
-    out = {}
+    one carries the row's figures and facts, and `replayed_from` (the row it replaces, which every replayed
+    report names in `replays`) says the replay is whole."""
+    out: dict[str, list[dict[str, Any]]] = {}
     for row in carried._in_order():
         curve = json.loads(row["curve"]) if isinstance(row.get("curve"), str) else []
+        key = _key(_sampled(space, row))
         if row["status"] == "error" or not curve:  # nothing to replay: the point trains again
+            continue
+        if len(out.get(key, ())) > len(curve):  # a point with two rows (a replay cut off): the longer
             continue
         steps, epochs = pd.to_numeric(row.get("steps"), errors="coerce"), row.get("epochs_run")
         per_epoch = int(steps) // int(epochs) if not pd.isna(steps) and epochs else 0
@@ -174,10 +187,11 @@ def replays_of(carried: Carried, space: SearchSpace, monitor: str) -> dict[str, 
                     "passes": k,
                     "trial_done": False,
                     "monitor": monitor,
+                    "replays": str(row["trial_id"]),  # the row this trial's row replaces (ResultRows)
                 }
             )
         reports[-1].update(_last_report(row))
-        out[_key(_sampled(space, row))] = reports
+        out[key] = reports
     return out
 
 
@@ -197,6 +211,23 @@ def _last_report(row: dict[str, Any]) -> dict[str, Any]:
 def _missing(value: Any) -> bool:
     """None, or the NaN Parquet gives a row's missing value."""
     return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def repeated_rows(carried: Carried, space: SearchSpace, keep: set[str]) -> list[dict[str, Any]]:
+    """Rows of a point that has more than one (a replay cut off before it replaced its old row, or a row the
+    driver wrote after a kill): all but one, to set aside as superseded. The one kept is in `keep` (the trials
+    of the fit that just ran), else the one with the longest curve."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in carried._in_order():
+        groups.setdefault(_key(_sampled(space, row)), []).append(row)
+    out = []
+    for rows in groups.values():
+        if len(rows) < 2:
+            continue
+        passes = [len(json.loads(r["curve"])) if isinstance(r.get("curve"), str) else 0 for r in rows]
+        ranked = sorted(range(len(rows)), key=lambda i: (rows[i]["trial_id"] in keep, passes[i], i))
+        out += [rows[i] for i in ranked[:-1]]
+    return out
 
 
 def point_key(point: dict[str, Any]) -> str:
@@ -224,8 +255,13 @@ def _sampled(space: SearchSpace, row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _key(point: dict[str, Any]) -> str:
-    """A point as a comparable key (its values as the row and the grid hold them)."""
-    return json.dumps(point, sort_keys=True, default=str)
+    """A point as a comparable key: a number as a float, since a space's `0` comes back from a row as `0.0`
+    (a config's float field), and both are one point."""
+    canonical = {
+        k: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+        for k, v in point.items()
+    }
+    return json.dumps(canonical, sort_keys=True, default=str)
 
 
 def _passes(row: dict[str, Any], unit: str) -> list[tuple[int, float]]:

@@ -237,19 +237,22 @@ class ResultRows(tune.Callback):
         )
         try:
             write_search_row(self.plan, row)
-            self._replace_replayed(self.results.get(trial.trial_id, []))
+            self._replace_replayed(self.results.get(trial.trial_id, []), ended=not waiting)
         except RowWriteFault as fault:  # atomic_write's one line for a write fault; any other error as raised
             _ROW_FAULTS[rows_dir(self.plan)] = fault
             tune_stop = signal.getsignal(signal.SIGUSR1)  # Tune's, installed for a fit in the main thread
             if callable(tune_stop):
                 tune_stop(signal.SIGUSR1, None)
 
-    def _replace_replayed(self, results: list[dict]) -> None:
-        """The row a replayed trial's row now holds (its last replayed report names it: carry_on) is kept
-        as superseded, once: a selection never sees one trial twice."""
+    def _replace_replayed(self, results: list[dict], ended: bool) -> None:
+        """The row a replayed trial's row replaces (its replayed reports name it: carry_on) is kept as
+        superseded, once, when the new row holds the whole replay or the trial ended short of it (a rung
+        stopped it sooner than before): a selection never sees one trial twice. A row written while the replay
+        is partway leaves the old one as it is, whose later passes a further carry-on still needs."""
         replaced = self.__dict__.setdefault("replaced", set())  # none in a callback an earlier ModSAR pickled
-        old = next((r["replayed_from"] for r in results if isinstance(r.get("replayed_from"), str)), None)
-        if old is None or old in replaced:
+        old = next((r["replays"] for r in results if isinstance(r.get("replays"), str)), None)
+        whole = any(isinstance(r.get("replayed_from"), str) for r in results)
+        if old is None or old in replaced or not (whole or ended):
             return
         rows = read_rows(rows_dir(self.plan), self.plan.request.experiment_name)
         for row in rows[rows["trial_id"] == old].to_dict("records") if len(rows) else []:
@@ -354,6 +357,16 @@ def raise_row_fault(plan: Plan) -> None:
         raise fault
 
 
+def result_trial(result) -> tuple[str | None, str]:
+    """(trial id, experiment tag) of one Result of a fit's ResultGrid: from its metrics, or from its folder's
+    name, <trainable>_<trial id>_<index>_<params> (ids may hold one "_")."""
+    match = re.match(
+        r"^[^_]+_([0-9a-f]+(?:_\d{5})?)_(\d+_.*)$", Path(result.path).name if result.path else ""
+    )
+    trial_id = (result.metrics or {}).get("trial_id") or (match.group(1) if match else None)
+    return trial_id, match.group(2) if match else ""
+
+
 def reconcile_rows(plan: Plan, grid, role: str = "search") -> None:
     """Write rows for trials whose end the callback missed (driver killed between state save and row); first,
     raise the write fault that ended the fit, if one did."""
@@ -366,12 +379,7 @@ def reconcile_rows(plan: Plan, grid, role: str = "search") -> None:
     # a row written while its trial waited at a rung (paused), which ended since: written again as it ended
     errored |= set(existing.loc[existing["status"] == "paused", "trial_id"]) if len(existing) else set()
     for result in grid:
-        # trial folders are named <trainable>_<trial id>_<index>_<params>; ids may hold one "_"
-        match = re.match(
-            r"^[^_]+_([0-9a-f]+(?:_\d{5})?)_(\d+_.*)$", Path(result.path).name if result.path else ""
-        )
-        trial_id = (result.metrics or {}).get("trial_id") or (match.group(1) if match else None)
-        tag = match.group(2) if match else ""
+        trial_id, tag = result_trial(result)
         if not trial_id or result.config is None:  # None: never started (time budget)
             continue
         if trial_id in have and not (trial_id in errored and result.error is None):

@@ -128,7 +128,7 @@ def _test_winners(
         if best["trial_id"] in tested:
             selected[key] = _selected_entry(plan, best, column, best)
             continue
-        if not _checkpoint_here(best.get("checkpoint")):
+        if not _checkpoint_here(plan, best.get("checkpoint")):
             best.update(_tested_by_training(plan, best), selected=True)
             rewrite_row(plan, best)
             selected[key] = _selected_entry(plan, best, column, best)
@@ -155,16 +155,18 @@ def _test_winners(
     return selected
 
 
-def _checkpoint_here(where: Any) -> bool:
-    """Whether a row's checkpoint can be read here: an object store's is taken as there (reading it says
-    otherwise in one line); a local one must be a file, or a trial's folder holding its best.pt (a replayed
-    trial's holds none: carry_on)."""
+def _checkpoint_here(plan: Plan, where: Any) -> bool:
+    """Whether a row's checkpoint can be read here: one on an object store (rows on a URI) is taken as there
+    (reading it says otherwise in one line); a local one must be a file, or a trial's folder holding its
+    best.pt (a replayed trial's holds none: carry_on)."""
     from modsar.training.checkpoints import CHECKPOINT_FILE
 
     if not isinstance(where, str) or not where.strip():
         return False
+    if is_uri(where) or is_uri(plan.request.results):
+        return True
     path = Path(where).expanduser()
-    return is_uri(where) or path.is_file() or (path / CHECKPOINT_FILE).is_file()
+    return path.is_file() or (path / CHECKPOINT_FILE).is_file()
 
 
 def _selected_entry(plan: Plan, best: dict, column: str, test: dict) -> dict:

@@ -253,7 +253,7 @@ class _TrialReports:
             self.best = {k: v for k, v in report.items() if k.startswith("best")}
             before, self.time = self.time, int(report.get(self.time_attr, 0))
             at_rung = any(before < rung <= self.time for rung in self.rungs)
-            full = {**report, "replayed": True, **self.node, **self._ran()}
+            full = {**self.node, **report, "replayed": True, **self._ran()}  # the row's host, where it ran
             if at_rung:
                 full["at_rung"] = True
                 _write_report(folder, full, at_rung)

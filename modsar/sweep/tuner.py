@@ -22,7 +22,7 @@ from modsar.outputs import (
     writer_lock,
 )
 from modsar.records.rows import filesystem, read_rows, remove_partial_rows
-from modsar.sweep.carry_on import Carried, carried_rows, replays_of
+from modsar.sweep.carry_on import Carried, carried_rows, repeated_rows, replays_of
 from modsar.sweep.credentials import environment, mlflow_session, redact, results_env
 from modsar.sweep.halving import SuccessiveHalving, halving_time
 from modsar.sweep.interrupt import (
@@ -45,6 +45,7 @@ from modsar.sweep.rows import (
     SchedulerState,
     make_callbacks,
     reconcile_rows,
+    result_trial,
     rewrite_row,
     rows_dir,
 )
@@ -350,7 +351,7 @@ def _run_directions(
     trials, errors = 0, 0
     search_json = f"{storage}/search.json"
     for task in plan.space.tasks():
-        fn = make_trainable(plan)
+        fn = make_trainable(plan, replays=_replays(plan, task) if req.resume else None)
         ray_path = f"{storage}/{RAY_DIR}-{task}"
         if req.resume and task in ended and not tune.Tuner.can_restore(ray_path):
             kept, failed = _kept_rows(plan, task)
@@ -365,19 +366,19 @@ def _run_directions(
             ended.add(task)
             record_state(search_json, RUNNING, directions_ended=sorted(ended))
             continue
-        if carried is not None and carried.replay:
-            fn = make_trainable(plan, replays=replays_of(carried, plan.space.for_task(task), plan.monitor))
         tuner = restored if restored is not None else build_tuner(plan, total, task, fn, carried)
         # Ctrl-C: Tune saves and ends this fit, and the search stops after it
         with fitting(), clock.part(f"direction:{task}"), restoring(ray_path, restored is not None):
             grid = tuner.fit()
         _record_clock(search_json, clock)
         reconcile_rows(plan, grid)
+        if req.resume:
+            _set_aside_repeats(plan, task, grid)
         drop_resume_state(grid)
         ended.add(task)
         record_state(search_json, RUNNING, directions_ended=sorted(ended))
         trials, errors = trials + len(grid), errors + grid.num_errors
-        if carried is not None:
+        if carried is not None and not carried.replay:  # the ended trials it did not run again
             trials, errors = trials + len(carried), errors + carried.errors
     return trials, errors
 
@@ -410,27 +411,50 @@ def _kept_rows(plan: Plan, task: str) -> tuple[int, int]:
 
 def _carried_on(plan: Plan, task: str, ray_path: str) -> Carried | None:
     """What a resumed direction without Tune state goes on from: the rows its trials wrote (carry_on), said
-    in one line; None where it has none and starts afresh."""
-    carried = carried_rows(_direction_rows(plan, task), task, replay=plan.scheduler == "halving")
+    in one line; None where it has none and starts afresh. Set aside first, as superseded: a second row of one
+    point (a replay cut off), an error (retried, as Tune retries one), and under successive halving a row no
+    replay can make again (its point trains again)."""
+    halving = plan.scheduler == "halving"
+    carried = carried_rows(_direction_rows(plan, task), task, replay=halving)
     if not len(carried):
         return None
-    if (
-        carried.replay
-    ):  # a row no replay can make again (an error, no validation pass): its point trains again
-        lost = carried.rows.drop(carried.replayable().index)
-        for row in lost.to_dict("records"):
-            rewrite_row(plan, {**row, "role": "superseded"})
-        carried = Carried(task, carried.replayable(), replay=True)
+    drop = {r["trial_id"] for r in repeated_rows(carried, plan.space.for_task(task), keep=set())}
+    rows = carried.rows[~carried.rows["trial_id"].isin(drop)]
+    keep = Carried(task, rows, halving).replayable(plan.unit) if halving else rows[rows["status"] != "error"]
+    for row in carried.rows.drop(keep.index).to_dict("records"):
+        rewrite_row(plan, {**row, "role": "superseded"})
+    carried = Carried(task, keep, halving)
+    if not len(carried):
+        return None
     if not plan.request.quiet and not carried.all_ended(plan):
-        how = (
-            "whose passes it replays without training" if carried.replay else "which it does not train again"
-        )
+        how = "whose passes it replays untrained" if carried.replay else "which it does not train again"
         print(
             f"{task.upper()}: no Tune state to go on from in {redact(ray_path)}; it goes on from the rows of "
             f"{_trials(len(carried))}, {how}, and runs the {carried.trials_left(plan)} left",
             flush=True,
         )
     return carried
+
+
+def _replays(plan: Plan, task: str) -> dict[str, list[dict]] | None:
+    """Under successive halving, a resumed direction's trials with rows, as the reports a fresh trial of
+    their point makes again (carry_on.replays_of): a trial Tune restores as pending without a checkpoint, or
+    one a carry-on makes again, replays its row instead of training what the row holds."""
+    if plan.scheduler != "halving":
+        return None
+    carried = carried_rows(_direction_rows(plan, task), task, replay=True)
+    if not len(carried):
+        return None
+    rows = Carried(task, carried.replayable(plan.unit), replay=True)
+    return replays_of(rows, plan.space.for_task(task), plan.monitor)
+
+
+def _set_aside_repeats(plan: Plan, task: str, grid) -> None:
+    """After a resumed direction's fit: a point with two rows keeps the one this fit's trial wrote."""
+    keep = {trial_id for trial_id, _ in map(result_trial, grid) if trial_id}
+    carried = carried_rows(_direction_rows(plan, task), task)
+    for row in repeated_rows(carried, plan.space.for_task(task), keep) if len(carried) else []:
+        rewrite_row(plan, {**row, "role": "superseded"})
 
 
 def _trials(count: int) -> str:
