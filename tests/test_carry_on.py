@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 from ray.tune.schedulers import ASHAScheduler
 
-from modsar.sweep.carry_on import Carried, carried_rows, point_key, repeated_rows
+from modsar.sweep.carry_on import Carried, carried_rows, point_key, repeated_rows, replays_of
 from modsar.sweep.searcher import sampled_search
 from modsar.sweep.spaces import load_space
 
@@ -134,3 +134,25 @@ def test_of_two_rows_of_one_point_the_longer_or_the_one_kept_stays():
     carried = carried_rows(rows, "ar")
     assert [r["trial_id"] for r in repeated_rows(carried, space, keep=set())] == ["new"]
     assert [r["trial_id"] for r in repeated_rows(carried, space, keep={"new"})] == ["old"]
+
+
+def test_a_row_whose_curve_or_counts_are_not_what_a_search_writes_is_not_replayed():
+    """A row edited by hand (its curve no JSON list of pairs, its epochs missing) breaks nothing: it records
+    no rung and is not replayed (its point trains again), and the well-formed row beside it still is."""
+    space = load_space(str(SPACES / "asha.yaml")).for_task("ar")
+    grid = space.grid_points()
+    rows = pd.DataFrame(
+        [
+            _row("bad", [], 0, **grid[0]) | {"curve": "not json", "epochs_run": float("nan")},
+            _row("odd", [], 1, **grid[1]) | {"curve": '[["x", 1]]'},
+            _row("good", [[1, 0.2], [2, 0.3]], 2, **grid[2]),
+        ]
+    ).assign(task="ar")
+    carried = carried_rows(rows, "ar", replay=True)
+    assert list(carried.replayable("steps")["trial_id"]) == ["good"]
+    scheduler = ASHAScheduler(time_attr="training_iteration", grace_period=1, reduction_factor=2, max_t=4)
+    carried.record_rungs(scheduler, _Plan("passes"))  # type: ignore[arg-type]
+    assert _records(scheduler) == {1: {"good": 0.2}, 2: {"good": 0.3}}
+    assert list(replays_of(Carried("ar", carried.replayable("passes"), True), space, "ndcg@10")) == [
+        point_key(grid[2])
+    ]

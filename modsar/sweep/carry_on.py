@@ -106,7 +106,9 @@ class Carried:
         """The rows a replay can make again: those with a validation pass, not an error, and, where the rungs
         count steps, with the steps they took (a row from before steps were recorded is trained again)."""
         rows = self.rows
-        curves = rows["curve"].map(lambda c: isinstance(c, str) and bool(json.loads(c)))
+        curves = (
+            rows.apply(lambda row: bool(_curve(row)), axis=1) if len(rows) else rows["curve"].astype(bool)
+        )
         ok = curves & (rows["status"] != "error")
         if unit == "steps":
             ok &= (
@@ -165,14 +167,13 @@ def replays_of(carried: Carried, space: SearchSpace, monitor: str) -> dict[str, 
     report names in `replays`) says the replay is whole."""
     out: dict[str, list[dict[str, Any]]] = {}
     for row in carried._in_order():
-        curve = json.loads(row["curve"]) if isinstance(row.get("curve"), str) else []
+        curve = _curve(row)
         key = _key(_sampled(space, row))
         if row["status"] == "error" or not curve:  # nothing to replay: the point trains again
             continue
         if len(out.get(key, ())) > len(curve):  # a point with two rows (a replay cut off): the longer
             continue
-        steps, epochs = pd.to_numeric(row.get("steps"), errors="coerce"), row.get("epochs_run")
-        per_epoch = int(steps) // int(epochs) if not pd.isna(steps) and epochs else 0
+        per_epoch = _steps_per_epoch(row)
         reports, best, best_epoch = [], float("-inf"), 0
         for k, (epoch, value) in enumerate(curve, start=1):
             if float(value) > best:
@@ -224,7 +225,7 @@ def repeated_rows(carried: Carried, space: SearchSpace, keep: set[str]) -> list[
     for rows in groups.values():
         if len(rows) < 2:
             continue
-        passes = [len(json.loads(r["curve"])) if isinstance(r.get("curve"), str) else 0 for r in rows]
+        passes = [len(_curve(r)) for r in rows]
         ranked = sorted(range(len(rows)), key=lambda i: (rows[i]["trial_id"] in keep, passes[i], i))
         out += [rows[i] for i in ranked[:-1]]
     return out
@@ -268,11 +269,27 @@ def _passes(row: dict[str, Any], unit: str) -> list[tuple[int, float]]:
     """(time in the scheduler's unit, best validation value so far) at each validation pass of a trial,
     from its row's curve: a pass is a report (Tune's training_iteration), and in steps a pass at epoch e is
     at e times the trial's steps per epoch."""
-    curve = json.loads(row["curve"]) if isinstance(row.get("curve"), str) else []
-    steps, epochs = pd.to_numeric(row.get("steps"), errors="coerce"), row.get("epochs_run")
-    per_epoch = int(steps) // int(epochs) if unit == "steps" and not pd.isna(steps) and epochs else 0
+    curve = _curve(row)
+    per_epoch = _steps_per_epoch(row) if unit == "steps" else 0
     out, best = [], float("-inf")
     for k, (epoch, value) in enumerate(curve, start=1):
         best = max(best, float(value))  # a pass improves on a strictly better value (training.state)
         out.append((int(epoch) * per_epoch if unit == "steps" else k, best))
     return out
+
+
+def _curve(row: dict[str, Any]) -> list[tuple[int, float]]:
+    """A row's validation curve, [(epoch, value), ...]; none where the row's `curve` is not one (missing,
+    or a row edited by hand into something else): such a trial is not replayed, and records no rung."""
+    try:
+        points = json.loads(row["curve"]) if isinstance(row.get("curve"), str) else []
+        return [(int(epoch), float(value)) for epoch, value in points]
+    except (ValueError, TypeError):
+        return []
+
+
+def _steps_per_epoch(row: dict[str, Any]) -> int:
+    """The trial's optimizer steps per epoch from its row (steps over epochs run); 0 where either is
+    missing."""
+    steps, epochs = (pd.to_numeric(row.get(k), errors="coerce") for k in ("steps", "epochs_run"))
+    return int(steps) // int(epochs) if pd.notna(steps) and pd.notna(epochs) and epochs > 0 else 0
