@@ -106,15 +106,11 @@ class Carried:
         """The rows a replay can make again: those with a validation pass, not an error, and, where the rungs
         count steps, with the steps they took (a row from before steps were recorded is trained again)."""
         rows = self.rows
-        curves = (
-            rows.apply(lambda row: bool(_curve(row)), axis=1) if len(rows) else rows["curve"].astype(bool)
-        )
+        curves = pd.Series([bool(_curve(r)) for r in rows.to_dict("records")], index=rows.index, dtype=bool)
         ok = curves & (rows["status"] != "error")
         if unit == "steps":
-            ok &= (
-                pd.to_numeric(rows.get("steps", pd.Series(index=rows.index, dtype=float)), errors="coerce")
-                > 0
-            )
+            steps = rows["steps"] if "steps" in rows else pd.Series(index=rows.index, dtype=float)
+            ok &= pd.to_numeric(steps, errors="coerce") > 0
         return rows[ok]
 
     def tell_sampler(self, searcher: Searcher, space: SearchSpace, monitor: str) -> None:
