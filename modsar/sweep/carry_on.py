@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -64,11 +65,6 @@ class Carried:
     def __len__(self) -> int:
         return len(self.rows)
 
-    @property
-    def errors(self) -> int:
-        """How many of the ended trials failed."""
-        return int((self.rows["status"] == "error").sum()) if len(self.rows) else 0
-
     def trials_left(self, plan: Plan) -> int:
         """How many trials the direction still runs: its grid points (times num_samples) without a row, or
         its samples less the ended ones."""
@@ -80,7 +76,7 @@ class Carried:
     def points(self, space: SearchSpace) -> list[dict[str, Any]]:
         """Each ended trial's sampled values (the params active at its point, as its row holds them), in the
         order the trials were made."""
-        return [_sampled(space, row) for row in self._in_order()]
+        return [row_point(space, row) for row in self._in_order()]
 
     def _in_order(self) -> list[dict[str, Any]]:
         """The rows in the order their trials were made (their place in the search, then their id)."""
@@ -124,7 +120,7 @@ class Carried:
             return
         for row in self._in_order():
             value = pd.to_numeric(row.get(f"valid.{monitor}"), errors="coerce")
-            searcher.tell_ended(_sampled(space, row), None if pd.isna(value) else float(value))
+            searcher.tell_ended(row_point(space, row), None if pd.isna(value) else float(value))
 
     def record_rungs(self, scheduler: ASHAScheduler, plan: Plan) -> None:
         """Put each ended trial's value at every ASHA rung it reached into the scheduler's records, by
@@ -164,7 +160,7 @@ def replays_of(carried: Carried, space: SearchSpace, monitor: str) -> dict[str, 
     out: dict[str, list[dict[str, Any]]] = {}
     for row in carried._in_order():
         curve = _curve(row)
-        key = _key(_sampled(space, row))
+        key = _key(row_point(space, row))
         if row["status"] == "error" or not curve:  # nothing to replay: the point trains again
             continue
         if len(out.get(key, ())) > len(curve):  # a point with two rows (a replay cut off): the longer
@@ -216,7 +212,7 @@ def repeated_rows(carried: Carried, space: SearchSpace, keep: set[str]) -> list[
     of the fit that just ran), else the one with the longest curve."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in carried._in_order():
-        groups.setdefault(_key(_sampled(space, row)), []).append(row)
+        groups.setdefault(_key(row_point(space, row)), []).append(row)
     out = []
     for rows in groups.values():
         if len(rows) < 2:
@@ -240,7 +236,7 @@ def carried_rows(rows: pd.DataFrame, task: str, replay: bool = False) -> Carried
     return Carried(task, rows[(rows["role"] == "search") & (rows["task"] == task)], replay)
 
 
-def _sampled(space: SearchSpace, row: dict[str, Any]) -> dict[str, Any]:
+def row_point(space: SearchSpace, row: Mapping[str, Any]) -> dict[str, Any]:
     """The values a trial sampled, read from its row: the params active at its point, in the space's
     order (as SearchSpace.points builds a grid point)."""
     point: dict[str, Any] = {}

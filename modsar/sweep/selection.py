@@ -17,6 +17,7 @@ from modsar.data.store import load_dataset
 from modsar.data.views import viewed
 from modsar.outputs import is_uri
 from modsar.records.rows import differing_keys, read_rows
+from modsar.sweep.carry_on import row_point
 from modsar.sweep.interrupt import (
     fitting,
 )
@@ -274,7 +275,7 @@ def _replicates_of(plan: Plan, rows: pd.DataFrame, trial_id: str) -> tuple[list[
     seed's left out where the trial's own row stands for it: written here), and those still to train: no
     row yet, or an errored one (kept as superseded, and retried as search trials are)."""
     row = rows[rows["trial_id"] == trial_id].iloc[0]
-    sampled = _sampled_of(plan, row)
+    sampled = row_point(plan.space, row)
     task = sampled.get("task", plan.base["task"])
     backbone = sampled.get("model.backbone", plan.base["model"]["backbone"])
     same = (rows["task"] == task) & (rows["model.backbone"] == backbone)
@@ -296,15 +297,6 @@ def _replicates_of(plan: Plan, rows: pd.DataFrame, trial_id: str) -> tuple[list[
     return wanted, [p for p in replicates if p["seed"] not in done]  # resumed: the rest
 
 
-def _sampled_of(plan: Plan, row: pd.Series) -> dict[str, Any]:
-    """A trial's own sampled values, read from its row (the params active at its point)."""
-    sampled: dict[str, Any] = {}
-    for p in plan.space.params:
-        if p.active(sampled):
-            sampled[p.key] = row[p.key].item() if hasattr(row[p.key], "item") else row[p.key]
-    return sampled
-
-
 def _tested_by_training(plan: Plan, best: dict) -> dict[str, Any]:
     """The test (and rollout) figures of a winner whose checkpoint is not here (its direction went on from
     its rows on another machine: carry_on): its configuration trained again on its seed, to the budget its
@@ -313,7 +305,7 @@ def _tested_by_training(plan: Plan, best: dict) -> dict[str, Any]:
     from modsar.training.trainer import run_trial
 
     row = pd.Series(best)
-    point = {**_sampled_of(plan, row), **asha_budget(plan, row), "seed": int(row["seed"])}
+    point = {**row_point(plan.space, row), **asha_budget(plan, row), "seed": int(row["seed"])}
     print(
         f"modsar: {row['task'].upper()}: the selected trial {row['trial_id']}'s checkpoint is not here; "
         "training it again on its seed to test it",

@@ -97,9 +97,9 @@ def build_tuner(
     space = plan.space.for_task(task)
     samples = plan.samples_of(task)
     if plan.search_of(task) == "grid":
-        left = carried is not None and not carried.replay  # else every point runs, its row replayed
-        points = carried.grid_left(space, samples) if carried and left else space.grid_points()
-        param_space, samples = {"point": tune.grid_search(points)}, 1 if carried and left else samples
+        left = carried if carried and not carried.replay else None  # else every point runs, its row replayed
+        points = left.grid_left(space, samples) if left else space.grid_points()
+        param_space, samples = {"point": tune.grid_search(points)}, 1 if left else samples
     else:
         from modsar.sweep.searcher import sampled_search
 
@@ -351,12 +351,12 @@ def _run_directions(
     trials, errors = 0, 0
     search_json = f"{storage}/search.json"
     for task in plan.space.tasks():
-        fn = make_trainable(plan, replays=_replays(plan, task) if req.resume else None)
         ray_path = f"{storage}/{RAY_DIR}-{task}"
         if req.resume and task in ended and not tune.Tuner.can_restore(ray_path):
             kept, failed = _kept_rows(plan, task)
             trials, errors = trials + kept, errors + failed
             continue
+        fn = make_trainable(plan, replays=_replays(plan, task) if req.resume else None)
         # restored before a fresh Tuner could write its tuner.pkl there
         restored = restored_tuner(ray_path, fn) if req.resume else None
         carried = _carried_on(plan, task, ray_path) if req.resume and restored is None else None
@@ -378,8 +378,8 @@ def _run_directions(
         ended.add(task)
         record_state(search_json, RUNNING, directions_ended=sorted(ended))
         trials, errors = trials + len(grid), errors + grid.num_errors
-        if carried is not None and not carried.replay:  # the ended trials it did not run again
-            trials, errors = trials + len(carried), errors + carried.errors
+        if carried is not None and not carried.replay:  # the ended trials it did not run again (no errors)
+            trials += len(carried)
     return trials, errors
 
 
