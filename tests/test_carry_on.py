@@ -156,3 +156,35 @@ def test_a_row_whose_curve_or_counts_are_not_what_a_search_writes_is_not_replaye
     assert list(replays_of(Carried("ar", carried.replayable("passes"), True), space, "ndcg@10")) == [
         point_key(grid[2])
     ]
+
+
+def test_rung_times_in_steps_are_the_steps_each_pass_recorded():
+    """Batches of tokens vary an epoch's steps: passes at epochs 5, 10, 15 that took 98, 203, 297 steps (a
+    steps-per-epoch estimate, 297 // 15 = 19, would put them at 95, 190, 285). A rung at 200 steps is
+    crossed at the second pass as recorded, where the estimate would put it at the third, so the rungs
+    record other values; the replayed reports carry the recorded steps. A row without `curve_steps`
+    (written before rows recorded them) falls back to the estimate, and so does one whose recorded steps
+    miss a pass of its curve."""
+    space = load_space(str(SPACES / "asha.yaml")).for_task("ae")
+    grid = space.grid_points()
+    curve = [[5, 0.1], [10, 0.3], [15, 0.5]]
+    recorded = _row("tok", curve, 0, **grid[0]) | {
+        "steps": 297,
+        "curve_steps": json.dumps([[5, 98], [10, 203], [15, 297]]),
+    }
+    estimated = _row("old", curve, 1, **grid[1]) | {"steps": 297}
+    partial = _row("part", curve, 2, **grid[2]) | {"steps": 297, "curve_steps": json.dumps([[5, 98]])}
+    carried = Carried("ae", pd.DataFrame([recorded, estimated, partial]))
+    scheduler = ASHAScheduler(time_attr="steps", grace_period=100, reduction_factor=2, max_t=400)
+    carried.record_rungs(scheduler, _Plan("steps"))  # type: ignore[arg-type]
+    # ASHA records a report at the highest rung it reached and has no record at: "tok" at 203 steps records
+    # .3 at rung 200, then at 297 its .5 at rung 100; the others record .3 at rung 100 (190), .5 at 200 (285)
+    assert _records(scheduler) == {
+        100: {"tok": 0.5, "old": 0.3, "part": 0.3},
+        200: {"tok": 0.3, "old": 0.5, "part": 0.5},
+    }
+    replays = replays_of(Carried("ae", carried.rows, True), space, "ndcg@10")
+    assert [r["steps"] for r in replays[point_key(grid[0])]] == [98, 203, 297]
+    # the last report carries the row's own facts, its steps among them
+    assert [r["steps"] for r in replays[point_key(grid[1])]] == [95, 190, 297]
+    assert [r["steps"] for r in replays[point_key(grid[2])]] == [95, 190, 297]

@@ -217,6 +217,10 @@ def test_a_halving_search_trains_what_its_rungs_keep(local_ray, data_dir, tmp_pa
     rows = read_rows(str(out), "h")
     assert sorted(rows["epochs_run"]) == [1, 1, 1, 1, 2, 2, 4]
     assert (rows["passes"] == rows["reports"]).all()  # a paused trial resumed where it paused: no pass twice
+    for row in rows.to_dict("records"):  # the steps at each pass, those before a pause included
+        at = json.loads(row["curve_steps"])
+        assert [e for e, _ in at] == [e for e, _ in json.loads(row["curve"])]
+        assert [s for _, s in at] == [e * row["steps_per_epoch"] for e, _ in at] and at[-1][1] == row["steps"]
     first = {r["trial_id"]: _first_values(r)[0] for _, r in rows.iterrows()}
     went_on = set(rows[rows["epochs_run"] >= 2]["trial_id"])
     assert went_on == set(best_of(first, 3))  # the best 3 at the first rung, by their value there
@@ -247,6 +251,7 @@ def test_a_halving_search_trains_what_its_rungs_keep(local_ray, data_dir, tmp_pa
     assert main([*trained, "--results", str(out), "--experiment", "t"]) == 0
     (alone,) = read_rows(str(out), "t").to_dict("records")
     assert json.loads(alone["curve"]) == json.loads(last["curve"])  # paused and resumed: one curve
+    assert json.loads(alone["curve_steps"]) == json.loads(last["curve_steps"])  # at the same steps
 
     # --resume of the finished search (as --seeds does): Tune's saved state still lists the trials stopped
     # while they waited as paused, and restores them as pending; none trains again, no row is rewritten

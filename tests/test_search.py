@@ -742,6 +742,8 @@ def test_sigkill_driver_then_resume(data_dir, tmp_path):
         (0.0, 0.003)
     ]  # its curve holds epochs reported before the kill, by the killed driver
     assert continued["reports"] < len(json.loads(continued["curve"])) == continued["epochs_run"]
+    at = json.loads(continued["curve_steps"])  # and the steps of those passes, from its checkpoint's history
+    assert [s for _, s in at] == [e * continued["steps_per_epoch"] for e, _ in json.loads(continued["curve"])]
     assert all(Path(c).exists() for c in rows["checkpoint"]) and len(list((out / "k").rglob("best.pt"))) >= 6
     assert not list((out / "k").rglob("resume.pt"))  # the search ended: only the weights stay
 

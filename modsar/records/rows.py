@@ -128,6 +128,7 @@ def trial_facts(result) -> dict[str, Any]:
         **result.protocol,
         **{f"generate.{k}": v for k, v in result.generation.items()},
         "curve": json.dumps([[h["epoch"], h[f"valid.{result.monitor}"]] for h in result.history]),
+        "curve_steps": json.dumps([[h["epoch"], h["steps"]] for h in result.history if "steps" in h]),
     }
 
 

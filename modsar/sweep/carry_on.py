@@ -165,9 +165,9 @@ def replays_of(carried: Carried, space: SearchSpace, monitor: str) -> dict[str, 
             continue
         if len(out.get(key, ())) > len(curve):  # a point with two rows (a replay cut off): the longer
             continue
-        per_epoch = _steps_per_epoch(row)
+        steps = _pass_steps(row, curve)
         reports, best, best_epoch = [], float("-inf"), 0
-        for k, (epoch, value) in enumerate(curve, start=1):
+        for k, ((epoch, value), at) in enumerate(zip(curve, steps, strict=True), start=1):
             if float(value) > best:
                 best, best_epoch = float(value), int(epoch)
             reports.append(
@@ -176,7 +176,7 @@ def replays_of(carried: Carried, space: SearchSpace, monitor: str) -> dict[str, 
                     f"valid.{monitor}": float(value),
                     f"best.{monitor}": best,
                     "best_epoch": best_epoch,
-                    "steps": int(epoch) * per_epoch,
+                    "steps": at,
                     "passes": k,
                     "trial_done": False,
                     "monitor": monitor,
@@ -259,14 +259,14 @@ def _key(point: dict[str, Any]) -> str:
 
 def _passes(row: dict[str, Any], unit: str) -> list[tuple[int, float]]:
     """(time in the scheduler's unit, best validation value so far) at each validation pass of a trial,
-    from its row's curve: a pass is a report (Tune's training_iteration), and in steps a pass at epoch e is
-    at e times the trial's steps per epoch."""
+    from its row's curve: a pass is a report (Tune's training_iteration), and in steps a pass is at the
+    steps it had taken (_pass_steps)."""
     curve = _curve(row)
-    per_epoch = _steps_per_epoch(row) if unit == "steps" else 0
+    steps = _pass_steps(row, curve) if unit == "steps" else list(range(1, len(curve) + 1))
     out, best = [], float("-inf")
-    for k, (epoch, value) in enumerate(curve, start=1):
+    for (_, value), at in zip(curve, steps, strict=True):
         best = max(best, float(value))  # a pass improves on a strictly better value (training.state)
-        out.append((int(epoch) * per_epoch if unit == "steps" else k, best))
+        out.append((at, best))
     return out
 
 
@@ -278,6 +278,22 @@ def _curve(row: dict[str, Any]) -> list[tuple[int, float]]:
         return [(int(epoch), float(value)) for epoch, value in points]
     except (ValueError, TypeError):
         return []
+
+
+def _pass_steps(row: dict[str, Any], curve: list[tuple[int, float]]) -> list[int]:
+    """The optimizer steps a trial had taken at each pass of its curve, as its row recorded them
+    (`curve_steps`, [[epoch, steps], ...]): batches of tokens vary an epoch's steps, so a rung in steps is
+    crossed at the pass it was. A row written before rows recorded them (or edited by hand) gives each pass's
+    epoch times the row's steps per epoch: exact for batches of users."""
+    try:
+        recorded = json.loads(row["curve_steps"]) if isinstance(row.get("curve_steps"), str) else []
+        at = {int(epoch): int(steps) for epoch, steps in recorded}
+    except (ValueError, TypeError):
+        at = {}
+    if all(epoch in at for epoch, _ in curve):
+        return [at[epoch] for epoch, _ in curve]
+    per_epoch = _steps_per_epoch(row)
+    return [epoch * per_epoch for epoch, _ in curve]
 
 
 def _steps_per_epoch(row: dict[str, Any]) -> int:

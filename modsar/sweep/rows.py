@@ -125,6 +125,7 @@ def _trial_facts(
         "torch_threads": _count(last.get("torch_threads")),
         "checkpoint": checkpoint,
         "curve": json.dumps(_validation_curve(results, plan.monitor)),
+        "curve_steps": json.dumps(_curve_steps(results, plan.monitor)),
         # a resumed trial's repeat is no pass (`is not True`: Tune's record after a fit gives NaN where a
         # report had no repeat key)
         "reports": sum(1 for r in results if r.get("repeat") is not True),
@@ -144,6 +145,18 @@ def _validation_curve(results: list[dict], monitor: str) -> list[list]:
         if not _missing(reported.get(f"valid.{monitor}")):
             points[int(reported["epoch"])] = _plain(reported[f"valid.{monitor}"])
     return [[epoch, points[epoch]] for epoch in sorted(points)]
+
+
+def _curve_steps(results: list[dict], monitor: str) -> list[list[int]]:
+    """[[epoch, optimizer steps taken], ...] at each pass of the curve (_validation_curve's epochs): a
+    carry-on rebuilds where each pass stood against rungs counted in steps from it (carry_on)."""
+    steps: dict[int, int] = {}
+    for reported in results:
+        if isinstance(reported.get("restored_steps"), str):
+            steps.update({int(e): int(s) for e, s in json.loads(reported["restored_steps"])})
+        if not _missing(reported.get(f"valid.{monitor}")) and not _missing(reported.get("steps")):
+            steps[int(reported["epoch"])] = int(reported["steps"])
+    return [[epoch, steps[epoch]] for epoch in sorted(steps)]
 
 
 def _error_message(trial) -> str:

@@ -174,7 +174,10 @@ class _TrialReports:
         self.restored = {
             "restored_curve": json.dumps(
                 [[h["epoch"], h[f"valid.{self.monitor}"]] for h in resume["history"]]
-            )
+            ),
+            "restored_steps": json.dumps(
+                [[h["epoch"], h["steps"]] for h in resume["history"] if "steps" in h]
+            ),
         }
 
     def on_eval(
