@@ -160,7 +160,7 @@ def test_a_row_whose_curve_or_counts_are_not_what_a_search_writes_is_not_replaye
 
 def test_rung_times_in_steps_are_the_steps_each_pass_recorded():
     """Batches of tokens vary an epoch's steps: passes at epochs 5, 10, 15 that took 98, 203, 297 steps (a
-    steps-per-epoch estimate, 297 // 15 = 19, would put them at 95, 190, 285). A rung at 200 steps is
+    steps-per-epoch estimate, 297 // 15 = 19, would put the first two at 95, 190). A rung at 200 steps is
     crossed at the second pass as recorded, where the estimate would put it at the third, so the rungs
     record other values; the replayed reports carry the recorded steps. A row without `curve_steps`
     (written before rows recorded them) falls back to the estimate, and so does one whose recorded steps
@@ -183,8 +183,12 @@ def test_rung_times_in_steps_are_the_steps_each_pass_recorded():
         100: {"tok": 0.5, "old": 0.3, "part": 0.3},
         200: {"tok": 0.3, "old": 0.5, "part": 0.5},
     }
+    # the estimate's last pass is the row's own steps, 297, not 15 x 19 = 285: past a rung at 290
+    late = ASHAScheduler(time_attr="steps", grace_period=145, reduction_factor=2, max_t=580)
+    Carried("ae", pd.DataFrame([estimated])).record_rungs(late, _Plan("steps"))  # type: ignore[arg-type]
+    assert _records(late) == {145: {"old": 0.3}, 290: {"old": 0.5}}
     replays = replays_of(Carried("ae", carried.rows, True), space, "ndcg@10")
     assert [r["steps"] for r in replays[point_key(grid[0])]] == [98, 203, 297]
-    # the last report carries the row's own facts, its steps among them
+    # the estimate's last pass is at the row's own steps (the row's facts come with the last report)
     assert [r["steps"] for r in replays[point_key(grid[1])]] == [95, 190, 297]
     assert [r["steps"] for r in replays[point_key(grid[2])]] == [95, 190, 297]

@@ -284,7 +284,8 @@ def _pass_steps(row: dict[str, Any], curve: list[tuple[int, float]]) -> list[int
     """The optimizer steps a trial had taken at each pass of its curve, as its row recorded them
     (`curve_steps`, [[epoch, steps], ...]): batches of tokens vary an epoch's steps, so a rung in steps is
     crossed at the pass it was. A row written before rows recorded them (or edited by hand) gives each pass's
-    epoch times the row's steps per epoch: exact for batches of users."""
+    epoch times the row's steps per epoch (exact for batches of users), and its last epoch's pass the row's
+    own steps."""
     try:
         recorded = json.loads(row["curve_steps"]) if isinstance(row.get("curve_steps"), str) else []
         at = {int(epoch): int(steps) for epoch, steps in recorded}
@@ -292,12 +293,18 @@ def _pass_steps(row: dict[str, Any], curve: list[tuple[int, float]]) -> list[int
         at = {}
     if all(epoch in at for epoch, _ in curve):
         return [at[epoch] for epoch, _ in curve]
-    per_epoch = _steps_per_epoch(row)
-    return [epoch * per_epoch for epoch, _ in curve]
+    per_epoch, steps, epochs = _steps_per_epoch(row), *_counts(row)
+    return [steps if epoch == epochs and per_epoch else epoch * per_epoch for epoch, _ in curve]
 
 
 def _steps_per_epoch(row: dict[str, Any]) -> int:
     """The trial's optimizer steps per epoch from its row (steps over epochs run); 0 where either is
     missing."""
+    steps, epochs = _counts(row)
+    return steps // epochs if epochs > 0 else 0
+
+
+def _counts(row: dict[str, Any]) -> tuple[int, int]:
+    """The row's optimizer steps and epochs run; 0 for either where it is missing."""
     steps, epochs = (pd.to_numeric(row.get(k), errors="coerce") for k in ("steps", "epochs_run"))
-    return int(steps) // int(epochs) if pd.notna(steps) and pd.notna(epochs) and epochs > 0 else 0
+    return (int(steps) if pd.notna(steps) else 0), (int(epochs) if pd.notna(epochs) else 0)
