@@ -110,6 +110,7 @@ def _trial_facts(
 ) -> dict[str, Any]:
     """The row's facts of a trial (in the order rows have always had them): its epochs, times, device and
     sizes as last reported, its validation curve, checkpoint and place in the search."""
+    curve, curve_steps = _validation_curves(results, plan.monitor)
     return {
         "best_epoch": _count(last.get("best_epoch")),
         "epochs_run": _count(last.get("epoch")),
@@ -124,8 +125,8 @@ def _trial_facts(
         "node_id": last.get("node_id"),
         "torch_threads": _count(last.get("torch_threads")),
         "checkpoint": checkpoint,
-        "curve": json.dumps(_validation_curve(results, plan.monitor)),
-        "curve_steps": json.dumps(_curve_steps(results, plan.monitor)),
+        "curve": json.dumps(curve),
+        "curve_steps": json.dumps(curve_steps),
         # a resumed trial's repeat is no pass (`is not True`: Tune's record after a fit gives NaN where a
         # report had no repeat key)
         "reports": sum(1 for r in results if r.get("repeat") is not True),
@@ -135,28 +136,23 @@ def _trial_facts(
     }
 
 
-def _validation_curve(results: list[dict], monitor: str) -> list[list]:
-    """[[epoch, monitored validation value], ...] in epoch order: a resumed trial's earlier curve comes
-    back in its first report, and its redone epochs report again (the later value wins)."""
+def _validation_curves(results: list[dict], monitor: str) -> tuple[list[list], list[list[int]]]:
+    """The row's `curve`, [[epoch, monitored validation value], ...] in epoch order, and `curve_steps`,
+    [[epoch, optimizer steps taken], ...] at those passes (a carry-on places each pass against rungs counted
+    in steps by it): a resumed trial's earlier passes come back in its first report, and its redone epochs
+    report again (the later report wins)."""
     points: dict[int, float] = {}
+    steps: dict[int, int] = {}
     for reported in results:
         if isinstance(reported.get("restored_curve"), str):
             points.update({int(e): v for e, v in json.loads(reported["restored_curve"])})
-        if not _missing(reported.get(f"valid.{monitor}")):
-            points[int(reported["epoch"])] = _plain(reported[f"valid.{monitor}"])
-    return [[epoch, points[epoch]] for epoch in sorted(points)]
-
-
-def _curve_steps(results: list[dict], monitor: str) -> list[list[int]]:
-    """[[epoch, optimizer steps taken], ...] at each pass of the curve (_validation_curve's epochs): a
-    carry-on rebuilds where each pass stood against rungs counted in steps from it (carry_on)."""
-    steps: dict[int, int] = {}
-    for reported in results:
         if isinstance(reported.get("restored_steps"), str):
             steps.update({int(e): int(s) for e, s in json.loads(reported["restored_steps"])})
-        if not _missing(reported.get(f"valid.{monitor}")) and not _missing(reported.get("steps")):
-            steps[int(reported["epoch"])] = int(reported["steps"])
-    return [[epoch, steps[epoch]] for epoch in sorted(steps)]
+        if not _missing(reported.get(f"valid.{monitor}")):
+            points[int(reported["epoch"])] = _plain(reported[f"valid.{monitor}"])
+            if not _missing(reported.get("steps")):
+                steps[int(reported["epoch"])] = int(reported["steps"])
+    return [[e, points[e]] for e in sorted(points)], [[e, steps[e]] for e in sorted(steps)]
 
 
 def _error_message(trial) -> str:
