@@ -21,7 +21,7 @@ import pandas as pd
 
 from modsar.outputs import write_parquet
 from modsar.records.rows import read_rows
-from modsar.sweep.timing import breakdown
+from modsar.sweep.timing import breakdown, clock_lost, trials_span_s
 
 
 def predicted(stored: dict, what: str = "seconds") -> dict[str, float]:
@@ -94,10 +94,21 @@ def main() -> None:
     table["status"] = stored.get("status")
     table["scheduler"] = (stored.get("asha") or {}).get("kind", "asha")  # searches before halving ran ASHA
     table["runs"] = len(stored.get("timing") or [])
+    # a run killed before the clock was kept as it went lost its seconds: say so, with the trials' span
+    trials = rows[rows["role"] == "search"] if "role" in rows else rows
+    table["clock_lost"] = clock_lost(stored.get("timing") or [], rows)
+    table["trials_span_s"] = table["part"].map(
+        lambda part: trials_span_s(trials if part == "search" else trials[trials["task"] == part])
+    )
     shown = table.drop(columns=["experiment"]).round(2)
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print(shown.to_string(index=False))
-    trials = rows[rows["role"] == "search"] if "role" in rows else rows
+    if table["clock_lost"].any():
+        print(
+            "\nnote: the recorded clock misses time (a run was killed before the clock was kept as it went): "
+            "the driver's seconds and the idle share are short, and the wall-clock was at least the seconds "
+            f"in which the trials ran, {table['trials_span_s'].iloc[-1]:,.0f} s (trials_span_s)"
+        )
     if len(trials):
         per_trial = pd.DataFrame(
             {

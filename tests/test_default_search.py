@@ -6,10 +6,12 @@ Ray here."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -326,6 +328,56 @@ def test_a_malformed_search_json_never_fails_the_clock(tmp_path):
     stored = json.loads(path.read_text())
     assert stored["status"] == "running" and len(stored["timing"]) == 2
     assert stored["timing"][0] == {"wall_s": 5.0} and stored["timing"][1]["slots"] == 2
+
+
+def test_a_running_search_keeps_its_clock_in_search_json_as_it_goes(tmp_path):
+    """A driver killed without warning keeps its run's seconds: clock_kept writes the clock at once and then
+    every few seconds, with the part in progress counted so far, into one entry replaced each time (and
+    another thread's status change is never written back over)."""
+    from modsar.sweep.interrupt import record_state
+    from modsar.sweep.timing import SearchClock
+    from modsar.sweep.tuner import clock_kept
+
+    path = tmp_path / "search.json"
+    path.write_text('{"status": "running", "timing": [{"wall_s": 5.0}]}')
+    clock = SearchClock(slots=2)
+    with clock_kept(str(path), clock, every_s=0.02), clock.part("direction:ae"):
+        time.sleep(0.3)
+        mid = json.loads(path.read_text())
+        record_state(str(path), "interrupted")
+        time.sleep(0.1)
+        late = json.loads(path.read_text())
+    assert len(mid["timing"]) == 2 and mid["timing"][0] == {"wall_s": 5.0}
+    run = mid["timing"][1]
+    assert run["slots"] == 2 and 0.2 < run["directions"]["ae"] <= run["wall_s"] < 0.3 + 0.5
+    assert late["status"] == "interrupted" and late["timing"][1]["directions"]["ae"] > run["directions"]["ae"]
+    assert datetime.fromisoformat(run["started_at"]).tzinfo is not None
+    final = json.loads(path.read_text())["timing"]
+    assert len(final) == 2 and final[1]["directions"]["ae"] == clock.directions["ae"] >= 0.4
+
+
+def test_the_span_of_trials_and_a_clock_that_lost_a_killed_run():
+    """trials_span_s is the union of the trials' stretches ([0, 100], [50, 150], [200, 250]: 200 s);
+    clock_lost says when the trials ran more seconds than the runs' recorded slots held (a run killed before
+    its clock was kept)."""
+    import pandas as pd
+
+    from modsar.sweep.timing import clock_lost, trials_span_s
+
+    t0 = pd.Timestamp("2026-12-05T10:00:00Z")
+    rows = pd.DataFrame(
+        {
+            "role": ["search", "search", "search", "seed"],
+            "finished_at": [str(t0 + pd.Timedelta(seconds=s)) for s in (100, 150, 250, 900)],
+            "wall_time_s": [100.0, 100.0, 50.0, 400.0],
+        }
+    )
+    assert trials_span_s(rows[rows["role"] == "search"]) == 200.0
+    assert trials_span_s(rows.iloc[[2, 0]]) == 150.0
+    assert math.isnan(trials_span_s(rows.drop(columns="finished_at")))
+    runs = [{"slots": 2, "directions": {"ae": 100.0}}]  # 200 slot-seconds held; the search trials used 250
+    assert clock_lost(runs, rows)
+    assert not clock_lost([{"slots": 2, "directions": {"ae": 100.0, "ar": 30.0}}], rows)  # 260 held
 
 
 def test_a_sampled_continuous_direction_beside_a_gridded_one_plans_and_checks(tmp_path, capsys):

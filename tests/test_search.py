@@ -746,6 +746,9 @@ def test_sigkill_driver_then_resume(data_dir, tmp_path):
     assert [s for _, s in at] == [e * continued["steps_per_epoch"] for e, _ in json.loads(continued["curve"])]
     assert all(Path(c).exists() for c in rows["checkpoint"]) and len(list((out / "k").rglob("best.pt"))) >= 6
     assert not list((out / "k").rglob("resume.pt"))  # the search ended: only the weights stay
+    # the killed run kept its clock as it went (sweep.tuner.clock_kept): two runs, the first with its seconds
+    killed, resumed_run = json.loads((out / "k" / "search.json").read_text())["timing"]
+    assert killed["wall_s"] > killed["connect_s"] > 0 and killed["started_at"] < resumed_run["started_at"]
 
     whole = subprocess.run(
         _resume_space_search(out, "whole"), env=env, capture_output=True, text=True, timeout=600

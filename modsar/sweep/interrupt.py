@@ -30,6 +30,9 @@ from modsar.sweep.plan import Plan
 from modsar.sweep.request import SearchRequest, option_flag
 
 RUNNING, INTERRUPTED, COMPLETE = "running", "interrupted", "complete"  # search.json's "status"
+# search.json is read, changed and written again by the driver's main thread and by the thread that keeps
+# the search's clock (sweep.tuner.clock_kept): one at a time, so neither writes back what the other replaced
+STATE_LOCK = threading.RLock()
 
 
 class SearchInterrupted(KeyboardInterrupt):
@@ -173,11 +176,12 @@ def record_state(search_json: str, status: str, **facts: Any) -> None:
     from modsar.outputs import atomic_write, to_json
 
     fs, path = filesystem(search_json)
-    with fs.open_input_stream(path) as stream:
-        stored = json.loads(stream.read().decode())
-    stored.update(status=status, **facts)
-    with atomic_write(path, fs) as tmp, fs.open_output_stream(tmp) as out:
-        out.write(to_json(stored, default=str).encode())
+    with STATE_LOCK:
+        with fs.open_input_stream(path) as stream:
+            stored = json.loads(stream.read().decode())
+        stored.update(status=status, **facts)
+        with atomic_write(path, fs) as tmp, fs.open_output_stream(tmp) as out:
+            out.write(to_json(stored, default=str).encode())
 
 
 def incomplete_searches(results: str, experiments: list[str]) -> dict[str, int]:

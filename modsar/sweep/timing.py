@@ -4,7 +4,11 @@ search held but left idle.
 
 The driver times what it runs (`SearchClock`); the trials time their own parts and report them in their rows
 (setup_s, epoch_time_s x epochs_run, eval_time_s x validation passes, checkpoint_s, report_s). search.json
-keeps one clock per run of the search (a resumed search adds one), and `breakdown` joins them with the rows.
+keeps one clock per run of the search (a resumed search adds one), written as the run goes (sweep.tuner), so a
+driver killed without warning (a session's end, the OOM killer) loses at most the last half minute; and
+`breakdown` joins them with the rows. A run killed before its clock was kept as it went (earlier searches
+wrote it only after each direction) lost its seconds; `clock_lost` and `trials_span_s` tell and bound what
+is missing.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ import contextlib
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
 from typing import Any
 
 import pandas as pd
@@ -28,27 +33,37 @@ class SearchClock:
     directions: dict[str, float] = field(default_factory=dict)  # task -> its Tuner's wall-clock
     select_test_s: float = 0.0  # selecting and testing the best trial of each model
     seeds_s: float = 0.0  # re-running the selected configs on other seeds
+    started_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     started: float = field(default_factory=time.perf_counter, repr=False)
     recorded: bool = field(default=False, repr=False)  # search.json holds this run's entry already
+    running: dict[str, float] = field(default_factory=dict, repr=False)  # part in progress -> its start
 
     @contextlib.contextmanager
     def part(self, name: str) -> Iterator[None]:
-        """Add the block's wall-clock to `name` (an attribute, or "direction:<task>")."""
-        tick = time.perf_counter()
+        """Add the block's wall-clock to `name` (an attribute, or "direction:<task>"); while it runs, record()
+        counts it so far."""
+        tick = self.running[name] = time.perf_counter()
         try:
             yield
         finally:
-            spent = time.perf_counter() - tick
-            if name.startswith("direction:"):
-                task = name.partition(":")[2]
-                self.directions[task] = self.directions.get(task, 0.0) + spent
-            else:
-                setattr(self, name, getattr(self, name) + spent)
+            del self.running[name]
+            self._add(name, time.perf_counter() - tick)
+
+    def _add(self, name: str, spent: float) -> None:
+        if name.startswith("direction:"):
+            task = name.partition(":")[2]
+            self.directions[task] = self.directions.get(task, 0.0) + spent
+        else:
+            setattr(self, name, getattr(self, name) + spent)
 
     def record(self) -> dict[str, Any]:
-        """This run as search.json keeps it, with its whole wall-clock so far."""
-        out = {k: v for k, v in asdict(self).items() if k not in ("started", "recorded")}
-        return {**out, "wall_s": time.perf_counter() - self.started}
+        """This run as search.json keeps it, with its whole wall-clock so far, parts in progress included."""
+        now = time.perf_counter()
+        so_far = replace(self, directions=dict(self.directions), running={})
+        for name, tick in list(self.running.items()):
+            so_far._add(name, now - tick)
+        out = {k: v for k, v in asdict(so_far).items() if k not in ("started", "recorded", "running")}
+        return {**out, "wall_s": now - self.started}
 
 
 def breakdown(runs: list[dict[str, Any]], rows: pd.DataFrame) -> pd.DataFrame:
@@ -76,6 +91,34 @@ def breakdown(runs: list[dict[str, Any]], rows: pd.DataFrame) -> pd.DataFrame:
     table["idle_s"] = table["slot_s"] - table["trial_s"]
     table["busy"] = table["trial_s"] / table["slot_s"].where(table["slot_s"] > 0)
     return table
+
+
+def trials_span_s(rows: pd.DataFrame) -> float:
+    """Seconds in which at least one of `rows`' trials ran: the union of each trial's [finished_at -
+    wall_time_s, finished_at] (a resumed trial's processes counted as one stretch before its end). A lower
+    bound on the wall-clock of the runs that trained them, for runs whose clock was lost; NaN without the
+    columns."""
+    if not len(rows) or "finished_at" not in rows or "wall_time_s" not in rows:
+        return math.nan
+    end = pd.to_datetime(rows["finished_at"], utc=True, errors="coerce")
+    start = end - pd.to_timedelta(pd.to_numeric(rows["wall_time_s"], errors="coerce"), unit="s")
+    spans = pd.DataFrame({"start": start, "end": end}).dropna().sort_values("start")
+    if not len(spans):
+        return math.nan
+    reached = spans["end"].cummax().shift()  # the latest end of the trials that started earlier
+    stretch = (spans["start"] > reached).cumsum()  # a new stretch where a trial starts after all of them end
+    ends = spans.groupby(stretch).agg(start=("start", "min"), end=("end", "max"))
+    return float((ends["end"] - ends["start"]).dt.total_seconds().sum())
+
+
+def clock_lost(runs: list[dict[str, Any]], rows: pd.DataFrame) -> bool:
+    """Whether the search's recorded clock misses time: its trials ran more seconds than the slot-seconds its
+    runs recorded (a run killed before its clock was written: searches run before the clock was kept as they
+    went wrote it only after each direction)."""
+    trials = rows[rows["role"] == "search"] if "role" in rows else rows
+    used = _trial_parts(trials)["trial_s"]
+    held = sum(sum(run.get("directions", {}).values()) * run.get("slots", 1) for run in runs)
+    return used > held * 1.02 + 5.0  # slack: a trial's clock and the driver's are read at different moments
 
 
 def _trial_parts(rows: pd.DataFrame) -> dict[str, float]:

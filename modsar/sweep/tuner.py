@@ -3,9 +3,12 @@ connects, record its state and clock in search.json, then select, test and re-ru
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
@@ -28,6 +31,7 @@ from modsar.sweep.halving import SuccessiveHalving, halving_time
 from modsar.sweep.interrupt import (
     COMPLETE,
     RUNNING,
+    STATE_LOCK,
     fitting,
     planned_trials,
     record_state,
@@ -178,16 +182,14 @@ def _run_connected(
         fs.delete_dir(path)
     ended = _record_start(req, plan, search_json, predicted)
     started = time.perf_counter()
-    try:
-        with snapshots_of_tune_state(), stops_on_ctrl_c(plan, search_json):
-            trials, errors = _run_directions(req, plan, storage, total, clock, ended)
-            with clock.part("select_test_s"):
-                selected = select_and_test(plan)
-            if req.seeds:
-                with clock.part("seeds_s"):
-                    rerun_seeds(plan, selected)
-    finally:
-        _record_clock(search_json, clock)
+    # the clock is written as the run goes and when it ends, whatever ends it (clock_kept)
+    with snapshots_of_tune_state(), stops_on_ctrl_c(plan, search_json), clock_kept(search_json, clock):
+        trials, errors = _run_directions(req, plan, storage, total, clock, ended)
+        with clock.part("select_test_s"):
+            selected = select_and_test(plan)
+        if req.seeds:
+            with clock.part("seeds_s"):
+                rerun_seeds(plan, selected)
     rows = read_rows(rows_dir(plan), req.experiment_name)
     record_state(
         search_json, COMPLETE, trials_ended=int((rows["role"] == "search").sum()) if len(rows) else 0
@@ -320,18 +322,45 @@ def _is_search(search_json: str) -> bool:
     return isinstance(stored, dict) and isinstance(stored.get("request"), dict) and "base" in stored
 
 
-def _record_clock(search_json: str, clock: SearchClock) -> None:
-    """Put this run's clock in search.json's `timing` (one entry per run of the search), after each direction
-    and when the run ends: a driver killed later keeps what it had timed. Best effort: a search.json it cannot
-    read or write keeps its earlier entries, and never replaces the fault that ended the search."""
+CLOCK_EVERY_S = 30.0  # how often a running search writes its clock: what a driver killed unwarned loses
+
+
+@contextlib.contextmanager
+def clock_kept(search_json: str, clock: SearchClock, every_s: float = CLOCK_EVERY_S) -> Iterator[None]:
+    """Write this run's clock to search.json at once, every `every_s` seconds (a thread) while the block
+    runs, and when it ends: a driver killed without warning (a session's end, the OOM killer) keeps its run's
+    seconds but the last few, where a clock written only after each direction lost the whole run."""
+    stop = threading.Event()
+
+    def keep() -> None:
+        while True:
+            _record_clock(search_json, clock)
+            if stop.wait(every_s):
+                return
+
+    keeper = threading.Thread(target=keep, name="modsar-search-clock", daemon=True)
+    keeper.start()
     try:
-        stored = read_json(search_json)
-        runs = stored.get("timing") if isinstance(stored, dict) else None
-        runs = [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
-        if clock.recorded:  # this run's entry is the last one: replace it
-            runs = runs[:-1]
-        record_state(search_json, stored.get("status", RUNNING), timing=[*runs, clock.record()])
-        clock.recorded = True
+        yield
+    finally:
+        stop.set()
+        keeper.join()
+        _record_clock(search_json, clock)
+
+
+def _record_clock(search_json: str, clock: SearchClock) -> None:
+    """Put this run's clock in search.json's `timing` (one entry per run of the search), as the run goes
+    (clock_kept), after each direction and when the run ends. Best effort: a search.json it cannot read or
+    write keeps its earlier entries, and never replaces the fault that ended the search."""
+    try:
+        with STATE_LOCK:
+            stored = read_json(search_json)
+            runs = stored.get("timing") if isinstance(stored, dict) else None
+            runs = [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
+            if clock.recorded:  # this run's entry is the last one: replace it
+                runs = runs[:-1]
+            record_state(search_json, stored.get("status", RUNNING), timing=[*runs, clock.record()])
+            clock.recorded = True
     except Exception:  # timing is a fact about the search, never a reason for it to fail
         pass
 
