@@ -95,16 +95,19 @@ def breakdown(runs: list[dict[str, Any]], rows: pd.DataFrame) -> pd.DataFrame:
 
 def trials_span_s(rows: pd.DataFrame) -> float:
     """Seconds in which at least one of `rows`' trials ran: the union of each trial's [finished_at -
-    wall_time_s, finished_at] (a resumed trial's processes counted as one stretch before its end). A lower
-    bound on the wall-clock of the runs that trained them, for runs whose clock was lost; NaN without the
-    columns."""
-    if not len(rows) or "finished_at" not in rows or "wall_time_s" not in rows:
+    wall_time_s, finished_at]. A trial restored from a checkpoint (fewer reports than validation passes: its
+    first passes ran in an earlier run) is left out: its row does not date the stretches its seconds were
+    spent in. So it is a lower bound on the wall-clock of the runs that trained them, for runs whose clock
+    was lost (0 where no trial can be dated); NaN without the columns."""
+    if "finished_at" not in rows or "wall_time_s" not in rows:
         return math.nan
+    if "reports" in rows and "passes" in rows:
+        rows = rows[~(pd.to_numeric(rows["reports"]) < pd.to_numeric(rows["passes"]))]
     end = pd.to_datetime(rows["finished_at"], utc=True, errors="coerce")
     start = end - pd.to_timedelta(pd.to_numeric(rows["wall_time_s"], errors="coerce"), unit="s")
     spans = pd.DataFrame({"start": start, "end": end}).dropna().sort_values("start")
     if not len(spans):
-        return math.nan
+        return 0.0
     reached = spans["end"].cummax().shift()  # the latest end of the trials that started earlier
     stretch = (spans["start"] > reached).cumsum()  # a new stretch where a trial starts after all of them end
     ends = spans.groupby(stretch).agg(start=("start", "min"), end=("end", "max"))
