@@ -96,18 +96,28 @@ def main() -> None:
     table["runs"] = len(stored.get("timing") or [])
     # a run killed before the clock was kept as it went lost its seconds: say so, with the trials' span
     trials = rows[rows["role"] == "search"] if "role" in rows else rows
+    # (only then, and only where rows date the trials: not under successive halving, whose waiting trials'
+    # rows end when their rung decides)
     table["clock_lost"] = clock_lost(stored.get("timing") or [], rows)
-    table["trials_span_s"] = table["part"].map(
-        lambda part: trials_span_s(trials if part == "search" else trials[trials["task"] == part])
+    dated = table["clock_lost"] & (table["scheduler"] != "halving")
+    table["trials_span_s"] = (
+        table["part"]
+        .map(lambda part: trials_span_s(trials if part == "search" else trials[trials["task"] == part]))
+        .where(dated)
     )
     shown = table.drop(columns=["experiment"]).round(2)
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print(shown.to_string(index=False))
     if table["clock_lost"].any():
+        span = table["trials_span_s"].iloc[-1]
+        at_least = (
+            f"the wall-clock was at least the seconds in which the trials ran, {span:,.0f} s (trials_span_s)"
+            if dated.any()
+            else "under successive halving the rows do not date the trials: only the clock's seconds remain"
+        )
         print(
             "\nnote: the recorded clock misses time (a run was killed before the clock was kept as it went): "
-            "the driver's seconds and the idle share are short, and the wall-clock was at least the seconds "
-            f"in which the trials ran, {table['trials_span_s'].iloc[-1]:,.0f} s (trials_span_s)"
+            f"the driver's seconds and the idle share are short; {at_least}"
         )
     if len(trials):
         per_trial = pd.DataFrame(

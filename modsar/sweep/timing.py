@@ -98,7 +98,9 @@ def trials_span_s(rows: pd.DataFrame) -> float:
     wall_time_s, finished_at]. A trial restored from a checkpoint (fewer reports than validation passes: its
     first passes ran in an earlier run) is left out: its row does not date the stretches its seconds were
     spent in. So it is a lower bound on the wall-clock of the runs that trained them, for runs whose clock
-    was lost (0 where no trial can be dated); NaN without the columns."""
+    was lost (0 where no trial can be dated); NaN without the columns. Only for searches whose trials never
+    wait (ASHA, FIFO): under successive halving a trial's row ends when its rung decides, not when it
+    stopped training."""
     if "finished_at" not in rows or "wall_time_s" not in rows:
         return math.nan
     if "reports" in rows and "passes" in rows:
