@@ -470,8 +470,8 @@ def proof_searches() -> pd.DataFrame:
         search = group[group["role"] == "search"]
         # a run killed before its clock was kept: at least the span its trials ran in, where rows date it
         lost = clock_lost(runs, search)
-        if lost and (stored.get("asha") or {}).get("kind", "asha") != "halving":
-            wall = max(wall, trials_span_s(search))
+        if lost:
+            wall = float(np.fmax(wall, trials_span_s(search, (stored.get("asha") or {}).get("kind", "asha"))))
         full = experiment.endswith("-full-grid")
         for task in ("ae", "ar"):
             mine = search[search["task"] == task]
@@ -553,7 +553,8 @@ def search_proof() -> str:
 def search_proof_cost() -> str:
     """What each search spent: trials, epochs, wall-clock (seed re-runs aside), and the default's saving;
     beside the epochs, the cost estimate's (which does not model patience). A wall-clock marked † is a lower
-    bound: a run of the search lost its clock (timing.clock_lost), so it is the span its trials ran in."""
+    bound: a run of the search lost its clock (timing.clock_lost), so it is the larger of the clock's seconds
+    and the span its trials ran in."""
     frame = proof_searches().drop_duplicates(["dataset", "search"])
     mark = {True: "†", False: ""}
     body = []

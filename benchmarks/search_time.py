@@ -94,16 +94,15 @@ def main() -> None:
     table["status"] = stored.get("status")
     table["scheduler"] = (stored.get("asha") or {}).get("kind", "asha")  # searches before halving ran ASHA
     table["runs"] = len(stored.get("timing") or [])
-    # a run killed before the clock was kept as it went lost its seconds: say so, with the trials' span
+    # a run killed before the clock was kept as it went lost its seconds: say so, with the trials' span (only
+    # then; NaN where rows do not date the trials)
     trials = rows[rows["role"] == "search"] if "role" in rows else rows
-    # (only then, and only where rows date the trials: not under successive halving, whose waiting trials'
-    # rows end when their rung decides)
+    kind = table["scheduler"].iloc[0]
     table["clock_lost"] = clock_lost(stored.get("timing") or [], rows)
-    dated = table["clock_lost"] & (table["scheduler"] != "halving")
     table["trials_span_s"] = (
         table["part"]
-        .map(lambda part: trials_span_s(trials if part == "search" else trials[trials["task"] == part]))
-        .where(dated)
+        .map(lambda part: trials_span_s(trials if part == "search" else trials[trials["task"] == part], kind))
+        .where(table["clock_lost"])
     )
     shown = table.drop(columns=["experiment"]).round(2)
     with pd.option_context("display.width", 250, "display.max_columns", 30):
@@ -112,7 +111,7 @@ def main() -> None:
         span = table["trials_span_s"].iloc[-1]
         at_least = (
             f"the wall-clock was at least the seconds in which the trials ran, {span:,.0f} s (trials_span_s)"
-            if dated.any()
+            if table["trials_span_s"].notna().any()
             else "under successive halving the rows do not date the trials: only the clock's seconds remain"
         )
         print(

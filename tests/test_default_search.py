@@ -375,6 +375,7 @@ def test_the_span_of_trials_and_a_clock_that_lost_a_killed_run():
     assert trials_span_s(rows[rows["role"] == "search"]) == 200.0
     assert trials_span_s(rows.iloc[[2, 0]]) == 150.0
     assert math.isnan(trials_span_s(rows.drop(columns="finished_at")))
+    assert math.isnan(trials_span_s(rows, "halving"))  # a waiting trial's row ends when its rung decides
     # a trial restored from a checkpoint ran part of its seconds in an earlier run: left out, not dated
     restored = rows.assign(reports=[2, 2, 1, 2], passes=[2, 2, 1, 5])
     assert trials_span_s(restored) == 200.0 and trials_span_s(restored.iloc[[3]]) == 0.0

@@ -93,15 +93,15 @@ def breakdown(runs: list[dict[str, Any]], rows: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def trials_span_s(rows: pd.DataFrame) -> float:
+def trials_span_s(rows: pd.DataFrame, scheduler: str = "asha") -> float:
     """Seconds in which at least one of `rows`' trials ran: the union of each trial's [finished_at -
     wall_time_s, finished_at]. A trial restored from a checkpoint (fewer reports than validation passes: its
     first passes ran in an earlier run) is left out: its row does not date the stretches its seconds were
     spent in. So it is a lower bound on the wall-clock of the runs that trained them, for runs whose clock
-    was lost (0 where no trial can be dated); NaN without the columns. Only for searches whose trials never
-    wait (ASHA, FIFO): under successive halving a trial's row ends when its rung decides, not when it
-    stopped training."""
-    if "finished_at" not in rows or "wall_time_s" not in rows:
+    was lost (0 where no trial can be dated); NaN without the columns, and NaN under successive halving
+    (`scheduler` "halving", search.json's asha.kind), where a trial's row ends when its rung decides, not
+    when it stopped training."""
+    if scheduler == "halving" or "finished_at" not in rows or "wall_time_s" not in rows:
         return math.nan
     if "reports" in rows and "passes" in rows:
         rows = rows[~(pd.to_numeric(rows["reports"]) < pd.to_numeric(rows["passes"]))]

@@ -350,7 +350,7 @@ def clock_kept(search_json: str, clock: SearchClock, every_s: float = CLOCK_EVER
 
 def _record_clock(search_json: str, clock: SearchClock) -> None:
     """Put this run's clock in search.json's `timing` (one entry per run of the search), as the run goes
-    (clock_kept), after each direction and when the run ends. Best effort: a search.json it cannot read or
+    (clock_kept) and when the run ends. Best effort: a search.json it cannot read or
     write keeps its earlier entries, and never replaces the fault that ended the search."""
     try:
         with STATE_LOCK:
@@ -399,7 +399,6 @@ def _run_directions(
         # Ctrl-C: Tune saves and ends this fit, and the search stops after it
         with fitting(), clock.part(f"direction:{task}"), restoring(ray_path, restored is not None):
             grid = tuner.fit()
-        _record_clock(search_json, clock)
         reconcile_rows(plan, grid)
         if req.resume:
             _set_aside_repeats(plan, task, grid)
