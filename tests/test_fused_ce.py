@@ -66,6 +66,34 @@ def test_exact_where_the_target_probability_underflows():
     )
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_underflowed_rows_among_others_keep_their_bias_weight_and_gradients(dtype):
+    """Rows whose target probability underflows (gaps of 150 and 300 through the item bias) get their exact
+    loss among ordinary rows, weighted, under either product dtype; the gradients are the plain ones."""
+    g = torch.Generator().manual_seed(4)
+    h0, w0 = torch.randn(6, 4, generator=g), torch.randn(9, 4, generator=g)
+    b0 = torch.zeros(9)
+    b0[3], b0[5] = 150.0, 300.0
+    t = torch.tensor([0, 3, 1, 2, 5, 7])  # item 5 leads by ~300 (~150 over item 3): only row 4's is not 0
+    weight = torch.tensor([1.0, 2.0, 0.5, 1.0, 1.0, 3.0])
+    h, w, b = (x.clone().requires_grad_() for x in (h0, w0, b0))
+    loss = linear_cross_entropy(h, w, t, b, weight, dtype=dtype, rows=4)
+    loss.backward()
+    h64, w64, b64 = (x.double().requires_grad_() for x in (h0, w0, b0))
+    want = plain(h64, w64, b64, t, weight.double())
+    want.backward()
+    assert want.item() > 100  # the underflowed rows carry the loss
+    assert loss.item() == pytest.approx(want.item(), rel=1e-6 if dtype == torch.float32 else 1e-2)
+    if dtype == torch.float32:
+        torch.testing.assert_close(w.grad, w64.grad.float(), rtol=1e-4, atol=1e-6)
+
+
+def test_a_nan_logit_gives_a_nan_loss_which_the_trainer_reads_as_diverged():
+    h = torch.tensor([[1.0], [float("nan")]])
+    w = torch.tensor([[0.0], [1.0]])
+    assert math.isnan(linear_cross_entropy(h, w, torch.tensor([0, 1])).item())
+
+
 def test_bf16_products_stay_close_and_keep_float32_gradients():
     g = torch.Generator().manual_seed(1)
     h = (0.5 * torch.randn(64, 16, generator=g)).requires_grad_()

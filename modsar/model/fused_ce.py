@@ -4,8 +4,13 @@ A batch's logits (labelled positions x items: 760 x 23,715 floats, 72 MB on Vide
 Each chunk of rows computes its logits and softmax and, in the same pass, its gradient (softmax - one-hot),
 which it multiplies back at once into the gradients of the hidden states, the item table and the item
 bias; backward only scales those by the incoming gradient (the scheme of Liger-Kernel's fused linear
-cross-entropy). Memory is one chunk of logits; the FLOPs are the unfused loss's three matrix products; and
-the softmax reads a chunk that is still in cache.
+cross-entropy). Memory is one chunk of logits; the FLOPs are the unfused loss's three matrix products.
+
+The softmax overwrites the logits it reads, and the loss of a row is -log of its target's probability, read
+from the softmax: no pass over the chunk beyond the softmax's own, so each chunk crosses the memory bus as
+few times as the products allow (on a CPU whose cache a chunk overflows, the passes, not the products, were
+a third of the time). A row whose target's probability underflows (a logit gap of ~87 and more) gets its
+exact loss from its logits, made again after the loop; the gradients are the softmax's either way.
 
 `dtype=torch.bfloat16` runs the three products in bfloat16 (the logits are rounded to bfloat16, as under
 autocast); the softmax, the loss and the gradient sums stay float32, and so do the parameters.
@@ -23,22 +28,33 @@ def chunk_rows(num_items: int, budget: int = CHUNK_ELEMENTS) -> int:
     return max(16, budget // max(num_items, 1))
 
 
-_BUFFERS: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
+_BUFFERS: dict[tuple, tuple[torch.Tensor, torch.Tensor | None]] = {}
+_TINY = torch.finfo(torch.float32).tiny  # a target probability below it may have lost precision: made again
 
 
 def _buffers(rows: int, items: int, dtype: torch.dtype, device: torch.device):
-    """(logits, probabilities, low-precision copy) buffers of one chunk, kept for the process: every batch
-    of a run reuses the same 2-3 tensors instead of allocating them again (the last one asked for is kept)."""
+    """(logits, then probabilities in place; low-precision copy) buffers of one chunk, kept for the process:
+    every batch of a run reuses the same 1-2 tensors instead of allocating them again (the last one asked for
+    is kept)."""
     key = (rows, items, dtype, device)
     if key not in _BUFFERS:
         _BUFFERS.clear()
         logits = torch.empty((rows, items), dtype=torch.float32, device=device)
-        _BUFFERS[key] = (
-            logits,
-            torch.empty_like(logits),
-            None if dtype == torch.float32 else torch.empty_like(logits, dtype=dtype),
-        )
+        _BUFFERS[key] = (logits, None if dtype == torch.float32 else torch.empty_like(logits, dtype=dtype))
     return _BUFFERS[key]
+
+
+def _row_losses(p_target, hidden, weight, bias, target, dtype: torch.dtype) -> torch.Tensor:
+    """Each row's loss, -log of its target's probability (a NaN, diverged, stays NaN); where that probability
+    underflowed (rare), logsumexp - the target's logit, from the row's logits made again. Reads one flag back
+    per batch, not per chunk."""
+    per_row = -p_target.log()
+    low = p_target < _TINY
+    if bool(low.any()):
+        logits = (hidden[low].to(dtype) @ weight.T).float()
+        logits = logits + bias if bias is not None else logits
+        per_row[low] = torch.logsumexp(logits, -1) - logits.gather(1, target[low, None]).squeeze(1)
+    return per_row
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -63,29 +79,26 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_w = torch.zeros_like(weight) if need_w else None
         grad_b = torch.zeros_like(bias) if need_b and bias is not None else None
         w = weight.to(dtype)
-        loss = hidden.new_zeros((), dtype=torch.float32)
+        p_target = torch.empty(hidden.size(0), dtype=torch.float32, device=hidden.device)
         # one chunk's buffers, reused by every chunk: fresh 16 MiB tensors per chunk cost page faults, and
         # glibc keeps the freed ones in its heap (a 1 GiB process instead of 0.6 on Video)
-        logits_buf, probs_buf, low_buf = _buffers(rows, weight.size(0), dtype, hidden.device)
+        logits_buf, low_buf = _buffers(rows, weight.size(0), dtype, hidden.device)
         for start in range(0, hidden.size(0), rows):
             h = hidden[start : start + rows].to(dtype)
             t = target[start : start + rows, None]
             m = h.size(0)
-            logits, probs = logits_buf[:m], probs_buf[:m]
+            probs = logits_buf[:m]  # the logits, then (in place) their softmax
             if low_buf is None:
-                torch.mm(h, w.T, out=logits)
+                torch.mm(h, w.T, out=probs)
             else:
-                logits.copy_(torch.mm(h, w.T, out=low_buf[:m]))
+                probs.copy_(torch.mm(h, w.T, out=low_buf[:m]))
             if bias is not None:
-                logits += bias
-            torch.ops.aten._softmax.out(logits, -1, False, out=probs)
-            # loss = logsumexp - logit_t, and logsumexp = max logit - log(its probability): that probability
-            # is >= 1/N, so this stays exact where p_target itself underflows, and needs no second exp pass
-            per_row = logits.amax(-1) - probs.amax(-1).log() - logits.gather(1, t).squeeze(1)
-            scale = row_scale[start : start + rows]
-            loss += (per_row * scale).sum()
+                probs += bias
+            torch.ops.aten._softmax.out(probs, -1, False, out=probs)
+            torch.gather(probs, 1, t, out=p_target[start : start + m, None])
             if not (need_h or need_w or need_b):
                 continue
+            scale = row_scale[start : start + rows]
             probs.scatter_add_(1, t, probs.new_full(t.shape, -1.0))  # softmax - one-hot: d loss_r / d logits
             probs *= scale[:, None]
             if grad_b is not None:
@@ -100,6 +113,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     grad_w.addmm_(g.T, h)
                 else:  # bfloat16 products, float32 sums
                     grad_w += g.T @ h
+        loss = (_row_losses(p_target, hidden, w, bias, target, dtype) * row_scale).sum()
         ctx.save_for_backward(*(x for x in (grad_h, grad_w, grad_b) if x is not None))
         ctx.has = (grad_h is not None, grad_w is not None, grad_b is not None)
         return loss
