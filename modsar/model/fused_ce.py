@@ -7,10 +7,11 @@ bias; backward only scales those by the incoming gradient (the scheme of Liger-K
 cross-entropy). Memory is one chunk of logits; the FLOPs are the unfused loss's three matrix products.
 
 The softmax overwrites the logits it reads, and the loss of a row is -log of its target's probability, read
-from the softmax, so no pass over a chunk serves the loss alone: on a CPU whose cache a chunk overflows,
-such passes cross the memory bus, and there they took a third of the loss's time. A row whose target's
-probability underflows (a logit gap of ~87 and more) gets its exact loss from its logits, made again after
-the loop; the gradients are the softmax's either way.
+from the softmax, so no pass over a chunk serves the loss alone and the probabilities need no buffer of
+their own. On a CPU whose cache a chunk overflows every pass crosses the memory bus: there the passes (the
+softmax's included) took a third of the loss's time, the two that served the loss alone a fourteenth. A row
+whose target's probability underflows (a logit gap of ~87 and more) gets its exact loss from its logits,
+made again after the loop; the gradients are the softmax's either way.
 
 `dtype=torch.bfloat16` runs the three products in bfloat16 (the logits are rounded to bfloat16, as under
 autocast); the softmax, the loss and the gradient sums stay float32, and so do the parameters.
