@@ -131,3 +131,32 @@ def test_one_config_and_seed_give_one_curve_across_groups():
     settings = [c for c in first.index if c.startswith(("model.", "data.", "loss.", "train."))]
     assert first[settings].astype(str).equals(again[settings].astype(str))
     assert (first["curve"], first["test.ndcg@10"]) == (again["curve"], again["test.ndcg@10"])
+
+
+def test_the_table5_lines_refuse_what_would_make_them_silently_partial(tmp_path, monkeypatch):
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "table5-beauty"
+    shutil.copytree(PUBLISHED / "table5-beauty", folder)
+    monkeypatch.setattr(published, "PUBLISHED", tmp_path)
+    lines = published.table5_rows("table5-beauty")
+    assert list(lines["spaces"]) == [["local_attn", "ssept", "loss_bpr"]]
+    row = next(lines.itertuples())
+    # three of the four design choices: the row's figures stay open, saying what they are so far
+    assert published.row_status(row, "reproduced") == "open: 3 of 4 design choices run (so far: reproduced)"
+    assert published.row_status(row._replace(spaces=list(published.TABLE5_SPACES)), "x") == "x"
+    # a search not recorded complete
+    meta = folder / "ssept-beauty" / "search.json"
+    stored = json.loads(meta.read_text())
+    meta.write_text(json.dumps({**stored, "status": "interrupted"}))
+    with pytest.raises(ValueError, match="not recorded complete: ssept-beauty"):
+        published.design_cells("table5-beauty")
+    meta.write_text(json.dumps(stored))
+    # a design choice whose AR side has no row left
+    for path in (folder / "loss_bpr-beauty" / "trials").glob("*.parquet"):
+        if pq.read_table(path, columns=["task"]).column("task")[0].as_py() == "ar":
+            path.unlink()
+    with pytest.raises(ValueError, match="loss_bpr on beauty lacks an AE or an AR value"):
+        published.design_cells("table5-beauty")

@@ -45,6 +45,12 @@ class _Layout:
         """Every AE-vs-AR space, in table order."""
         return (["vanilla"] if self.vanilla else []) + self.modular + self.hf
 
+    @property
+    def tables(self) -> list[tuple[str, list[str]]]:
+        """(table, its AE-vs-AR spaces) for each table with rows: a verdict compares within one table."""
+        named = [("Table 4", ["vanilla"] if self.vanilla else []), ("Table 5", self.modular)]
+        return [(name, spaces) for name, spaces in [*named, ("Table 6", self.hf)] if spaces]
+
 
 def build_reports(
     rows: pd.DataFrame,
@@ -84,8 +90,7 @@ def _build(
     layout = _layout(rows)
     prefix = f"{experiment}: " if experiment else ""
     tables = _tables(rows, cells, datasets, layout, metrics, prefix)
-    notes = incomplete_notes(rows, datasets, unfinished)
-    lines = _verdict_lines(rows, cells, datasets, layout, headline, prefix, notes)
+    lines = _verdict_lines(rows, cells, datasets, layout, headline, prefix, unfinished)
     return Report(experiment, rows, tables, lines, cells, datasets, layout.design)
 
 
@@ -142,19 +147,24 @@ def _verdict_lines(
     layout: _Layout,
     headline: str,
     prefix: str,
-    notes: Mapping[str, str],
+    unfinished: Mapping[str, int],
 ) -> list[str]:
-    """The protocol (when not the default), the verdicts on `headline` (a dataset's note on an unfinished
-    search first), and the cells stuck on a plateau."""
-    lines = (
-        [prefix + v for v in verdicts(rows, cells, datasets, layout.design, headline, notes)]
-        if layout.design
-        else []
-    )
+    """The protocol (when not the default), the verdicts on `headline`, one per table and dataset (first a
+    note naming the table's searches that did not finish), and the cells stuck on a plateau."""
+
+    def notes(spaces: list[str]) -> dict[str, str]:
+        return incomplete_notes(rows[rows["space"].isin(spaces)], datasets, unfinished)
+
+    several = len(layout.tables) > 1  # then each line names its table
+    lines = [
+        prefix + v
+        for table, spaces in layout.tables
+        for v in verdicts(rows, cells, datasets, spaces, headline, notes(spaces), table if several else None)
+    ]
     lines += [
         prefix + v
         for space in layout.comparisons
-        for v in model_verdicts(cells, datasets, space, headline, notes)
+        for v in model_verdicts(cells, datasets, space, headline, notes([space]))
     ]
     if (protocol := protocol_line(rows)) is not None:
         lines.insert(0, prefix + protocol)

@@ -116,8 +116,10 @@ def _refuse_unless_replicas(group: pd.DataFrame, kind: str, key: CellKey) -> str
 def _replica_cell(group: pd.DataFrame, column: str, kind: str, key: CellKey) -> Cell:
     """One cell from rows that must be replicas: one experiment, one config but the seed, distinct seeds."""
     experiment = _refuse_unless_replicas(group, kind, key)
-    seeds = group["seed"].astype(int)
-    done = group[group["status"].isin(DONE) & group[column].notna()].assign(seed=seeds).sort_values("seed")
+    # the seed column is made int before the rows are filtered: assigning it to an empty frame (every
+    # re-run failed) would give the frame the seeds' index, one NaN row per seed
+    rows = group.assign(seed=group["seed"].astype(int))
+    done = rows[rows["status"].isin(DONE) & rows[column].notna()].sort_values("seed")
     return Cell(
         {int(s): float(v) for s, v in zip(done["seed"], done[column], strict=True)},
         experiment,

@@ -20,13 +20,22 @@ def verdicts(
     spaces: list[str],
     metric: str,
     notes: Mapping[str, str] | None = None,
+    table: str | None = None,
 ) -> list[str]:
-    """One line per dataset: AE or AR, on the best cells of the design choices `spaces`; a dataset's note
-    (`incomplete_notes`) comes first."""
-    return [
-        _noted(_design_verdict(rows, cells, dataset, spaces, metric), f"{dataset}: ", notes, dataset)
-        for dataset in datasets
-    ]
+    """One line per dataset: AE or AR, on the best cells of the design choices `spaces` (one table's: the
+    paper compares the best AR and AE within a table, never across tables); a dataset's note
+    (`incomplete_notes`) comes first. `table` names the table in each line when a report has several, and
+    leaves out the datasets with no cell in it."""
+    lines = []
+    held = {(d, s) for d, s, _ in cells.get(metric, {})}
+    for dataset in datasets:
+        if table and not any((dataset, s) in held for s in spaces):
+            continue  # this dataset has no row in this table: no line
+        head = f"{dataset}, {table}: " if table else f"{dataset}: "
+        lines.append(
+            _noted(_design_verdict(rows, cells, dataset, spaces, metric, head), head, notes, dataset)
+        )
+    return lines
 
 
 def incomplete_notes(rows: pd.DataFrame, datasets: list[str], planned: Mapping[str, int]) -> dict[str, str]:
@@ -52,49 +61,65 @@ def _noted(line: str, head: str, notes: Mapping[str, str] | None, dataset: str) 
     return head + note + line.removeprefix(head) if note and line.startswith(head) else line
 
 
-def _design_verdict(rows: pd.DataFrame, cells: Cells, dataset: str, spaces: list[str], metric: str) -> str:
-    """AE vs AR on one dataset over the design choices where both sides have a value."""
-    candidates = [
-        (cell_at(cells, metric, (dataset, s, "ae")), cell_at(cells, metric, (dataset, s, "ar")))
+def _design_verdict(
+    rows: pd.DataFrame, cells: Cells, dataset: str, spaces: list[str], metric: str, head: str
+) -> str:
+    """AE vs AR on one dataset: the best AR cell of the table over its best AE cell, as the table's Best
+    Improv.; "k of n" counts the design choices with both sides, and one with a side missing is named."""
+    candidates = {
+        s: (cell_at(cells, metric, (dataset, s, "ae")), cell_at(cells, metric, (dataset, s, "ar")))
         for s in spaces
-    ]
-    pairs = [
-        (ae, ar, ae.mean, ar.mean) for ae, ar in candidates if ae.mean is not None and ar.mean is not None
-    ]
-    failed_text = _failed_text(cells.get(metric, {}), dataset)
-    if not pairs:
-        return (
-            f"{dataset}: no design choice has both an AE and an AR result on test {short(metric)}"
-            + failed_text
-        )
-    ar_wins = sum(ar_mean > ae_mean for _, _, ae_mean, ar_mean in pairs)
-    best_ae, best_ar = max(p[2] for p in pairs), max(p[3] for p in pairs)
+    }
+    pairs = [(ae, ar) for ae, ar in candidates.values() if ae.mean is not None and ar.mean is not None]
+    after = _one_sided_text(candidates) + _failed_text(cells.get(metric, {}), dataset, spaces)
+    sides = [[c for c in cs if c.mean is not None] for cs in zip(*candidates.values(), strict=True)]
+    if not sides[0] or not sides[1]:
+        missing = " or ".join(side for side, cs in zip(("AE", "AR"), sides, strict=True) if not cs)
+        return f"{head}no verdict on test {short(metric)}: no {missing} result{after}"
+    lead_ae, lead_ar = max(sides[0], key=_mean), max(sides[1], key=_mean)
+    best_ae, best_ar = _mean(lead_ae), _mean(lead_ar)
     gain = improvement(best_ae, best_ar)
     winner = "AR" if best_ar > best_ae else ("AE" if best_ae > best_ar else "neither")
+    ar_wins = sum(_mean(ar) > _mean(ae) for ae, ar in pairs)
     trials = int(
         ((rows["dataset"] == dataset) & (rows["role"] == "search") & rows["space"].isin(spaces)).sum()
     )
-    seeds = max((max(ae.n, ar.n) for ae, ar, _, _ in pairs), default=0)
+    counts = sorted({c.n for c in sides[0] + sides[1]})
+    seeds = str(counts[0]) if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
     gain_text = "" if gain is None else f" ({100 * gain:+.1f}% AR over AE)"
-    leaders = {
-        "AE": max(pairs, key=lambda p: p[2])[0],
-        "AR": max(pairs, key=lambda p: p[3])[1],
-    }
     best_text = _optimum_text(rows[rows["dataset"] == dataset], metric, best_ae, best_ar)
     return (
-        f"{dataset}: {winner} wins on test {short(metric)}: best AR {best_ar:.4f} vs best AE "
+        f"{head}{winner} wins on test {short(metric)}: best AR {best_ar:.4f} vs best AE "
         f"{best_ae:.4f}{gain_text}; AR ahead in {ar_wins} of {len(pairs)} design choices; "
-        f"{trials} search trials, {seeds} seed(s) per cell{best_text}{_unfinished_text(rows, leaders)}"
-        f"{failed_text}"
+        f"{trials} search trials, {seeds} seed(s) per cell{best_text}"
+        f"{_unfinished_text(rows, {'AE': lead_ae, 'AR': lead_ar})}{after}"
     )
 
 
-def _failed_text(cells: dict[CellKey, Cell], dataset: str) -> str:
-    """The cells of `dataset` with seed re-runs that gave no value (their † mark), or ""."""
+def _mean(cell: Cell) -> float:
+    return cell.mean if cell.mean is not None else float("-inf")
+
+
+def _one_sided_text(candidates: Mapping[str, tuple[Cell, Cell]]) -> str:
+    """The design choices with a result on one side only (the other side selected nothing, or its search has
+    not reached it yet), whose best cells are partial, or ""."""
+    one_sided = [
+        f"{space} (no {side} result)"
+        for space, (ae, ar) in candidates.items()
+        if (ae.mean is None) != (ar.mean is None)
+        for side in ["AE" if ae.mean is None else "AR"]
+    ]
+    if not one_sided:
+        return ""
+    return "; one side only (not among the design choices counted): " + ", ".join(one_sided)
+
+
+def _failed_text(cells: dict[CellKey, Cell], dataset: str, spaces: list[str]) -> str:
+    """The cells of `dataset` and `spaces` with seed re-runs that gave no value (their † mark), or ""."""
     failed = [
         f"{s} {t.upper()} {len(c.failed)} of {c.n + len(c.failed)}"
         for (d, s, t), c in sorted(cells.items())
-        if d == dataset and c.failed
+        if d == dataset and s in spaces and c.failed
     ]
     if not failed:
         return ""
