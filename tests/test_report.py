@@ -324,6 +324,7 @@ def test_failed_seed_reruns_are_marked_not_hidden(tmp_path, capsys):
     assert n10[3] == "<u>0.5000 ± 0.0000 †</u>"
     assert (
         "2 to 3 seed(s) per cell" in text  # AR 2 values, AE 3: never the larger count alone
+        and "| 2 shared (AE 3, AR 2) |" in text  # the paired test's n, beside means over each side's seeds
         and "seed re-runs that diverged or failed have no value in their cell: vanilla AR 1 of 3" in text
     )
     sources = {r[3]: r for r in md_table(text, "Sources")}

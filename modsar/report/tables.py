@@ -178,7 +178,8 @@ def significance_table(
                         Styled(ar.text()),
                         Styled(percent(improvement(ae.mean, ar.mean))),
                         Styled(f"{p:.4g}"),
-                        Styled(str(n)),
+                        # a side that lost a re-run: its mean is over its own seeds, the test over shared ones
+                        Styled(str(n) if ae.n == ar.n == n else f"{n} shared (AE {ae.n}, AR {ar.n})"),
                     ]
                 )
     if not body:
