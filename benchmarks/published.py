@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
+from scipy import stats
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
@@ -482,10 +483,16 @@ def table5_beauty_paper() -> str:
 PROOF_DATASETS = ("synthetic", "ml-100k", "lastfm")  # benchmarks/search_proof.sh's, in its order
 
 
+# the columns of a row that say what was trained (a search varies some of them); not its budget or machine
+CONFIG_PREFIXES = ("mask_prob", "model.", "loss.", "data.", "train.")
+NOT_CONFIG = ("train.max_steps", "train.device", "train.threads")
+
+
 def proof_searches() -> pd.DataFrame:
     """One line per (dataset, search, direction) of the proof: the full grid (its selected config's test
     NDCG@10 over its seed re-runs) and the default search run with seeds 0, 1 and 2 (each's selected
-    config), with the epochs and the wall-clock each search spent (its seed re-runs left out)."""
+    config), with the epochs and the wall-clock each search spent (its seed re-runs left out), its status,
+    the selected config, and (for the grid) the config keys its trials varied."""
     folder = PUBLISHED / "search-proof"
     rows = read_rows(str(folder))
     lines = []
@@ -499,6 +506,7 @@ def proof_searches() -> pd.DataFrame:
         if lost:
             wall = float(np.fmax(wall, trials_span_s(search, (stored.get("asha") or {}).get("kind", "asha"))))
         full = experiment.endswith("-full-grid")
+        config = [c for c in search if c.startswith(CONFIG_PREFIXES) and c not in NOT_CONFIG]
         for task in ("ae", "ar"):
             mine = search[search["task"] == task]
             chosen = mine[mine["selected"].astype(bool)]
@@ -506,12 +514,15 @@ def proof_searches() -> pd.DataFrame:
             lines.append(
                 dict(
                     dataset=group["dataset"].iloc[0],
-                    search="full grid" if full else f"default, seed {int(chosen['seed'].iloc[0])}",
+                    search="full grid" if full else f"default, seed {int(stored['request']['seed'])}",
                     full=full,
                     task=task,
-                    test=list(seeds.sort_values("seed")["test.ndcg@10"]),
+                    test=list(seeds.sort_values("seed")["test.ndcg@10"].dropna()),
+                    config=chosen[config].iloc[0].to_dict() if len(chosen) else None,
+                    varied=[c for c in config if mine[c].astype(str).nunique() > 1],
                     epochs=float(search["epochs_run"].sum()),
                     estimated_epochs=(stored.get("estimate") or {}).get("epochs", math.nan),
+                    max_epochs=int(search["train.max_epochs"].max()),
                     trials=len(search),
                     wall_s=wall,
                     clock_lost=lost,
@@ -521,58 +532,90 @@ def proof_searches() -> pd.DataFrame:
     return pd.DataFrame(lines)
 
 
+def shown_dataset(lines: pd.DataFrame) -> str:
+    """A proof dataset as its tables name it, with the epoch cap where one was set below the default 200."""
+    cap = int(lines["max_epochs"].max())
+    return lines["dataset"].iloc[0] + ("" if cap >= 200 else f" ({cap} epochs)")
+
+
+def difference_interval(grid: np.ndarray, default: np.ndarray) -> tuple[float, float, float]:
+    """The default's mean test value less the grid's, relative to the grid's, with its 95% interval (Welch's
+    t); one default value alone borrows the grid's seed variance (a search's pick on one seed is one draw)."""
+    var_g = grid.var(ddof=1) / len(grid)
+    var_d = (default.var(ddof=1) if len(default) > 1 else grid.var(ddof=1)) / len(default)
+    df = (var_g + var_d) ** 2 / (var_g**2 / (len(grid) - 1) + var_d**2 / max(len(default) - 1, len(grid) - 1))
+    half = stats.t.ppf(0.975, df) * math.sqrt(var_g + var_d)
+    diff = default.mean() - grid.mean()
+    return diff / grid.mean(), (diff - half) / grid.mean(), (diff + half) / grid.mean()
+
+
 @table("search-proof", "search-proof")
 def search_proof() -> str:
-    """Per dataset and direction: the full grid's selected config over 3 seeds against what the default search
-    selected with each of 3 seeds; the same winner, and within the spread (2 standard errors of the
-    difference of the two means)."""
+    """Per dataset and direction: the full grid's selected config over its seeds against what the default
+    search selected with each search seed: whether it picked the grid's config, whether its test value lies in
+    the grid's seed range, and the difference of the means with its 95% interval; then the winner on test
+    N@10 of each. Open until all three default searches are complete."""
     frame = proof_searches()
     body = []
     for dataset in [d for d in PROOF_DATASETS if d in set(frame["dataset"])]:
         mine = frame[frame["dataset"] == dataset]
-        grid, default = mine[mine["full"]], mine[~mine["full"]]
+        grid, default = mine[mine["full"]], mine[~mine["full"]].sort_values("search")
         if grid.empty or default.empty:
             continue
-        winners = {}
+        name, done = shown_dataset(mine), default[default["status"] == "complete"]
         for task in ("ae", "ar"):
-            g = np.array(grid[grid["task"] == task]["test"].iloc[0])
-            d = np.array([v for values in default[default["task"] == task]["test"] for v in values])
-            # one default search is one draw: with no spread of its own, the seeds' (of the grid's config)
-            spread = d.var(ddof=1) / len(d) if len(d) > 1 else g.var(ddof=1)
-            se = math.sqrt(g.var(ddof=1) / len(g) + spread)
-            winners[task] = (g.mean(), d.mean())
-            body.append(
-                [
-                    dataset,
-                    task.upper(),
-                    mean_se(g),
-                    ", ".join(num(v) for v in d),
-                    mean_se(d),
-                    f"{(d.mean() / g.mean() - 1) * 100:+.1f}%",
-                    "yes" if abs(d.mean() - g.mean()) <= 2 * se else "no",
-                ]
-            )
-        grid_winner = "AR" if winners["ar"][0] > winners["ae"][0] else "AE"
-        per_seed = {
-            task: list(default[default["task"] == task].sort_values("search")["test"].str[0])
-            for task in ("ae", "ar")
-        }
-        default_winners = [
-            "AR" if ar > ae else "AE" for ae, ar in zip(per_seed["ae"], per_seed["ar"], strict=True)
-        ]
-        body.append(
-            [
-                dataset,
-                "winner",
-                grid_winner,
-                ", ".join(default_winners),
-                "",
-                "",
-                "same" if set(default_winners) == {grid_winner} else "differs",
-            ]
-        )
-    header = ["dataset", "direction", "full grid: test N@10 (3 seeds)", "default: by search seed"]
-    return markdown([*header, "default: mean", "default vs grid", "within the spread"], body)
+            body.append([name, task.upper(), *_proof_cells(grid[grid["task"] == task].iloc[0], done, task)])
+        body.append([name, "winner, test N@10", *_proof_winners(grid, done)])
+    header = ["dataset", "direction", "full grid: test N@10 over its seeds (mean ± SE; range)"]
+    header += ["default: by search seed", "the grid's config", "in the grid's range", "default − grid (95%)"]
+    return markdown(header, body)
+
+
+def _proof_cells(grid, done: pd.DataFrame, task: str) -> list[str]:
+    """A direction's cells of the proof table: the grid's seeds, the default's picks on the complete searches,
+    which picked the grid's config, how many lie in its seed range, and the difference of the means."""
+    g = np.array(grid.test)
+    picks = done[(done["task"] == task) & done["config"].notna()]
+    d = np.array([values[0] for values in picks["test"] if values])
+    same = [all(c.get(k) == grid.config.get(k) for k in grid.varied) for c in picks["config"]]
+    inside = int(((d >= g.min()) & (d <= g.max())).sum())
+    if len(g) < 2 or not len(d):
+        interval = "– (fewer than 2 grid seeds, or no default pick)"
+    else:
+        mid, low, high = difference_interval(g, d)
+        interval = f"{mid * 100:+.1f}% ({low * 100:+.1f}% to {high * 100:+.1f}%)"
+    return [
+        f"{mean_se(g)} ({num(g.min())} to {num(g.max())}), {len(g)} seeds",
+        ", ".join(num(v) for v in d) + _of_three(len(d)),
+        ", ".join("yes" if x else "no" for x in same),
+        f"{inside} of {len(d)}",
+        interval,
+    ]
+
+
+def _of_three(complete: int) -> str:
+    return "" if complete == 3 else f" (open: {complete} of 3 default searches complete, with a pick)"
+
+
+def _proof_winners(grid: pd.DataFrame, done: pd.DataFrame) -> list[str]:
+    """The winner on test N@10: the grid's over its seeds (AR ahead on k of n), the default's per search."""
+    ae, ar = (np.array(grid[grid["task"] == t]["test"].iloc[0]) for t in ("ae", "ar"))
+    ahead = int((ar > ae).sum()) if len(ae) == len(ar) else "?"
+    grid_winner = "AR" if ar.mean() > ae.mean() else "AE"
+    picks = [search.set_index("task")["test"] for _, search in done.groupby("search")]
+    per_search = [  # a search that selected nothing in a direction has no winner, never a default one
+        "AR" if test["ar"][0] > test["ae"][0] else "AE"
+        for test in picks
+        if len(test["ae"]) and len(test["ar"])
+    ]
+    agree = "same" if per_search and set(per_search) == {grid_winner} else "differs"
+    return [
+        f"{grid_winner} ({(ar.mean() / ae.mean() - 1) * 100:+.1f}%; AR ahead on {ahead} of {len(ar)} seeds)",
+        ", ".join(per_search) + _of_three(len(per_search)),
+        "",
+        "",
+        agree if len(per_search) == 3 else f"open (so far {agree})",
+    ]
 
 
 @table("search-proof-cost", "search-proof")
@@ -587,12 +630,13 @@ def search_proof_cost() -> str:
     for dataset in [d for d in PROOF_DATASETS if d in set(frame["dataset"])]:
         mine = frame[frame["dataset"] == dataset]
         grid, default = mine[mine["full"]], mine[~mine["full"]]
+        default = default[default["status"] == "complete"]  # the saving is over the complete ones only
         for r in mine.itertuples():
             estimated = "–" if pd.isna(r.estimated_epochs) else f"{r.estimated_epochs:,.0f}"
             body.append(
                 [
-                    dataset,
-                    r.search,
+                    shown_dataset(mine),
+                    r.search + ("" if r.status == "complete" else f" ({r.status}: not counted)"),
                     f"{r.trials:,}",
                     f"{r.epochs:,.0f}",
                     estimated,
@@ -609,8 +653,9 @@ def search_proof_cost() -> str:
             wall_saved_s = f"{wall_saved:.2f}x{mark[bool(grid['clock_lost'].iloc[0])]}"
             body.append(
                 [
-                    dataset,
-                    "full grid / default (mean)",
+                    shown_dataset(mine),
+                    "full grid / default"
+                    + (" (mean)" if len(default) == 3 else f" (mean of {len(default)})"),
                     "",
                     "",
                     "",
@@ -620,8 +665,16 @@ def search_proof_cost() -> str:
                     "–" if default["clock_lost"].any() else wall_saved_s,
                 ]
             )
-    header = ["dataset", "search", "trials", "epochs", "estimated epochs", "wall s, 2 CPUs", "epochs saved"]
-    out = markdown([*header, "estimated epochs saved", "wall-clock saved"], body)
+    header = [
+        "dataset",
+        "search",
+        "trials",
+        "epochs",
+        "estimated epochs",
+        "wall s, 2 CPUs",
+        "speed-up: epochs",
+    ]
+    out = markdown([*header, "speed-up: estimated epochs", "speed-up: wall-clock"], body)
     if frame["clock_lost"].any():
         out += (
             "\n\n† At least: a run of the search was killed before ModSAR kept a search's clock as it went "
