@@ -483,6 +483,12 @@ def table5_beauty_paper() -> str:
 PROOF_DATASETS = ("synthetic", "ml-100k", "lastfm")  # benchmarks/search_proof.sh's, in its order
 
 
+def proof_datasets(frame: pd.DataFrame) -> list[str]:
+    """The proof's datasets with rows, in the script's order; any other dataset after them, never dropped."""
+    held = set(frame["dataset"])
+    return [d for d in PROOF_DATASETS if d in held] + sorted(held - set(PROOF_DATASETS))
+
+
 # the columns of a row that say what was trained (a search varies some of them); not its budget or machine
 CONFIG_PREFIXES = ("mask_prob", "model.", "loss.", "data.", "train.")
 NOT_CONFIG = ("train.max_steps", "train.device", "train.threads")
@@ -557,7 +563,7 @@ def search_proof() -> str:
     N@10 of each. Open until all three default searches are complete."""
     frame = proof_searches()
     body = []
-    for dataset in [d for d in PROOF_DATASETS if d in set(frame["dataset"])]:
+    for dataset in proof_datasets(frame):
         mine = frame[frame["dataset"] == dataset]
         grid, default = mine[mine["full"]], mine[~mine["full"]].sort_values("search")
         if grid.empty or default.empty:
@@ -627,7 +633,7 @@ def search_proof_cost() -> str:
     frame = proof_searches().drop_duplicates(["dataset", "search"])
     mark = {True: "†", False: ""}
     body = []
-    for dataset in [d for d in PROOF_DATASETS if d in set(frame["dataset"])]:
+    for dataset in proof_datasets(frame):
         mine = frame[frame["dataset"] == dataset]
         grid, default = mine[mine["full"]], mine[~mine["full"]]
         default = default[default["status"] == "complete"]  # the saving is over the complete ones only
