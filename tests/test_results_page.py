@@ -197,3 +197,16 @@ def test_the_search_proof_stays_open_until_its_default_searches_are_complete(tmp
     )
     cost = published.search_proof_cost()
     assert "| default, seed 2 (running: not counted) |" in cost and "full grid / default (mean of 2)" in cost
+
+
+def test_a_full_grid_still_running_leaves_its_dataset_open(tmp_path, monkeypatch):
+    import shutil
+
+    shutil.copytree(PUBLISHED / "search-proof", tmp_path / "search-proof")
+    monkeypatch.setattr(published, "PUBLISHED", tmp_path)
+    meta = tmp_path / "search-proof" / "local_attn-synthetic-full-grid" / "search.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "status": "interrupted"}))
+    assert (
+        "| synthetic | all | open: the full grid is interrupted, its seeds not all in |  |  |  |  |"
+        in published.search_proof()
+    )
