@@ -97,6 +97,7 @@ def _design_verdict(
 
 
 def _mean(cell: Cell) -> float:
+    """A cell's mean for ranking cells: an empty cell ranks below every value."""
     return cell.mean if cell.mean is not None else float("-inf")
 
 
