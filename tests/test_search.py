@@ -1484,6 +1484,7 @@ def test_seeds_added_from_committed_rows_and_a_direction_whose_tune_state_is_gon
     capsys.readouterr()
     assert main(["search", "--no-estimate", *common, "--seeds", "2", "--resume"]) == 0
     said = capsys.readouterr().out
+    assert json.loads((folder / "search.json").read_text())["request"]["seeds"] == 2  # was 0: asked on resume
     assert "AE: ended in an earlier run; its 2 rows are kept" in said
     assert "AR: ended in an earlier run; its 2 rows are kept" in said
     after = read_rows(str(out), "c").set_index("trial_id").sort_index()

@@ -217,7 +217,10 @@ def _record_start(req: SearchRequest, plan: Plan, search_json: str, predicted: d
         stored = read_json(search_json)
         check_same_search(plan, stored, settings)
         remove_partial_rows(rows_dir(plan), req.experiment_name)  # a row the killed driver was writing
-        record_state(search_json, RUNNING, trials_planned=planned_trials(plan))
+        asked = stored.get("request") or {}
+        more_seeds = {"request": {**asked, "seeds": req.seeds}} if req.seeds > asked.get("seeds", 0) else {}
+        # the record says how many seed re-runs the search holds, however many runs asked for them
+        record_state(search_json, RUNNING, trials_planned=planned_trials(plan), **more_seeds)
         return directions_ended(stored, plan.space.tasks())
     argv = [redact(arg) for arg in sys.argv]  # no password of a URI is written (sweep.credentials)
     state = {"status": RUNNING, "trials_planned": planned_trials(plan)}
