@@ -370,8 +370,8 @@ PAPER_TABLE5_BEST_IMPROV_R10 = {"beauty": 28.57}
 TABLE5_SPACES = ("local_attn", "ssept", "loss_ce", "loss_bpr")  # Local Attn., SSE-PT, Loss-CE, Loss-BPR
 
 
-def design_cells(folder: str, metric: str = "recall@10", spaces=TABLE5_SPACES) -> pd.DataFrame:
-    """One line per (dataset, space) of `spaces` in a folder's searches: the mean test metric of the AE and
+def design_cells(folder: str, metric: str = "recall@10") -> pd.DataFrame:
+    """One line per (dataset, Table 5 space) of a folder's searches: the mean test metric of the AE and
     AR cells `modsar report` prints (seed re-runs where present) and AR over AE, beside the paper's. Refuses
     what would make a line silently partial: a search not recorded complete, rows ranked or split differently,
     a space with one side only."""
@@ -386,7 +386,7 @@ def design_cells(folder: str, metric: str = "recall@10", spaces=TABLE5_SPACES) -
         raise ValueError(f"{folder}: not recorded complete: {', '.join(unfinished)}; finish them (--resume)")
     cells = collect(rows, metric)
     lines = []
-    for dataset, space in sorted({(d, s) for d, s, _ in cells if s in spaces}):
+    for dataset, space in sorted({(d, s) for d, s, _ in cells if s in TABLE5_SPACES}):
         ae, ar = (cells.get((dataset, space, task)) for task in ("ae", "ar"))
         if ae is None or ar is None or not ae.values or not ar.values or ae.mean == 0:
             raise ValueError(f"{folder}: {space} on {dataset} lacks an AE or an AR value; publish both sides")
@@ -547,9 +547,11 @@ def shown_dataset(lines: pd.DataFrame) -> str:
 def difference_interval(grid: np.ndarray, default: np.ndarray) -> tuple[float, float, float]:
     """The default's mean test value less the grid's, relative to the grid's, with its 95% interval (Welch's
     t); one default value alone borrows the grid's seed variance (a search's pick on one seed is one draw)."""
+    borrowed = len(default) < 2  # then the default side's variance and degrees of freedom are the grid's
     var_g = grid.var(ddof=1) / len(grid)
-    var_d = (default.var(ddof=1) if len(default) > 1 else grid.var(ddof=1)) / len(default)
-    df = (var_g + var_d) ** 2 / (var_g**2 / (len(grid) - 1) + var_d**2 / max(len(default) - 1, len(grid) - 1))
+    var_d = (grid if borrowed else default).var(ddof=1) / len(default)
+    df_d = len(grid) - 1 if borrowed else len(default) - 1
+    df = (var_g + var_d) ** 2 / (var_g**2 / (len(grid) - 1) + var_d**2 / df_d)
     half = stats.t.ppf(0.975, df) * math.sqrt(var_g + var_d)
     diff = default.mean() - grid.mean()
     return diff / grid.mean(), (diff - half) / grid.mean(), (diff + half) / grid.mean()
@@ -570,10 +572,8 @@ def search_proof() -> str:
             continue
         name, done = shown_dataset(mine), default[default["status"] == "complete"]
         if grid["status"].iloc[0] != "complete" or min(len(t) for t in grid["test"]) < 2:
-            body.append(
-                [name, "all", f"open: the full grid is {grid['status'].iloc[0]}, its seeds not all in"]
-            )
-            body[-1] += [""] * 4
+            open_text = f"open: the full grid is {grid['status'].iloc[0]}, its seeds not all in"
+            body.append([name, "all", open_text, "", "", "", ""])
             continue
         for task in ("ae", "ar"):
             body.append([name, task.upper(), *_proof_cells(grid[grid["task"] == task].iloc[0], done, task)])
