@@ -368,10 +368,13 @@ def quickstart() -> str:
 # AE cell, across the row's four design choices; the paper gives no improvement per design choice
 PAPER_TABLE5_BEST_IMPROV_R10 = {"beauty": 28.57}
 TABLE5_SPACES = ("local_attn", "ssept", "loss_ce", "loss_bpr")  # Local Attn., SSE-PT, Loss-CE, Loss-BPR
+TABLE6_SPACES = ("hf_albert", "hf_llama", "hf_transfo_xl")  # ALBERT, LLaMA, Transformer-XL
 
 
-def design_cells(folder: str, metric: str = "recall@10") -> pd.DataFrame:
-    """One line per (dataset, Table 5 space) of a folder's searches: the mean test metric of the AE and
+def design_cells(
+    folder: str, metric: str = "recall@10", spaces: tuple[str, ...] = TABLE5_SPACES
+) -> pd.DataFrame:
+    """One line per (dataset, space among `spaces`) of a folder's searches: the mean test metric of the AE and
     AR cells `modsar report` prints (seed re-runs where present) and AR over AE, beside the paper's. Refuses
     what would make a line silently partial: a search not recorded complete, rows ranked or split differently,
     a space with one side only."""
@@ -386,7 +389,7 @@ def design_cells(folder: str, metric: str = "recall@10") -> pd.DataFrame:
         raise ValueError(f"{folder}: not recorded complete: {', '.join(unfinished)}; finish them (--resume)")
     cells = collect(rows, metric)
     lines = []
-    for dataset, space in sorted({(d, s) for d, s, _ in cells if s in TABLE5_SPACES}):
+    for dataset, space in sorted({(d, s) for d, s, _ in cells if s in spaces}):
         ae, ar = (cells.get((dataset, space, task)) for task in ("ae", "ar"))
         if ae is None or ar is None or not ae.values or not ar.values or ae.mean == 0:
             raise ValueError(f"{folder}: {space} on {dataset} lacks an AE or an AR value; publish both sides")
@@ -456,28 +459,53 @@ def table5_beauty() -> str:
 def table5_beauty_paper() -> str:
     """AR over AE on test R@10 per design choice, then Table 5's Best Improv. of the row as the paper computes
     it (best AR cell over best AE cell across the choices run) beside the paper's, with the page's status."""
-    body = []
-    lines = [*design_cells("table5-beauty").itertuples(), *table5_rows("table5-beauty").itertuples()]
-    for r in lines:
-        same = not math.isnan(r.paper) and r.improv * r.paper > 0
-        choice = getattr(r, "space", None) or f"the row: best of {', '.join(r.spaces)}"
-        size = "–" if math.isnan(r.paper) else f"{status(r.improv, r.paper)} ({percent(r.improv, r.paper)})"
-        body.append(
-            [
-                r.dataset,
-                choice,
-                r.seeds,
-                num(r.ae),
-                num(r.ar),
-                f"{r.improv:+.2f}%",
-                ", ".join(f"{v:+.1f}%" for v in r.by_seed),
-                "–" if math.isnan(r.paper) else f"{r.paper:+.2f}%",
-                "–" if math.isnan(r.paper) else ("AR ahead, as the paper" if same else "other direction"),
-                size if math.isnan(r.paper) else row_status(r, size),
-            ]
-        )
-    header = ["dataset", "design choice", "seeds", "AE R@10", "AR R@10", "AR over AE (ours)", "by seed"]
+    choices, row = design_cells("table5-beauty"), table5_rows("table5-beauty")
+    missing = not_run("table5-beauty", "beauty", TABLE5_SPACES)
+    return design_markdown([*choices.itertuples()], missing, [*row.itertuples()], "design choice")
+
+
+@table("table6-beauty-paper", "table5-beauty")
+def table6_beauty_paper() -> str:
+    """Table 6 (the HuggingFace backbones): AR over AE on test R@10 per backbone run, each one not run yet
+    named as open. The paper's Table 6 figures per backbone are not on this page, so there is none beside."""
+    backbones = design_cells("table5-beauty", spaces=TABLE6_SPACES)
+    missing = not_run("table5-beauty", "beauty", TABLE6_SPACES)
+    return design_markdown([*backbones.itertuples()], missing, [], "backbone")
+
+
+def not_run(folder: str, dataset: str, spaces: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The (dataset, space) of a table's spaces with no search in the folder yet: each gets a line saying
+    so, not a silent gap."""
+    run = set(read_rows(str(PUBLISHED / folder))["space"])
+    return [(dataset, space) for space in spaces if space not in run]
+
+
+def design_markdown(choices: list, missing: list[tuple[str, str]], rows: list, what: str) -> str:
+    """The AR-over-AE lines of a Table 5 or 6: one per design choice run, an open one per (dataset, space)
+    in `missing`, then the row's Best Improv. over the choices run (`rows`: table5_rows's lines)."""
+    open_lines = [[dataset, space, *["–"] * 7, "open: not run yet"] for dataset, space in missing]
+    body = [*map(_design_line, choices), *open_lines, *map(_design_line, rows)]
+    header = ["dataset", what, "seeds", "AE R@10", "AR R@10", "AR over AE (ours)", "by seed"]
     return markdown([*header, "paper", "direction", "size (ours over paper's, relative)"], body)
+
+
+def _design_line(r) -> list[str]:
+    """One line of design_markdown: a design choice's cells, or a row's best cells, beside the paper's."""
+    same = not math.isnan(r.paper) and r.improv * r.paper > 0
+    choice = getattr(r, "space", None) or f"the row: best of {', '.join(r.spaces)}"
+    size = "–" if math.isnan(r.paper) else f"{status(r.improv, r.paper)} ({percent(r.improv, r.paper)})"
+    return [
+        r.dataset,
+        choice,
+        r.seeds,
+        num(r.ae),
+        num(r.ar),
+        f"{r.improv:+.2f}%",
+        ", ".join(f"{v:+.1f}%" for v in r.by_seed),
+        "–" if math.isnan(r.paper) else f"{r.paper:+.2f}%",
+        "–" if math.isnan(r.paper) else ("AR ahead, as the paper" if same else "other direction"),
+        size if math.isnan(r.paper) else row_status(r, size),
+    ]
 
 
 PROOF_DATASETS = ("synthetic", "ml-100k", "lastfm")  # benchmarks/search_proof.sh's, in its order

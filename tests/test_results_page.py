@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from modsar.cli import main
@@ -160,6 +161,32 @@ def test_the_table5_lines_refuse_what_would_make_them_silently_partial(tmp_path,
             path.unlink()
     with pytest.raises(ValueError, match="loss_bpr on beauty lacks an AE or an AR value"):
         published.design_cells("table5-beauty")
+
+
+def test_table6_lines_hold_only_its_backbones_and_name_those_not_run(tmp_path, monkeypatch):
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "table5-beauty"
+    shutil.copytree(PUBLISHED / "table5-beauty", folder)
+    monkeypatch.setattr(published, "PUBLISHED", tmp_path)
+    assert published.not_run("table5-beauty", "beauty", published.TABLE5_SPACES) == [("beauty", "loss_ce")]
+    assert len(published.design_cells("table5-beauty", spaces=published.TABLE6_SPACES)) == 0
+    # loss_bpr's rows relabelled as an ALBERT search: they leave Table 5's row and make Table 6's line
+    for path in (folder / "loss_bpr-beauty" / "trials").glob("*.parquet"):
+        table = pq.read_table(path)
+        index = table.schema.get_field_index("space")
+        pq.write_table(table.set_column(index, "space", pa.array(["hf_albert"] * len(table))), path)
+    six = published.design_cells("table5-beauty", spaces=published.TABLE6_SPACES)
+    assert list(six["space"]) == ["hf_albert"]
+    assert round(six["improv"].iloc[0], 2) == 75.65  # the page's loss_bpr line: AR .0482 over AE .0274
+    assert list(published.table5_rows("table5-beauty")["spaces"]) == [["local_attn", "ssept"]]
+    missing = published.not_run("table5-beauty", "beauty", published.TABLE6_SPACES)
+    assert missing == [("beauty", "hf_llama"), ("beauty", "hf_transfo_xl")]
+    page = published.design_markdown([*six.itertuples()], missing, [], "backbone").splitlines()
+    assert page[2].startswith("| beauty | hf_albert | 3 | .0274 | .0482 | +75.65% |")
+    assert page[3] == "| beauty | hf_llama | – | – | – | – | – | – | – | open: not run yet |"
 
 
 def test_the_search_proof_stays_open_until_its_default_searches_are_complete(tmp_path, monkeypatch):
