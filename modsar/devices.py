@@ -4,6 +4,8 @@ starts, so a wrong name or a missing GPU is one line before any work rather than
 
 from __future__ import annotations
 
+import functools
+import platform
 import re
 from typing import TYPE_CHECKING
 
@@ -56,3 +58,25 @@ def resolve(name: str, option: str = "train.device") -> torch.device:
             f"{_spelled(option, 'auto')}"
         )
     return torch.device(name)
+
+
+def cpu_identity() -> str:
+    """This machine's CPU as a row records it: its model and the vector instruction set torch's kernels run
+    (e.g. "AMD EPYC (AVX512)"). Training is bit-identical only on one instruction set and thread count: two
+    rows of one config and seed whose curves differ name their machines here."""
+    import torch
+
+    return f"{_cpu_model()} ({torch.backends.cpu.get_cpu_capability()})"
+
+
+@functools.cache
+def _cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what the platform says, else its architecture."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            for line in info:
+                if line.startswith("model name") and ":" in line:
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"

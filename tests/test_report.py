@@ -613,3 +613,33 @@ def test_the_verdict_names_models_that_never_left_the_popularity_level(tmp_path,
         ),
     )  # not behind a cell: not named
     assert main(["report", "--results", root]) == 0 and "(1 of 1 runs" in capsys.readouterr().out
+
+
+def test_a_cell_tested_after_training_again_says_so_when_its_validation_moved():
+    import pandas as pd
+
+    from modsar.report.cells import Cell
+    from modsar.report.verdicts import retrained_line
+
+    rows = pd.DataFrame(
+        {
+            "trial_id": ["a", "b", "c"],
+            "train.monitor": ["ndcg@10"] * 3,
+            "valid.ndcg@10": [0.067453, 0.069332, 0.05],
+            "test_from": ["retrained", "retrained", "checkpoint"],
+            "test_from_valid": [0.065801, 0.069332, None],
+        }
+    )
+    cells = {
+        ("ml-100k", "local_attn", "ae"): Cell(values={1: 0.056}, trials=["a"]),
+        ("ml-100k", "local_attn", "ar"): Cell(values={1: 0.063}, trials=["b"]),  # the same value: the trial's
+        ("beauty", "local_attn", "ae"): Cell(values={0: 0.04}, trials=["c"]),  # tested from its checkpoint
+    }
+    line = retrained_line(rows, cells)
+    assert line is not None and line.startswith(
+        "tested after training again: ml-100k / local_attn / AE (trial a: valid N@10 0.0658 retrained, "
+        "0.0675 when selected): "
+    )
+    assert "/ AR" not in line and "beauty" not in line
+    assert retrained_line(rows.assign(test_from_valid=rows["valid.ndcg@10"]), cells) is None
+    assert retrained_line(rows.drop(columns=["test_from", "test_from_valid"]), cells) is None  # older rows

@@ -5,6 +5,7 @@ every --json command and every JSON file."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -207,6 +208,20 @@ def test_a_file_whose_column_types_conflict_is_skipped_and_the_good_rows_are_sho
         f"modsar: warning: skipped {folder / '0-int.parquet'}: its column 'status' holds int64 where the "
         "other rows hold string; move it out of the trials folder",
     ]
+
+
+def test_a_row_read_with_pandas_and_written_back_keeps_its_place(tmp_path, capsys):
+    """pandas reads a text column that only some rows fill as NaN in the others; such a row written back
+    holds a missing value there, not a number that would clash with the column's text in every other row."""
+    root = str(tmp_path / "results")
+    write_row(root, older_row("tested", experiment="e", test_from="checkpoint"))
+    write_row(root, older_row("plain", experiment="e"))
+    plain = read_rows(root, "e").set_index("trial_id").loc["plain"]
+    assert isinstance(plain["test_from"], float) and math.isnan(plain["test_from"])  # pandas' missing text
+    write_row(root, {**plain.to_dict(), "trial_id": "plain", "selected": True})
+    again = read_rows(root, "e").set_index("trial_id")
+    assert sorted(again.index) == ["plain", "tested"] and capsys.readouterr().err == ""
+    assert again.loc["plain", "selected"] and again.loc["tested", "test_from"] == "checkpoint"
 
 
 def test_an_unmarked_file_without_every_row_column_is_no_row(tmp_path, capsys):

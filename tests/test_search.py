@@ -14,13 +14,17 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import ray
+import torch
 from test_pickle_contract import modsar_globals  # tests/ is on sys.path (no package)
 
 from modsar.cli import main
+from modsar.devices import cpu_identity
 from modsar.records.rows import read_rows
+from modsar.sweep.selection import trial_threads
 from modsar.sweep.spaces import load_space
 from modsar.sweep.storage import SNAPSHOT
 
@@ -1532,6 +1536,45 @@ def test_seeds_added_from_committed_rows_and_a_direction_whose_tune_state_is_gon
     for column in ("train.lr", "curve", "valid.ndcg@10", "epochs_run", "status"):
         assert retrained[column] == ar_rows.loc[lost, column], column
     assert set(seeds.index) == set(again[again["role"] == "seed"].index)
+
+    # AE's winner selected nowhere yet (its direction ended on a machine now gone, before selection): its
+    # checkpoint is not here, so it trains again on its seed, on its trial's one thread, and its test figures
+    # are the trial's own (one config and seed, one curve); the row says they come from that retraining, and
+    # the driver's thread count is its own again afterwards
+    winner = again[(again["role"] == "search") & (again["task"] == "ae") & again["selected"].astype(bool)]
+    path = folder / "trials" / f"{winner.index[0]}.parquet"
+    table = pq.read_table(path)
+    for name in [n for n in table.column_names if n.startswith("test.") or n == "selected"]:
+        column = table.schema.field(name)
+        table = table.set_column(table.column_names.index(name), column, pa.nulls(1, column.type))
+    pq.write_table(table, path)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        capsys.readouterr()
+        assert main(["search", "--no-estimate", *common, "--seeds", "2", "--resume"]) == 0
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    err = capsys.readouterr().err
+    assert f"AE: the selected trial {winner.index[0]}'s checkpoint is not here" in err
+    assert "warning" not in err
+    tested = read_rows(str(out), "c").set_index("trial_id").loc[winner.index[0]]
+    assert tested["selected"] and tested["test_from"] == "retrained"
+    assert tested["test_from_valid"] == tested["valid.ndcg@10"] == winner.iloc[0]["valid.ndcg@10"]
+    for column in ("test.ndcg@10", "test.recall@10"):
+        assert tested[column] == winner.iloc[0][column], column
+    assert tested["cpu"] == cpu_identity() and tested["torch_threads"] == 1
+
+
+def test_a_retrained_winner_trains_on_its_trials_threads():
+    """More threads sum in another order, so a winner trained again takes the threads its row records, else
+    the CPUs each trial was given."""
+    plan = SimpleNamespace(request=SimpleNamespace(cpus_per_trial=3.0))
+    assert trial_threads(plan, pd.Series({"torch_threads": 1})) == 1
+    assert trial_threads(plan, pd.Series({"torch_threads": float("nan")})) == 3
+    assert trial_threads(plan, pd.Series({})) == 3
+    assert trial_threads(SimpleNamespace(request=SimpleNamespace(cpus_per_trial=0.5)), pd.Series({})) == 1
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import platform
 import reprlib
@@ -27,6 +28,7 @@ import pyarrow.parquet as pq
 
 from modsar.config import Config
 from modsar.data.store import dataset_identity
+from modsar.devices import cpu_identity
 from modsar.errors import ModsarError
 from modsar.outputs import PARTIAL_PREFIX, atomic_write, check_name, is_uri, name_problem, redact
 
@@ -93,6 +95,7 @@ def result_row(
         "backbone": cfg.model.backbone,
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "host": socket.gethostname(),
+        "cpu": cpu_identity(),
         "versions": json.dumps(package_versions()),
     }
     for key, value in cfg.flat().items():
@@ -224,11 +227,14 @@ def _from_uri(root: str) -> tuple[pafs.FileSystem, str]:
 
 
 def write_row(root: str, row: dict[str, Any]) -> str:
-    """Write one trial row atomically; returns the final path."""
+    """Write one trial row atomically; returns the final path. A float NaN is written as missing: a row read
+    with pandas holds NaN for a text column another row fills, and written back as a number it would clash
+    with that column's text in every other row (read_rows would skip it); missing joins any type."""
     fs, base = filesystem(root)
     folder = f"{base}/{row['experiment']}/trials"
     final = f"{folder}/{row['trial_id']}.parquet"
-    table = pa.Table.from_pylist([row]).replace_schema_metadata(dict([ROW_KIND]))
+    plain = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+    table = pa.Table.from_pylist([plain]).replace_schema_metadata(dict([ROW_KIND]))
     with atomic_write(final, fs) as tmp, fs.open_output_stream(tmp) as out:
         pq.write_table(table, out)
     return final

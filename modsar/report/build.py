@@ -13,7 +13,13 @@ from modsar.report.arms import TASKS, with_arms
 from modsar.report.cells import METRICS, Cells, collect
 from modsar.report.protocol import protocol_line, why_separate
 from modsar.report.tables import Table, design_table, generation_table, models_table, significance_table
-from modsar.report.verdicts import incomplete_notes, model_verdicts, plateau_line, verdicts
+from modsar.report.verdicts import (
+    incomplete_notes,
+    model_verdicts,
+    plateau_line,
+    retrained_line,
+    verdicts,
+)
 
 TABLE5 = ["local_attn", "ssept", "loss_ce", "loss_bce", "loss_bpr"]  # the paper's design choices, in order
 
@@ -170,4 +176,6 @@ def _verdict_lines(
         lines.insert(0, prefix + protocol)
     if (plateau := plateau_line(rows, cells.get(headline, {}))) is not None:
         lines.append(prefix + plateau)
+    if (retrained := retrained_line(rows, cells.get(headline, {}))) is not None:
+        lines.append(prefix + retrained)
     return lines

@@ -142,6 +142,7 @@ _REPLAYED_FACTS = (
     "num_parameters",
     "torch_threads",
     "host",
+    "cpu",
     "node_id",
     "report_s",
     *SPEED_FACTS,

@@ -91,6 +91,9 @@ def row_from_results(
     row.update({k: v for k, v in sampled.items() if row.get(k) != v})
     if last.get("host"):
         row["host"] = last["host"]
+    # the CPU that trained the trial, as its reports say (a replayed row's: the machine it trained on), never
+    # the driver's: unknown (None) for a trial that never reported, or replayed from a row that did not say
+    row["cpu"] = last["cpu"] if isinstance(last.get("cpu"), str) else None
     return row
 
 

@@ -89,7 +89,8 @@ def _unmark_earlier(
     winner that is no longer one, or whose config now differs, are kept as superseded: no report cell uses
     them."""
     for earlier in rows[rows["selected"].astype(bool) & ~rows["trial_id"].isin(tested)].to_dict("records"):
-        earlier.update({k: None for k in earlier if k.startswith(("test.", "generate."))}, selected=False)
+        cleared = {k: None for k in earlier if k.startswith(("test.", "generate.", "test_from"))}
+        earlier.update(cleared, selected=False)
         rewrite_row(plan, earlier)
     for key, seeds in every[every["role"] == "seed"].groupby(by):  # re-runs of an earlier winner
         winner = rows[rows["trial_id"] == winners[key]["trial_id"]] if key in winners else rows.iloc[:0]
@@ -149,7 +150,7 @@ def _test_winners(
         split = splits[protocol]
         test = Evaluator.of(split, cfg, payload["max_len"], torch.device("cpu"))(model_scorer(model), "test")
         generation = trial_rollouts(model, split, cfg, payload["max_len"], torch.device("cpu"))
-        best.update({f"test.{k}": v for k, v in test.items()}, selected=True)
+        best.update({f"test.{k}": v for k, v in test.items()}, selected=True, test_from="checkpoint")
         best.update({f"generate.{k}": v for k, v in generation.items()})
         rewrite_row(plan, best)
         selected[key] = _selected_entry(plan, best, column, {f"test.{k}": v for k, v in test.items()})
@@ -300,31 +301,54 @@ def _replicates_of(plan: Plan, rows: pd.DataFrame, trial_id: str) -> tuple[list[
 def _tested_by_training(plan: Plan, best: dict) -> dict[str, Any]:
     """The test (and rollout) figures of a winner whose checkpoint is not here (its direction went on from
     its rows on another machine: carry_on): its configuration trained again on its seed, to the budget its
-    trial had, and its best epoch tested. One config and seed give one curve, so that epoch's model is the
-    trial's; a validation figure that differs (another machine's arithmetic) is said in one line."""
+    trial had and on as many threads as its trial had (more threads sum in another order), and its best
+    epoch tested. One config and seed give one curve on one instruction set, so on the trial's kind of CPU
+    that epoch's model is the trial's; a validation figure that differs (another CPU's arithmetic) is said
+    in one line, and the row records that its test figures are the retrained model's (`test_from`)."""
+    from modsar.devices import cpu_identity
+    from modsar.randomness import caller_state_kept
     from modsar.training.trainer import run_trial
 
     row = pd.Series(best)
     point = {**row_point(plan.space, row), **asha_budget(plan, row), "seed": int(row["seed"])}
+    cfg = trial_config(plan.base, plan.space, point)
+    cfg.train.threads = trial_threads(plan, row)
     print(
         f"modsar: {row['task'].upper()}: the selected trial {row['trial_id']}'s checkpoint is not here; "
         "training it again on its seed to test it",
         file=sys.stderr,
         flush=True,
     )
-    result = run_trial(trial_config(plan.base, plan.space, point), progress=False, data_root=plan.data_root)
+    with caller_state_kept():  # the driver's generators and threads, as they were
+        result = run_trial(cfg, progress=False, data_root=plan.data_root)
     was, now = row[f"valid.{plan.monitor}"], result.valid.get(plan.monitor)
     if now != was:
+        ran, here = row.get("cpu"), cpu_identity()
+        where = (
+            f"it trained on {ran}, this on {here}"
+            if isinstance(ran, str) and ran != here
+            else f"both on {here}"
+            if ran == here
+            else f"its row does not say which CPU trained it; this one is {here}"
+        )
         print(
             f"modsar: warning: trial {row['trial_id']} trained again gives validation {plan.monitor} {now} "
-            f"where its row has {was}; its test figures are of the model trained here",
+            f"where its row has {was} ({where}); its test figures are of the model trained here",
             file=sys.stderr,
             flush=True,
         )
     return {
         **{f"test.{k}": v for k, v in result.test.items()},
         **{f"generate.{k}": v for k, v in result.generation.items()},
+        "test_from": "retrained",
+        "test_from_valid": now,  # the retrained model's validation value of the monitored metric
     }
+
+
+def trial_threads(plan: Plan, row: pd.Series) -> int:
+    """The torch threads a search trial trained on: its row's record, else the CPUs each trial is given."""
+    recorded = pd.to_numeric(pd.Series([row.get("torch_threads")]), errors="coerce").iloc[0]
+    return int(recorded) if pd.notna(recorded) and recorded >= 1 else max(1, int(plan.request.cpus_per_trial))
 
 
 def _ran_its_replicate(plan: Plan, row: pd.Series, budget: dict[str, int]) -> bool:

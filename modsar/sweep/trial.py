@@ -137,7 +137,10 @@ def _node_facts() -> dict[str, str]:
     """Where the trial runs, carried by every report so the row says which machine measured it."""
     import ray
 
-    return {"host": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id()}
+    from modsar.devices import cpu_identity
+
+    node = ray.get_runtime_context().get_node_id()
+    return {"host": socket.gethostname(), "cpu": cpu_identity(), "node_id": node}
 
 
 @dataclass
