@@ -61,9 +61,10 @@ def resolve(name: str, option: str = "train.device") -> torch.device:
 
 
 def cpu_identity() -> str:
-    """This machine's CPU as a row records it: its model and the vector instruction set torch's kernels run
-    (e.g. "AMD EPYC (AVX512)"). Training is bit-identical only on one instruction set and thread count: two
-    rows of one config and seed whose curves differ name their machines here."""
+    """This machine's CPU as a row records it: its model and the vector instruction set torch's own kernels
+    run (e.g. "AMD EPYC (AVX512)"; oneDNN and MKL choose theirs from the same CPU). Training is bit-identical
+    only on one kind of CPU and thread count: two rows of one config and seed whose curves differ say here
+    where each ran."""
     import torch
 
     return f"{_cpu_model()} ({torch.backends.cpu.get_cpu_capability()})"

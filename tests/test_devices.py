@@ -89,3 +89,21 @@ def test_a_gpu_index_past_the_machine_gpus(monkeypatch):
         r"cuda:1; use one of those, or train.device=auto$",
     ):
         devices.resolve("cuda:2")
+
+
+def test_a_row_names_its_cpu_model_and_instruction_set(monkeypatch):
+    import io
+    import platform
+
+    info = "processor\t: 0\nmodel name\t: Test CPU 9000\nflags\t: avx2\n"
+    monkeypatch.setattr(devices, "open", lambda *a, **k: io.StringIO(info), raising=False)
+    assert devices._cpu_model.__wrapped__() == "Test CPU 9000"
+    monkeypatch.setattr(devices, "open", lambda *a, **k: io.StringIO("processor\t: 0\n"), raising=False)
+    assert devices._cpu_model.__wrapped__() == (platform.processor() or platform.machine() or "unknown CPU")
+
+    def gone(*args, **kwargs):
+        raise OSError("no /proc here")
+
+    monkeypatch.setattr(devices, "open", gone, raising=False)
+    assert devices._cpu_model.__wrapped__() == (platform.processor() or platform.machine() or "unknown CPU")
+    assert devices.cpu_identity().endswith(f" ({torch.backends.cpu.get_cpu_capability()})")

@@ -16,12 +16,14 @@ from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 
 from modsar.cli import main
+from modsar.devices import cpu_identity
 from modsar.records.rows import read_rows
 from modsar.sweep.halving import SuccessiveHalving, best_of, promoted_count, rung_times
 from modsar.sweep.scheduler_replay import Schedule, TrialShape, replay
@@ -318,12 +320,20 @@ def test_a_halving_search_killed_while_trials_wait_resumes_to_the_same_rows(data
     assert set(waited["status"]) == {"paused"} and sorted(waited["epochs_run"]) == [1] * len(waited)
     for ray_dir in (out / "c").glob("ray-*"):
         shutil.rmtree(ray_dir)
+    for path in (out / "c" / "trials").glob("[!.]*.parquet"):  # rows from before they recorded their CPU
+        pq.write_table(pq.read_table(path).drop_columns(["cpu"]), path)
     carried = subprocess.run(
         [*command("c"), "--resume"], env=env, capture_output=True, text=True, timeout=600
     )
     assert carried.returncode == 0, carried.stderr[-2000:]
     replaced = read_rows(str(out), "c").set_index("trial_id")
     assert set(replaced.index[replaced["role"] == "superseded"]) == set(waited["trial_id"])
+    # a replayed trial the rung then stopped trained nothing here: its CPU is its row's, unknown; one that
+    # went on trained again here, on this CPU
+    search = replaced[replaced["role"] == "search"]
+    idle = search["train.lr"].isin(waited["train.lr"]) & (search["epochs_run"] == 1)
+    assert idle.any() and search.loc[idle, "cpu"].isna().all()
+    assert (search.loc[~idle, "cpu"] == cpu_identity()).all()
 
     whole = subprocess.run(command("whole"), env=env, capture_output=True, text=True, timeout=600)
     assert whole.returncode == 0, whole.stderr[-2000:]

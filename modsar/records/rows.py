@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -233,7 +234,9 @@ def write_row(root: str, row: dict[str, Any]) -> str:
     fs, base = filesystem(root)
     folder = f"{base}/{row['experiment']}/trials"
     final = f"{folder}/{row['trial_id']}.parquet"
-    plain = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+    plain = {
+        k: (None if isinstance(v, (float, np.floating)) and math.isnan(v) else v) for k, v in row.items()
+    }
     table = pa.Table.from_pylist([plain]).replace_schema_metadata(dict([ROW_KIND]))
     with atomic_write(final, fs) as tmp, fs.open_output_stream(tmp) as out:
         pq.write_table(table, out)

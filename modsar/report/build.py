@@ -156,7 +156,8 @@ def _verdict_lines(
     unfinished: Mapping[str, int],
 ) -> list[str]:
     """The protocol (when not the default), the verdicts on `headline`, one per table and dataset (first a
-    note naming the table's searches that did not finish), and the cells stuck on a plateau."""
+    note naming the table's searches that did not finish), the cells stuck on a plateau, and those whose
+    test figures come from a winner trained again whose validation moved."""
 
     def notes(spaces: list[str]) -> dict[str, str]:
         return incomplete_notes(rows[rows["space"].isin(spaces)], datasets, unfinished)

@@ -234,8 +234,8 @@ def plateau_line(rows: pd.DataFrame, cells: dict[CellKey, Cell]) -> str | None:
 def retrained_line(rows: pd.DataFrame, cells: dict[CellKey, Cell]) -> str | None:
     """Names the cells resting on a selected trial whose checkpoint was gone when it was tested (its search
     went on from its rows on another machine), so its configuration was trained again on its seed, and
-    that retraining's validation value differs from the one it was selected on (another CPU's arithmetic):
-    its test figures are the retrained model's."""
+    that retraining's validation value differs from the one it was selected on: its test figures are of
+    another model than the one selected, a reader must know."""
     if not {"test_from", "test_from_valid"} <= set(rows):
         return None
     differing = []
@@ -243,16 +243,18 @@ def retrained_line(rows: pd.DataFrame, cells: dict[CellKey, Cell]) -> str | None
         behind = rows[rows["trial_id"].isin(cell.trials) & (rows["test_from"] == "retrained")]
         for row in behind.to_dict("records"):
             monitor = f"valid.{TrainConfig(monitor=row['train.monitor']).monitor_key}"
-            if monitor in row and pd.notna(row["test_from_valid"]) and row["test_from_valid"] != row[monitor]:
-                differing.append(
-                    f"{where(key)} (trial {row['trial_id']}: valid {short(row['train.monitor'])} "
-                    f"{row['test_from_valid']:.4f} retrained, {row[monitor]:.4f} when selected)"
-                )
+            if monitor not in row or row["test_from_valid"] == row[monitor]:
+                continue
+            again = "none" if pd.isna(row["test_from_valid"]) else f"{row['test_from_valid']:.4f}"
+            differing.append(
+                f"{where(key)} (trial {row['trial_id']}: valid {short(row['train.monitor'])} {again} "
+                f"retrained, {row[monitor]:.4f} when selected)"
+            )
     if not differing:
         return None
     return (
         "tested after training again: " + ", ".join(differing) + ": the selected trial's checkpoint was not "
         "where the search was tested (it went on from its rows on another machine), so its configuration was "
-        "trained again on its seed; another CPU sums in another order, so its test figures are of a model a "
-        "little different from the one selected"
+        "trained again on its seed, and another CPU, thread count or device does its sums in another order: "
+        "the test figures are of the model trained again (the rows' cpu column names each machine)"
     )

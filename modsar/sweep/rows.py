@@ -406,7 +406,6 @@ def reconcile_rows(plan: Plan, grid, role: str = "search") -> None:
 
 
 def rewrite_row(plan: Plan, row: dict[str, Any]) -> None:
-    """Write back a row read from Parquet (NaN where the row had no value becomes missing again)."""
-    write_search_row(
-        plan, {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-    )
+    """Write back a row read from Parquet (write_row writes the NaN pandas reads where it had no value as
+    missing again)."""
+    write_search_row(plan, row)

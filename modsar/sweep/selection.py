@@ -300,19 +300,19 @@ def _replicates_of(plan: Plan, rows: pd.DataFrame, trial_id: str) -> tuple[list[
 
 def _tested_by_training(plan: Plan, best: dict) -> dict[str, Any]:
     """The test (and rollout) figures of a winner whose checkpoint is not here (its direction went on from
-    its rows on another machine: carry_on): its configuration trained again on its seed, to the budget its
-    trial had and on as many threads as its trial had (more threads sum in another order), and its best
-    epoch tested. One config and seed give one curve on one instruction set, so on the trial's kind of CPU
-    that epoch's model is the trial's; a validation figure that differs (another CPU's arithmetic) is said
-    in one line, and the row records that its test figures are the retrained model's (`test_from`)."""
-    from modsar.devices import cpu_identity
+    its rows on another machine: carry_on): its configuration trained again on its seed, to its trial's
+    budget, on its trial's device and threads (more threads sum in another order), then tested. Bit for bit
+    the trial's model only on its kind of CPU: the row says its figures are the retrained model's."""
+    from modsar.config import set_value
     from modsar.randomness import caller_state_kept
     from modsar.training.trainer import run_trial
 
     row = pd.Series(best)
     point = {**row_point(plan.space, row), **asha_budget(plan, row), "seed": int(row["seed"])}
     cfg = trial_config(plan.base, plan.space, point)
-    cfg.train.threads = trial_threads(plan, row)
+    set_value(cfg, "train.threads", trial_threads(plan, row), "the selected trial's retraining")
+    if str(row.get("device") or "cpu").startswith("cpu"):  # a driver's GPU would sum otherwise still
+        set_value(cfg, "train.device", "cpu", "the selected trial's retraining")
     print(
         f"modsar: {row['task'].upper()}: the selected trial {row['trial_id']}'s checkpoint is not here; "
         "training it again on its seed to test it",
@@ -323,17 +323,9 @@ def _tested_by_training(plan: Plan, best: dict) -> dict[str, Any]:
         result = run_trial(cfg, progress=False, data_root=plan.data_root)
     was, now = row[f"valid.{plan.monitor}"], result.valid.get(plan.monitor)
     if now != was:
-        ran, here = row.get("cpu"), cpu_identity()
-        where = (
-            f"it trained on {ran}, this on {here}"
-            if isinstance(ran, str) and ran != here
-            else f"both on {here}"
-            if ran == here
-            else f"its row does not say which CPU trained it; this one is {here}"
-        )
         print(
             f"modsar: warning: trial {row['trial_id']} trained again gives validation {plan.monitor} {now} "
-            f"where its row has {was} ({where}); its test figures are of the model trained here",
+            f"where its row has {was} ({_machines(row)}); its test figures are of the model trained here",
             file=sys.stderr,
             flush=True,
         )
@@ -343,6 +335,19 @@ def _tested_by_training(plan: Plan, best: dict) -> dict[str, Any]:
         "test_from": "retrained",
         "test_from_valid": now,  # the retrained model's validation value of the monitored metric
     }
+
+
+def _machines(row: pd.Series) -> str:
+    """Where a trial and its retraining ran, as far as its row says (arithmetic differs across instruction
+    sets, thread counts and devices)."""
+    from modsar.devices import cpu_identity
+
+    ran, here = row.get("cpu"), cpu_identity()
+    if not isinstance(ran, str):
+        return f"its row does not say which CPU trained it; this one is {here}"
+    if ran != here:
+        return f"it trained on {ran}, this on {here}"
+    return f"both on {here}"
 
 
 def trial_threads(plan: Plan, row: pd.Series) -> int:

@@ -259,7 +259,9 @@ class _TrialReports:
             self.best = {k: v for k, v in report.items() if k.startswith("best")}
             before, self.time = self.time, int(report.get(self.time_attr, 0))
             at_rung = any(before < rung <= self.time for rung in self.rungs)
-            full = {**self.node, **report, "replayed": True, **self._ran()}  # the row's host, where it ran
+            # the row's host and CPU, where it ran: never this machine's CPU (a row that did not say: unknown)
+            node = {k: v for k, v in self.node.items() if k != "cpu"}
+            full = {**node, **report, "replayed": True, **self._ran()}
             if at_rung:
                 full["at_rung"] = True
                 _write_report(folder, full, at_rung)
