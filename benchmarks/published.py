@@ -27,6 +27,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -385,7 +386,8 @@ def design_cells(
     rows = read_rows(str(PUBLISHED / folder))
     if (reason := why_separate(rows)) is not None:
         raise ValueError(f"{folder}: its searches cannot share a table ({reason})")
-    if unfinished := incomplete_searches(str(PUBLISHED / folder), sorted(set(rows["experiment"]))):
+    mine = sorted(set(rows[rows["space"].isin(spaces)]["experiment"]))  # another table's searches aside
+    if unfinished := incomplete_searches(str(PUBLISHED / folder), mine):
         raise ValueError(f"{folder}: not recorded complete: {', '.join(unfinished)}; finish them (--resume)")
     cells = collect(rows, metric)
     lines = []
@@ -461,7 +463,9 @@ def table5_beauty_paper() -> str:
     it (best AR cell over best AE cell across the choices run) beside the paper's, with the page's status."""
     choices, row = design_cells("table5-beauty"), table5_rows("table5-beauty")
     missing = not_run("table5-beauty", "beauty", TABLE5_SPACES)
-    return design_markdown([*choices.itertuples()], missing, [*row.itertuples()], "design choice")
+    return design_markdown(
+        [*choices.itertuples()], missing, [*row.itertuples()], "design choice", TABLE5_SPACES
+    )
 
 
 @table("table6-beauty-paper", "table5-beauty")
@@ -470,26 +474,32 @@ def table6_beauty_paper() -> str:
     named as open. The paper's Table 6 figures per backbone are not on this page, so there is none beside."""
     backbones = design_cells("table5-beauty", spaces=TABLE6_SPACES)
     missing = not_run("table5-beauty", "beauty", TABLE6_SPACES)
-    return design_markdown([*backbones.itertuples()], missing, [], "backbone")
+    return design_markdown([*backbones.itertuples()], missing, [], "backbone", TABLE6_SPACES)
 
 
 def not_run(folder: str, dataset: str, spaces: tuple[str, ...]) -> list[tuple[str, str]]:
-    """The (dataset, space) of a table's spaces with no search in the folder yet: each gets a line saying
-    so, not a silent gap."""
-    run = set(read_rows(str(PUBLISHED / folder))["space"])
+    """The (dataset, space) of a table's spaces with no search on `dataset` in the folder yet: each gets a
+    line saying so, not a silent gap."""
+    rows = read_rows(str(PUBLISHED / folder))
+    run = set(rows[rows["dataset"] == dataset]["space"]) if len(rows) else set()
     return [(dataset, space) for space in spaces if space not in run]
 
 
-def design_markdown(choices: list, missing: list[tuple[str, str]], rows: list, what: str) -> str:
-    """The AR-over-AE lines of a Table 5 or 6: one per design choice run, an open one per (dataset, space)
-    in `missing`, then the row's Best Improv. over the choices run (`rows`: table5_rows's lines)."""
-    open_lines = [[dataset, space, *["–"] * 7, "open: not run yet"] for dataset, space in missing]
-    body = [*map(_design_line, choices), *open_lines, *map(_design_line, rows)]
+def design_markdown(
+    choices: list[Any], missing: list[tuple[str, str]], rows: list[Any], what: str, order: tuple[str, ...]
+) -> str:
+    """The AR-over-AE lines of a Table 5 or 6: one per design choice, in the table's `order`, each either run
+    (design_cells's line) or open (in `missing`), then the row's Best Improv. over the choices run (`rows`:
+    table5_rows's lines)."""
+    lines = {(r.dataset, r.space): _design_line(r) for r in choices}
+    lines |= {(d, s): [d, s, *["–"] * 7, "open: not run yet"] for d, s in missing}
+    ordered = sorted(lines, key=lambda key: (key[0], order.index(key[1]) if key[1] in order else len(order)))
+    body = [*(lines[key] for key in ordered), *map(_design_line, rows)]
     header = ["dataset", what, "seeds", "AE R@10", "AR R@10", "AR over AE (ours)", "by seed"]
     return markdown([*header, "paper", "direction", "size (ours over paper's, relative)"], body)
 
 
-def _design_line(r) -> list[str]:
+def _design_line(r: Any) -> list[str]:
     """One line of design_markdown: a design choice's cells, or a row's best cells, beside the paper's."""
     same = not math.isnan(r.paper) and r.improv * r.paper > 0
     choice = getattr(r, "space", None) or f"the row: best of {', '.join(r.spaces)}"
@@ -497,7 +507,7 @@ def _design_line(r) -> list[str]:
     return [
         r.dataset,
         choice,
-        r.seeds,
+        str(r.seeds),
         num(r.ae),
         num(r.ar),
         f"{r.improv:+.2f}%",
@@ -544,14 +554,15 @@ def proof_searches() -> pd.DataFrame:
         for task in ("ae", "ar"):
             mine = search[search["task"] == task]
             chosen = mine[mine["selected"].astype(bool)]
-            seeds = group[(group["role"] == "seed") & (group["task"] == task)] if full else chosen
+            seeds = group[(group["role"] == "seed") & (group["task"] == task)]
             lines.append(
                 dict(
                     dataset=group["dataset"].iloc[0],
                     search="full grid" if full else f"default, seed {int(stored['request']['seed'])}",
                     full=full,
                     task=task,
-                    test=list(seeds.sort_values("seed")["test.ndcg@10"].dropna()),
+                    test=list((seeds if full else chosen).sort_values("seed")["test.ndcg@10"].dropna()),
+                    seed_test=list(seeds.sort_values("seed")["test.ndcg@10"].dropna()),
                     config=chosen[config].iloc[0].to_dict() if len(chosen) else None,
                     varied=[c for c in config if mine[c].astype(str).nunique() > 1],
                     epochs=float(search["epochs_run"].sum()),
@@ -559,6 +570,7 @@ def proof_searches() -> pd.DataFrame:
                     max_epochs=int(search["train.max_epochs"].max()),
                     trials=len(search),
                     wall_s=wall,
+                    cpus=sorted(set(search["cpu"].dropna())) if "cpu" in search else [],
                     clock_lost=lost,
                     status=stored.get("status"),
                 )
@@ -638,32 +650,44 @@ def _of_three(complete: int) -> str:
 
 
 def _proof_winners(grid: pd.DataFrame, done: pd.DataFrame) -> list[str]:
-    """The winner on test N@10: the grid's over its seeds (AR ahead on k of n), the default's per search."""
+    """The winner on test N@10: the grid's over its seeds (AR ahead on k of n), each default search's over
+    its picks' seed re-runs, as its report's verdict (its picks alone, said, where they are not in)."""
     ae, ar = (np.array(grid[grid["task"] == t]["test"].iloc[0]) for t in ("ae", "ar"))
     ahead = int((ar > ae).sum()) if len(ae) == len(ar) else "?"
     grid_winner = "AR" if ar.mean() > ae.mean() else "AE"
-    picks = [search.set_index("task")["test"] for _, search in done.groupby("search")]
-    per_search = [  # a search that selected nothing in a direction has no winner, never a default one
-        "AR" if test["ar"][0] > test["ae"][0] else "AE"
-        for test in picks
-        if len(test["ae"]) and len(test["ar"])
-    ]
-    agree = "same" if per_search and set(per_search) == {grid_winner} else "differs"
+    verdicts = [_search_winner(search.set_index("task")) for _, search in done.groupby("search")]
+    per_search = [v for v in verdicts if v is not None]  # a search that selected nothing in a direction
+    winners = {text.split()[0] for text in per_search}
+    agree = "same" if per_search and winners == {grid_winner} else "differs"
+    on_picks = any("pick" in text for text in per_search)
+    status = agree if len(per_search) == 3 and not on_picks else f"open (so far {agree})"
     return [
         f"{grid_winner} ({(ar.mean() / ae.mean() - 1) * 100:+.1f}%; AR ahead on {ahead} of {len(ar)} seeds)",
         ", ".join(per_search) + _of_three(len(per_search)),
         "",
         "",
-        agree if len(per_search) == 3 else f"open (so far {agree})",
+        status,
     ]
+
+
+def _search_winner(search: pd.DataFrame) -> str | None:
+    """A default search's winner on test N@10 and AR over AE: over its picks' seed re-runs where both sides
+    have two or more, else on its picks alone ("on its picks"); None where a direction has no pick."""
+    if not len(search["test"]["ae"]) or not len(search["test"]["ar"]):
+        return None
+    seeded = min(len(search["seed_test"]["ae"]), len(search["seed_test"]["ar"])) >= 2
+    ae, ar = (np.mean(search["seed_test" if seeded else "test"][t]) for t in ("ae", "ar"))
+    basis = f"{len(search['seed_test']['ar'])} seeds" if seeded else "on its picks"
+    return f"{'AR' if ar > ae else 'AE'} ({(ar / ae - 1) * 100:+.1f}%, {basis})"
 
 
 @table("search-proof-cost", "search-proof")
 def search_proof_cost() -> str:
-    """What each search spent: trials, epochs, wall-clock (seed re-runs aside), and the default's saving;
-    beside the epochs, the cost estimate's (which does not model patience). A wall-clock marked † is a lower
-    bound: a run of the search lost its clock (timing.clock_lost), so it is the larger of the clock's seconds
-    and the span its trials ran in."""
+    """What each search spent: trials, epochs, wall-clock (seed re-runs aside) and the CPU its trials ran on,
+    and the default's saving; beside the epochs, the cost estimate's (which does not model patience). A
+    wall-clock marked † is a lower bound: a run of the search lost its clock (timing.clock_lost), so it is the
+    larger of the clock's seconds and the span its trials ran in. The wall-clock saving is given only where
+    every search's rows name one and the same CPU: seconds on two machines are no saving."""
     frame = proof_searches().drop_duplicates(["dataset", "search"])
     mark = {True: "†", False: ""}
     body = []
@@ -681,6 +705,7 @@ def search_proof_cost() -> str:
                     f"{r.epochs:,.0f}",
                     estimated,
                     f"{r.wall_s:,.0f}{mark[bool(r.clock_lost)]}",
+                    ", ".join(r.cpus) or "not recorded",
                     "",
                     "",
                     "",
@@ -700,9 +725,10 @@ def search_proof_cost() -> str:
                     "",
                     "",
                     "",
+                    "",
                     f"{grid['epochs'].iloc[0] / default['epochs'].mean():.2f}x",
                     "–" if pd.isna(saved) else f"{saved:.2f}x",
-                    "–" if default["clock_lost"].any() else wall_saved_s,
+                    _wall_saving(grid, default, wall_saved_s),
                 ]
             )
     header = [
@@ -712,6 +738,7 @@ def search_proof_cost() -> str:
         "epochs",
         "estimated epochs",
         "wall s, 2 CPUs",
+        "CPU",
         "speed-up: epochs",
     ]
     out = markdown([*header, "speed-up: estimated epochs", "speed-up: wall-clock"], body)
@@ -723,6 +750,19 @@ def search_proof_cost() -> str:
             "searches whose trials never wait at a rung), and a saving over it is at least the one shown."
         )
     return out
+
+
+def _wall_saving(grid: pd.DataFrame, default: pd.DataFrame, saving: str) -> str:
+    """The wall-clock saving where it is like for like: every search's rows name one and the same CPU; else
+    why not (a default's lost clock; CPUs that differ, or that rows written before they recorded it omit)."""
+    if default["clock_lost"].any():
+        return "–"
+    cpus = {tuple(c) for c in [*grid["cpus"], *default["cpus"]]}
+    if len(cpus) == 1 and len(next(iter(cpus))) == 1:
+        return saving
+    if () in cpus:
+        return "– (CPU not recorded)" if cpus == {()} else "– (CPU not recorded for every search)"
+    return "– (CPUs differ)"
 
 
 @table("search-cost", "search-cost")

@@ -76,8 +76,9 @@ for group in "$@"; do
           --out "$root/asha-overrun"
     done
     rm -rf "$root/asha-overrun"/*/ray-* ;;
-  search-proof)  # the default search against the paper's full grid (its selected configs on 3 seeds), the
-    # default run with seeds 0, 1 and 2, on synthetic, ML-100K and LastFM (capped at 50 epochs): ~10 h, 2 cores
+  search-proof)  # the default search against the paper's full grid, the default run with search seeds 0, 1
+    # and 2, every search's picks re-run on seeds 0-2, on synthetic, ML-100K and LastFM (capped at 50
+    # epochs): a day or more on 2 cores (ML-100K's full grid alone took the slower machine 9 hours)
     fresh search-proof
     RESULTS="$root/search-proof" CAP_lastfm="--max-epochs 50" bash benchmarks/search_proof.sh synthetic ml-100k lastfm
     rm -rf "$root"/search-proof/*/ray-* ;;

@@ -184,9 +184,16 @@ def test_table6_lines_hold_only_its_backbones_and_name_those_not_run(tmp_path, m
     assert list(published.table5_rows("table5-beauty")["spaces"]) == [["local_attn", "ssept"]]
     missing = published.not_run("table5-beauty", "beauty", published.TABLE6_SPACES)
     assert missing == [("beauty", "hf_llama"), ("beauty", "hf_transfo_xl")]
-    page = published.design_markdown([*six.itertuples()], missing, [], "backbone").splitlines()
+    page = published.design_markdown([*six.itertuples()], missing, [], "backbone", published.TABLE6_SPACES)
+    page = page.splitlines()
     assert page[2].startswith("| beauty | hf_albert | 3 | .0274 | .0482 | +75.65% |")
     assert page[3] == "| beauty | hf_llama | – | – | – | – | – | – | – | open: not run yet |"
+    # a Table 6 search still running leaves Table 5's lines as they are, and only its own table refuses it
+    meta = folder / "loss_bpr-beauty" / "search.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "status": "running"}))
+    assert list(published.table5_rows("table5-beauty")["spaces"]) == [["local_attn", "ssept"]]
+    with pytest.raises(ValueError, match="not recorded complete: loss_bpr-beauty"):
+        published.design_cells("table5-beauty", spaces=published.TABLE6_SPACES)
 
 
 def test_the_search_proof_stays_open_until_its_default_searches_are_complete(tmp_path, monkeypatch):
@@ -198,8 +205,20 @@ def test_the_search_proof_stays_open_until_its_default_searches_are_complete(tmp
     monkeypatch.setattr(published, "PUBLISHED", tmp_path)
     table = published.search_proof()
     assert (
-        "| synthetic | winner, test N@10 | AR (+18.4%; AR ahead on 3 of 3 seeds) | AR, AR, AR |  |  | same |"
-        in (table)
+        "| synthetic | winner, test N@10 | AR (+18.4%; AR ahead on 3 of 3 seeds) | AR (+18.0%, 3 seeds), "
+        "AR (+21.4%, 3 seeds), AR (+19.8%, 3 seeds) |  |  | same |"
+    ) in table
+    assert (
+        "| ml-100k | winner, test N@10 | AR (+15.6%; AR ahead on 3 of 3 seeds) | AR (+8.0%, 3 seeds), "
+        in table
+    )
+    # a search whose picks were not re-run on seeds is judged on its picks alone, and leaves the answer open
+    for path in (tmp_path / "search-proof" / "local_attn-synthetic-s0" / "trials").glob("*.parquet"):
+        if pq.read_table(path, columns=["role"]).column("role")[0].as_py() == "seed":
+            path.unlink()
+    winner = next(line for line in published.search_proof().splitlines() if "synthetic | winner" in line)
+    assert "| AR (+17.9%, on its picks), AR (+21.4%, 3 seeds), " in winner and winner.endswith(
+        "| open (so far same) |"
     )
     # a default search still running: its pick is not counted, and the dataset's answer is open
     meta = tmp_path / "search-proof" / "local_attn-synthetic-s2" / "search.json"
@@ -218,12 +237,15 @@ def test_the_search_proof_stays_open_until_its_default_searches_are_complete(tmp
     table = published.search_proof()
     ar = next(line for line in table.splitlines() if line.startswith("| synthetic | AR |"))
     assert ".6854 (open: 1 of 3 default searches complete, with a pick)" in ar and "1 of 1" in ar
-    winner = next(line for line in table.splitlines() if "winner" in line)
+    winner = next(line for line in table.splitlines() if "synthetic | winner" in line)
     assert winner.endswith(
-        "| AR (open: 1 of 3 default searches complete, with a pick) |  |  | open (so far same) |"
+        "| AR (+17.9%, on its picks) (open: 1 of 3 default searches complete, with a pick) |  |  | "
+        "open (so far same) |"
     )
     cost = published.search_proof_cost()
     assert "| default, seed 2 (running: not counted) |" in cost and "full grid / default (mean of 2)" in cost
+    # no wall-clock saving where the rows do not name one CPU for every search
+    assert cost.count("– (CPU not recorded)") == 2
 
 
 def test_a_full_grid_still_running_leaves_its_dataset_open(tmp_path, monkeypatch):
@@ -237,3 +259,17 @@ def test_a_full_grid_still_running_leaves_its_dataset_open(tmp_path, monkeypatch
         "| synthetic | all | open: the full grid is interrupted, its seeds not all in |  |  |  |  |"
         in published.search_proof()
     )
+
+
+def test_a_wall_clock_saving_needs_one_cpu_for_every_search():
+    frame = pd.DataFrame
+    grid = frame({"cpus": [["A (AVX2)"]], "clock_lost": [False]})
+    same = frame({"cpus": [["A (AVX2)"]] * 3, "clock_lost": [False] * 3})
+    assert published._wall_saving(grid, same, "3.00x") == "3.00x"
+    other = same.assign(cpus=[["A (AVX2)"], ["B (AVX512)"], ["A (AVX2)"]])
+    assert published._wall_saving(grid, other, "3.00x") == "– (CPUs differ)"
+    mixed = same.assign(cpus=[["A (AVX2)"], [], ["A (AVX2)"]])  # one search's rows do not say
+    assert published._wall_saving(grid, mixed, "3.00x") == "– (CPU not recorded for every search)"
+    unsaid = same.assign(cpus=[[]] * 3)
+    assert published._wall_saving(grid.assign(cpus=[[]]), unsaid, "3.00x") == "– (CPU not recorded)"
+    assert published._wall_saving(grid, same.assign(clock_lost=[False, True, False]), "3.00x") == "–"
