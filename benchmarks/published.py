@@ -462,7 +462,7 @@ def table5_beauty_paper() -> str:
     """AR over AE on test R@10 per design choice, then Table 5's Best Improv. of the row as the paper computes
     it (best AR cell over best AE cell across the choices run) beside the paper's, with the page's status."""
     choices, row = design_cells("table5-beauty"), table5_rows("table5-beauty")
-    missing = not_run("table5-beauty", "beauty", TABLE5_SPACES)
+    missing = not_run(choices, "beauty", TABLE5_SPACES)
     return design_markdown(
         [*choices.itertuples()], missing, [*row.itertuples()], "design choice", TABLE5_SPACES
     )
@@ -473,15 +473,15 @@ def table6_beauty_paper() -> str:
     """Table 6 (the HuggingFace backbones): AR over AE on test R@10 per backbone run, each one not run yet
     named as open. The paper's Table 6 figures per backbone are not on this page, so there is none beside."""
     backbones = design_cells("table5-beauty", spaces=TABLE6_SPACES)
-    missing = not_run("table5-beauty", "beauty", TABLE6_SPACES)
+    missing = not_run(backbones, "beauty", TABLE6_SPACES)
     return design_markdown([*backbones.itertuples()], missing, [], "backbone", TABLE6_SPACES)
 
 
-def not_run(folder: str, dataset: str, spaces: tuple[str, ...]) -> list[tuple[str, str]]:
-    """The (dataset, space) of a table's spaces with no search on `dataset` in the folder yet: each gets a
-    line saying so, not a silent gap."""
-    rows = read_rows(str(PUBLISHED / folder))
-    run = set(rows[rows["dataset"] == dataset]["space"]) if len(rows) else set()
+def not_run(cells: pd.DataFrame, dataset: str, spaces: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The (dataset, space) of a table's spaces without a line on `dataset` in its design_cells `cells` (which
+    refuse a space run on one side only, so no line means no search): each gets a line saying so, not a
+    silent gap."""
+    run = set(cells[cells["dataset"] == dataset]["space"]) if len(cells) else set()
     return [(dataset, space) for space in spaces if space not in run]
 
 
@@ -657,28 +657,29 @@ def _proof_winners(grid: pd.DataFrame, done: pd.DataFrame) -> list[str]:
     grid_winner = "AR" if ar.mean() > ae.mean() else "AE"
     verdicts = [_search_winner(search.set_index("task")) for _, search in done.groupby("search")]
     per_search = [v for v in verdicts if v is not None]  # a search that selected nothing in a direction
-    winners = {text.split()[0] for text in per_search}
-    agree = "same" if per_search and winners == {grid_winner} else "differs"
-    on_picks = any("pick" in text for text in per_search)
-    status = agree if len(per_search) == 3 and not on_picks else f"open (so far {agree})"
+    agree = "same" if per_search and {w for w, _, _ in per_search} == {grid_winner} else "differs"
+    seeded = all(on_seeds for _, _, on_seeds in per_search)
+    status = agree if len(per_search) == 3 and seeded else f"open (so far {agree})"
     return [
         f"{grid_winner} ({(ar.mean() / ae.mean() - 1) * 100:+.1f}%; AR ahead on {ahead} of {len(ar)} seeds)",
-        ", ".join(per_search) + _of_three(len(per_search)),
+        ", ".join(text for _, text, _ in per_search) + _of_three(len(per_search)),
         "",
         "",
         status,
     ]
 
 
-def _search_winner(search: pd.DataFrame) -> str | None:
-    """A default search's winner on test N@10 and AR over AE: over its picks' seed re-runs where both sides
-    have two or more, else on its picks alone ("on its picks"); None where a direction has no pick."""
+def _search_winner(search: pd.DataFrame) -> tuple[str, str, bool] | None:
+    """A default search's (winner, its cell's text, whether on seeds) on test N@10: over its picks' seed
+    re-runs where both sides have two or more, else on its picks alone ("on its picks"); None where a
+    direction has no pick."""
     if not len(search["test"]["ae"]) or not len(search["test"]["ar"]):
         return None
     seeded = min(len(search["seed_test"]["ae"]), len(search["seed_test"]["ar"])) >= 2
     ae, ar = (np.mean(search["seed_test" if seeded else "test"][t]) for t in ("ae", "ar"))
     basis = f"{len(search['seed_test']['ar'])} seeds" if seeded else "on its picks"
-    return f"{'AR' if ar > ae else 'AE'} ({(ar / ae - 1) * 100:+.1f}%, {basis})"
+    winner = "AR" if ar > ae else "AE"
+    return winner, f"{winner} ({(ar / ae - 1) * 100:+.1f}%, {basis})", seeded
 
 
 @table("search-proof-cost", "search-proof")

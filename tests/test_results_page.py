@@ -171,7 +171,8 @@ def test_table6_lines_hold_only_its_backbones_and_name_those_not_run(tmp_path, m
     folder = tmp_path / "table5-beauty"
     shutil.copytree(PUBLISHED / "table5-beauty", folder)
     monkeypatch.setattr(published, "PUBLISHED", tmp_path)
-    assert published.not_run("table5-beauty", "beauty", published.TABLE5_SPACES) == [("beauty", "loss_ce")]
+    five = published.design_cells("table5-beauty")
+    assert published.not_run(five, "beauty", published.TABLE5_SPACES) == [("beauty", "loss_ce")]
     assert len(published.design_cells("table5-beauty", spaces=published.TABLE6_SPACES)) == 0
     # loss_bpr's rows relabelled as an ALBERT search: they leave Table 5's row and make Table 6's line
     for path in (folder / "loss_bpr-beauty" / "trials").glob("*.parquet"):
@@ -182,7 +183,7 @@ def test_table6_lines_hold_only_its_backbones_and_name_those_not_run(tmp_path, m
     assert list(six["space"]) == ["hf_albert"]
     assert round(six["improv"].iloc[0], 2) == 75.65  # the page's loss_bpr line: AR .0482 over AE .0274
     assert list(published.table5_rows("table5-beauty")["spaces"]) == [["local_attn", "ssept"]]
-    missing = published.not_run("table5-beauty", "beauty", published.TABLE6_SPACES)
+    missing = published.not_run(six, "beauty", published.TABLE6_SPACES)
     assert missing == [("beauty", "hf_llama"), ("beauty", "hf_transfo_xl")]
     page = published.design_markdown([*six.itertuples()], missing, [], "backbone", published.TABLE6_SPACES)
     page = page.splitlines()
