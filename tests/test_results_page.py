@@ -146,12 +146,14 @@ def test_the_table5_lines_refuse_what_would_make_them_silently_partial(tmp_path,
     row = next(published.table5_rows("table5-beauty").itertuples())
     assert row.spaces == list(published.TABLE5_SPACES)
     assert published.row_status(row, "reproduced") == "reproduced"
+    assert "; all 4 design choices)" in published._table5_claims(row)[0].claim
     # three of the four: the row's figures stay open, saying what they are so far
     shutil.rmtree(folder / "loss_ce-beauty")
     lines = published.table5_rows("table5-beauty")
     assert list(lines["spaces"]) == [["local_attn", "ssept", "loss_bpr"]]
     row = next(lines.itertuples())
     assert published.row_status(row, "reproduced") == "open: 3 of 4 design choices run (so far: reproduced)"
+    assert "; choices run: local_attn, ssept, loss_bpr of 4)" in published._table5_claims(row)[0].claim
     # a search not recorded complete
     meta = folder / "ssept-beauty" / "search.json"
     stored = json.loads(meta.read_text())
@@ -189,6 +191,11 @@ def test_table6_lines_hold_only_its_backbones_and_name_those_not_run(tmp_path, m
     assert list(published.table5_rows("table5-beauty")["spaces"]) == [["local_attn", "ssept", "loss_ce"]]
     missing = published.not_run(six, "beauty", published.TABLE6_SPACES)
     assert missing == [("beauty", "hf_llama"), ("beauty", "hf_transfo_xl")]
+    # the summary's open line keeps every Table 6 backbone in view: those to run, and those run but not judged
+    assert published._open_tables_claim().claim.startswith(
+        "ModSAR Table 6 on Beauty (not run yet: hf_llama, hf_transfo_xl; run, without the paper's figures to "
+        "judge: hf_albert), and"
+    )
     page = published.design_markdown([*six.itertuples()], missing, [], "backbone", published.TABLE6_SPACES)
     page = page.splitlines()
     assert page[2].startswith("| beauty | hf_albert | 3 | .0274 | .0482 | +75.65% |")
