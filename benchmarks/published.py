@@ -1513,14 +1513,10 @@ def _open_tables_claim() -> Claim:
     backbones = design_cells("table5-beauty", spaces=TABLE6_SPACES)
     left = [space for _, space in not_run(backbones, "beauty", TABLE6_SPACES)]
     run = [s for s in TABLE6_SPACES if s not in left]
-    beauty = "; ".join(
-        part
-        for part in (
-            f"not run yet: {', '.join(left)}" if left else "",
-            f"run, without the paper's figures to judge: {', '.join(run)}" if run else "",
-        )
-        if part
-    )
+    parts = [f"not run yet: {', '.join(left)}"] if left else []
+    if run:
+        parts.append(f"run, without the paper's figures to judge: {', '.join(run)}")
+    beauty = "; ".join(parts)
     return Claim(
         f"ModSAR Table 6 on Beauty ({beauty}), and Tables 5 and 6 on Sports, Video and Yelp",
         "Tables 5, 6",
