@@ -372,8 +372,10 @@ def test_tables_5_and_6_get_a_verdict_each_never_a_best_across_them(tmp_path, ca
         "beauty, Table 5: AR wins on test N@10: best AR 0.4000 vs best AE 0.3000 (+33.3% AR over AE)" in text
     )
     assert (
-        "beauty, Table 6: AE wins on test N@10: best AR 0.4500 vs best AE 0.5000 (-10.0% AR over AE)" in text
+        "beauty, Table 6: AE wins on test N@10: best AR 0.4500 vs best AE 0.5000 (-10.0% AR over AE); "
+        "AR ahead in 0 of 1 backbones;" in text
     )
+    assert "AR ahead in 1 of 1 design choices;" in text  # Table 5's line counts design choices
     assert "best AR 0.4500 vs best AE 0.3000" not in text and "best AR 0.4000 vs best AE 0.5000" not in text
 
 

@@ -90,10 +90,16 @@ def _design_verdict(
     best_text = _optimum_text(rows[rows["dataset"] == dataset], metric, best_ae, best_ar)
     return (
         f"{head}{winner} wins on test {short(metric)}: best AR {best_ar:.4f} vs best AE "
-        f"{best_ae:.4f}{gain_text}; AR ahead in {ar_wins} of {len(pairs)} design choices; "
+        f"{best_ae:.4f}{gain_text}; AR ahead in {ar_wins} of {len(pairs)} {_what(spaces)}; "
         f"{trials} search trials, {seeds} seed(s) per cell{best_text}"
         f"{_unfinished_text(rows, {'AE': lead_ae, 'AR': lead_ar})}{after}"
     )
+
+
+def _what(spaces: list[str]) -> str:
+    """What a table's spaces vary: Table 6's (the hf_ spaces) the backbone, every other table's a design
+    choice."""
+    return "backbones" if spaces and all(s.startswith("hf_") for s in spaces) else "design choices"
 
 
 def _mean(cell: Cell) -> float:
@@ -112,7 +118,7 @@ def _one_sided_text(candidates: Mapping[str, tuple[Cell, Cell]]) -> str:
     ]
     if not one_sided:
         return ""
-    return "; one side only (not among the design choices counted): " + ", ".join(one_sided)
+    return f"; one side only (not among the {_what([*candidates])} counted): " + ", ".join(one_sided)
 
 
 def _failed_text(cells: dict[CellKey, Cell], dataset: str, spaces: list[str]) -> str:
