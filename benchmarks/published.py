@@ -470,7 +470,7 @@ def table5_beauty_paper() -> str:
 
 @table("table6-beauty-paper", "table5-beauty")
 def table6_beauty_paper() -> str:
-    """Table 6 (the HuggingFace backbones): AR over AE on test R@10 per backbone run, each one not run yet
+    """Table 6 (the HuggingFace backbones): AR over AE on test R@10 per backbone run, each one with no rows
     named as open. The paper's Table 6 figures per backbone are not on this page, so there is none beside."""
     backbones = design_cells("table5-beauty", spaces=TABLE6_SPACES)
     missing = not_run(backbones, "beauty", TABLE6_SPACES)
@@ -492,7 +492,7 @@ def design_markdown(
     (design_cells's line) or open (in `missing`), then the row's Best Improv. over the choices run (`rows`:
     table5_rows's lines)."""
     lines = {(r.dataset, r.space): _design_line(r) for r in choices}
-    lines |= {(d, s): [d, s, *["–"] * 7, "open: not run yet"] for d, s in missing}
+    lines |= {(d, s): [d, s, *["–"] * 7, "open: no rows published yet"] for d, s in missing}
     ordered = sorted(lines, key=lambda key: (key[0], order.index(key[1]) if key[1] in order else len(order)))
     body = [*(lines[key] for key in ordered), *map(_design_line, rows)]
     header = ["dataset", what, "seeds", "AE R@10", "AR R@10", "AR over AE (ours)", "by seed"]
@@ -1508,12 +1508,13 @@ def _modsar_claims() -> list[Claim]:
 
 
 def _open_tables_claim() -> Claim:
-    """What of Tables 5 and 6 stays open: Table 6 on Beauty (its backbones not run yet; the paper's figures
-    for those run are not on this page, so none is judged), and both tables on the paper's other datasets."""
+    """What of Tables 5 and 6 stays open: Table 6 on Beauty (its backbones with no rows published yet; the
+    paper's figures for those run are not on this page, so none is judged), and both tables on the paper's
+    other datasets."""
     backbones = design_cells("table5-beauty", spaces=TABLE6_SPACES)
     left = [space for _, space in not_run(backbones, "beauty", TABLE6_SPACES)]
     run = [s for s in TABLE6_SPACES if s not in left]
-    parts = [f"not run yet: {', '.join(left)}"] if left else []
+    parts = [f"no rows published yet: {', '.join(left)}"] if left else []
     if run:
         parts.append(f"run, without the paper's figures to judge: {', '.join(run)}")
     beauty = "; ".join(parts)

@@ -196,13 +196,13 @@ def test_table6_lines_hold_only_its_backbones_and_name_those_not_run(tmp_path, m
     assert missing == [("beauty", "hf_llama"), ("beauty", "hf_transfo_xl")]
     # the summary's open line keeps every Table 6 backbone in view: those to run, and those run but not judged
     assert published._open_tables_claim().claim.startswith(
-        "ModSAR Table 6 on Beauty (not run yet: hf_llama, hf_transfo_xl; run, without the paper's figures to "
-        "judge: hf_albert), and"
+        "ModSAR Table 6 on Beauty (no rows published yet: hf_llama, hf_transfo_xl; run, without the paper's "
+        "figures to judge: hf_albert), and"
     )
     page = published.design_markdown([*six.itertuples()], missing, [], "backbone", published.TABLE6_SPACES)
     page = page.splitlines()
     assert page[2].startswith("| beauty | hf_albert | 3 | .0274 | .0482 | +75.65% |")
-    assert page[3] == "| beauty | hf_llama | – | – | – | – | – | – | – | open: not run yet |"
+    assert page[3] == "| beauty | hf_llama | – | – | – | – | – | – | – | open: no rows published yet |"
     # a Table 6 search still running leaves Table 5's lines as they are, and only its own table refuses it
     meta = folder / "loss_bpr-beauty" / "search.json"
     meta.write_text(json.dumps({**json.loads(meta.read_text()), "status": "running"}))
