@@ -65,7 +65,8 @@ def _design_verdict(
     rows: pd.DataFrame, cells: Cells, dataset: str, spaces: list[str], metric: str, head: str
 ) -> str:
     """AE vs AR on one dataset: the best AR cell of the table over its best AE cell, as the table's Best
-    Improv.; "k of n" counts the design choices with both sides, and one with a side missing is named."""
+    Improv.; "k of n" counts the design choices (Table 6's backbones) with both sides, and one with a side
+    missing is named."""
     candidates = {
         s: (cell_at(cells, metric, (dataset, s, "ae")), cell_at(cells, metric, (dataset, s, "ar")))
         for s in spaces
