@@ -52,10 +52,15 @@ class _Layout:
         return (["vanilla"] if self.vanilla else []) + self.modular + self.hf
 
     @property
-    def tables(self) -> list[tuple[str, list[str]]]:
-        """(table, its AE-vs-AR spaces) for each table with rows: a verdict compares within one table."""
-        named = [("Table 4", ["vanilla"] if self.vanilla else []), ("Table 5", self.modular)]
-        return [(name, spaces) for name, spaces in [*named, ("Table 6", self.hf)] if spaces]
+    def tables(self) -> list[tuple[str, list[str], str]]:
+        """(table, its AE-vs-AR spaces, what they vary) for each table with rows: a verdict compares within
+        one table, and counts design choices, or in Table 6 backbones."""
+        named = [
+            ("Table 4", ["vanilla"] if self.vanilla else [], "design choices"),
+            ("Table 5", self.modular, "design choices"),
+            ("Table 6", self.hf, "backbones"),
+        ]
+        return [(name, spaces, counted) for name, spaces, counted in named if spaces]
 
 
 def build_reports(
@@ -165,8 +170,10 @@ def _verdict_lines(
     several = len(layout.tables) > 1  # then each line names its table
     lines = [
         prefix + v
-        for table, spaces in layout.tables
-        for v in verdicts(rows, cells, datasets, spaces, headline, notes(spaces), table if several else None)
+        for table, spaces, counted in layout.tables
+        for v in verdicts(
+            rows, cells, datasets, spaces, headline, notes(spaces), table if several else None, counted
+        )
     ]
     lines += [
         prefix + v

@@ -21,11 +21,12 @@ def verdicts(
     metric: str,
     notes: Mapping[str, str] | None = None,
     table: str | None = None,
+    counted: str = "design choices",
 ) -> list[str]:
     """One line per dataset: AE or AR, on the best cells of the design choices `spaces` (one table's: the
     paper compares the best AR and AE within a table, never across tables); a dataset's note
     (`incomplete_notes`) comes first. `table` names the table in each line when a report has several, and
-    leaves out the datasets with no cell in it."""
+    leaves out the datasets with no cell in it; `counted` says what its spaces vary (Table 6's: backbones)."""
     lines = []
     held = {(d, s) for d, s, _ in cells.get(metric, {})}
     for dataset in datasets:
@@ -33,7 +34,7 @@ def verdicts(
             continue  # this dataset has no row in this table: no line
         head = f"{dataset}, {table}: " if table else f"{dataset}: "
         lines.append(
-            _noted(_design_verdict(rows, cells, dataset, spaces, metric, head), head, notes, dataset)
+            _noted(_design_verdict(rows, cells, dataset, spaces, metric, head, counted), head, notes, dataset)
         )
     return lines
 
@@ -62,17 +63,23 @@ def _noted(line: str, head: str, notes: Mapping[str, str] | None, dataset: str) 
 
 
 def _design_verdict(
-    rows: pd.DataFrame, cells: Cells, dataset: str, spaces: list[str], metric: str, head: str
+    rows: pd.DataFrame,
+    cells: Cells,
+    dataset: str,
+    spaces: list[str],
+    metric: str,
+    head: str,
+    counted: str,
 ) -> str:
     """AE vs AR on one dataset: the best AR cell of the table over its best AE cell, as the table's Best
-    Improv.; "k of n" counts the design choices (Table 6's backbones) with both sides, and one with a side
-    missing is named."""
+    Improv.; "k of n" counts the design choices (`counted`: Table 6's are backbones) with both sides, and one
+    with a side missing is named."""
     candidates = {
         s: (cell_at(cells, metric, (dataset, s, "ae")), cell_at(cells, metric, (dataset, s, "ar")))
         for s in spaces
     }
     pairs = [(ae, ar) for ae, ar in candidates.values() if ae.mean is not None and ar.mean is not None]
-    after = _one_sided_text(candidates) + _failed_text(cells.get(metric, {}), dataset, spaces)
+    after = _one_sided_text(candidates, counted) + _failed_text(cells.get(metric, {}), dataset, spaces)
     sides = [[c for c in cs if c.mean is not None] for cs in zip(*candidates.values(), strict=True)]
     if not sides[0] or not sides[1]:
         missing = " or ".join(side for side, cs in zip(("AE", "AR"), sides, strict=True) if not cs)
@@ -91,16 +98,10 @@ def _design_verdict(
     best_text = _optimum_text(rows[rows["dataset"] == dataset], metric, best_ae, best_ar)
     return (
         f"{head}{winner} wins on test {short(metric)}: best AR {best_ar:.4f} vs best AE "
-        f"{best_ae:.4f}{gain_text}; AR ahead in {ar_wins} of {len(pairs)} {_what(spaces)}; "
+        f"{best_ae:.4f}{gain_text}; AR ahead in {ar_wins} of {len(pairs)} {counted}; "
         f"{trials} search trials, {seeds} seed(s) per cell{best_text}"
         f"{_unfinished_text(rows, {'AE': lead_ae, 'AR': lead_ar})}{after}"
     )
-
-
-def _what(spaces: list[str]) -> str:
-    """What a table's spaces vary: Table 6's (the hf_ spaces) the backbone, every other table's a design
-    choice."""
-    return "backbones" if spaces and all(s.startswith("hf_") for s in spaces) else "design choices"
 
 
 def _mean(cell: Cell) -> float:
@@ -108,7 +109,7 @@ def _mean(cell: Cell) -> float:
     return cell.mean if cell.mean is not None else float("-inf")
 
 
-def _one_sided_text(candidates: Mapping[str, tuple[Cell, Cell]]) -> str:
+def _one_sided_text(candidates: Mapping[str, tuple[Cell, Cell]], counted: str) -> str:
     """The design choices with a result on one side only (the other side selected nothing, or its search has
     not reached it yet), whose best cells are partial, or ""."""
     one_sided = [
@@ -119,7 +120,7 @@ def _one_sided_text(candidates: Mapping[str, tuple[Cell, Cell]]) -> str:
     ]
     if not one_sided:
         return ""
-    return f"; one side only (not among the {_what([*candidates])} counted): " + ", ".join(one_sided)
+    return f"; one side only (not among the {counted} counted): " + ", ".join(one_sided)
 
 
 def _failed_text(cells: dict[CellKey, Cell], dataset: str, spaces: list[str]) -> str:
