@@ -54,12 +54,12 @@ for group in "$@"; do
     # search, successive halving; Local-attn), its selected configs re-run on seeds 0-2, and where its time
     # went (~2 h and ~1 h of seed re-runs on 2 idle cores); then the other design choices run so far the same
     # way (SSE-PT: ~40 min and ~20 min; Loss-CE: ~1.8 h and ~27 min; Loss-BPR: ~2.3 h and ~1 h on a 3x slower
-    # machine, see search.json), and Table 6's backbones run so far (ALBERT: ~1.6 h and ~40 min)
+    # machine, see search.json), and Table 6's backbones run so far (ALBERT: ~1.6 h and ~40 min; LLaMA: ~1.5 h and ~35 min)
     fresh table5-beauty
     loopback modsar search --space local_attn --dataset beauty --results "$root/table5-beauty" --quiet --seeds 3
     python benchmarks/search_time.py --results "$root/table5-beauty" --experiment local_attn-beauty \
         --out "$root/table5-beauty"
-    for space in ssept loss_ce loss_bpr hf_albert; do
+    for space in ssept loss_ce loss_bpr hf_albert hf_llama; do
       loopback modsar search --space "$space" --dataset beauty --results "$root/table5-beauty" --quiet --seeds 3
     done
     rm -rf "$root/table5-beauty"/*/ray-* ;;
