@@ -3,6 +3,11 @@ chunked CE (fp32 and bf16), measured in one process, alternating, so machine loa
 
     python benchmarks/ce_speed.py --dataset video --rounds 3 --threads 2
     python benchmarks/ce_speed.py --dataset video --rounds 2 --batches 60 --variants plain,fused   # quicker
+    python benchmarks/ce_speed.py --dataset beauty --variants fused --threads 1 --chunk-elements 1048576
+
+`--chunk-elements` sets the fused loss's logits per chunk (modsar.model.fused_ce.CHUNK_ELEMENTS, sized to
+a cache); two such processes side by side, one thread each, share the last-level cache as a search's two
+trials do.
 
 The setup is issue 17's (max length 50, hidden 64, 2 blocks, 1 head, batch 128, Adam lr 1e-3, ModSAR's
 defaults otherwise). Each round trains every variant (a fresh model, same seed, same batches) for `--batches`
@@ -23,6 +28,7 @@ from modsar.config import load_config
 from modsar.data.batches import TrainBatches
 from modsar.data.split import make_split
 from modsar.data.store import load_dataset
+from modsar.model import fused_ce
 from modsar.model.losses import training_loss
 from modsar.training.trainer import batch_loss, build_model, make_optimizer, output_dtype, seed_everything
 
@@ -44,6 +50,9 @@ VARIANTS = {"plain": ["loss.fused=false"], "fused": [], "fused_bf16": ["train.pr
 def main() -> None:
     args = _arguments()
     torch.set_num_threads(args.threads)
+    if args.chunk_elements:  # the loss looks chunk_rows up when it runs
+        default = fused_ce.chunk_rows
+        fused_ce.chunk_rows = lambda items: default(items, args.chunk_elements)  # type: ignore[assignment]
     names = args.variants.split(",")
     dataset = load_dataset(args.dataset)
     cfgs = {n: load_config(None, [*BASE, *VARIANTS[n], f"dataset={args.dataset}"]) for n in names}
@@ -80,6 +89,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batches", type=int, default=0, help="batches timed per round (0 = whole epoch)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--chunk-elements", type=int, default=0, help="fused logits per chunk (0: default)")
     return parser.parse_args()
 
 
