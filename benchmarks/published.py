@@ -601,8 +601,9 @@ def difference_interval(grid: np.ndarray, default: np.ndarray) -> tuple[float, f
 def search_proof() -> str:
     """Per dataset and direction: the full grid's selected config over its seeds against what the default
     search selected with each search seed: whether it picked the grid's config, whether its test value lies in
-    the grid's seed range, and the difference of the means with its 95% interval; then the winner on test
-    N@10 of each. Open until all three default searches are complete."""
+    the grid's seed range, the difference of the means with its 95% interval, and the judgement: each search's
+    pick re-run on seeds 0-2 against the grid's seeds; then the winner on test N@10 of each. Open until all
+    three default searches are complete."""
     frame = proof_searches()
     body = []
     for dataset in proof_datasets(frame):
@@ -613,13 +614,14 @@ def search_proof() -> str:
         name, done = shown_dataset(mine), default[default["status"] == "complete"]
         if grid["status"].iloc[0] != "complete" or min(len(t) for t in grid["test"]) < 2:
             open_text = f"open: the full grid is {grid['status'].iloc[0]}, its seeds not all in"
-            body.append([name, "all", open_text, "", "", "", ""])
+            body.append([name, "all", open_text, "", "", "", "", ""])
             continue
         for task in ("ae", "ar"):
             body.append([name, task.upper(), *_proof_cells(grid[grid["task"] == task].iloc[0], done, task)])
         body.append([name, "winner, test N@10", *_proof_winners(grid, done)])
     header = ["dataset", "direction", "full grid: test N@10 over its seeds (mean ± SE; range)"]
     header += ["default: by search seed", "the grid's config", "in the grid's range", "default − grid (95%)"]
+    header += ["within the spread: each pick on seeds 0-2 − grid (95% holds 0)"]
     return markdown(header, body)
 
 
@@ -642,7 +644,18 @@ def _proof_cells(grid, done: pd.DataFrame, task: str) -> list[str]:
         ", ".join("yes" if x else "no" for x in same),
         f"{inside} of {len(d)}",
         interval,
+        _within_spread(g, [np.array(v) for v in picks["seed_test"] if len(v) >= 2]),
     ]
+
+
+def _within_spread(grid: np.ndarray, reruns: list[np.ndarray]) -> str:
+    """The proof's criterion: a search's pick, re-run on seeds 0-2, is within the grid's seed spread where
+    the 95% interval of the difference of the two means (Welch's t) holds 0; with each difference."""
+    if not reruns:
+        return "– (no seed re-runs)"
+    intervals = [difference_interval(grid, values) for values in reruns]
+    within = sum(low <= 0 <= high for _, low, high in intervals)
+    return f"{within} of {len(reruns)} (" + ", ".join(f"{mid * 100:+.1f}%" for mid, _, _ in intervals) + ")"
 
 
 def _of_three(complete: int) -> str:
@@ -666,6 +679,7 @@ def _proof_winners(grid: pd.DataFrame, done: pd.DataFrame) -> list[str]:
         "",
         "",
         status,
+        "",
     ]
 
 

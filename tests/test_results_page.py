@@ -11,6 +11,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -221,8 +222,11 @@ def test_the_search_proof_stays_open_until_its_default_searches_are_complete(tmp
     table = published.search_proof()
     assert (
         "| synthetic | winner, test N@10 | AR (+18.4%; AR ahead on 3 of 3 seeds) | AR (+18.0%, 3 seeds), "
-        "AR (+21.4%, 3 seeds), AR (+19.8%, 3 seeds) |  |  | same |"
+        "AR (+21.4%, 3 seeds), AR (+19.8%, 3 seeds) |  |  | same |  |"
     ) in table
+    # the criterion, judged: each default search's pick re-run on seeds 0-2 against the grid's seeds
+    assert "| 3 of 3 | -0.4% (-3.4% to +2.7%) | 3 of 3 (+0.0%, -2.5%, -1.2%) |" in table
+    assert "| 1 of 3 | +5.2% (-12.6% to +23.0%) | 3 of 3 (+7.1%, +1.5%, +12.7%) |" in table
     assert (
         "| ml-100k | winner, test N@10 | AR (+15.6%; AR ahead on 3 of 3 seeds) | AR (+8.0%, 3 seeds), "
         in table
@@ -233,8 +237,10 @@ def test_the_search_proof_stays_open_until_its_default_searches_are_complete(tmp
             path.unlink()
     winner = next(line for line in published.search_proof().splitlines() if "synthetic | winner" in line)
     assert "| AR (+17.9%, on its picks), AR (+21.4%, 3 seeds), " in winner and winner.endswith(
-        "| open (so far same) |"
+        "| open (so far same) |  |"
     )
+    ae = next(line for line in published.search_proof().splitlines() if line.startswith("| synthetic | AE |"))
+    assert ae.endswith("| 2 of 2 (-2.5%, -1.2%) |")  # seed 0's pick has no re-runs now: not judged
     # a default search still running: its pick is not counted, and the dataset's answer is open
     meta = tmp_path / "search-proof" / "local_attn-synthetic-s2" / "search.json"
     meta.write_text(json.dumps({**json.loads(meta.read_text()), "status": "running"}))
@@ -255,7 +261,7 @@ def test_the_search_proof_stays_open_until_its_default_searches_are_complete(tmp
     winner = next(line for line in table.splitlines() if "synthetic | winner" in line)
     assert winner.endswith(
         "| AR (+17.9%, on its picks) (open: 1 of 3 default searches complete, with a pick) |  |  | "
-        "open (so far same) |"
+        "open (so far same) |  |"
     )
     cost = published.search_proof_cost()
     assert "| default, seed 2 (running: not counted) |" in cost and "full grid / default (mean of 2)" in cost
@@ -271,9 +277,16 @@ def test_a_full_grid_still_running_leaves_its_dataset_open(tmp_path, monkeypatch
     meta = tmp_path / "search-proof" / "local_attn-synthetic-full-grid" / "search.json"
     meta.write_text(json.dumps({**json.loads(meta.read_text()), "status": "interrupted"}))
     assert (
-        "| synthetic | all | open: the full grid is interrupted, its seeds not all in |  |  |  |  |"
+        "| synthetic | all | open: the full grid is interrupted, its seeds not all in |  |  |  |  |  |"
         in published.search_proof()
     )
+
+
+def test_within_the_spread_is_a_difference_whose_95_interval_holds_0():
+    grid = np.array([1.0, 1.1, 0.9])
+    assert published._within_spread(grid, [grid.copy()]) == "1 of 1 (+0.0%)"
+    assert published._within_spread(grid, [grid + 1.0, grid + 0.05]) == "1 of 2 (+100.0%, +5.0%)"
+    assert published._within_spread(grid, []) == "– (no seed re-runs)"
 
 
 def test_a_wall_clock_saving_needs_one_cpu_for_every_search():
