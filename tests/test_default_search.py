@@ -352,8 +352,34 @@ def test_a_running_search_keeps_its_clock_in_search_json_as_it_goes(tmp_path):
     assert run["slots"] == 2 and 0.1 < run["directions"]["ae"] <= run["wall_s"] < 0.3 + 0.5
     assert late["status"] == "interrupted" and late["timing"][1]["directions"]["ae"] > run["directions"]["ae"]
     assert datetime.fromisoformat(run["started_at"]).tzinfo is not None
+    assert run["load_mean"] >= 0.0  # the machine's load, sampled as the clock is kept (Linux has one)
     final = json.loads(path.read_text())["timing"]
     assert len(final) == 2 and final[1]["directions"]["ae"] == clock.directions["ae"] >= 0.4
+
+
+def test_a_search_ends_with_its_time_against_its_estimate_and_says_when_the_machine_was_shared():
+    """The directions' seconds over every run against the estimate's; a mean load (weighted by each run's
+    wall-clock) half a core or more beyond the search's trials says the machine was shared, as it went."""
+    from modsar.sweep.timing import against_estimate
+
+    idle = {"directions": {"ae": 600.0, "ar": 500.0}, "slots": 2, "wall_s": 1200.0, "load_mean": 2.1}
+    assert against_estimate({"estimate": {"seconds": 1000.0}, "timing": [idle]}) == (
+        "time: the search took 1,100 s against the 1,000 s its estimate printed (+10%; seed re-runs aside, "
+        "which it does not cover)"
+    )
+    first = {"directions": {"ae": 600.0}, "slots": 2, "wall_s": 600.0, "load_mean": 2.0}
+    shared = {"directions": {"ar": 1200.0}, "slots": 2, "wall_s": 1800.0, "load_mean": 3.2}
+    line = against_estimate({"estimate": {"seconds": 2400.0}, "timing": [first, shared]})
+    assert line.startswith("time: the search took 1,800 s against the 2,400 s its estimate printed (-25%;")
+    assert line.endswith(
+        "the machine was shared: its load averaged 2.9 beside the search's 2 trials at a "
+        "time, so this is not an idle machine's time"
+    )
+    older = {k: v for k, v in shared.items() if k != "load_mean"}  # a clock kept before loads were sampled
+    assert "shared" not in against_estimate({"estimate": {"seconds": 2400.0}, "timing": [older]})
+    assert (
+        against_estimate({"timing": [idle]}) == "" and against_estimate({"estimate": {"seconds": 9.0}}) == ""
+    )
 
 
 def test_the_span_of_trials_and_a_clock_that_lost_a_killed_run():

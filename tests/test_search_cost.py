@@ -249,6 +249,9 @@ def test_a_real_search_prints_its_estimate_first(data_dir, tmp_path, capsys):
         assert printed[0].startswith("cost of 'space' on synthetic")
         assert printed[1].startswith("  AR: 1 trial, ") and "measured" in printed[1]
         assert any(x.startswith("search one: 1 trials") for x in printed)
+        # and ends with the time it took against that estimate (timing.against_estimate's known answers)
+        after = printed[next(i for i, x in enumerate(printed) if x.startswith("search one: 1 trials")) + 1]
+        assert after.startswith("  time: the search took ") and "s its estimate printed (" in after
     finally:
         ray.shutdown()
 

@@ -130,6 +130,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         f"{summary['diverged']} diverged) in "
         f"{summary['wall_time_s']:.0f} s; rows in {summary['results']}/trials"
     )
+    if summary.get("against_estimate"):
+        print(f"  {summary['against_estimate']}")
     for model, info in sorted(summary["selected"].items()):  # "ae", "ar", or "<backbone>/<task>"
         metrics = "  ".join(f"{k}={v:.4f}" for k, v in info.items() if k != "trial_id")
         print(f"  best {model if '/' in model else model.upper()}: {info['trial_id']}  {metrics}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -22,6 +23,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pandas as pd
+
+_NOT_KEPT = ("started", "recorded", "running", "loads")  # the clock's working state, not search.json's
 
 
 @dataclass
@@ -37,6 +40,13 @@ class SearchClock:
     started: float = field(default_factory=time.perf_counter, repr=False)
     recorded: bool = field(default=False, repr=False)  # search.json holds this run's entry already
     running: dict[str, float] = field(default_factory=dict, repr=False)  # part in progress -> its start
+    loads: list[float] = field(default_factory=list, repr=False)  # the machine's 1-minute load, as it went
+
+    def sample_load(self) -> None:
+        """Note the machine's load average now (sampled as the clock is kept): with the run's own trials
+        counted in it, what is left over says whether other processes competed with them."""
+        with contextlib.suppress(OSError, AttributeError):  # no load average on this platform
+            self.loads.append(os.getloadavg()[0])
 
     @contextlib.contextmanager
     def part(self, name: str) -> Iterator[None]:
@@ -62,8 +72,34 @@ class SearchClock:
         so_far = replace(self, directions=dict(self.directions), running={})
         for name, tick in list(self.running.items()):
             so_far._add(name, now - tick)
-        out = {k: v for k, v in asdict(so_far).items() if k not in ("started", "recorded", "running")}
-        return {**out, "wall_s": now - self.started}
+        out = {k: v for k, v in asdict(so_far).items() if k not in _NOT_KEPT}
+        load = {"load_mean": sum(self.loads) / len(self.loads)} if self.loads else {}
+        return {**out, **load, "wall_s": now - self.started}
+
+
+def against_estimate(stored: dict[str, Any]) -> str:
+    """A line comparing a search's time (its directions, over every run; seed re-runs aside, as the estimate
+    counts them) with the estimate search.json keeps, and saying when the machine was shared: its mean load
+    beyond the search's own trials, half a core or more, as it went (not only while the probe ran). Empty
+    without an estimate or a clock."""
+    estimate = (stored.get("estimate") or {}).get("seconds")
+    runs = [run for run in stored.get("timing") or [] if isinstance(run, dict)]
+    spent = sum(sum(run.get("directions", {}).values()) for run in runs)
+    if not estimate or not spent:
+        return ""
+    line = f"time: the search took {spent:,.0f} s against the {estimate:,.0f} s its estimate printed"
+    line += f" ({(spent / estimate - 1) * 100:+.0f}%; seed re-runs aside, which it does not cover)"
+    loaded = [run for run in runs if run.get("load_mean") is not None and run.get("wall_s")]
+    if loaded:
+        wall = sum(run["wall_s"] for run in loaded)
+        load = sum(run["load_mean"] * run["wall_s"] for run in loaded) / wall
+        slots = max(run.get("slots", 1) for run in loaded)
+        if load - slots >= 0.5:
+            line += (
+                f"; the machine was shared: its load averaged {load:.1f} beside the search's {slots} trials "
+                "at a time, so this is not an idle machine's time"
+            )
+    return line
 
 
 def breakdown(runs: list[dict[str, Any]], rows: pd.DataFrame) -> pd.DataFrame:

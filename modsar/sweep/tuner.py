@@ -63,7 +63,7 @@ from modsar.sweep.search_folder import (
 )
 from modsar.sweep.selection import rerun_seeds, search_problem, select_and_test
 from modsar.sweep.storage import snapshots_of_tune_state
-from modsar.sweep.timing import SearchClock
+from modsar.sweep.timing import SearchClock, against_estimate
 from modsar.sweep.trial import make_trainable
 
 
@@ -202,11 +202,20 @@ def _run_connected(
         "diverged": diverged,
         "selected": selected,
         "wall_time_s": time.perf_counter() - started,
+        "against_estimate": _against_estimate(search_json),
         "results": storage,
         "problem": search_problem(
             plan, rows, selected, f"{trials} trials: {errors} errors, {diverged} diverged"
         ),
     }
+
+
+def _against_estimate(search_json: str) -> str:
+    """timing.against_estimate of the search as search.json keeps it; best effort, like the clock itself."""
+    try:
+        return against_estimate(read_json(search_json))
+    except Exception:  # timing is a fact about the search, never a reason for it to fail
+        return ""
 
 
 def _record_start(req: SearchRequest, plan: Plan, search_json: str, predicted: dict | None) -> set[str]:
@@ -337,6 +346,7 @@ def clock_kept(search_json: str, clock: SearchClock, every_s: float = CLOCK_EVER
 
     def keep() -> None:
         while True:
+            clock.sample_load()
             _record_clock(search_json, clock)
             if stop.wait(every_s):
                 return
