@@ -78,10 +78,11 @@ for group in "$@"; do
     done
     rm -rf "$root/asha-overrun"/*/ray-* ;;
   search-proof)  # the default search against the paper's full grid, the default run with search seeds 0, 1
-    # and 2, every search's picks re-run on seeds 0-2, on synthetic, ML-100K and LastFM (capped at 50
-    # epochs): a day or more on 2 cores (ML-100K's full grid alone took the slower machine 9 hours)
+    # and 2, every search's picks re-run on seeds 0-2, on synthetic, ML-100K, LastFM (capped at 50 epochs)
+    # and synthetic-clusters: a day or more on 2 cores (ML-100K's full grid alone took the slower machine 9 h)
     fresh search-proof
-    RESULTS="$root/search-proof" CAP_lastfm="--max-epochs 50" bash benchmarks/search_proof.sh synthetic ml-100k lastfm
+    RESULTS="$root/search-proof" CAP_lastfm="--max-epochs 50" \
+        bash benchmarks/search_proof.sh synthetic ml-100k lastfm synthetic-clusters
     rm -rf "$root"/search-proof/*/ray-* ;;
   search-threads)  # two 1-thread trials at once vs one 2-thread trial: which a 2-core search should run
     fresh search-threads

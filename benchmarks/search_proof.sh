@@ -6,7 +6,7 @@
 # (with its seed re-runs) is skipped, one that was cut off continues with --resume, so the script can be run
 # again after a session ends, on any machine (a search goes on from its rows).
 # Usage, from the repository root, datasets prepared:
-#   RESULTS=results/published/search-proof bash benchmarks/search_proof.sh synthetic ml-100k lastfm
+#   RESULTS=results/published/search-proof bash benchmarks/search_proof.sh synthetic ml-100k lastfm synthetic-clusters
 # Extra search options (e.g. a reduced epoch cap for a larger dataset) per dataset: CAP_<dataset>="--max-epochs 50"
 set -euo pipefail
 results=${RESULTS:-results/published/search-proof}
