@@ -858,6 +858,34 @@ def search_time() -> str:
     return markdown(header, body)
 
 
+@table("search-time-trials", "table5-beauty")
+def search_time_trials() -> str:
+    """Per trial, where the headline search's time went (its search trials' rows, by direction): the median
+    and range over trials of each part a trial times itself. The quickstart's committed rows predate these
+    columns, so only the Beauty search has them."""
+    rows = rows_of("table5-beauty", "local_attn-beauty")
+    parts = {
+        "wall s": rows["wall_time_s"],
+        "set-up s": rows["setup_s"],
+        "s per epoch": rows["epoch_time_s"],
+        "s per validation": rows["eval_time_s"],
+        "checkpoints s": rows["checkpoint_s"],
+        "reports s": rows["report_s"],
+        "epochs": rows["epochs_run"],
+    }
+    search = rows["role"] == "search"
+    body = []
+    for task in ("ae", "ar"):
+        mine = search & (rows["task"] == task)
+        cells = []
+        for name, values in parts.items():
+            v = pd.to_numeric(values[mine], errors="coerce").dropna()
+            places = 0 if name in ("wall s", "epochs") else 2
+            cells.append(f"{v.median():,.{places}f} ({v.min():,.{places}f} to {v.max():,.{places}f})")
+        body.append([f"local_attn-beauty ({task})", str(int(mine.sum())), *cells])
+    return markdown(["search (direction)", "trials", *(f"{name}: median (range)" for name in parts)], body)
+
+
 @table("search-threads", "search-threads")
 def search_threads() -> str:
     """Two 1-thread trials at once against one 2-thread trial at a time, alternated rounds."""
