@@ -352,9 +352,20 @@ def test_a_running_search_keeps_its_clock_in_search_json_as_it_goes(tmp_path):
     assert run["slots"] == 2 and 0.1 < run["directions"]["ae"] <= run["wall_s"] < 0.3 + 0.5
     assert late["status"] == "interrupted" and late["timing"][1]["directions"]["ae"] > run["directions"]["ae"]
     assert datetime.fromisoformat(run["started_at"]).tzinfo is not None
-    assert run["load_mean"] >= 0.0  # the machine's load, sampled as the clock is kept (Linux has one)
+    assert "load_mean" not in run  # not sampled in a run's first minute, while the average still settles
     final = json.loads(path.read_text())["timing"]
     assert len(final) == 2 and final[1]["directions"]["ae"] == clock.directions["ae"] >= 0.4
+
+
+def test_the_clock_samples_the_machines_load_once_the_average_has_settled():
+    from modsar.sweep.timing import SearchClock
+
+    clock = SearchClock(slots=2)
+    clock.sample_load()  # the run's first minute: the average still holds what ran before it
+    assert "load_mean" not in clock.record()
+    clock.sample_load(settle_s=0.0)
+    clock.sample_load(settle_s=0.0)
+    assert len(clock.loads) == 2 and clock.record()["load_mean"] == sum(clock.loads) / 2 >= 0.0
 
 
 def test_a_search_ends_with_its_time_against_its_estimate_and_says_when_the_machine_was_shared():

@@ -42,9 +42,12 @@ class SearchClock:
     running: dict[str, float] = field(default_factory=dict, repr=False)  # part in progress -> its start
     loads: list[float] = field(default_factory=list, repr=False)  # the machine's 1-minute load, as it went
 
-    def sample_load(self) -> None:
+    def sample_load(self, settle_s: float = 60.0) -> None:
         """Note the machine's load average now (sampled as the clock is kept): with the run's own trials
-        counted in it, what is left over says whether other processes competed with them."""
+        counted in it, what is left over says whether other processes competed with them. Not in the run's
+        first `settle_s` seconds, while the 1-minute average still holds what ran before (the probe)."""
+        if time.perf_counter() - self.started < settle_s:
+            return
         with contextlib.suppress(OSError, AttributeError):  # no load average on this platform
             self.loads.append(os.getloadavg()[0])
 
