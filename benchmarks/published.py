@@ -864,25 +864,23 @@ def search_time_trials() -> str:
     and range over trials of each part a trial times itself. The quickstart's committed rows predate these
     columns, so only the Beauty search has them."""
     rows = rows_of("table5-beauty", "local_attn-beauty")
-    parts = {
-        "wall s": rows["wall_time_s"],
-        "set-up s": rows["setup_s"],
-        "s per epoch": rows["epoch_time_s"],
-        "s per validation": rows["eval_time_s"],
-        "checkpoints s": rows["checkpoint_s"],
-        "reports s": rows["report_s"],
-        "epochs": rows["epochs_run"],
+    parts = {  # shown name: (row column, decimal places)
+        "wall s": ("wall_time_s", 0),
+        "set-up s": ("setup_s", 2),
+        "s per epoch": ("epoch_time_s", 2),
+        "s per validation": ("eval_time_s", 2),
+        "checkpoints s": ("checkpoint_s", 2),
+        "reports s": ("report_s", 2),
+        "epochs": ("epochs_run", 0),
     }
-    search = rows["role"] == "search"
     body = []
     for task in ("ae", "ar"):
-        mine = search & (rows["task"] == task)
+        mine = rows[(rows["role"] == "search") & (rows["task"] == task)]
         cells = []
-        for name, values in parts.items():
-            v = pd.to_numeric(values[mine], errors="coerce").dropna()
-            places = 0 if name in ("wall s", "epochs") else 2
+        for column, places in parts.values():
+            v = pd.to_numeric(mine[column], errors="coerce").dropna()
             cells.append(f"{v.median():,.{places}f} ({v.min():,.{places}f} to {v.max():,.{places}f})")
-        body.append([f"local_attn-beauty ({task})", str(int(mine.sum())), *cells])
+        body.append([f"local_attn-beauty ({task})", str(len(mine)), *cells])
     return markdown(["search (direction)", "trials", *(f"{name}: median (range)" for name in parts)], body)
 
 
