@@ -375,13 +375,23 @@ def test_a_search_ends_with_its_time_against_its_estimate_and_says_when_the_mach
 
     idle = {"directions": {"ae": 600.0, "ar": 500.0}, "slots": 2, "wall_s": 1200.0, "load_mean": 2.1}
     assert against_estimate({"estimate": {"seconds": 1000.0}, "timing": [idle]}) == (
+        "time: the search took 1,100 s against the 1,000 s its estimate printed (+10%)"
+    )
+    # seed re-runs an older estimate (no ceiling) did not cover, then one that did
+    seeded = {**idle, "seeds_s": 700.0}
+    assert against_estimate({"estimate": {"seconds": 1000.0}, "timing": [seeded]}) == (
         "time: the search took 1,100 s against the 1,000 s its estimate printed (+10%; seed re-runs aside, "
         "which it does not cover)"
+    )
+    covered = {"seconds": 1000.0, "seeds_seconds": 900.0}
+    assert against_estimate({"estimate": covered, "timing": [seeded]}) == (
+        "time: the search took 1,100 s against the 1,000 s its estimate printed (+10%), its seed re-runs "
+        "700 s against the at most 900 s it printed"
     )
     first = {"directions": {"ae": 600.0}, "slots": 2, "wall_s": 600.0, "load_mean": 2.0}
     shared = {"directions": {"ar": 1200.0}, "slots": 2, "wall_s": 1800.0, "load_mean": 3.2}
     line = against_estimate({"estimate": {"seconds": 2400.0}, "timing": [first, shared]})
-    assert line.startswith("time: the search took 1,800 s against the 2,400 s its estimate printed (-25%;")
+    assert line.startswith("time: the search took 1,800 s against the 2,400 s its estimate printed (-25%);")
     assert line.endswith(
         "the machine was shared: its load averaged 2.9 beside the search's 2 trials at a "
         "time, so this is not an idle machine's time"

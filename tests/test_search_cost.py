@@ -136,6 +136,37 @@ def test_successive_halving_counts_what_its_rungs_keep(data_dir, capsys):
     assert json.loads(capsys.readouterr().out)["scheduler"] == "asha"
 
 
+def test_seed_re_runs_are_bounded_by_the_slowest_size_to_the_end_of_the_budget(data_dir, capsys):
+    """--seeds 3 on the quickstart (halving, max_t 20 passes of 3 epochs = 60 epochs): each direction's pick
+    re-run on seeds 1 and 2 (seed 0's row stands), its slowest size timed by hand at 10 ms a step and 0.5 s
+    a pass: 60 epochs of its steps and 20 passes each; four runs two at a time."""
+    req = SearchRequest(space="quickstart", dataset="synthetic", scheduler="halving", seeds=3)
+    est = estimate(make_plan(req), probe=False)
+    for d in est.directions:
+        for i, g in enumerate(d.groups):
+            g.step_s, g.eval_s = (0.01, 0.5) if i == 0 else (0.001, 0.1)  # the first size the slowest
+            g.probed = True
+        d.forget()
+    runs = [
+        cost.TRIAL_START_S + 60 * d.groups[0].steps_per_epoch * 0.01 + 20 * (0.5 + cost.REPORT_S)
+        for d in est.directions
+    ]
+    assert [d.longest_run_s() for d in est.directions] == pytest.approx(runs)
+    assert est.replicates() == 2
+    assert est.seeds_seconds() == pytest.approx(cost.TUNER_START_S + 2 * sum(runs) / 2)
+    assert any(x.startswith("  then --seeds 3: 4 seed re-runs of the picks, at most ~") for x in est.lines())
+    assert est.to_dict()["seeds_seconds"] == pytest.approx(est.seeds_seconds())
+    # a search seeded outside 0..K-1 re-runs all K; K = 1 on seed 0 re-runs nothing
+    other = estimate(make_plan(SearchRequest(**{**req.__dict__, "seed": 7})), probe=False)
+    assert other.replicates() == 3
+    one = estimate(make_plan(SearchRequest(space="quickstart", dataset="synthetic", seeds=1)), probe=False)
+    assert one.replicates() == 0 and one.seeds_seconds() == 0.0
+    assert any(x.startswith("  then --seeds 1: no re-run") for x in one.lines())
+    assert main(["spaces", "quickstart", "--dataset", "synthetic", "--seeds", "2", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["seeds"] == 2 and printed["seeds_seconds"] > 0
+
+
 def test_probes_time_each_size_and_interpolate_the_rest(data_dir, tmp_path):
     path = space_file(
         tmp_path,

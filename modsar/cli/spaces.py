@@ -17,6 +17,7 @@ EPILOG = """examples:
   modsar spaces vanilla --dataset video           # what searching it costs, before anything runs
   modsar spaces local_attn --dataset beauty --full-grid             # ... the paper's full grid instead
   modsar spaces local_attn --dataset beauty --scheduler asha        # ... under Ray's ASHA instead
+  modsar spaces local_attn --dataset beauty --seeds 3               # ... and the picks' seed re-runs
   modsar spaces local_attn --dataset beauty --cpus-per-trial 2 --max-concurrent 8 --json
 
 `modsar search` runs the same check before Ray starts and refuses an invalid space with every problem.
@@ -89,6 +90,12 @@ def _add_estimate_options(spaces: argparse.ArgumentParser) -> None:
         choices=["asha", "halving"],
         help="with --dataset: the early stopping, as `modsar search --scheduler` (default: the space's)",
     )
+    spaces.add_argument(
+        "--seeds",
+        type=int,
+        metavar="K",
+        help="with --dataset: also bound the picks' re-runs on seeds 0..K-1, as `modsar search --seeds K`",
+    )
     spaces.add_argument("--json", action="store_true", help="with --dataset: print the estimate as JSON")
 
 
@@ -101,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         "--gpus-per-trial": args.gpus_per_trial,
         "--max-concurrent": args.max_concurrent,
         "--scheduler": args.scheduler,
+        "--seeds": args.seeds,
         "--json": args.json or None,
     }
     if args.dataset and not args.check:
@@ -145,6 +153,7 @@ def _estimate_space(args: argparse.Namespace) -> int:
         gpus_per_trial=args.gpus_per_trial or 0.0,
         max_concurrent=args.max_concurrent,
         scheduler=args.scheduler,
+        seeds=args.seeds or 0,
     )
     result = estimate(make_plan(req))
     if args.json:

@@ -216,6 +216,17 @@ class Direction:
             return []
         return [TUNER_START_S + wall for wall in self.replayed().seconds_by_run]
 
+    def longest_run_s(self) -> float:
+        """Seconds of the longest run a trial of this direction may train: its slowest size to the end of its
+        budget (the last rung, or max_epochs), validated as it goes (nan until timed)."""
+        s = self.schedule
+        runs = []
+        for g in (g for g in self.groups if g.trials > 0):
+            epochs = s.epochs_at(s.max_t, g.steps_per_epoch)
+            passes = math.ceil(epochs / s.eval_every)
+            runs.append(TRIAL_START_S + epochs * g.epoch_s + passes * (g.eval_s + REPORT_S))
+        return max(runs, default=math.nan)
+
     def shapes(self) -> list[int]:
         """The distinct steps per epoch of the direction's sizes (a varied batch size or window gives
         several)."""
@@ -278,6 +289,23 @@ class CostEstimate:
         """A size as the estimate names it: the cost keys its direction varies, with this size's values."""
         return ", ".join(f"{k}={g.key[k]}" for k in self.varied) or "the only size"
 
+    def replicates(self) -> int:
+        """Runs `--seeds K` adds after the search, per direction: its pick on the seeds 0..K-1 but the
+        search's own (that trial's row stands for it)."""
+        k, seed = self.plan.request.seeds, int(self.plan.base.get("seed", 0))
+        return k - (1 if 0 <= seed < k else 0)
+
+    def seeds_seconds(self) -> float:
+        """At most what `--seeds K` adds after the search (0 without): each direction's replicates() at its
+        slowest size to the end of the budget, `parallel` at a time, on a machine as idle as the probe's. A
+        ceiling: patience ends most re-runs well before their budget."""
+        runs = [d.longest_run_s() for d in self.directions for _ in range(self.replicates())]
+        if not runs:
+            return 0.0
+        if not self.resources.parallel:
+            return math.inf
+        return TUNER_START_S + max(sum(runs) / self.resources.parallel, max(runs))
+
     def lines(self) -> list[str]:
         """The estimate as `modsar spaces NAME --dataset D` and the first lines of `modsar search` print
         it."""
@@ -303,6 +331,8 @@ class CostEstimate:
             wall = f", {self._wall(self.seconds())}{self._spread()} (one direction after the other)"
             epochs = _int(sum(d.epochs() for d in self.directions))
             lines.append(f"  in all: ~{epochs} epochs{wall if parallel else ''}")
+        if p.request.seeds:
+            lines.append(self._seeds_line())
         lines.append(
             "  (an estimate: successive halving fixes how many trials train to each rung, whatever their "
             "order; which sizes go on moves a search within the range shown, and patience may end a trial "
@@ -383,6 +413,17 @@ class CostEstimate:
     def _wall(seconds: float) -> str:
         return f"~{duration(seconds)}" if math.isfinite(seconds) else "wall-clock unknown"
 
+    def _seeds_line(self) -> str:
+        """The line of `--seeds K`: the picks' re-runs after the search, at most how long."""
+        runs, k = self.replicates() * len(self.directions), self.plan.request.seeds
+        if not runs:
+            return f"  then --seeds {k}: no re-run (each pick's own row stands for its seed)"
+        wall = f", at most {self._wall(self.seeds_seconds())}" if self.resources.parallel else ""
+        return (
+            f"  then --seeds {k}: {_count(runs, 'seed re-run')} of the picks{wall} (each at its direction's "
+            "slowest size to the end of its budget; patience usually ends them well before)"
+        )
+
     def _direction_dict(self, d: Direction) -> dict[str, Any]:
         """One direction of to_dict: its trials, decisions, epochs, seconds and sizes."""
         return {
@@ -437,6 +478,8 @@ class CostEstimate:
             "epochs": sum(d.epochs() for d in self.directions),
             "seconds": _finite(self.seconds()),
             "seconds_range": [_finite(x) for x in self.seconds_range()],
+            "seeds": p.request.seeds,
+            "seeds_seconds": _finite(self.seeds_seconds()),
             "busy_cores": None if self.busy_cores is None else round(self.busy_cores, 2),
             "notes": self.notes,
         }

@@ -81,8 +81,9 @@ class SearchClock:
 
 
 def against_estimate(stored: dict[str, Any]) -> str:
-    """A line comparing a search's time (its directions, over every run; seed re-runs aside, as the estimate
-    counts them) with the estimate search.json keeps, and saying when the machine was shared: its mean load
+    """A line comparing a search's time (its directions, over every run) with the estimate search.json keeps,
+    and its seed re-runs with the estimate's ceiling for them where it printed one (`--seeds`; an older
+    estimate did not), and saying when the machine was shared: its mean load
     beyond the search's own trials, half a core or more, as it went (not only while the probe ran). Empty
     without an estimate or a clock."""
     estimate = (stored.get("estimate") or {}).get("seconds")
@@ -91,7 +92,13 @@ def against_estimate(stored: dict[str, Any]) -> str:
     if not estimate or not spent:
         return ""
     line = f"time: the search took {spent:,.0f} s against the {estimate:,.0f} s its estimate printed"
-    line += f" ({(spent / estimate - 1) * 100:+.0f}%; seed re-runs aside, which it does not cover)"
+    line += f" ({(spent / estimate - 1) * 100:+.0f}%"
+    ceiling = (stored.get("estimate") or {}).get("seeds_seconds")
+    seeds = sum(run.get("seeds_s") or 0.0 for run in runs)
+    if ceiling and seeds:
+        line += f"), its seed re-runs {seeds:,.0f} s against the at most {ceiling:,.0f} s it printed"
+    else:
+        line += "; seed re-runs aside, which it does not cover)" if seeds else ")"
     loaded = [run for run in runs if run.get("load_mean") is not None and run.get("wall_s")]
     if loaded:
         wall = sum(run["wall_s"] for run in loaded)
