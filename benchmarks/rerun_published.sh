@@ -43,7 +43,9 @@ for group in "$@"; do
     done ;;
   search-cost)  # what each way of cheapening the headline search saves, from one probe (the estimate's replay)
     fresh search-cost
-    python benchmarks/search_strategies.py --space local_attn --dataset beauty --out "$root/search-cost" ;;
+    python benchmarks/search_strategies.py --space local_attn --dataset beauty --out "$root/search-cost"
+    # and every Table 5 and 6 space's default search on the datasets not yet run (~10 min; an idle machine)
+    python benchmarks/table_costs.py --datasets sports video yelp --out "$root/search-cost" ;;
   search-time)  # where the README's quickstart search spends its time (idle machine), against its estimate
     fresh search-time
     scratch=$(mktemp -d)
@@ -54,12 +56,13 @@ for group in "$@"; do
     # search, successive halving; Local-attn), its selected configs re-run on seeds 0-2, and where its time
     # went (~2 h and ~1 h of seed re-runs on 2 idle cores); then the other design choices run so far the same
     # way (SSE-PT: ~40 min and ~20 min; Loss-CE: ~1.8 h and ~27 min; Loss-BPR: ~2.3 h and ~1 h on a 3x slower
-    # machine, see search.json), and Table 6's backbones run so far (ALBERT: ~1.6 h and ~40 min; LLaMA: ~1.5 h and ~35 min)
+    # machine, see search.json), and Table 6's backbones (ALBERT: ~1.6 h and ~40 min; LLaMA: ~1.5 h and ~35 min;
+    # Transformer-XL: ~1.8 h and ~40 min)
     fresh table5-beauty
     loopback modsar search --space local_attn --dataset beauty --results "$root/table5-beauty" --quiet --seeds 3
     python benchmarks/search_time.py --results "$root/table5-beauty" --experiment local_attn-beauty \
         --out "$root/table5-beauty"
-    for space in ssept loss_ce loss_bpr hf_albert hf_llama; do
+    for space in ssept loss_ce loss_bpr hf_albert hf_llama hf_transfo_xl; do
       loopback modsar search --space "$space" --dataset beauty --results "$root/table5-beauty" --quiet --seeds 3
     done
     rm -rf "$root/table5-beauty"/*/ray-* ;;

@@ -180,6 +180,7 @@ def test_table6_lines_hold_only_its_backbones_and_name_those_not_run(tmp_path, m
     shutil.copytree(PUBLISHED / "table5-beauty", folder)
     for backbone in folder.glob("hf_*-beauty"):  # start from no Table 6 backbone, whatever is published
         shutil.rmtree(backbone)
+    shutil.copytree(PUBLISHED / "search-cost", tmp_path / "search-cost")  # the open line's estimates
     monkeypatch.setattr(published, "PUBLISHED", tmp_path)
     five = published.design_cells("table5-beauty")
     assert published.not_run(five, "beauty", published.TABLE5_SPACES) == []  # all four design choices run
@@ -199,6 +200,10 @@ def test_table6_lines_hold_only_its_backbones_and_name_those_not_run(tmp_path, m
     assert published._open_tables_claim().claim.startswith(
         "ModSAR Table 6 on Beauty (no rows published yet: hf_llama, hf_transfo_xl; run, without the paper's "
         "figures to judge: hf_albert), and"
+    )
+    hours = published.table_estimates().groupby("dataset", sort=False)["hours"].sum()
+    assert published._open_tables_claim().status.startswith(  # the estimates' sum per dataset, as the table's
+        f"open: by the default search's estimate, Sports {hours['sports']:.0f}, Video {hours['video']:.0f}, "
     )
     page = published.design_markdown([*six.itertuples()], missing, [], "backbone", published.TABLE6_SPACES)
     page = page.splitlines()

@@ -1,0 +1,91 @@
+"""What Tables 5 and 6 would cost on the datasets not yet run: the default search's estimate of every space in
+the two tables on each dataset, one row per (dataset, space), as `modsar spaces NAME --dataset D` prints it.
+
+    python benchmarks/table_costs.py                                   # sports, video, yelp
+    python benchmarks/table_costs.py --datasets beauty --out /tmp/costs
+
+Each estimate probes its model sizes on this machine beside the companions a search's other trials would be,
+so run it on an idle machine: the rows keep the cores other processes held during each probe (`busy_cores`),
+and the results page says where that load was above half a core. The estimate covers the search, not the
+picks' seed re-runs (`--seeds`), and does not model patience, which ends some trials sooner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+from pathlib import Path
+
+import pandas as pd
+
+from modsar.outputs import write_parquet
+from modsar.sweep import SearchRequest, make_plan
+from modsar.sweep.cost import estimate
+
+TABLE_SPACES = {  # the design-space tables: Table 5's four design choices, Table 6's three backbones
+    "local_attn": 5,
+    "ssept": 5,
+    "loss_ce": 5,
+    "loss_bpr": 5,
+    "hf_albert": 6,
+    "hf_llama": 6,
+    "hf_transfo_xl": 6,
+}
+
+
+def cpu_model() -> str:
+    """The CPU's model name (the estimate's seconds are this CPU's)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def costs(datasets: list[str], spaces: list[str]) -> pd.DataFrame:
+    """One estimate per (dataset, space), probed on this machine, as rows."""
+    rows = []
+    for dataset in datasets:
+        for space in spaces:
+            result = estimate(make_plan(SearchRequest(space=space, dataset=dataset)))
+            low, high = result.seconds_range()
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "space": space,
+                    "table": TABLE_SPACES.get(space, 0),
+                    "trials": sum(d.trials for d in result.directions),
+                    "epochs": sum(d.epochs() for d in result.directions),
+                    "hours": result.seconds() / 3600,
+                    "hours_low": low / 3600,
+                    "hours_high": high / 3600,
+                    "busy_cores": result.busy_cores,
+                    "parallel": result.resources.parallel,
+                    "probe_device": result.device,
+                    "cpu": cpu_model(),
+                    "notes": " | ".join(result.notes),
+                }
+            )
+            print(f"{dataset:10} {space:14} {rows[-1]['hours']:5.1f} h  busy {result.busy_cores}", flush=True)
+    return pd.DataFrame(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--datasets", nargs="+", default=["sports", "video", "yelp"])
+    parser.add_argument("--spaces", nargs="+", default=list(TABLE_SPACES))
+    parser.add_argument("--out", default="results/published/search-cost", help="folder of the Parquet table")
+    args = parser.parse_args()
+    table = costs(args.datasets, args.spaces)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_parquet(table, out / "tables56-estimates.parquet")
+    print(table.pivot(index="space", columns="dataset", values="hours").round(1).to_string())
+
+
+if __name__ == "__main__":
+    main()
