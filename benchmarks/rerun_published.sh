@@ -57,7 +57,7 @@ for group in "$@"; do
     # went (~2 h and ~1 h of seed re-runs on 2 idle cores); then the other design choices run so far the same
     # way (SSE-PT: ~40 min and ~20 min; Loss-CE: ~1.8 h and ~27 min; Loss-BPR: ~2.3 h and ~1 h on a 3x slower
     # machine, see search.json), and Table 6's backbones (ALBERT: ~1.6 h and ~40 min; LLaMA: ~1.5 h and ~35 min;
-    # Transformer-XL: ~1.8 h and ~40 min)
+    # Transformer-XL: ~2.1 h and ~56 min on a shared machine)
     fresh table5-beauty
     loopback modsar search --space local_attn --dataset beauty --results "$root/table5-beauty" --quiet --seeds 3
     python benchmarks/search_time.py --results "$root/table5-beauty" --experiment local_attn-beauty \

@@ -6,42 +6,25 @@ the two tables on each dataset, one row per (dataset, space), as `modsar spaces 
 
 Each estimate probes its model sizes on this machine beside the companions a search's other trials would be,
 so run it on an idle machine: the rows keep the cores other processes held during each probe (`busy_cores`),
-and the results page says where that load was above half a core. The estimate covers the search, not the
-picks' seed re-runs (`--seeds`), and does not model patience, which ends some trials sooner.
+which the results page states beside the table. The estimate covers the search, not the picks' seed
+re-runs (`--seeds`, whose ceiling `modsar spaces NAME --dataset D --seeds 3` prints), and does not model
+patience, which ends some trials sooner.
 """
 
 from __future__ import annotations
 
 import argparse
-import platform
 from pathlib import Path
 
 import pandas as pd
+from published import TABLE5_SPACES, TABLE6_SPACES  # the tables' spaces, as the results page reads them
 
+from modsar.devices import cpu_identity
 from modsar.outputs import write_parquet
 from modsar.sweep import SearchRequest, make_plan
 from modsar.sweep.cost import estimate
 
-TABLE_SPACES = {  # the design-space tables: Table 5's four design choices, Table 6's three backbones
-    "local_attn": 5,
-    "ssept": 5,
-    "loss_ce": 5,
-    "loss_bpr": 5,
-    "hf_albert": 6,
-    "hf_llama": 6,
-    "hf_transfo_xl": 6,
-}
-
-
-def cpu_model() -> str:
-    """The CPU's model name (the estimate's seconds are this CPU's)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+TABLE_OF = {**dict.fromkeys(TABLE5_SPACES, 5), **dict.fromkeys(TABLE6_SPACES, 6)}
 
 
 def costs(datasets: list[str], spaces: list[str]) -> pd.DataFrame:
@@ -55,16 +38,17 @@ def costs(datasets: list[str], spaces: list[str]) -> pd.DataFrame:
                 {
                     "dataset": dataset,
                     "space": space,
-                    "table": TABLE_SPACES.get(space, 0),
+                    "table": TABLE_OF.get(space, 0),
                     "trials": sum(d.trials for d in result.directions),
                     "epochs": sum(d.epochs() for d in result.directions),
                     "hours": result.seconds() / 3600,
                     "hours_low": low / 3600,
                     "hours_high": high / 3600,
                     "busy_cores": result.busy_cores,
+                    "cpus": result.resources.cpus,
                     "parallel": result.resources.parallel,
                     "probe_device": result.device,
-                    "cpu": cpu_model(),
+                    "cpu": cpu_identity(),
                     "notes": " | ".join(result.notes),
                 }
             )
@@ -77,7 +61,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--datasets", nargs="+", default=["sports", "video", "yelp"])
-    parser.add_argument("--spaces", nargs="+", default=list(TABLE_SPACES))
+    parser.add_argument("--spaces", nargs="+", default=list(TABLE_OF))
     parser.add_argument("--out", default="results/published/search-cost", help="folder of the Parquet table")
     args = parser.parse_args()
     table = costs(args.datasets, args.spaces)

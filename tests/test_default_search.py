@@ -383,11 +383,14 @@ def test_a_search_ends_with_its_time_against_its_estimate_and_says_when_the_mach
         "time: the search took 1,100 s against the 1,000 s its estimate printed (+10%; seed re-runs aside, "
         "which it does not cover)"
     )
-    covered = {"seconds": 1000.0, "seeds_seconds": 900.0}
-    assert against_estimate({"estimate": covered, "timing": [seeded]}) == (
+    covered = {"seconds": 1000.0, "seeds": 3, "seeds_seconds": 900.0}
+    assert against_estimate({"estimate": covered, "timing": [seeded], "request": {"seeds": 3}}) == (
         "time: the search took 1,100 s against the 1,000 s its estimate printed (+10%), its seed re-runs "
-        "700 s against the at most 900 s it printed"
+        "700 s against a ceiling of 900 s"
     )
+    # resumed with more seeds than the estimate costed: its ceiling is not theirs
+    more = against_estimate({"estimate": covered, "timing": [seeded], "request": {"seeds": 5}})
+    assert more.endswith("(+10%; seed re-runs aside, which it does not cover)")
     first = {"directions": {"ae": 600.0}, "slots": 2, "wall_s": 600.0, "load_mean": 2.0}
     shared = {"directions": {"ar": 1200.0}, "slots": 2, "wall_s": 1800.0, "load_mean": 3.2}
     line = against_estimate({"estimate": {"seconds": 2400.0}, "timing": [first, shared]})

@@ -171,6 +171,7 @@ class Direction:
     groups: list[Group]
     schedule: Schedule
     parallel: int = 1
+    picks: int = 1  # trials the search selects in it: one per backbone and arm value (select_and_test)
     _replayed: Replay | None = field(default=None, repr=False, compare=False)
 
     def replayed(self) -> Replay:
@@ -218,12 +219,12 @@ class Direction:
 
     def longest_run_s(self) -> float:
         """Seconds of the longest run a trial of this direction may train: its slowest size to the end of its
-        budget (the last rung, or max_epochs), validated as it goes (nan until timed)."""
+        budget (the last rung, or max_epochs), validated as it goes, then tested (nan until timed)."""
         s = self.schedule
         runs = []
         for g in (g for g in self.groups if g.trials > 0):
             epochs = s.epochs_at(s.max_t, g.steps_per_epoch)
-            passes = math.ceil(epochs / s.eval_every)
+            passes = math.ceil(epochs / s.eval_every) + 1  # and the test pass, as long as a validation pass
             runs.append(TRIAL_START_S + epochs * g.epoch_s + passes * (g.eval_s + REPORT_S))
         return max(runs, default=math.nan)
 
@@ -290,21 +291,24 @@ class CostEstimate:
         return ", ".join(f"{k}={g.key[k]}" for k in self.varied) or "the only size"
 
     def replicates(self) -> int:
-        """Runs `--seeds K` adds after the search, per direction: its pick on the seeds 0..K-1 but the
-        search's own (that trial's row stands for it)."""
+        """Runs `--seeds K` adds per pick: its seeds 0..K-1 but the search's own, whose trial stands for it
+        where the budget or patience ended it (a pick an earlier rung stopped is trained on all K: not
+        counted, so the ceiling assumes the usual case)."""
         k, seed = self.plan.request.seeds, int(self.plan.base.get("seed", 0))
         return k - (1 if 0 <= seed < k else 0)
 
     def seeds_seconds(self) -> float:
-        """At most what `--seeds K` adds after the search (0 without): each direction's replicates() at its
-        slowest size to the end of the budget, `parallel` at a time, on a machine as idle as the probe's. A
+        """At most what `--seeds K` adds after the search (0 without): every pick's replicates() at its
+        direction's slowest size to the end of the budget, `parallel` at a time in any order (a list
+        schedule ends by sum/p + (1 - 1/p) x the longest run), on a machine as idle as the probe's. A
         ceiling: patience ends most re-runs well before their budget."""
-        runs = [d.longest_run_s() for d in self.directions for _ in range(self.replicates())]
+        runs = [d.longest_run_s() for d in self.directions for _ in range(d.picks * self.replicates())]
         if not runs:
             return 0.0
-        if not self.resources.parallel:
+        slots = self.resources.parallel
+        if not slots:
             return math.inf
-        return TUNER_START_S + max(sum(runs) / self.resources.parallel, max(runs))
+        return TUNER_START_S + sum(runs) / slots + (1 - 1 / slots) * max(runs)
 
     def lines(self) -> list[str]:
         """The estimate as `modsar spaces NAME --dataset D` and the first lines of `modsar search` print
@@ -415,7 +419,7 @@ class CostEstimate:
 
     def _seeds_line(self) -> str:
         """The line of `--seeds K`: the picks' re-runs after the search, at most how long."""
-        runs, k = self.replicates() * len(self.directions), self.plan.request.seeds
+        runs, k = self.replicates() * sum(d.picks for d in self.directions), self.plan.request.seeds
         if not runs:
             return f"  then --seeds {k}: no re-run (each pick's own row stands for its seed)"
         wall = f", at most {self._wall(self.seeds_seconds())}" if self.resources.parallel else ""
@@ -522,7 +526,9 @@ def estimate(
         directions = []
         for task in plan.space.tasks():
             groups = size_groups(plan, task, dataset.default_max_len)
-            directions.append(Direction(task, plan.trials_of(task), groups, schedule, resources.parallel))
+            directions.append(
+                Direction(task, plan.trials_of(task), groups, schedule, resources.parallel, picks(plan, task))
+            )
         measure_steps(directions, split, dataset)
         if probe and resources.parallel:  # (where no trial fits, there is no wall-clock to estimate)
             with OtherLoad() as load:
@@ -659,12 +665,29 @@ def size_groups(plan: Plan, task: str, default_max_len: int) -> list[Group]:
     return list(groups.values())
 
 
+def picks(plan: Plan, task: str) -> int:
+    """The trials a search selects in one direction (and `--seeds` re-runs): one per backbone and arm value
+    its points can take, as select_and_test groups them."""
+    space = plan.space.for_task(task)
+    named = ["model.backbone", *space.arms]
+    closure = _closure(space, [p.key for p in space.params if p.key in named])
+    values = {
+        tuple(repr(point.get(k)) for k in named)
+        for point, _ in _points([p for p in space.params if p.key in closure])
+    }
+    return max(1, len(values))
+
+
 def _cost_params(space: SearchSpace) -> set[str]:
     """The params that set a cost key, and those their conditions read (recursively): the values of these
     alone decide a point's cost, and whether each of them is active."""
-    by_key = {p.key: p for p in space.params}
     keys = cost_keys()
-    todo = [p.key for p in space.params if p.key in keys or set(p.also) & set(keys)]
+    return _closure(space, [p.key for p in space.params if p.key in keys or set(p.also) & set(keys)])
+
+
+def _closure(space: SearchSpace, todo: list[str]) -> set[str]:
+    """The params `todo` names and those their conditions read, recursively."""
+    by_key = {p.key: p for p in space.params}
     closure: set[str] = set()
     while todo:
         key = todo.pop()

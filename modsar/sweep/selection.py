@@ -253,7 +253,9 @@ def rerun_seeds(plan: Plan, selected: dict[str, dict]) -> None:
         else tune.Tuner(
             fn,
             param_space={"point": tune.grid_search(points)},
-            tune_config=tune.TuneConfig(metric=f"best.{plan.monitor}", mode="max"),
+            tune_config=tune.TuneConfig(  # --max-concurrent holds here too (a GPU's memory, say)
+                metric=f"best.{plan.monitor}", mode="max", max_concurrent_trials=plan.request.max_concurrent
+            ),
             run_config=tune.RunConfig(
                 name=f"{RAY_DIR}-seeds",
                 storage_path=experiment_folder(plan),

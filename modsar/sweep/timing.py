@@ -93,10 +93,11 @@ def against_estimate(stored: dict[str, Any]) -> str:
         return ""
     line = f"time: the search took {spent:,.0f} s against the {estimate:,.0f} s its estimate printed"
     line += f" ({(spent / estimate - 1) * 100:+.0f}%"
-    ceiling = (stored.get("estimate") or {}).get("seeds_seconds")
-    seeds = sum(run.get("seeds_s") or 0.0 for run in runs)
-    if ceiling and seeds:
-        line += f"), its seed re-runs {seeds:,.0f} s against the at most {ceiling:,.0f} s it printed"
+    kept = stored.get("estimate") or {}
+    ceiling, seeds = kept.get("seeds_seconds"), sum(run.get("seeds_s") or 0.0 for run in runs)
+    asked = (stored.get("request") or {}).get("seeds")  # a resume may ask more seeds than the estimate costed
+    if ceiling and seeds and kept.get("seeds") == asked:
+        line += f"), its seed re-runs {seeds:,.0f} s against a ceiling of {ceiling:,.0f} s"
     else:
         line += "; seed re-runs aside, which it does not cover)" if seeds else ")"
     loaded = [run for run in runs if run.get("load_mean") is not None and run.get("wall_s")]
