@@ -302,13 +302,17 @@ class CostEstimate:
         direction's slowest size to the end of the budget, `parallel` at a time in any order (a list
         schedule ends by sum/p + (1 - 1/p) x the longest run), on a machine as idle as the probe's. A
         ceiling: patience ends most re-runs well before their budget."""
-        runs = [d.longest_run_s() for d in self.directions for _ in range(d.picks * self.replicates())]
+        runs = self._seed_runs()
         if not runs:
             return 0.0
         slots = self.resources.parallel
         if not slots:
             return math.inf
         return TUNER_START_S + sum(runs) / slots + (1 - 1 / slots) * max(runs)
+
+    def _seed_runs(self) -> list[float]:
+        """The longest each of `--seeds K`'s re-runs may take: every pick's replicates() (seeds_seconds)."""
+        return [d.longest_run_s() for d in self.directions for _ in range(d.picks * self.replicates())]
 
     def lines(self) -> list[str]:
         """The estimate as `modsar spaces NAME --dataset D` and the first lines of `modsar search` print
@@ -419,7 +423,7 @@ class CostEstimate:
 
     def _seeds_line(self) -> str:
         """The line of `--seeds K`: the picks' re-runs after the search, at most how long."""
-        runs, k = self.replicates() * sum(d.picks for d in self.directions), self.plan.request.seeds
+        runs, k = len(self._seed_runs()), self.plan.request.seeds
         if not runs:
             return f"  then --seeds {k}: no re-run (each pick's own row stands for its seed)"
         wall = f", at most {self._wall(self.seeds_seconds())}" if self.resources.parallel else ""

@@ -83,17 +83,16 @@ class SearchClock:
 def against_estimate(stored: dict[str, Any]) -> str:
     """A line comparing a search's time (its directions, over every run) with the estimate search.json keeps,
     and its seed re-runs with the estimate's ceiling for them where it printed one (`--seeds`; an older
-    estimate did not), and saying when the machine was shared: its mean load
-    beyond the search's own trials, half a core or more, as it went (not only while the probe ran). Empty
-    without an estimate or a clock."""
-    estimate = (stored.get("estimate") or {}).get("seconds")
+    estimate did not), and saying when the machine was shared: its mean load beyond the search's own trials,
+    half a core or more, as it went (not only while the probe ran). Empty without an estimate or a clock."""
+    kept = stored.get("estimate") or {}
+    estimate = kept.get("seconds")
     runs = [run for run in stored.get("timing") or [] if isinstance(run, dict)]
     spent = sum(sum(run.get("directions", {}).values()) for run in runs)
     if not estimate or not spent:
         return ""
     line = f"time: the search took {spent:,.0f} s against the {estimate:,.0f} s its estimate printed"
     line += f" ({(spent / estimate - 1) * 100:+.0f}%"
-    kept = stored.get("estimate") or {}
     ceiling, seeds = kept.get("seeds_seconds"), sum(run.get("seeds_s") or 0.0 for run in runs)
     asked = (stored.get("request") or {}).get("seeds")  # a resume may ask more seeds than the estimate costed
     if ceiling and seeds and kept.get("seeds") == asked:
