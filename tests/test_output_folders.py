@@ -76,6 +76,28 @@ def test_a_folder_option_on_a_file_is_one_line_before_any_work(tmp_path, isolate
     assert not isolated_data_root.exists()  # nothing generated, trained or written
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["search", "--space", TINY, "--dataset", "synthetic", "--results", ""],
+        ["train", "--dataset", "synthetic", "--results", " "],
+        ["report", "--results", ""],
+        ["report", "--out", ""],
+        ["data", "prepare", "synthetic", "--data-dir", ""],
+    ],
+)
+def test_an_empty_folder_option_is_refused_in_one_line(
+    tmp_path, isolated_data_root, capsys, monkeypatch, argv
+):
+    """An empty --results once put a search's rows under the current folder and its state under /."""
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    flag = next(a for a in argv if a.startswith("--") and argv[argv.index(a) + 1].strip() == "")
+    assert err == f"modsar: error: {flag} is empty: name a folder, or leave {flag} out for its default\n"
+    assert not list(tmp_path.iterdir()) and not isolated_data_root.exists()  # nothing written anywhere
+
+
 def test_search_refuses_an_experiment_folder_that_is_a_file_before_ray(
     tmp_path, isolated_data_root, capsys, monkeypatch
 ):

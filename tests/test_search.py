@@ -1567,6 +1567,54 @@ def test_seeds_added_from_committed_rows_and_a_direction_whose_tune_state_is_gon
     assert tested["cpu"] == cpu_identity() and tested["torch_threads"] == 1
 
 
+def test_a_resume_without_seeds_runs_the_seed_reruns_the_search_was_started_with(
+    local_ray, data_dir, tmp_path
+):
+    """A search started with --seeds 2 and cut off before its seed re-runs, resumed without --seeds, runs
+    them (it once ended complete without them, its record still saying 2); a larger --seeds adds more."""
+    space = tmp_path / "two.yaml"
+    space.write_text(
+        "description: one trial a direction\nbase: {model.hidden_size: 8, model.num_layers: 1}\n"
+        "params:\n  task: {grid: [ae, ar]}\n"
+        "budget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n"
+    )
+    out = tmp_path / "results"
+    common = ("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment", "s")
+    assert search(*common, "--seeds", "2") == 0
+    folder = out / "s"
+    rows = read_rows(str(out), "s")
+    seeds = rows[rows["role"] == "seed"]
+    pairs = sorted(zip(seeds["task"], seeds["seed"], strict=True))  # seed 0 where its own trial stands for it
+    assert {("ae", 1), ("ar", 1)} <= set(pairs) <= {("ae", 0), ("ae", 1), ("ar", 0), ("ar", 1)}
+    for trial in seeds["trial_id"]:  # as if the driver had been killed before its seed re-runs
+        (folder / "trials" / f"{trial}.parquet").unlink()
+    subprocess.run(["rm", "-rf", str(folder / "ray-seeds")], check=True)
+    stored = json.loads((folder / "search.json").read_text())
+    (folder / "search.json").write_text(json.dumps({**stored, "status": "interrupted"}))
+
+    assert search(*common, "--resume") == 0
+    again = read_rows(str(out), "s")
+    redone = again[again["role"] == "seed"]
+    assert sorted(zip(redone["task"], redone["seed"], strict=True)) == pairs
+    assert (redone["status"] == "finished").all() and redone["test.ndcg@10"].notna().all()
+    for task, seed in pairs:  # one config and seed, one curve
+        before, now = (
+            r[(r["task"] == task) & (r["seed"] == seed) & (r["role"] == "seed")].iloc[0]
+            for r in (rows, again)
+        )
+        assert now["test.ndcg@10"] == before["test.ndcg@10"] and now["curve"] == before["curve"], (task, seed)
+    record = json.loads((folder / "search.json").read_text())
+    assert record["status"] == "complete" and record["request"]["seeds"] == 2
+
+    assert search(*common, "--resume", "--seeds", "3") == 0  # more than it was started with: added
+    more = read_rows(str(out), "s")
+    more_seeds = more[more["role"] == "seed"]
+    assert sorted(zip(more_seeds["task"], more_seeds["seed"], strict=True)) == sorted(
+        [*pairs, ("ae", 2), ("ar", 2)]
+    )
+    assert json.loads((folder / "search.json").read_text())["request"]["seeds"] == 3
+
+
 def test_a_retrained_winner_trains_on_its_trials_threads():
     """More threads sum in another order, so a winner trained again takes the threads its row records, else
     the CPUs each trial was given."""

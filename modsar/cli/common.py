@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeAlias
 
+from modsar.errors import ModsarError
 from modsar.outputs import is_uri
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"  # what add_subparsers returns
@@ -72,6 +73,11 @@ def check_folders(args: argparse.Namespace) -> None:
 
     check_credentials(args)
     check_names(args)
+    for dest in FOLDER_OPTIONS:  # '' would be the current folder to one part of a command, / to another
+        given = getattr(args, dest, None)
+        if isinstance(given, str) and not given.strip():
+            option = f"--{dest.replace('_', '-')}"
+            raise ModsarError(f"{option} is empty: name a folder, or leave {option} out for its default")
     if getattr(args, "data_dir", None):  # only `data prepare` must write there; the others may read a copy
         ensure_writable_dir(
             args.data_dir, "--data-dir", write=getattr(args, "data_command", None) == "prepare"
@@ -83,6 +89,8 @@ def check_folders(args: argparse.Namespace) -> None:
         if args.experiment and not is_uri(args.results):
             ensure_writable_dir(Path(args.results) / args.experiment, "--results")
 
+
+FOLDER_OPTIONS = ("results", "out", "data_dir")  # the options that name a folder
 
 # options that keep their own check of credentials in a URI: a search takes them out of these three
 # (sweep.credentials); submit refuses them in the job's command and its --env (cli.submit.parse_env, which

@@ -105,7 +105,12 @@ class SearchRequest:
         "resources",
     )
     seed: int = option(0, "seed of the trials and of the random/optuna sampler")
-    seeds: int = option(0, "afterwards re-run the selected AE and AR configs on seeds 0..K-1", metavar="K")
+    seeds: int = option(
+        0,
+        "afterwards re-run the selected AE and AR configs on seeds 0..K-1 (with --resume: the K the search "
+        "was started with, unless this K is larger)",
+        metavar="K",
+    )
     address: str | None = option(
         help="join an existing Ray cluster (default: $RAY_ADDRESS, else a local Ray)"
     )
