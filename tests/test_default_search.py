@@ -14,6 +14,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from modsar.cli import main
@@ -149,7 +150,6 @@ def test_seed_replicates_get_the_budget_asha_gave_their_search_trial():
     """The default's last rung (18,000 steps) comes before 200 epochs of a 176-step dataset: a replicate stops
     there too; on an 8-step dataset 200 epochs come first and nothing is added; the paper's ASHA (40 passes of
     5 epochs) ends at 200 epochs either way."""
-    import pandas as pd
 
     from modsar.sweep.selection import asha_budget as _asha_budget
 
@@ -175,7 +175,6 @@ def test_a_replicate_with_the_asha_budget_is_still_a_replica_of_its_winner():
     """The search trial's row says train.max_steps 0 (ASHA stopped it); its replicate's says 18,000 (the
     budget it was given): the same config. A replicate of another learning rate, or one given another
     budget, is not."""
-    import pandas as pd
 
     from modsar.config import Config
     from modsar.sweep.selection import is_replica
@@ -197,7 +196,6 @@ def test_the_search_trial_is_its_own_seeds_replicate_only_where_the_budget_ends_
     where the trial ended: patience or its epochs first (finished under the budget), or the last rung at that
     budget (stopped at max_t, in steps). A trial an earlier rung stopped, a rung in validation passes (whose
     budget in steps may end a replicate a pass later), or a row without its step count is re-trained."""
-    import pandas as pd
 
     from modsar.sweep.selection import _own_replicate, _ran_its_replicate
 
@@ -226,8 +224,6 @@ def test_an_interrupted_seed_rerun_goes_on_only_with_the_replicates_still_wanted
     """The seeds' Tuner a cut-off re-run left goes on where what it would run (or record) is what is wanted:
     seeds 0-2 of the selected config, seed 0 done (its row written), 1 mid-run, 2 not started."""
     from types import SimpleNamespace
-
-    import pandas as pd
 
     from modsar.sweep.selection import _goes_on_with
 
@@ -259,7 +255,6 @@ def test_an_interrupted_seed_rerun_goes_on_only_with_the_replicates_still_wanted
 def test_the_time_breakdown_of_hand_made_runs_and_rows():
     """Two runs of a search (one resumed): the driver's parts add up over runs, the slot-seconds are each
     Tuner's wall-clock times its slots, and the trials' parts come from their rows."""
-    import pandas as pd
 
     from modsar.sweep.timing import breakdown
 
@@ -404,13 +399,24 @@ def test_a_search_ends_with_its_time_against_its_estimate_and_says_when_the_mach
     assert (
         against_estimate({"timing": [idle]}) == "" and against_estimate({"estimate": {"seconds": 9.0}}) == ""
     )
+    # a run killed before its clock was written (AE's 900 trial-seconds ran then): no comparison, which
+    # would read as a search 90% faster than it was; with its trials' time all counted, the comparison
+    killed = {"directions": {"ar": 100.0}, "slots": 1, "wall_s": 110.0}
+    rows = pd.DataFrame({"role": ["search", "search"], "task": ["ae", "ar"], "wall_time_s": [900.0, 95.0]})
+    assert against_estimate({"estimate": {"seconds": 1000.0}, "timing": [killed]}, rows) == (
+        "time: not compared with the 1,000 s its estimate printed: a run of this search was stopped before "
+        "its clock was written, so the 100 s its clock kept miss some of the time its trials ran"
+    )
+    whole = {"directions": {"ae": 910.0, "ar": 100.0}, "slots": 1, "wall_s": 1020.0}
+    assert against_estimate({"estimate": {"seconds": 1000.0}, "timing": [whole]}, rows) == (
+        "time: the search took 1,010 s against the 1,000 s its estimate printed (+1%)"
+    )
 
 
 def test_the_span_of_trials_and_a_clock_that_lost_a_killed_run():
     """trials_span_s is the union of the trials' stretches ([0, 100], [50, 150], [200, 250]: 200 s);
     clock_lost says when the trials ran more seconds than the runs' recorded slots held (a run killed before
     its clock was kept)."""
-    import pandas as pd
 
     from modsar.sweep.timing import clock_lost, trials_span_s
 

@@ -80,17 +80,25 @@ class SearchClock:
         return {**out, **load, "wall_s": now - self.started}
 
 
-def against_estimate(stored: dict[str, Any]) -> str:
+def against_estimate(stored: dict[str, Any], rows: pd.DataFrame | None = None) -> str:
     """A line comparing a search's time (its directions, over every run) with the estimate search.json keeps,
     and its seed re-runs with the estimate's ceiling for them where it printed one (`--seeds`; an older
     estimate did not), and saying when the machine was shared: its mean load beyond the search's own trials,
-    half a core or more, as it went (not only while the probe ran). Empty without an estimate or a clock."""
+    half a core or more, as it went (not only while the probe ran). Empty without an estimate or a clock.
+    With the search's `rows`, no comparison where its clock misses some of its trials' time (clock_lost: a run
+    killed before its clock was written): the clock's seconds would read as a search faster than it was."""
     kept = stored.get("estimate") or {}
     estimate = kept.get("seconds")
     runs = [run for run in stored.get("timing") or [] if isinstance(run, dict)]
     spent = sum(sum(run.get("directions", {}).values()) for run in runs)
     if not estimate or not spent:
         return ""
+    if rows is not None and len(rows) and clock_lost(runs, rows):
+        return (
+            f"time: not compared with the {estimate:,.0f} s its estimate printed: a run of this search was "
+            f"stopped before its clock was written, so the {spent:,.0f} s its clock kept miss some of the "
+            "time its trials ran"
+        )
     line = f"time: the search took {spent:,.0f} s against the {estimate:,.0f} s its estimate printed"
     line += f" ({(spent / estimate - 1) * 100:+.0f}%"
     ceiling, seeds = kept.get("seeds_seconds"), sum(run.get("seeds_s") or 0.0 for run in runs)

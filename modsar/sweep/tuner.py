@@ -203,7 +203,7 @@ def _run_connected(
         "diverged": diverged,
         "selected": selected,
         "wall_time_s": time.perf_counter() - started,
-        "against_estimate": _against_estimate(search_json),
+        "against_estimate": _against_estimate(search_json, rows),
         "results": storage,
         "problem": search_problem(
             plan, rows, selected, f"{trials} trials: {errors} errors, {diverged} diverged"
@@ -211,10 +211,10 @@ def _run_connected(
     }
 
 
-def _against_estimate(search_json: str) -> str:
+def _against_estimate(search_json: str, rows: pd.DataFrame) -> str:
     """timing.against_estimate of the search as search.json keeps it; best effort, like the clock itself."""
     try:
-        return against_estimate(read_json(search_json))
+        return against_estimate(read_json(search_json), rows)
     except Exception:  # timing is a fact about the search, never a reason for it to fail
         return ""
 
