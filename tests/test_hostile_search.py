@@ -550,6 +550,29 @@ def test_ctrl_c_still_names_the_resume_command_where_its_state_cannot_be_recorde
     assert json.loads(search_json.read_text())["status"] == "running"
 
 
+def test_sigterm_stops_a_search_as_ctrl_c_does_and_its_handler_is_put_back(tmp_path):
+    """kill, `timeout` or a batch scheduler's notice (SIGTERM) outside a Tuner's fit: the search is recorded
+    interrupted and says how to resume, where Ray's handler died with a stack dump; afterwards SIGTERM's
+    handler is the one it found."""
+    from modsar.sweep import interrupt
+
+    plan = _plan_of(tmp_path / "results")
+    search_json = tmp_path / "results" / "c" / "search.json"
+    search_json.parent.mkdir(parents=True)
+    search_json.write_text(json.dumps({"status": "running", "trials_planned": 6}))
+    before = signal.getsignal(signal.SIGTERM)
+    with (
+        pytest.raises(interrupt.SearchInterrupted) as raised,
+        interrupt.stops_on_ctrl_c(plan, str(search_json)),
+    ):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler runs at once, in this thread: the sleep never ends
+        pytest.fail("SIGTERM did not stop the search")
+    assert str(raised.value).endswith(f"resume it with `{resume_command(plan.request)}`")
+    assert json.loads(search_json.read_text())["status"] == "interrupted"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def test_ctrl_c_records_the_search_interrupted(tmp_path):
     from modsar.sweep import interrupt
 

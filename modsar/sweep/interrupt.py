@@ -3,11 +3,12 @@
 Tune catches the first Ctrl-C (SIGINT) of a Tuner's fit itself: it saves the search's state and returns, as if
 the Tuner had ended. A search runs one Tuner per direction, so the search went on with the other direction,
 and a second Ctrl-C ended that one too: the search then selected and tested on a few trials and exited 0, and
-a report gave a verdict on them. Here the first Ctrl-C stops the whole search: inside a fit, Tune stops
-it its own way (its SIGUSR1 handler: the state `--resume` needs is saved), and nothing after it runs;
-elsewhere it stops at once. A second Ctrl-C stops at once. The search records itself as interrupted, with
-the trials that ended and the trials planned, and stops with `SearchInterrupted` (exit 130), whose message
-is the command that resumes it. A report over a search not recorded complete says so (`incomplete_searches`).
+a report gave a verdict on them. Here the first Ctrl-C (or SIGTERM) stops the whole search: inside a fit,
+Tune stops it its own way (its SIGUSR1 handler: the state `--resume` needs is saved), and nothing after it
+runs; elsewhere it stops at once. A second Ctrl-C stops at once. The search records itself as interrupted,
+with the trials that ended and the trials planned, and stops with `SearchInterrupted` (exit 130), whose
+message is the command that resumes it. A report over a search not recorded complete says so
+(`incomplete_searches`).
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ class SearchInterrupted(KeyboardInterrupt):
 
 
 class _CtrlC:
-    """The search's SIGINT handler: the first press stops the fit in progress the way Tune does (its own
-    SIGUSR1 handler, installed for the fit), or the search at once outside a fit; a second press at once."""
+    """The search's SIGINT (and SIGTERM) handler: the first press stops the fit in progress the way Tune does
+    (its own SIGUSR1 handler, installed for the fit), or the search at once outside a fit; a second press at
+    once."""
 
     def __init__(self) -> None:
         self.pressed = 0
@@ -52,7 +54,8 @@ class _CtrlC:
         tune_stop = signal.getsignal(signal.SIGUSR1)
         if self.pressed == 1 and self.fitting and callable(tune_stop):
             tune_stop(signal.SIGUSR1, frame)  # Tune ends the fit after saving its state
-            signal.signal(signal.SIGINT, self)  # Tune's handler put back the one it found: this one
+            for sig in STOPPING_SIGNALS:  # Tune's handler put back the SIGINT one it found: this one
+                signal.signal(sig, self)
             return
         raise KeyboardInterrupt
 
@@ -60,21 +63,30 @@ class _CtrlC:
 _CURRENT: _CtrlC | None = None
 
 
+# SIGTERM (kill, `timeout`, a batch scheduler's notice before its SIGKILL) stops a search as Ctrl-C does: its
+# state saved and recorded, the resume command said; under Ray's own handler it died with a stack dump
+STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 @contextlib.contextmanager
 def ctrl_c_stops_the_search() -> Iterator[None]:
-    """While a search runs (in the main thread: only it receives signals), Ctrl-C stops all of it."""
+    """While a search runs (in the main thread: only it receives signals), Ctrl-C or SIGTERM stops all of
+    it."""
     global _CURRENT
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    saved_handler, saved_env = signal.getsignal(signal.SIGINT), os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+    saved_handlers = {sig: signal.getsignal(sig) for sig in STOPPING_SIGNALS}
+    saved_env = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
     _CURRENT = _CtrlC()
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # Tune's own handler would end one Tuner only
-    signal.signal(signal.SIGINT, _CURRENT)
+    for sig in STOPPING_SIGNALS:
+        signal.signal(sig, _CURRENT)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, saved_handler)
+        for sig, handler in saved_handlers.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         if saved_env is None:
             os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
         else:
