@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -247,6 +248,35 @@ def test_overwrite_replaces_a_search_it_recognises(tmp_path, capsys, monkeypatch
     assert not (results / "old" / "trials" / "stale.parquet").exists()
     assert json.loads((results / "old" / "search.json").read_text())["request"]["experiment"] == "old"
     assert (results / "other" / "trials").is_dir()  # the other experiments are untouched
+
+
+def test_overwrite_refuses_a_search_folder_that_holds_a_users_files(tmp_path, capsys, monkeypatch):
+    """A user's notes or a report written into a search's folder are no search's: --overwrite once deleted
+    them without a word. It names them, deletes nothing, and replaces the folder once they are moved out."""
+    from modsar.sweep import tuner
+
+    monkeypatch.setattr(tuner, "connect_ray", lambda req: pytest.fail("Ray started"))
+    results = tmp_path / "results"
+    folder = results / "s"
+    (folder / "trials").mkdir(parents=True)
+    (folder / "ray-ae").mkdir()
+    (folder / ".tmp-search.json").write_text("a killed write")
+    (folder / "search.json").write_text(json.dumps({"request": {"space": "x"}, "base": {}}))
+    (folder / "NOTES.md").write_text("mine")
+    (folder / "report").mkdir()
+    (folder / "report" / "report.md").write_text("mine too")
+    before = files_under(results)
+    assert tuner._no_search_wrote(str(folder)) == ["NOTES.md", "report/"]
+    assert _search(results, "s", "--overwrite") == 2
+    err = one_error_line(capsys)
+    assert f"--overwrite: {folder} also holds what no search wrote (NOTES.md, report/); nothing was" in err
+    assert (
+        "Move those out of the folder, or choose another --experiment" in err
+        and files_under(results) == before
+    )
+    (folder / "NOTES.md").unlink()
+    shutil.rmtree(folder / "report")
+    assert tuner._no_search_wrote(str(folder)) == []  # the search's own: --overwrite replaces them
 
 
 def test_overwrite_refuses_a_search_folder_that_modsar_train_added_to(tmp_path, capsys, monkeypatch):

@@ -19,6 +19,7 @@ from ray.tune.schedulers import ASHAScheduler
 
 from modsar.errors import ModsarError
 from modsar.outputs import (
+    PARTIAL_PREFIX,
     check_name,
     ensure_writable_dir,
     is_uri,
@@ -301,6 +302,12 @@ def _check_overwrite(storage: str, search_json: str) -> None:
             f"--overwrite: {storage} holds no search that modsar search wrote (no readable search.json); "
             "nothing was deleted. Remove it yourself if it should go, or choose another --experiment"
         )
+    if foreign := _no_search_wrote(storage):
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise ModsarError(
+            f"--overwrite: {storage} also holds what no search wrote ({', '.join(foreign[:3])}{more}); "
+            "nothing was deleted. Move those out of the folder, or choose another --experiment"
+        )
     if added := _added_by_train(storage):
         name = storage.rstrip("/").rpartition("/")[2]
         more = f" and {len(added) - 3} more" if len(added) > 3 else ""
@@ -312,6 +319,20 @@ def _check_overwrite(storage: str, search_json: str) -> None:
 
 
 SEARCH_ROLES = frozenset({"search", "seed", "superseded"})  # the `role` of every row a search writes
+
+
+def _no_search_wrote(storage: str) -> list[str]:
+    """What lies at the top of a search's folder that neither a search (search.json, trials/, Tune's ray-*
+    folders, a write in progress) nor `modsar train` (checkpoints/: _added_by_train) puts there: a user's
+    notes, a report written into it. --overwrite must not delete them."""
+    fs, path = filesystem(storage)
+    names = [info.base_name for info in fs.get_file_info(pafs.FileSelector(path))]
+    ours = {"search.json", "trials", "checkpoints"}
+    return sorted(
+        name + ("/" if fs.get_file_info(f"{path}/{name}").type == pafs.FileType.Directory else "")
+        for name in names
+        if name not in ours and not name.startswith((f"{RAY_DIR}-", PARTIAL_PREFIX))
+    )
 
 
 def _added_by_train(storage: str) -> list[str]:
