@@ -371,7 +371,13 @@ def test_a_rung_past_the_run_is_named_in_steps_and_impossible_requests_are_refus
     assert main(["spaces", past, "--dataset", "synthetic"]) == 2
     assert "grace period (100 steps) is past its max_t (5 steps)" in capsys.readouterr().err
     assert main(["spaces", path, "--dataset", "synthetic", "--cpus-per-trial", "nan"]) == 2
-    assert "--cpus-per-trial must be > 0; got nan" in capsys.readouterr().err
+    assert "--cpus-per-trial must be at least 0.01; got nan" in capsys.readouterr().err
+    assert main(["spaces", path, "--dataset", "synthetic", "--cpus-per-trial", "1e-300"]) == 2
+    assert "--cpus-per-trial must be at least 0.01; got 1e-300" in capsys.readouterr().err  # Ray's assert
+    assert main(["spaces", path, "--dataset", "synthetic", "--seeds", "100000000"]) == 2  # once a MemoryError
+    assert "--seeds must be at most 1000: each is one more training of every pick; got 100000000" in (
+        capsys.readouterr().err
+    )
 
 
 def test_an_ae_mask_rate_changes_the_cost_of_a_step(data_dir, tmp_path):

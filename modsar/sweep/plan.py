@@ -251,20 +251,29 @@ def _asha_settings(req: SearchRequest, space: SearchSpace, cfg: Config) -> tuple
     grace = min(grace, max_t)
     factor = req.reduction_factor
     factor = space.scheduler.get("reduction_factor", 2) if factor is None else factor  # 0 is given, not unset
-    if factor < 2:
-        raise ModsarError(f"--reduction-factor must be >= 2; got {factor}")
+    if not 2 <= factor <= MAX_REDUCTION_FACTOR:
+        raise ModsarError(
+            f"--reduction-factor must be from 2 to {MAX_REDUCTION_FACTOR} (each rung keeps 1 trial in that "
+            f"many); got {factor}"
+        )
     return unit, max_t, grace, factor
+
+
+MAX_REDUCTION_FACTOR = 1000  # beyond it no rung keeps a trial of any search that runs on one machine
+MAX_SEEDS = 1000  # --seeds: re-runs of each pick; more is a study of its own, and each costs a training
+LEAST_SHARE = 0.01  # of a CPU or GPU a trial may hold: Ray counts in steps of 1e-4, and refuses far less
 
 
 def _check_resources(req: SearchRequest) -> None:
     """A trial's CPUs and GPUs must be amounts Ray can reserve: refused here rather than by Ray's asserts."""
-    if not 0 < req.cpus_per_trial < math.inf:  # NaN fails both
-        raise ModsarError(f"--cpus-per-trial must be > 0; got {req.cpus_per_trial}")
-    if not 0 <= req.gpus_per_trial < math.inf or (
+    if not LEAST_SHARE <= req.cpus_per_trial < math.inf:  # NaN fails both
+        raise ModsarError(f"--cpus-per-trial must be at least {LEAST_SHARE}; got {req.cpus_per_trial}")
+    if not (req.gpus_per_trial == 0 or LEAST_SHARE <= req.gpus_per_trial < math.inf) or (
         req.gpus_per_trial > 1 and req.gpus_per_trial != int(req.gpus_per_trial)
     ):
         raise ModsarError(
-            f"--gpus-per-trial must be a fraction in (0, 1] or a whole number; got {req.gpus_per_trial}"
+            f"--gpus-per-trial must be 0, a fraction from {LEAST_SHARE} to 1, or a whole number; "
+            f"got {req.gpus_per_trial}"
         )
 
 
@@ -284,6 +293,10 @@ def _check_request_numbers(req: SearchRequest) -> None:
             raise ModsarError(
                 f"{flag} must be >= {low}; got {value} (leave it out for the space's own setting)"
             )
+    if req.seeds > MAX_SEEDS:
+        raise ModsarError(
+            f"--seeds must be at most {MAX_SEEDS}: each is one more training of every pick; got {req.seeds}"
+        )
     if req.time_budget_s is not None and not req.time_budget_s > 0:
         raise ModsarError(
             f"--time-budget must be > 0 seconds; got {req.time_budget_s:g} (leave it out for none)"
