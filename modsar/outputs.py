@@ -141,6 +141,18 @@ def refuse_environment_credentials(skip: tuple[str, ...] = ()) -> None:
     for name, advice in URI_VARIABLES.items():
         if name not in skip:
             refuse_credentials(f"${name}", os.environ.get(name), advice)
+            if name.startswith("RAY_"):
+                refuse_address_user(f"${name}", os.environ.get(name))
+
+
+def refuse_address_user(option: str, address: str | None) -> None:
+    """Refuse a Ray address written with a user (and maybe a password) but no scheme, `user:pw@host:6379`,
+    which the URI reading (`uris_in`) does not see as one and so would print whole: a Ray address takes
+    neither."""
+    if address and "://" not in address and "@" in address:
+        raise ModsarError(
+            f"{option} {HIDDEN}@{address.rpartition('@')[2]}: {RAY_ADVICE}; drop what comes before '@'"
+        )
 
 
 PARTIAL_PREFIX = ".tmp-"  # a write in progress, or one a killed process left: listings skip hidden names

@@ -54,6 +54,9 @@ REFUSED = {
     "search-mlflow-password-with-slash": [*SEARCH, "--mlflow", f"http://alice:pa/{SECRET}@{DEAD}"],
     "search-mlflow-port-no-number": [*SEARCH, "--mlflow", f"http://alice:{SECRET}@127.0.0.1:port"],
     "submit-env": ["submit", "--address", f"http://{DEAD}", "--env", f"X={S3}", "--", "results"],
+    # no scheme, so no URI to the redaction: it once came back whole in "nothing answers at --address ..."
+    "search-address-user-no-scheme": [*SEARCH, "--address", f"user:{SECRET}@{DEAD}"],
+    "search-address-token-no-scheme": [*SEARCH, "--address", f"{SECRET}@{DEAD}"],
 }
 
 
@@ -305,6 +308,8 @@ ENV_REFUSED = {
     "train-token": (["train", "--dataset", "synthetic", "--no-checkpoint"], "MODSAR_DATA", TOKEN),
     "results-ray-address": (["results"], "RAY_ADDRESS", RAY),
     "search-ray-address": (SEARCH, "RAY_ADDRESS", RAY),
+    "search-ray-address-no-scheme": (SEARCH, "RAY_ADDRESS", f"u:{SECRET}@10.0.0.1:6379"),
+    "results-ray-address-no-scheme": (["results"], "RAY_ADDRESS", f"{SECRET}@10.0.0.1:6379"),
     "train-dashboard-address": (["data", "list"], "RAY_DASHBOARD_ADDRESS", f"http://u:{SECRET}@h:8265"),
 }
 

@@ -27,6 +27,7 @@ from modsar.outputs import (  # redact: every command's messages use it (outputs
     HIDDEN,
     holds_credentials,
     redact,
+    refuse_address_user,
     uris_in,
 )
 
@@ -47,6 +48,8 @@ def take_secrets(option: str, uri: str | None) -> str | None:
     --results: an S3 URI without its keys (`results_env`); --address, and any other URI with a password:
     refused in one line. The URI is read as every command reads it (modsar.outputs.uris_in): the password
     runs to its last '@', so one holding '/' is taken out whole."""
+    if option == "--address":
+        refuse_address_user(option, uri)
     if uri is None or "://" not in uri:
         return uri
     if f":{HIDDEN}@" in uri or f"={HIDDEN}" in uri:  # copied from search.json or a message: no secret left

@@ -12,6 +12,7 @@ from typing import Any
 from modsar.errors import ModsarError
 from modsar.outputs import (
     RAY_ADVICE,
+    refuse_address_user,
     refuse_credentials,
 )
 from modsar.sweep.cluster import check_address, host_and_port, is_loopback, private_token, quiet_dashboard
@@ -92,6 +93,7 @@ def connect_ray(req: SearchRequest) -> None:
     address = req.address or os.environ.get("RAY_ADDRESS")
     address = None if address == "local" else address
     refuse_credentials("--address" if req.address else "$RAY_ADDRESS", address, RAY_ADVICE)
+    refuse_address_user("--address" if req.address else "$RAY_ADDRESS", address)
     if ray.is_initialized() and _keep_connection(address):
         return
     refuse_on_a_cluster(address, req.mlflow, req.results)  # the cluster records this driver's command line

@@ -163,7 +163,8 @@ def _run_locked(req: SearchRequest, plan: Plan, storage: str, predicted: dict | 
     """run_search's work, while this process holds the experiment's lock."""
     search_json = f"{storage}/search.json"
     _check_start(req, plan, storage, search_json)
-    req = plan.request = _with_stored_seeds(req, search_json)
+    if req.resume:
+        req = plan.request = _with_stored_seeds(req, search_json)
     clock = SearchClock()
     with clock.part("connect_s"):
         connect_ray(req)
@@ -253,8 +254,6 @@ def _record_start(req: SearchRequest, plan: Plan, search_json: str, predicted: d
 def _with_stored_seeds(req: SearchRequest, search_json: str) -> SearchRequest:
     """A resumed search re-runs its picks on the seeds its record asks for, or on more where this run asks
     for more: a resume without --seeds once ended such a search complete without its seed re-runs."""
-    if not req.resume:
-        return req
     asked = read_json(search_json).get("request") or {}
     stored = asked.get("seeds", 0)
     return replace(req, seeds=stored) if isinstance(stored, int) and stored > req.seeds else req
