@@ -333,6 +333,42 @@ def test_failed_seed_reruns_are_marked_not_hidden(tmp_path, capsys):
     )
 
 
+def test_equal_differences_over_seeds_have_no_p_value(tmp_path, capsys):
+    """AR ahead by the same amount on each seed: the differences have no spread, t is undefined; the table
+    once printed p 0."""
+    root = str(tmp_path / "results")
+    write_row(root, row("ae", "video", "vanilla", "ae", 0.30))
+    write_row(root, row("ar", "video", "vanilla", "ar", 0.40))
+    for s in (0, 1):
+        write_row(
+            root, row(f"sae{s}", "video", "vanilla", "ae", 0.30 + s / 10, seed=s, role="seed", selected=False)
+        )
+        write_row(
+            root, row(f"sar{s}", "video", "vanilla", "ar", 0.40 + s / 10, seed=s, role="seed", selected=False)
+        )
+    assert main(["report", "--results", root]) == 0
+    paired = md_table(
+        capsys.readouterr().out, "Paired comparison over seeds (two-sided paired t-test, AR vs AE)"
+    )
+    n10 = next(r for r in paired if r[2] == "N@10")
+    assert n10[6:] == ["– (equal differences)", "2"], n10
+
+
+@pytest.mark.parametrize("value", [float("inf"), 1.5, -0.1])
+def test_a_metric_no_ranking_can_have_is_refused_naming_its_row(tmp_path, capsys, value):
+    """A damaged or edited row (test N@10 inf) once gave "best AE inf (+nan%)": one line naming the row."""
+    root = str(tmp_path / "results")
+    write_row(root, row("ae", "video", "vanilla", "ae", value))
+    write_row(root, row("ar", "video", "vanilla", "ar", 0.40))
+    assert main(["report", "--results", root]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "experiment vanilla-video, trial ae: test." in err, err
+    shown = re.search(
+        r" is (\S+), which no ranking metric can be \(they lie in \[0, 1\]\); the row is damaged", err
+    )
+    assert shown and float(shown.group(1)) in (value, value / 2), err  # the row's other metrics are half N@10
+
+
 def test_a_side_whose_seed_reruns_all_failed_has_no_value_never_nan(tmp_path, capsys):
     root = str(tmp_path / "results")
     write_row(root, row("ae", "video", "vanilla", "ae", 0.30))

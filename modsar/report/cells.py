@@ -7,6 +7,7 @@ when they are replicas (one experiment, one config except the seed): a mismatch 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -138,6 +139,7 @@ def collect(rows: pd.DataFrame, metric: str) -> dict[CellKey, Cell]:
     cells: dict[CellKey, Cell] = {}
     if column not in rows:
         return cells
+    _refuse_impossible(rows, column)
     rows = with_arms(rows)
     selected = rows[
         (rows["role"] == "search")
@@ -159,8 +161,24 @@ def collect(rows: pd.DataFrame, metric: str) -> dict[CellKey, Cell]:
     return cells
 
 
+def _refuse_impossible(rows: pd.DataFrame, column: str) -> None:
+    """A recall, NDCG or MRR outside [0, 1] (inf from a damaged or edited row) would be averaged into a cell
+    and a verdict ("best AE inf"): one line naming the row instead. NaN is a metric not measured, and counts
+    as a re-run that did not finish."""
+    values = pd.to_numeric(rows[column], errors="coerce")
+    bad = values.notna() & ~values.between(0.0, 1.0)
+    if bad.any():
+        row = rows[bad].iloc[0]
+        raise ModsarError(
+            f"experiment {row.get('experiment')}, trial {row.get('trial_id')}: {column} is "
+            f"{values[bad].iloc[0]}, which no ranking metric can be (they lie in [0, 1]); the row is "
+            "damaged: remove it, or train that trial again"
+        )
+
+
 def paired_test(ae: Cell, ar: Cell) -> tuple[float | None, int]:
-    """Two-sided paired t-test of AR vs AE over their common seeds: (p-value, n)."""
+    """Two-sided paired t-test of AR vs AE over their common seeds: (p-value, n); the p-value is NaN where
+    the differences are all equal (no spread: t is undefined), None with fewer than two common seeds."""
     common = sorted(set(ae.values) & set(ar.values))
     if len(common) < 2:
         return None, len(common)
@@ -168,7 +186,7 @@ def paired_test(ae: Cell, ar: Cell) -> tuple[float | None, int]:
 
     a, b = [ae.values[s] for s in common], [ar.values[s] for s in common]
     if np.allclose(np.subtract(b, a), np.subtract(b, a)[0]):  # zero variance of differences: t undefined
-        return (1.0 if b[0] == a[0] else 0.0), len(common)
+        return math.nan, len(common)
     return float(stats.ttest_rel(b, a).pvalue), len(common)
 
 

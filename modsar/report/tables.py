@@ -7,6 +7,7 @@ bold, and Best Improv. = (best AR − best AE) / best AE.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -177,7 +178,7 @@ def significance_table(
                         Styled(ae.text()),
                         Styled(ar.text()),
                         Styled(percent(improvement(ae.mean, ar.mean))),
-                        Styled(f"{p:.4g}"),
+                        Styled("– (equal differences)" if math.isnan(p) else f"{p:.4g}"),
                         # a side that lost a re-run: its mean is over its own seeds, the test over shared ones
                         Styled(str(n) if ae.n == ar.n == n else f"{n} shared (AE {ae.n}, AR {ar.n})"),
                     ]
