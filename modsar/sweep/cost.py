@@ -83,6 +83,9 @@ MAX_PROBES = 6  # model sizes timed per search; the others are interpolated from
 # the quickstart (2 CPUs, idle): Tune starting a trial and the trainer's set-up (a reused actor's dataset is
 # loaded once), a report with its checkpoint per validation pass, Ray's start-up, each direction's Tuner
 TRIAL_START_S = 1.0
+# a seed re-run's Tuner starts each trial in a fresh actor (no reuse): the worker imports torch and modsar and
+# the trainer loads its dataset; about 3 s on 2 CPUs (2.2-2.7 s set-up in rows, 3.1 s of imports, loaded)
+FRESH_TRIAL_START_S = 3.0
 REPORT_S = 0.02
 RAY_START_S = 4.0
 TUNER_START_S = 2.0
@@ -311,8 +314,14 @@ class CostEstimate:
         return TUNER_START_S + sum(runs) / slots + (1 - 1 / slots) * max(runs)
 
     def _seed_runs(self) -> list[float]:
-        """The longest each of `--seeds K`'s re-runs may take: every pick's replicates() (seeds_seconds)."""
-        return [d.longest_run_s() for d in self.directions for _ in range(d.picks * self.replicates())]
+        """The longest each of `--seeds K`'s re-runs may take: every pick's replicates() (seeds_seconds),
+        each in an actor of its own."""
+        longest = [d.longest_run_s() - TRIAL_START_S + FRESH_TRIAL_START_S for d in self.directions]
+        return [
+            s
+            for d, s in zip(self.directions, longest, strict=True)
+            for _ in range(d.picks * self.replicates())
+        ]
 
     def lines(self) -> list[str]:
         """The estimate as `modsar spaces NAME --dataset D` and the first lines of `modsar search` print
