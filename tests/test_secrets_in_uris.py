@@ -53,6 +53,11 @@ REFUSED = {
     # the password taken out before the URI is parsed: no ValueError from urlsplit's port, no traceback
     "search-mlflow-password-with-slash": [*SEARCH, "--mlflow", f"http://alice:pa/{SECRET}@{DEAD}"],
     "search-mlflow-port-no-number": [*SEARCH, "--mlflow", f"http://alice:{SECRET}@127.0.0.1:port"],
+    "search-mlflow-unclosed-ipv6": [
+        *SEARCH,
+        "--mlflow",
+        f"http://alice:{SECRET}@[::1:5999",
+    ],  # once a ValueError
     "submit-env": ["submit", "--address", f"http://{DEAD}", "--env", f"X={S3}", "--", "results"],
     # no scheme, so no URI to the redaction: it once came back whole in "nothing answers at --address ..."
     "search-address-user-no-scheme": [*SEARCH, "--address", f"user:{SECRET}@{DEAD}"],

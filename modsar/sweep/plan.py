@@ -353,7 +353,12 @@ def _reach_mlflow(shown: str) -> None:
     """An MLflow server must answer, and take the credentials, now: the MLflow client retries an unreachable
     one for minutes, then the search died with a traceback. One TCP connection (a few seconds), then one
     request with the credentials and without retries; each refused in one line that hides the password."""
-    parts = urlsplit(mlflow_uri(shown))
+    try:
+        parts = urlsplit(mlflow_uri(shown))
+    except ValueError as exc:  # "Invalid IPv6 URL": a '[' with no ']'
+        raise ModsarError(
+            f"--mlflow {redact(shown)}: not a URL ({exc}); use e.g. http://HOST:5000 or http://[::1]:5000"
+        ) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return
     try:
