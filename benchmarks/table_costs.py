@@ -20,19 +20,27 @@ import pandas as pd
 from published import TABLE5_SPACES, TABLE6_SPACES  # the tables' spaces, as the results page reads them
 
 from modsar.devices import cpu_identity
-from modsar.outputs import write_parquet
+from modsar.errors import ModsarError
+from modsar.outputs import ensure_writable_dir, write_parquet
 from modsar.sweep import SearchRequest, make_plan
 from modsar.sweep.cost import estimate
 
 TABLE_OF = {**dict.fromkeys(TABLE5_SPACES, 5), **dict.fromkeys(TABLE6_SPACES, 6)}
 
 
+ROOT = (
+    Path(__file__).resolve().parent.parent
+)  # the repository: the default --out lies in it, run from anywhere
+
+
 def costs(datasets: list[str], spaces: list[str]) -> pd.DataFrame:
-    """One estimate per (dataset, space), probed on this machine, as rows."""
+    """One estimate per (dataset, space), probed on this machine, as rows. Every plan is made first, so an
+    unknown dataset or space is refused before an hour of probes, not after."""
+    plans = {(d, s): make_plan(SearchRequest(space=s, dataset=d)) for d in datasets for s in spaces}
     rows = []
     for dataset in datasets:
         for space in spaces:
-            result = estimate(make_plan(SearchRequest(space=space, dataset=dataset)))
+            result = estimate(plans[dataset, space])
             low, high = result.seconds_range()
             rows.append(
                 {
@@ -62,12 +70,20 @@ def main() -> None:
     )
     parser.add_argument("--datasets", nargs="+", default=["sports", "video", "yelp"])
     parser.add_argument("--spaces", nargs="+", default=list(TABLE_OF))
-    parser.add_argument("--out", default="results/published/search-cost", help="folder of the Parquet table")
+    parser.add_argument(
+        "--out", default=str(ROOT / "results/published/search-cost"), help="folder of the Parquet table"
+    )
     args = parser.parse_args()
-    table = costs(args.datasets, args.spaces)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_parquet(table, out / "tables56-estimates.parquet")
+    try:
+        ensure_writable_dir(
+            args.out, "--out"
+        )  # before the probes: a result computed and then lost helps nobody
+        table = costs(args.datasets, args.spaces)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_parquet(table, out / "tables56-estimates.parquet")
+    except ModsarError as exc:
+        raise SystemExit(f"table_costs.py: error: {exc}") from None
     print(table.pivot(index="space", columns="dataset", values="hours").round(1).to_string())
 
 
