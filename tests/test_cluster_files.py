@@ -84,3 +84,20 @@ def test_submit_to_a_dead_address_fails_fast(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and time.perf_counter() - started < 10
     assert len(err) == 1 and f"nothing listens at http://127.0.0.1:{port}" in err[0]
+
+
+@pytest.mark.parametrize(
+    "address, said",
+    [
+        (
+            "http://[::1:8265",
+            "--address http://[::1:8265 is not a URL like http://HEAD:8265 (Invalid IPv6 URL)",
+        ),
+        ("http://127.0.0.1:port", "--address http://127.0.0.1:port is not a URL like http://HEAD:8265 (Port"),
+    ],
+)
+def test_submit_to_an_address_that_is_no_url_is_one_line(capsys, address, said):
+    """Once an internal error (urlparse's ValueError)."""
+    assert main(["submit", "--address", address, "status", "raysubmit_x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"modsar: error: {said}"), err

@@ -262,19 +262,22 @@ def test_overwrite_refuses_a_search_folder_that_holds_a_users_files(tmp_path, ca
     (folder / "ray-ae").mkdir()
     (folder / ".tmp-search.json").write_text("a killed write")
     (folder / "search.json").write_text(json.dumps({"request": {"space": "x"}, "base": {}}))
+    (folder / ".DS_Store").write_text("a file browser's")
+    (folder / "ray-notes.md").write_text("mine")
     (folder / "NOTES.md").write_text("mine")
     (folder / "report").mkdir()
     (folder / "report" / "report.md").write_text("mine too")
     before = files_under(results)
-    assert tuner._no_search_wrote(str(folder)) == ["NOTES.md", "report/"]
+    assert tuner._no_search_wrote(str(folder)) == ["NOTES.md", "ray-notes.md", "report/"]
     assert _search(results, "s", "--overwrite") == 2
     err = one_error_line(capsys)
-    assert f"--overwrite: {folder} also holds what no search wrote (NOTES.md, report/); nothing was" in err
+    assert f"--overwrite: {folder} also holds what no search wrote (NOTES.md, ray-notes.md, report/); " in err
     assert (
         "Move those out of the folder, or choose another --experiment" in err
         and files_under(results) == before
     )
     (folder / "NOTES.md").unlink()
+    (folder / "ray-notes.md").unlink()
     shutil.rmtree(folder / "report")
     assert tuner._no_search_wrote(str(folder)) == []  # the search's own: --overwrite replaces them
 

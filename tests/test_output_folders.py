@@ -98,6 +98,18 @@ def test_an_empty_folder_option_is_refused_in_one_line(
     assert not list(tmp_path.iterdir()) and not isolated_data_root.exists()  # nothing written anywhere
 
 
+def test_the_python_api_refuses_an_empty_results_folder(tmp_path, isolated_data_root, monkeypatch):
+    import modsar
+    from modsar.sweep import SearchRequest
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModsarError, match=r"^--results is empty: name a folder"):
+        SearchRequest(space="quickstart", dataset="synthetic", results=" ")
+    with pytest.raises(ModsarError, match=r"^results is empty: name a folder"):
+        modsar.train(dataset="synthetic", results="", checkpoint=False)
+    assert not list(tmp_path.iterdir()) and not isolated_data_root.exists()
+
+
 def test_search_refuses_an_experiment_folder_that_is_a_file_before_ray(
     tmp_path, isolated_data_root, capsys, monkeypatch
 ):

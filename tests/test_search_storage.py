@@ -4,7 +4,6 @@ puts back from it over files a killed copy left truncated or from another save."
 from __future__ import annotations
 
 import inspect
-import logging
 import pickle
 from types import SimpleNamespace
 
@@ -148,56 +147,37 @@ def test_a_snapshot_older_than_tunes_newest_save_is_not_restored(tmp_path):
     assert sorted(p.name for p in folder.glob("*state-*")) == ["experiment_state-S3.json"]
 
 
-class _Kept(logging.Handler):
-    """Keeps the records that reach it."""
+def test_a_resumed_search_registers_a_checkpoint_whose_oldest_tune_deleted_before_it_stopped(tmp_path):
+    """Restored, Tune lists a checkpoint it deleted after its last save and deletes it again at the trial's
+    next checkpoint (num_to_keep): that deletion raised FileNotFoundError and cut the registration short (the
+    error logged with its traceback); while a restored search runs it does nothing, the registration ends,
+    and a checkpoint still there is deleted as before."""
+    from ray.train import Checkpoint, CheckpointConfig
+    from ray.train._internal.checkpoint_manager import _CheckpointManager
+    from ray.train._internal.session import _TrainingResult
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
+    from modsar.sweep.restore import deleting_what_is_gone_is_done
 
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
+    def result(index: int) -> _TrainingResult:
+        folder = tmp_path / f"checkpoint_00000{index}"
+        folder.mkdir()
+        return _TrainingResult(checkpoint=Checkpoint(str(folder)), metrics={"step": index})
 
+    def manager_after_a_resume() -> _CheckpointManager:
+        manager = _CheckpointManager(CheckpointConfig(num_to_keep=2))
+        for index in (3, 4):
+            manager.register_checkpoint(result(index))
+        (tmp_path / "checkpoint_000003").rmdir()  # deleted after Tune's last save, which still lists it
+        return manager
 
-def _log_checkpoint_error(error: BaseException) -> None:
-    """What Tune's controller logs where handling a trial's checkpoint raised `error`."""
-    try:
-        raise error
-    except BaseException:
-        logging.getLogger("ray.tune.execution.tune_controller").exception(
-            "Trial %s: Error handling checkpoint %s", "trainable_00001", "TrainingResult(...)"
-        )
-
-
-def test_a_resumed_search_does_not_report_deleting_a_checkpoint_tune_deleted_before_it_stopped(
-    tmp_path,
-):
-    """Restored, Tune lists a checkpoint it deleted after its last save, and deletes it again at the trial's
-    next checkpoint: its FileNotFoundError stays off the console; any other error handling a checkpoint, a
-    FileNotFoundError from elsewhere included, is still logged."""
-    from ray.train._internal.storage import _delete_fs_path
-
-    from modsar.sweep.restore import restore_or_refuse
-
-    gone = tmp_path / "trial" / "checkpoint_000003"
-    with pytest.raises(FileNotFoundError) as deleting:
-        _delete_fs_path(fs=pafs.LocalFileSystem(), fs_path=str(gone))  # Tune's own deletion, as it fails
-    elsewhere = FileNotFoundError(f"no such file: {tmp_path / 'trial' / 'checkpoint_000004' / 'best.pt'}")
-    logged = _Kept()  # on the logger itself: Ray's loggers do not pass records on to the root's
-    controller = logging.getLogger("ray.tune.execution.tune_controller")
-    controller.addHandler(logged)
-    try:
-        with restore_or_refuse(str(tmp_path)):
-            _log_checkpoint_error(deleting.value)
-            _log_checkpoint_error(elsewhere)
-            _log_checkpoint_error(PermissionError("read-only"))
-        _log_checkpoint_error(deleting.value)  # outside a restored search's fit: Tune's record as it is
-    finally:
-        controller.removeHandler(logged)
-    errors = [r for r in logged.records if r.levelname == "ERROR"]
-    assert [type(r.exc_info[1]).__name__ for r in errors] == [
-        "FileNotFoundError",
-        "PermissionError",
-        "FileNotFoundError",
-    ]
-    assert errors[0].exc_info[1] is elsewhere and errors[2].exc_info[1] is deleting.value
+    with pytest.raises(FileNotFoundError):  # Tune alone
+        manager_after_a_resume().register_checkpoint(result(5))
+    for name in ("checkpoint_000004", "checkpoint_000005"):
+        (tmp_path / name).rmdir()
+    manager = manager_after_a_resume()
+    with deleting_what_is_gone_is_done():
+        manager.register_checkpoint(result(5))
+        kept = [r.checkpoint.path for r in manager.best_checkpoint_results]
+        assert kept == [str(tmp_path / "checkpoint_000004"), str(tmp_path / "checkpoint_000005")]
+        manager.register_checkpoint(result(6))  # one still there: deleted
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_000005", "checkpoint_000006"]

@@ -62,6 +62,7 @@ REFUSED = {
     # no scheme, so no URI to the redaction: it once came back whole in "nothing answers at --address ..."
     "search-address-user-no-scheme": [*SEARCH, "--address", f"user:{SECRET}@{DEAD}"],
     "search-address-token-no-scheme": [*SEARCH, "--address", f"{SECRET}@{DEAD}"],
+    "submit-address-user-no-scheme": ["submit", "--address", f"u:{SECRET}@{DEAD}", "status", "raysubmit_x"],
 }
 
 
@@ -316,6 +317,7 @@ ENV_REFUSED = {
     "search-ray-address-no-scheme": (SEARCH, "RAY_ADDRESS", f"u:{SECRET}@10.0.0.1:6379"),
     "results-ray-address-no-scheme": (["results"], "RAY_ADDRESS", f"{SECRET}@10.0.0.1:6379"),
     "train-dashboard-address": (["data", "list"], "RAY_DASHBOARD_ADDRESS", f"http://u:{SECRET}@h:8265"),
+    "dashboard-address-no-scheme": (["data", "list"], "RAY_DASHBOARD_ADDRESS", f"{SECRET}@h:8265"),
 }
 
 

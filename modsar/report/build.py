@@ -96,7 +96,7 @@ def _build(
 ) -> Report:
     """The report of `rows`; its titles and lines start with `experiment` when the report is split by it."""
     metrics = metrics or METRICS
-    cells = {m: collect(rows, m) for m in {*metrics, headline}}
+    cells = {m: collect(rows, m) for m in dict.fromkeys([headline, *metrics])}  # in order: one first error
     datasets = sorted(rows["dataset"].dropna().unique())
     layout = _layout(rows)
     prefix = f"{experiment}: " if experiment else ""

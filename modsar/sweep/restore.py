@@ -8,11 +8,11 @@ import importlib
 import logging
 import pkgutil
 import sys
-import traceback
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pyarrow.fs as pafs
 from ray import tune
 from ray.tune import ExperimentAnalysis
 
@@ -86,32 +86,36 @@ class _RefuseRestart(logging.Filter):
         return True
 
 
-class _DeletedAlready(logging.Filter):
-    """On Tune's controller logger while a restored search runs. The state a search resumes from is Tune's
-    last save (or its snapshot); a trial that registered a checkpoint after that save made Tune delete its
-    oldest one beyond CheckpointConfig.num_to_keep. Restored, Tune still lists the deleted one, deletes it
-    again when the trial's next checkpoint comes, and logs the FileNotFoundError as an error with its
-    traceback, which reads as a broken search. Nothing is lost: the folder is gone, as Tune meant, and the new
-    checkpoint was registered before the deletion. This keeps that record (only that one) off the console."""
+@contextlib.contextmanager
+def deleting_what_is_gone_is_done() -> Iterator[None]:
+    """While a restored search runs, Tune's deletion of a checkpoint that is gone already does nothing. The
+    state a search resumes from is Tune's last save (or its snapshot); a trial that registered a checkpoint
+    after that save made Tune delete its oldest one beyond CheckpointConfig.num_to_keep. Restored, Tune still
+    lists the deleted one and deletes it again at the trial's next checkpoint, where its deletion raised
+    FileNotFoundError: logged as an error with a traceback, and the rest of that registration (the trial's
+    checkpoint index, the save of the experiment's state it forces) skipped."""
+    from ray.train._internal import checkpoint_manager
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if not isinstance(error, FileNotFoundError) or "Error handling checkpoint" not in str(record.msg):
-            return True
-        frames = traceback.extract_tb(error.__traceback__)
-        if not any(frame.name == "_delete_fs_path" for frame in frames):
-            return True
-        logging.getLogger(__name__).debug("a checkpoint Tune deleted before the search stopped: %s", error)
-        return False
+    delete = checkpoint_manager._delete_fs_path
+
+    def delete_if_there(fs: pafs.FileSystem, fs_path: str) -> None:
+        if fs.get_file_info(fs_path).type == pafs.FileType.NotFound:
+            return
+        delete(fs=fs, fs_path=fs_path)
+
+    checkpoint_manager._delete_fs_path = delete_if_there
+    try:
+        yield
+    finally:
+        checkpoint_manager._delete_fs_path = delete
 
 
 @contextlib.contextmanager
 def restore_or_refuse(ray_path: str) -> Iterator[None]:
     """Raise one ModsarError naming the cause where Tune fails to restore the search at `ray_path`."""
     controller = logging.getLogger("ray.tune.execution.tune_controller")
-    refuse, deleted_already = _RefuseRestart(), _DeletedAlready()
+    refuse = _RefuseRestart()
     controller.addFilter(refuse)
-    controller.addFilter(deleted_already)
     try:
         yield
     except Exception as error:
@@ -140,7 +144,6 @@ def restore_or_refuse(ray_path: str) -> Iterator[None]:
         ) from None
     finally:
         controller.removeFilter(refuse)
-        controller.removeFilter(deleted_already)
 
 
 EARLIER_NAMES = ("modsar.search",)  # this package's names before 0.3 (`modsar.search` is now the Python API)
@@ -225,5 +228,5 @@ def restoring(ray_path: str, restored: bool = True) -> Iterator[None]:
     if not restored:
         yield
         return
-    with modules_under_earlier_names(), restore_or_refuse(ray_path):
+    with modules_under_earlier_names(), restore_or_refuse(ray_path), deleting_what_is_gone_is_done():
         yield

@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from modsar.errors import ModsarError
-from modsar.outputs import holds_credentials
+from modsar.outputs import holds_credentials, refuse_address_user
 from modsar.sweep.credentials import redact
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -46,10 +46,14 @@ TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
 def _probe(address: str) -> None:
     """Fail fast, with one clear line, when nothing listens at the dashboard address."""
-    parsed = urlparse(address if "://" in address else f"http://{address}")
-    host, port = parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 8265)
+    refuse_address_user("--address", address)  # user:pw@host, no scheme: no URI to redact, printed whole
+    try:
+        parsed = urlparse(address if "://" in address else f"http://{address}")
+        host, port = parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 8265)
+    except ValueError as exc:  # a port that is no number, an unclosed IPv6 bracket
+        raise ModsarError(f"--address {redact(address)} is not a URL like http://HEAD:8265 ({exc})") from None
     if not host:
-        raise ModsarError(f"--address {address!r} is not a URL like http://HEAD:8265")
+        raise ModsarError(f"--address {redact(address)} is not a URL like http://HEAD:8265")
     try:
         socket.create_connection((host, port), timeout=3).close()
     except OSError as exc:

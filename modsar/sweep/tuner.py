@@ -163,8 +163,12 @@ def _run_locked(req: SearchRequest, plan: Plan, storage: str, predicted: dict | 
     """run_search's work, while this process holds the experiment's lock."""
     search_json = f"{storage}/search.json"
     _check_start(req, plan, storage, search_json)
-    if req.resume:
-        req = plan.request = _with_stored_seeds(req, search_json)
+    if req.resume and (kept := _with_stored_seeds(req, search_json)) is not req:
+        print(
+            f"--seeds {kept.seeds}: the seed re-runs this search was started with (a resume runs no fewer)",
+            flush=True,
+        )
+        req = plan.request = kept
     clock = SearchClock()
     with clock.part("connect_s"):
         connect_ray(req)
@@ -320,17 +324,20 @@ def _check_overwrite(storage: str, search_json: str) -> None:
 SEARCH_ROLES = frozenset({"search", "seed", "superseded"})  # the `role` of every row a search writes
 
 
+OS_LITTER = (".DS_Store", ".nfs", "Thumbs.db")  # what a file browser or NFS leaves in any folder
+
+
 def _no_search_wrote(storage: str) -> list[str]:
     """What lies at the top of a search's folder that neither a search (search.json, trials/, Tune's ray-*
     folders, a write in progress) nor `modsar train` (checkpoints/: _added_by_train) puts there: a user's
     notes, a report written into it. --overwrite must not delete them."""
     fs, path = filesystem(storage)
-    names = [info.base_name for info in fs.get_file_info(pafs.FileSelector(path))]
-    ours = {"search.json", "trials", "checkpoints"}
+    entries = fs.get_file_info(pafs.FileSelector(path))
+    ours = {"search.json", "trials", "checkpoints", *(f"{RAY_DIR}-{role}" for role in ("ae", "ar", "seeds"))}
     return sorted(
-        name + ("/" if fs.get_file_info(f"{path}/{name}").type == pafs.FileType.Directory else "")
-        for name in names
-        if name not in ours and not name.startswith((f"{RAY_DIR}-", PARTIAL_PREFIX))
+        info.base_name + ("/" if info.type == pafs.FileType.Directory else "")
+        for info in entries
+        if info.base_name not in ours and not info.base_name.startswith((PARTIAL_PREFIX, *OS_LITTER))
     )
 
 
