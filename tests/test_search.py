@@ -1458,6 +1458,21 @@ def test_a_search_whose_tune_state_cannot_be_restored_is_refused_not_rerun(
 
 @pytest.mark.slow
 @pytest.mark.long
+def _one_epoch_grid(tmp_path: Path, more_params: str, out: Path, experiment: str) -> tuple[str, ...]:
+    """A grid space of tiny models trained one epoch, AE and AR (and `more_params`), and the search options
+    that run it on synthetic data into `out`/`experiment`."""
+    space = tmp_path / "grid.yaml"
+    space.write_text(
+        "description: a tiny grid\nbase: {model.hidden_size: 8, model.num_layers: 1}\n"
+        f"params:\n  task: {{grid: [ae, ar]}}\n{more_params}"
+        "budget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n"
+    )
+    return (
+        *("--space", str(space), "--dataset", "synthetic"),
+        *("--results", str(out), "--experiment", experiment),
+    )
+
+
 def test_seeds_added_from_committed_rows_and_a_direction_whose_tune_state_is_gone(
     local_ray, data_dir, tmp_path, capsys
 ):
@@ -1466,14 +1481,8 @@ def test_seeds_added_from_committed_rows_and_a_direction_whose_tune_state_is_gon
     A direction that had not ended when its Tune state was lost goes on from the rows of its ended trials:
     only a trial that left none trains again (under successive halving it runs again from its start:
     tests/test_halving.py)."""
-    space = tmp_path / "four.yaml"
-    space.write_text(
-        "description: two trials a direction\nbase: {model.hidden_size: 8, model.num_layers: 1}\n"
-        "params:\n  task: {grid: [ae, ar]}\n  train.lr: {grid: [0.001, 0.01]}\n"
-        "budget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n"
-    )
     out = tmp_path / "results"
-    common = ("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment", "c")
+    common = _one_epoch_grid(tmp_path, "  train.lr: {grid: [0.001, 0.01]}\n", out, "c")
     assert search(*common) == 0
     folder = out / "c"
     stored = json.loads((folder / "search.json").read_text())
@@ -1572,14 +1581,8 @@ def test_a_resume_without_seeds_runs_the_seed_reruns_the_search_was_started_with
 ):
     """A search started with --seeds 2 and cut off before its seed re-runs, resumed without --seeds, runs
     them (it once ended complete without them, its record still saying 2); a larger --seeds adds more."""
-    space = tmp_path / "two.yaml"
-    space.write_text(
-        "description: one trial a direction\nbase: {model.hidden_size: 8, model.num_layers: 1}\n"
-        "params:\n  task: {grid: [ae, ar]}\n"
-        "budget: {search: grid, num_samples: 1, max_epochs: 1, eval_every: 1}\n"
-    )
     out = tmp_path / "results"
-    common = ("--space", str(space), "--dataset", "synthetic", "--results", str(out), "--experiment", "s")
+    common = _one_epoch_grid(tmp_path, "", out, "s")
     assert search(*common, "--seeds", "2") == 0
     folder = out / "s"
     rows = read_rows(str(out), "s")
