@@ -155,11 +155,10 @@ def train(
     `config`: a mapping of dotted keys ({"task": "ae", "model.hidden_size": 64}), a YAML path, a Config, or
     ["key=value", ...]; None is the defaults (an AR SASRec-style model). `dataset` names a prepared
     dataset."""
-    from modsar.errors import ModsarError
+    from modsar.outputs import refuse_empty_folder
     from modsar.records.run import train_and_record
 
-    if not str(results).strip():  # '' is no folder: refused, as `modsar train --results ''` is
-        raise ModsarError("results is empty: name a folder, or leave it out for its default")
+    refuse_empty_folder("results", results)
     run = train_and_record(
         _config(config, dataset), str(results), experiment, _text(data_dir), checkpoint, progress
     )

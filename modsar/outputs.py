@@ -441,6 +441,13 @@ def pyplot() -> ModuleType:
     return plt
 
 
+def refuse_empty_folder(option: str, value: str | Path | None) -> None:
+    """Refuse a folder option given as '' (or blanks): to one part of a command the current folder, to
+    another the filesystem's root, so a search once wrote its rows here and its state under /."""
+    if value is not None and not str(value).strip():
+        raise ModsarError(f"{option} is empty: name a folder, or leave {option} out for its default")
+
+
 def ensure_writable_dir(path: str | Path, flag: str, *, write: bool = True) -> None:
     """Refuse, in one line naming `flag`, a folder path that cannot be one: it is, or lies under, an existing
     file; with `write`, also a local folder (the path or its nearest existing parent) that this user cannot

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeAlias
 
-from modsar.errors import ModsarError
 from modsar.outputs import is_uri
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"  # what add_subparsers returns
@@ -69,15 +68,12 @@ def check_folders(args: argparse.Namespace) -> None:
     """Refuse a URI with credentials in any option (`check_credentials`), and a folder option that names, or
     lies under, a file, or (where the command writes there) a folder that cannot be written: --out, the
     --results of train and search, the --data-dir of data prepare."""
-    from modsar.outputs import ensure_writable_dir
+    from modsar.outputs import ensure_writable_dir, refuse_empty_folder
 
     check_credentials(args)
     check_names(args)
-    for dest in FOLDER_OPTIONS:  # '' would be the current folder to one part of a command, / to another
-        given = getattr(args, dest, None)
-        if isinstance(given, str) and not given.strip():
-            option = f"--{dest.replace('_', '-')}"
-            raise ModsarError(f"{option} is empty: name a folder, or leave {option} out for its default")
+    for dest in FOLDER_OPTIONS:
+        refuse_empty_folder(f"--{dest.replace('_', '-')}", getattr(args, dest, None))
     if getattr(args, "data_dir", None):  # only `data prepare` must write there; the others may read a copy
         ensure_writable_dir(
             args.data_dir, "--data-dir", write=getattr(args, "data_command", None) == "prepare"

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from modsar.errors import ModsarError
+from modsar.outputs import refuse_empty_folder
 from modsar.sweep.credentials import refuse_on_a_cluster, take_secrets
 from modsar.sweep.pickled import pickled
 
@@ -137,8 +138,7 @@ class SearchRequest:
         records it and Tune pickles it (sweep.credentials)."""
         for name, declared in SEARCH_FIELDS.items():
             _check_type(name, str(declared.type), getattr(self, name))
-        if not self.results.strip():  # '' would put the search's state under / and its rows here
-            raise ModsarError("--results is empty: name a folder, or leave --results out for its default")
+        refuse_empty_folder("--results", self.results)
         refuse_on_a_cluster(self.address, self.mlflow, self.results)  # before the passwords are taken out
         self.mlflow = take_secrets("--mlflow", self.mlflow)
         self.results = take_secrets("--results", self.results) or self.results

@@ -306,19 +306,23 @@ def _check_overwrite(storage: str, search_json: str) -> None:
             "nothing was deleted. Remove it yourself if it should go, or choose another --experiment"
         )
     if foreign := _no_search_wrote(storage):
-        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
         raise ModsarError(
-            f"--overwrite: {storage} also holds what no search wrote ({', '.join(foreign[:3])}{more}); "
+            f"--overwrite: {storage} also holds what no search wrote ({_first_three(foreign)}); "
             "nothing was deleted. Move those out of the folder, or choose another --experiment"
         )
     if added := _added_by_train(storage):
         name = storage.rstrip("/").rpartition("/")[2]
-        more = f" and {len(added) - 3} more" if len(added) > 3 else ""
         raise ModsarError(
             f"--overwrite: {storage} also holds what `modsar train --experiment {name}` added to the search "
-            f"({', '.join(added[:3])}{more}); nothing was deleted. Move those out of the folder (e.g. into "
+            f"({_first_three(added)}); nothing was deleted. Move those out of the folder (e.g. into "
             "another experiment's trials/ and checkpoints/), or choose another --experiment"
         )
+
+
+def _first_three(names: list[str]) -> str:
+    """Up to three names of a refusal, and how many more."""
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return f"{', '.join(names[:3])}{more}"
 
 
 SEARCH_ROLES = frozenset({"search", "seed", "superseded"})  # the `role` of every row a search writes
