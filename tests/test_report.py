@@ -678,3 +678,17 @@ def test_a_cell_tested_after_training_again_says_so_when_its_validation_moved():
     assert "/ AR" not in line and "beauty" not in line
     assert retrained_line(rows.assign(test_from_valid=rows["valid.ndcg@10"]), cells) is None
     assert retrained_line(rows.drop(columns=["test_from", "test_from_valid"]), cells) is None  # older rows
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_selected_row_without_a_validation_score_is_refused(tmp_path, capsys, value):
+    """A selected row whose validation N@10 is NaN (edited or damaged) cannot have been selected by
+    validation; its test figure once stood in the cell as if it had been."""
+    root = str(tmp_path / "results")
+    write_row(root, {**row("ae", "video", "vanilla", "ae", 0.30), "valid.ndcg@10": value})
+    write_row(root, row("ar", "video", "vanilla", "ar", 0.40))
+    assert main(["report", "--results", root]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "experiment vanilla-video, trial ae: selected, but its valid.ndcg@10 is" in err, err
+    assert "validation cannot have selected it" in err, err

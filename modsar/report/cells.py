@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from modsar.config import TrainConfig
 from modsar.errors import ModsarError
 from modsar.records.rows import differing_keys, replicas_differ_from
 from modsar.report.arms import KEY, in_paper_order, shown, with_arms
@@ -147,6 +148,7 @@ def collect(rows: pd.DataFrame, metric: str) -> dict[CellKey, Cell]:
         & rows["status"].isin(DONE)
         & rows[column].notna()
     ]
+    _refuse_unvalidated(selected)
     for key, group in selected.groupby(KEY):
         cells[key] = _replica_cell(group, column, "selected", key)
     for key, group in rows[rows["role"] == "seed"].groupby(KEY):
@@ -175,6 +177,23 @@ def _refuse_impossible(rows: pd.DataFrame, column: str) -> None:
             f"{values[bad].iloc[0]}, which no ranking metric can be (they lie in [0, 1]); the row is "
             "damaged: remove it, or train that trial again"
         )
+
+
+def _refuse_unvalidated(selected: pd.DataFrame) -> None:
+    """A selected row is the trial with the best validation score; one without a score in [0, 1] (NaN or inf
+    from a damaged or edited row) was not selected by validation, and its test figure would stand in a cell
+    as if it had been: one line naming the row instead."""
+    for row in selected.to_dict("records"):
+        named = row.get("train.monitor")
+        config = TrainConfig(monitor=named) if isinstance(named, str) else TrainConfig()
+        monitor = f"valid.{config.monitor_key}"
+        value = pd.to_numeric(pd.Series([row.get(monitor)]), errors="coerce").iloc[0]
+        if not 0.0 <= value <= 1.0:  # False for NaN too
+            raise ModsarError(
+                f"experiment {row.get('experiment')}, trial {row.get('trial_id')}: selected, but its "
+                f"{monitor} is {row.get(monitor)}, so validation cannot have selected it; the row is "
+                "damaged: re-run the search's selection with `modsar search ... --resume`"
+            )
 
 
 def paired_test(ae: Cell, ar: Cell) -> tuple[float | None, int]:
