@@ -659,11 +659,13 @@ def test_a_verdict_on_an_unfinished_search_starts_with_how_far_it_got():
 
 @pytest.mark.slow
 @pytest.mark.long
-def test_ctrl_c_stops_the_whole_search_and_the_command_it_prints_resumes_it(tmp_path, capsys):
-    """Ctrl-C (SIGINT to the terminal's process group) while the AE direction runs: the search stops, AR never
-    starts, it exits 130 with one line naming the command that resumes it, search.json records it interrupted
-    and a report's verdict says `incomplete: N of 6 trials`. That command finishes the search; the report then
-    gives its verdict plainly."""
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_the_whole_search_and_the_command_it_prints_resumes_it(tmp_path, capsys, stop):
+    """Ctrl-C (SIGINT to the terminal's process group), or SIGTERM to the driver alone (kill, `timeout`, a
+    batch scheduler's notice), while the AE direction runs: the search stops, AR never starts, it exits 130
+    with one line naming the command that resumes it, search.json records it interrupted and a report's
+    verdict says `incomplete: N of 6 trials`. That command finishes the search; the report then gives its
+    verdict plainly."""
     (tmp_path / "cc.yaml").write_text(CTRL_C_SPACE)
     env = {**os.environ, "MODSAR_DATA": str(tmp_path / "data")}
     args = ["search", "--space", "cc.yaml", "--dataset", "synthetic", "--experiment", "c", "--quiet"]
@@ -680,7 +682,10 @@ def test_ctrl_c_stops_the_whole_search_and_the_command_it_prints_resumes_it(tmp_
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None and not list(trials.glob("[!.]*.parquet")):
         time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    if stop == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    else:
+        os.kill(proc.pid, signal.SIGTERM)  # the driver alone: Ray's workers hear nothing
     pressed = time.time()
     _, err = proc.communicate(timeout=180)
     assert proc.returncode == 130 and time.time() - pressed < 120, err[-2000:]
