@@ -494,3 +494,42 @@ def test_a_script_without_a_main_guard_runs_once_with_its_companions(data_dir, t
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert runs.read_text() == "ran\n" and "companions did not run" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("patience", "searched", "said"),
+    [
+        (
+            10,
+            "",
+            "patience cannot end a trial before its last epoch: 10 validation passes without a better "
+            "one, one every 2 epochs, outlast 20 epochs",
+        ),
+        (
+            9,
+            "",
+            "patience cannot end a trial before its last epoch: 9 validation passes",
+        ),  # stops at 20 at best
+        (8, "", "patience may end a trial sooner"),  # the first pass at 2, 8 more: a stop at epoch 18
+        (0, "", "patience is off (train.patience 0)"),
+        (10, "  train.patience: {grid: [2, 10]}\n", "patience may end a trial sooner"),
+    ],
+)
+def test_the_estimate_says_whether_patience_can_end_a_trial(data_dir, tmp_path, patience, searched, said):
+    """20 epochs, a validation pass every 2: the first pass always improves, so patience P stops a trial at
+    epoch 2 (P + 1) at the earliest, before its last epoch only where that is under 20. Under a cap that
+    patience cannot reach (LastFM's proof at 50 epochs) the estimate's epochs are exact but for the rungs,
+    and it once said patience may end a trial sooner, of the search and of its seed re-runs alike."""
+    path = space_file(
+        tmp_path,
+        "  task: {grid: [ae, ar]}\n" + searched,
+        "{unit: steps, grace_period: 40, reduction_factor: 2}",
+        "{search: grid, max_epochs: 20, eval_every: 2}",
+        base="  model.hidden_size: 16\n" + ("" if searched else f"  train.patience: {patience}\n"),
+    )
+    lines = estimate(make_plan(SearchRequest(space=path, dataset="synthetic", seeds=3)), probe=False).lines()
+    (note,) = [x for x in lines if x.startswith("  (an estimate:")]
+    assert f"and {said}" in note and note.endswith(")"), note
+    (seeds,) = [x for x in lines if x.startswith("  then --seeds 3:")]
+    sooner = said == "patience may end a trial sooner"
+    assert seeds.endswith("patience usually ends them well before)" if sooner else "cannot end them sooner)")

@@ -12,7 +12,8 @@ adding the seconds a search spends besides epochs (TRIAL_START_S, REPORT_S, RAY_
 `modsar spaces NAME --dataset D` and the first lines of `modsar search` say what a search costs before any of
 it runs.
 
-The epochs are an estimate: patience may end a trial before the scheduler does (it is not modelled). The probe
+The epochs are an estimate: patience may end a trial before the scheduler does (it is not modelled; where its
+earliest stop comes at or after the last epoch, the estimate says it cannot act: patience_may_stop). The probe
 draws nothing from the global random generators a trial's training reads (modsar.randomness.untouched) and
 writes no file.
 """
@@ -352,12 +353,11 @@ class CostEstimate:
             lines.append(self._seeds_line())
         lines.append(
             "  (an estimate: successive halving fixes how many trials train to each rung, whatever their "
-            "order; which sizes go on moves a search within the range shown, and patience may end a trial "
-            "sooner)"
+            f"order; which sizes go on moves a search within the range shown, and {self._patience()})"
             if halving
             else "  (an estimate: the mean of replays of Ray's ASHA on the trials that run at once; the "
-            "order in which good and poor trials come moves a search within the range shown, and patience "
-            "may end a trial sooner)"
+            f"order in which good and poor trials come moves a search within the range shown, and "
+            f"{self._patience()})"
         )
         budget = p.request.time_budget_s
         if budget and parallel and sum(d.seconds() for d in self.directions) > budget:
@@ -438,7 +438,26 @@ class CostEstimate:
         wall = f", at most {self._wall(self.seeds_seconds())}" if self.resources.parallel else ""
         return (
             f"  then --seeds {k}: {_count(runs, 'seed re-run')} of the picks{wall} (each at its direction's "
-            "slowest size to the end of its budget; patience usually ends them well before)"
+            "slowest size to the end of its budget; "
+            + (
+                "patience usually ends them well before)"
+                if patience_may_stop(self.plan)
+                else "patience cannot end them sooner)"
+            )
+        )
+
+    def _patience(self) -> str:
+        """What patience does to the estimate's epochs: it is not modelled, but where no trial can reach it
+        before its last epoch, the estimate's epochs are exact as far as patience goes, and says so."""
+        if patience_may_stop(self.plan):
+            return "patience may end a trial sooner"
+        train = self.plan.base["train"]
+        if not train["patience"]:
+            return "patience is off (train.patience 0)"
+        passes = f"{train['patience']} validation pass{'es' if train['patience'] != 1 else ''}"
+        return (
+            f"patience cannot end a trial before its last epoch: {passes} without a better one, one every "
+            f"{_count(train['eval_every'], 'epoch')}, outlast {_count(train['max_epochs'], 'epoch')}"
         )
 
     def _direction_dict(self, d: Direction) -> dict[str, Any]:
@@ -500,6 +519,17 @@ class CostEstimate:
             "busy_cores": None if self.busy_cores is None else round(self.busy_cores, 2),
             "notes": self.notes,
         }
+
+
+def patience_may_stop(plan: Plan) -> bool:
+    """Whether patience can end some trial of the plan before its last epoch: the first validation pass always
+    improves, so the earliest stop is after `patience` more passes, at epoch eval_every * (patience + 1). A
+    space that searches patience, eval_every or max_epochs may, whatever its base says."""
+    searched = {p.key for p in plan.space.params} | {k for p in plan.space.params for k in p.also}
+    if searched & {"train.patience", "train.eval_every", "train.max_epochs"}:
+        return True
+    train = plan.base["train"]
+    return bool(train["patience"]) and train["eval_every"] * (train["patience"] + 1) < train["max_epochs"]
 
 
 def _finite(value: float) -> float | None:
