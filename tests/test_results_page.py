@@ -226,7 +226,10 @@ def test_the_search_proof_stays_open_until_its_default_searches_are_complete(tmp
 
     import pyarrow.parquet as pq
 
-    shutil.copytree(PUBLISHED / "search-proof", tmp_path / "search-proof")
+    for dataset in ("synthetic", "ml-100k"):  # the datasets it reads
+        for search in ("full-grid", "s0", "s1", "s2"):
+            name = f"local_attn-{dataset}-{search}"
+            shutil.copytree(PUBLISHED / "search-proof" / name, tmp_path / "search-proof" / name)
     monkeypatch.setattr(published, "PUBLISHED", tmp_path)
     table = published.search_proof()
     assert (
@@ -310,3 +313,42 @@ def test_a_wall_clock_saving_needs_one_cpu_for_every_search():
     unsaid = same.assign(cpus=[[]] * 3)
     assert published._wall_saving(grid.assign(cpus=[[]]), unsaid, "3.00x") == "– (CPU not recorded)"
     assert published._wall_saving(grid, same.assign(clock_lost=[False, True, False]), "3.00x") == "–"
+
+
+def test_the_summary_judges_the_proof_by_every_complete_dataset(tmp_path, monkeypatch):
+    """The summary's proof line counts the default searches that give the grid's winner and the picks within
+    its spread, over the datasets whose grid and three default searches are complete; one search whose AR
+    picks, re-run on seeds, score far below turns it to not reproduced, and a running one leaves its dataset
+    out."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for search in ("full-grid", "s0", "s1", "s2"):  # one dataset's searches: quicker to read
+        name = f"local_attn-synthetic-{search}"
+        shutil.copytree(PUBLISHED / "search-proof" / name, tmp_path / "search-proof" / name)
+    monkeypatch.setattr(published, "PUBLISHED", tmp_path)
+    claim = published._proof_claim()
+    assert (claim.status, claim.difference) == ("reproduced", "same winner")
+    assert (
+        claim.ours
+        == "the grid's winner in 3 of 3 default searches; 6 of 6 picks within the grid's seed spread"
+    )
+    assert claim.claim.endswith("; synthetic)") and claim.paper == "full grid: AR"
+    for path in (tmp_path / "search-proof" / "local_attn-synthetic-s0" / "trials").glob("*.parquet"):
+        frame = pq.read_table(path).to_pandas()
+        if frame["task"].iloc[0] == "ar" and frame["role"].iloc[0] == "seed":
+            pq.write_table(
+                pa.Table.from_pandas(frame.assign(**{"test.ndcg@10": 0.1}), preserve_index=False), path
+            )
+    claim = published._proof_claim()
+    assert claim.status == "not reproduced" and claim.difference == "other winner or outside the spread"
+    assert claim.ours.startswith("the grid's winner in 2 of 3 default searches; 5 of 6 picks"), claim.ours
+    meta = tmp_path / "search-proof" / "local_attn-synthetic-s2" / "search.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "status": "running"}))
+    claim = published._proof_claim()
+    assert (claim.status, claim.ours) == (
+        "open",
+        "no dataset's full grid and three default searches complete",
+    )
