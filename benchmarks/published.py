@@ -88,7 +88,7 @@ def once(folder: Path, what: str, read: Callable[[], Any]) -> Any:
     removed or rewritten: the search proof's three tables (and the summary's line), and the line above each,
     read the same 1,600 trial files, most of a check's time."""
     files = sorted(path for path in folder.rglob("*") if path.is_file())
-    stamp = tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in files)
+    stamp = tuple((str(path), st.st_size, st.st_mtime_ns) for path in files for st in [path.stat()])
     held = _HELD.get((str(folder), what))
     if held is None or held[0] != stamp:
         held = _HELD[(str(folder), what)] = (stamp, read())
@@ -684,7 +684,7 @@ def _of_three(complete: int) -> str:
 def _proof_winners(grid: pd.DataFrame, done: pd.DataFrame) -> list[str]:
     """The winner on test N@10: the grid's over its seeds (AR ahead on k of n), each default search's over
     its picks' seed re-runs, as its report's verdict (its picks alone, said, where they are not in)."""
-    ae, ar = (np.array(grid[grid["task"] == t]["test"].iloc[0]) for t in ("ae", "ar"))
+    ae, ar = _grid_tests(grid)
     ahead = int((ar > ae).sum()) if len(ae) == len(ar) else "?"
     grid_winner = "AR" if ar.mean() > ae.mean() else "AE"
     verdicts = [_search_winner(search.set_index("task")) for _, search in done.groupby("search")]
@@ -700,6 +700,12 @@ def _proof_winners(grid: pd.DataFrame, done: pd.DataFrame) -> list[str]:
         status,
         "",
     ]
+
+
+def _grid_tests(grid: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The full grid's AE and AR test N@10 over the seeds its picks were re-run on."""
+    ae, ar = (np.array(grid[grid["task"] == t]["test"].iloc[0]) for t in ("ae", "ar"))
+    return ae, ar
 
 
 def _search_winner(search: pd.DataFrame) -> tuple[str, str, bool] | None:
@@ -1749,7 +1755,7 @@ def _proof_claim() -> Claim:
         grid, done = mine[mine["full"]], mine[~mine["full"] & (mine["status"] == "complete")]
         if grid.empty or grid["status"].iloc[0] != "complete" or done["search"].nunique() < 3:
             continue  # open: the search-proof table says so
-        tests = {t: np.array(grid[grid["task"] == t]["test"].iloc[0]) for t in ("ae", "ar")}
+        tests = dict(zip(("ae", "ar"), _grid_tests(grid), strict=True))
         winner = "AR" if tests["ar"].mean() > tests["ae"].mean() else "AE"
         names.append(shown_dataset(mine))
         winners.append(winner)

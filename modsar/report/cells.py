@@ -187,7 +187,7 @@ def _refuse_unvalidated(selected: pd.DataFrame) -> None:
         named = row.get("train.monitor")
         config = TrainConfig(monitor=named) if isinstance(named, str) else TrainConfig()
         monitor = f"valid.{config.monitor_key}"
-        value = pd.to_numeric(pd.Series([row.get(monitor)]), errors="coerce").iloc[0]
+        value = pd.to_numeric(row.get(monitor), errors="coerce")
         if not 0.0 <= value <= 1.0:  # False for NaN too
             raise ModsarError(
                 f"experiment {row.get('experiment')}, trial {row.get('trial_id')}: selected, but its "
