@@ -95,6 +95,10 @@ def test_a_row_names_its_cpu_model_and_instruction_set(monkeypatch):
     import io
     import platform
 
+    # the real CPU first, unpatched: the cached name is then this machine's, and the patched reads below go
+    # through the uncached function only, so no later test sees a fake or fallback name
+    assert devices.cpu_identity() == f"{devices._cpu_model()} ({torch.backends.cpu.get_cpu_capability()})"
+    real = devices.cpu_identity()
     info = "processor\t: 0\nmodel name\t: Test CPU 9000\nflags\t: avx2\n"
     monkeypatch.setattr(devices, "open", lambda *a, **k: io.StringIO(info), raising=False)
     assert devices._cpu_model.__wrapped__() == "Test CPU 9000"
@@ -106,4 +110,4 @@ def test_a_row_names_its_cpu_model_and_instruction_set(monkeypatch):
 
     monkeypatch.setattr(devices, "open", gone, raising=False)
     assert devices._cpu_model.__wrapped__() == (platform.processor() or platform.machine() or "unknown CPU")
-    assert devices.cpu_identity().endswith(f" ({torch.backends.cpu.get_cpu_capability()})")
+    assert devices.cpu_identity() == real  # the patched reads left the cached name alone
