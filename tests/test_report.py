@@ -220,6 +220,22 @@ def test_experiments_are_reported_alone_or_side_by_side_never_blended(two_experi
     ]
 
 
+def test_an_experiment_under_a_root_one_level_down_is_pointed_to(tmp_path, capsys, monkeypatch):
+    # committed rows sit one level below the root a user guesses (results/published/<group>/<experiment>)
+    monkeypatch.chdir(tmp_path)
+    write_row("results/published/group", row("ar-a", "synthetic", "quickstart", "ar", 0.64, experiment="A"))
+    for root in ("results/published", "results"):
+        assert main(["report", "--results", root, "--experiment", "A"]) == 2
+        err = capsys.readouterr().err
+        assert (
+            f"--experiment: no rows for 'A' under {root}; results/published/group holds it: "
+            "pass that as --results"
+        ) in err
+    assert main(["report", "--results", "results/published/group", "--experiment", "B"]) == 2
+    assert "no rows for 'B' under results/published/group; it holds A" in capsys.readouterr().err
+    assert main(["report", "--results", "results/published/group", "--experiment", "A"]) == 0
+
+
 def test_rows_that_are_not_replicas_are_refused(tmp_path, capsys):
     root = str(tmp_path / "results")
     write_row(root, row("s0", "video", "vanilla", "ar", 0.04, role="seed", selected=False))

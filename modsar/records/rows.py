@@ -401,9 +401,10 @@ def experiment_folders(root: str) -> list[str]:
     return _experiment_names(*filesystem(root))
 
 
-def deeper_rows_hint(root: str, depth: int = 3) -> str:
-    """For an error about a root without rows: the folders below it (up to `depth` levels) that are results
-    roots themselves, as "; ... holds experiments" ("" if none, or if the root is not a local folder)."""
+def deeper_rows_hint(root: str, depth: int = 3, experiment: str | None = None) -> str:
+    """For an error about a root without rows (or without `experiment`): the folders below it (up to `depth`
+    levels) that are results roots themselves (that hold `experiment`), as "... pass that as --results" ("" if
+    none, or if the root is not a local folder): a user who names a root one level too high is told which."""
     fs, base = filesystem(root)
     if not isinstance(fs, pafs.LocalFileSystem) or not os.path.isdir(base):
         return ""
@@ -416,11 +417,17 @@ def deeper_rows_hint(root: str, depth: int = 3) -> str:
             for name in sorted(os.listdir(folder))
             if os.path.isdir(os.path.join(folder, name)) and name != "trials"
         ]
-        found += [_shown(f) for f in level if experiment_folders(f)]
+        found += [
+            _shown(f)
+            for f in level
+            if (experiment in experiment_folders(f) if experiment else experiment_folders(f))
+        ]
         if found or len(level) > 1000:
             break
     if not found:
         return ""
+    if experiment:
+        return f"; {', '.join(found[:3])} hold{'s' if len(found) == 1 else ''} it: pass that as --results"
     listed = ", ".join(found[:3]) + (" ..." if len(found) > 3 else "")
     return (
         f" (experiments are the folders directly under it; {listed} "

@@ -62,7 +62,7 @@ def experiment_rows(root: str, experiments: list[str] | None = None, option: str
     naming `option` and the experiments the root does hold."""
     import pandas as pd
 
-    from modsar.records.rows import experiment_folders, read_rows
+    from modsar.records.rows import deeper_rows_hint, experiment_folders, read_rows
 
     if not experiments:
         return read_rows(root)
@@ -73,7 +73,10 @@ def experiment_rows(root: str, experiments: list[str] | None = None, option: str
             held = experiment_folders(root)
             raise ModsarError(
                 f"{option}: no rows for {name!r} under {root}"
-                + (f"; it holds {', '.join(held[:8])}{' ...' if len(held) > 8 else ''}" if held else "")
+                + (
+                    deeper_rows_hint(root, experiment=name)
+                    or (f"; it holds {', '.join(held[:8])}{' ...' if len(held) > 8 else ''}" if held else "")
+                )
             )
         frames.append(rows)
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
