@@ -1,9 +1,14 @@
 """The tables of benchmarks/RESULTS.md, generated from the rows committed under results/published.
 
     python benchmarks/published.py list           # every table, with the rows it reads
-    python benchmarks/published.py show NAME      # one table, as the page prints it
+    python benchmarks/published.py show NAME ...  # those tables, as the page prints them
     python benchmarks/published.py write          # rewrite every generated block of the page
     python benchmarks/published.py check          # exit 1 naming each block or quoted number that differs
+
+Exit status: 0 done; 1 a table whose rows cannot be drawn (named with the error's one line: on stderr by
+`show` and `write`, among `check`'s differences), or `check`'s other differences; 2 a usage error, one line
+on stderr: a command or table NAME that is not one (`show` with no NAME lists the tables), or NAMEs given to
+`list`, `write` or `check`, which read every table. `--help` prints this.
 
 On the page each table sits between `<!-- generated: NAME -->` and `<!-- end: NAME -->`; the line above the
 table names its rows and the command that made them. `check` (run by tests/test_results_page.py) regenerates
@@ -1869,6 +1874,11 @@ UNREADABLE = (
 )  # rows missing or not as expected
 
 
+def undrawable(name: str, error: Exception) -> str:
+    """The one line `show`, `write` and `check` give for a table whose rows cannot be drawn."""
+    return f"table {name!r} cannot be drawn from its rows: {type(error).__name__}: {error}"
+
+
 def block(name: str) -> str:
     """A table as the page holds it: its provenance line, then the table."""
     return f"{TABLES[name].provenance}\n\n{TABLES[name].draw()}\n"
@@ -1882,7 +1892,7 @@ def write(page: Path = PAGE) -> int:
         try:
             body = block(m["name"])
         except UNREADABLE as e:
-            failed.append(f"{m['name']}: {type(e).__name__}: {e}")
+            failed.append(undrawable(m["name"], e))
             body = m["body"]
         return f"<!-- generated: {m['name']} -->\n{body}<!-- end: {m['name']} -->"
 
@@ -1890,7 +1900,7 @@ def write(page: Path = PAGE) -> int:
     with atomic_write(page) as tmp:
         Path(tmp).write_text(text)
     for f in failed:
-        print(f"not regenerated: {f}", file=sys.stderr)
+        print(f"not regenerated (its block kept as it was): {f}", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -1926,7 +1936,7 @@ def problems(page: Path = PAGE) -> list[str]:
                         f"block {m['name']!r} differs from its rows: python benchmarks/published.py write"
                     )
             except UNREADABLE as e:
-                found.append(f"block {m['name']!r} cannot be drawn from its rows: {type(e).__name__}: {e}")
+                found.append(undrawable(m["name"], e))
     for section in re.split(r"\n(?=###? )", text)[1:]:  # per (sub)section; the preamble states conventions
         quoted = _numbers("".join(m["body"] for m in BLOCK.finditer(section)))
         title = section.splitlines()[0]
@@ -1935,25 +1945,66 @@ def problems(page: Path = PAGE) -> list[str]:
     return found
 
 
+def show(names: list[str]) -> int:
+    """Print each named table. Every name is checked before any rows are read (a usage error, exit 2); a table
+    whose rows cannot be drawn is named with the error's one line (exit 1), as `write` and `check` do."""
+    known = f"the tables: {', '.join(TABLES)} (python benchmarks/published.py list)"
+    if not names:
+        print(f"show needs a table NAME; {known}", file=sys.stderr)
+        return 2
+    if unknown := [name for name in names if name not in TABLES]:
+        print(
+            f"unknown table{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; {known}",
+            file=sys.stderr,
+        )
+        return 2
+    failed = False
+    for name in names:
+        try:
+            text = TABLES[name].draw()
+        except UNREADABLE as e:  # the drawing only: a closed stdout is no fault of the rows
+            print(undrawable(name, e), file=sys.stderr)
+            failed = True
+        else:
+            print(text)
+    return 1 if failed else 0
+
+
 def main(argv: list[str]) -> int:
     command, *names = argv or ["check"]
-    if command == "list":
-        for t in TABLES.values():
-            print(f"{t.name:<24} {', '.join(t.groups)}")
-    elif command == "show":
-        for name in names:
-            print(TABLES[name].draw())
-    elif command == "write":
+    if command in ("-h", "--help", "help"):
+        print(__doc__)
+        return 0
+    if command == "show":
+        return show(names)
+    if command not in ("list", "write", "check"):
+        print(
+            f"no command {command!r}; the commands: list, show NAME ..., write, check "
+            "(python benchmarks/published.py --help)",
+            file=sys.stderr,
+        )
+        return 2
+    if names:
+        print(
+            f"{command} takes no table names (got {' '.join(names)}): it reads every table; "
+            "show NAME prints one",
+            file=sys.stderr,
+        )
+        return 2
+    if command == "write":
         return write()
-    elif command == "check":
+    if command == "check":
         found = problems()
         print("\n".join(found) or f"{len(TABLES)} tables and the prose around them match the rows")
         return 1 if found else 0
-    else:
-        print(__doc__)
-        return 2
+    for t in TABLES.values():
+        print(f"{t.name:<24} {', '.join(t.groups)}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except BrokenPipeError:  # output piped into `head` and closed early, as the modsar CLI takes it
+        sys.stderr.close()
+        sys.exit(0)

@@ -352,3 +352,62 @@ def test_the_summary_judges_the_proof_by_every_complete_dataset(tmp_path, monkey
         "open",
         "no dataset's full grid and three default searches complete",
     )
+
+
+def test_show_refuses_a_name_that_is_no_table_before_reading_any_rows(monkeypatch, capsys):
+    """`show nosuch` (and `show` alone) is one line naming the tables, exit 2, not a KeyError traceback;
+    every name is checked before any table reads its rows."""
+    import dataclasses
+
+    for name, table in published.TABLES.items():  # a table that read its rows would fail the test
+        unread = dataclasses.replace(table, draw=lambda name=name: pytest.fail(f"{name}'s rows were read"))
+        monkeypatch.setitem(published.TABLES, name, unread)
+    for argv, said in (
+        (["show", "views", "nosuch"], "unknown table 'nosuch'; the tables: datasets, "),
+        (["show"], "show needs a table NAME; the tables: datasets, "),
+        (["nosuch"], "no command 'nosuch'; the commands: list, show NAME ..., write, check"),
+        (["write", "views"], "write takes no table names (got views): it reads every table"),
+    ):
+        assert published.main(argv) == 2, argv
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.splitlines()) == 1 and err.startswith(said), (argv, err)
+    assert published.main(["show", "nosuch"]) == 2
+    assert "(python benchmarks/published.py list)" in capsys.readouterr().err
+    assert published.main(["--help"]) == 0
+    assert "show NAME ...  # those tables" in capsys.readouterr().out
+
+
+def test_rows_that_cannot_be_drawn_are_one_line_in_show_write_and_check(tmp_path, monkeypatch, capsys):
+    """A selected row whose validation metric is NaN makes `modsar report` refuse the rows (ModsarError):
+    `show` names the table with the error's one line and exits 1, as `write` and `check` do."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    shutil.copytree(PUBLISHED / "quickstart", tmp_path / "quickstart")
+    damaged = None
+    for path in sorted((tmp_path / "quickstart" / "quickstart-synthetic" / "trials").glob("*.parquet")):
+        frame = pq.read_table(path).to_pandas()
+        if damaged is None and frame["selected"].astype(bool).any():
+            valid = [c for c in frame.columns if c.startswith("valid.")]
+            pq.write_table(pa.Table.from_pandas(frame.assign(**dict.fromkeys(valid, np.nan))), path)
+            damaged = frame.loc[frame["selected"].astype(bool), "trial_id"].iloc[0]
+    assert damaged is not None
+    monkeypatch.setattr(published, "PUBLISHED", tmp_path)
+    said = (
+        "table 'quickstart' cannot be drawn from its rows: ModsarError: experiment quickstart-synthetic, "
+        f"trial {damaged}: selected, but its valid.ndcg@10 is nan"
+    )
+    assert published.main(["show", "quickstart"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and err.startswith(said), err
+    page = tmp_path / "RESULTS.md"
+    text = "# Results\n\n<!-- generated: quickstart -->\nas it was\n<!-- end: quickstart -->\n"
+    page.write_text(text)
+    assert published.write(page) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith(
+        f"not regenerated (its block kept as it was): {said}"
+    )
+    assert page.read_text() == text
+    assert next(p for p in published.problems(page) if "quickstart" in p).startswith(said)

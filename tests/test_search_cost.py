@@ -248,6 +248,28 @@ def test_an_unknown_dataset_is_one_clear_error(data_dir, capsys):
     assert "--cpus-per-trial goes with --dataset" in capsys.readouterr().err
 
 
+def test_a_count_of_0_is_a_value_given_and_refused_like_any_other(data_dir, capsys):
+    """`--max-epochs 0` and `--num-samples 0` are given, not left out: without --check or --dataset they are
+    refused as 5 is (not the space described, exit 0); with either, by the bounds. A negative --seeds says
+    what leaving it out gives (no re-runs): a space has no seeds setting to fall back on."""
+    refused = (
+        "modsar: error: --search, --full-grid, --num-samples, --max-epochs and KEY=VALUE go with --check"
+    )
+    for flag in ("--max-epochs", "--num-samples"):
+        for value in ("0", "5"):
+            assert main(["spaces", "quickstart", flag, value]) == 2, (flag, value)
+            out, err = capsys.readouterr()
+            assert out == "" and err.startswith(refused) and len(err.splitlines()) == 1, (flag, value, err)
+        for mode in (["--check"], ["--dataset", "synthetic"]):
+            assert main(["spaces", "quickstart", *mode, flag, "0"]) == 2, (flag, mode)
+            assert f"modsar: error: {flag} must be >= 1; got 0" in capsys.readouterr().err
+    assert main(["spaces", "quickstart", "--dataset", "synthetic", "--seeds", "-2"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "modsar: error: --seeds must be >= 0; got -2 (leave it out for no seed re-runs; with --resume, those "
+        "the search was started with)"
+    ]
+
+
 def test_human_durations():
     assert [duration(s) for s in (4.25, 45, 720, 9000, 3 * 86400)] == [
         "4.2 s",

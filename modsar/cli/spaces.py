@@ -120,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.check:
         return _check_space(args)
-    if args.overrides or args.search or args.num_samples or args.max_epochs or args.full_grid:
+    numbers = (args.num_samples, args.max_epochs)  # 0 is given too (refused with --check or --dataset)
+    if args.overrides or args.search or args.full_grid or any(n is not None for n in numbers):
         raise ModsarError(
             "--search, --full-grid, --num-samples, --max-epochs and KEY=VALUE go with --check or --dataset"
         )

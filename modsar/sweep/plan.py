@@ -280,19 +280,18 @@ def _check_resources(req: SearchRequest) -> None:
 def _check_request_numbers(req: SearchRequest) -> None:
     """Counts and budgets given on the command line must mean something: a value of 0 or less never stands for
     "the default" (leave the flag out for that), and Ray would take a negative one as an assertion failure."""
-    at_least = {
-        "--max-epochs": (req.max_epochs, 1),
-        "--max-t": (req.max_t, 1),
-        "--grace-period": (req.grace_period, 1),
-        "--max-concurrent": (req.max_concurrent, 1),
-        "--max-failures": (req.max_failures, 0),
-        "--seeds": (req.seeds, 0),
+    own = "the space's own setting"
+    at_least = {  # flag: (value, least, what leaving the flag out gives)
+        "--max-epochs": (req.max_epochs, 1, own),
+        "--max-t": (req.max_t, 1, own),
+        "--grace-period": (req.grace_period, 1, own),
+        "--max-concurrent": (req.max_concurrent, 1, "as many as the CPUs and GPUs allow"),
+        "--max-failures": (req.max_failures, 0, "no retries"),
+        "--seeds": (req.seeds, 0, "no seed re-runs; with --resume, those the search was started with"),
     }
-    for flag, (value, low) in at_least.items():
+    for flag, (value, low, default) in at_least.items():
         if value is not None and value < low:
-            raise ModsarError(
-                f"{flag} must be >= {low}; got {value} (leave it out for the space's own setting)"
-            )
+            raise ModsarError(f"{flag} must be >= {low}; got {value} (leave it out for {default})")
     if req.seeds > MAX_SEEDS:
         raise ModsarError(
             f"--seeds must be at most {MAX_SEEDS}: each is one more training of every pick; got {req.seeds}"
