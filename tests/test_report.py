@@ -236,6 +236,39 @@ def test_an_experiment_under_a_root_one_level_down_is_pointed_to(tmp_path, capsy
     assert main(["report", "--results", "results/published/group", "--experiment", "A"]) == 0
 
 
+def test_a_selected_row_without_its_test_figure_or_seeds_without_a_selected_row_are_refused(tmp_path, capsys):
+    # a search tests what it selects: a selected row without the figure its cut-offs measure is damaged (or
+    # never tested), and would show as "no AR result"; seed re-runs of no selected row re-run nothing known
+    ks = {"eval.ks": "[1, 5, 10, 20, 50]"}
+    root = str(tmp_path / "untested")
+    write_row(root, row("ae", "synthetic", "quickstart", "ae", 0.30, **ks))
+    write_row(root, row("ar", "synthetic", "quickstart", "ar", 0.64, **ks, **{"test.ndcg@10": None}))
+    assert main(["report", "--results", root]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and (
+        "experiment quickstart-synthetic, trial ar: selected, but its test.ndcg@10 is missing" in err[0]
+    )
+    # a search whose cut-offs leave out 10 never measured it: the cell is empty, rightly
+    write_row(
+        root, row("ar", "synthetic", "quickstart", "ar", 0.64, **{"eval.ks": "[5, 20]", "test.ndcg@10": None})
+    )
+    assert main(["report", "--results", root]) == 0
+    capsys.readouterr()
+
+    root = str(tmp_path / "orphans")
+    write_row(root, row("ae", "synthetic", "quickstart", "ae", 0.30))
+    for seed in (0, 1):
+        write_row(
+            root,
+            row(f"s{seed}", "synthetic", "quickstart", "ar", 0.6, seed=seed, role="seed", selected=False),
+        )
+    assert main(["report", "--results", root]) == 2
+    err = capsys.readouterr().err
+    assert "experiment quickstart-synthetic has seed re-runs but no selected trial they re-run" in err
+    write_row(root, row("ar", "synthetic", "quickstart", "ar", 0.6))
+    assert main(["report", "--results", root]) == 0
+
+
 def test_rows_that_are_not_replicas_are_refused(tmp_path, capsys):
     root = str(tmp_path / "results")
     write_row(root, row("s0", "video", "vanilla", "ar", 0.04, role="seed", selected=False))

@@ -1473,6 +1473,63 @@ def _one_epoch_grid(tmp_path: Path, more_params: str, out: Path, experiment: str
     )
 
 
+def _edited(path: Path, column: str, value) -> bytes:
+    """Set one column of a row file (its schema kept), as a hand or a damaged copy would; the file's bytes
+    before, to put it back."""
+    before = path.read_bytes()
+    table = pq.read_table(path)
+    field = table.schema.field(column)
+    index = table.column_names.index(column)
+    pq.write_table(table.set_column(index, field, pa.array([value], type=field.type)), path)
+    return before
+
+
+def test_a_resume_refuses_rows_of_another_search_or_damaged_and_runs_a_lost_trial_again(
+    local_ray, data_dir, tmp_path, capsys
+):
+    """A committed folder's rows are files anyone can copy or edit: a resume takes none of another dataset or
+    space, none with a metric no ranking can have, and none that lost the validation value its curve says it
+    has (each would be selected, tested and re-run on seeds as this search's); and where a row is lost since
+    its direction ended, that trial runs again (one config and seed: its curve comes back)."""
+    out = tmp_path / "results"
+    common = _one_epoch_grid(tmp_path, "  train.lr: {grid: [0.001, 0.01]}\n", out, "c")
+    assert search(*common) == 0
+    folder = out / "c"
+    for ray_dir in folder.glob("ray-*"):  # the committed folder: rows only
+        subprocess.run(["rm", "-rf", str(ray_dir)], check=True)
+    before = read_rows(str(out), "c").set_index("trial_id")
+    ae = before[(before["task"] == "ae") & before["selected"].astype(bool)].index[0]
+    path = folder / "trials" / f"{ae}.parquet"
+    for column, value, said in (
+        ("dataset", "ml-1m", "a row of dataset 'ml-1m', not this search's 'synthetic', so not a trial of"),
+        ("space", "loss_ce", "a row of space 'loss_ce', not this search's 'grid', so not a trial of"),
+        ("valid.ndcg@10", math.inf, "its valid.ndcg@10 is inf, which no ranking metric can be"),
+        ("test.recall@10", -0.5, "its test.recall@10 is -0.5, which no ranking metric can be"),
+        ("valid.ndcg@10", None, "a finished trial with validation passes, but its valid.ndcg@10 is missing"),
+    ):
+        kept = _edited(path, column, value)
+        capsys.readouterr()
+        assert search(*common, "--resume") == 2, column
+        err = capsys.readouterr().err
+        assert f"{path}: {said}" in err and err.count("\n") == 1, err
+        path.write_bytes(kept)
+    assert read_rows(str(out), "c").set_index("trial_id").equals(before)  # nothing written by a refusal
+
+    path.unlink()  # the AE winner's row, lost after its direction ended
+    capsys.readouterr()
+    assert main(["search", "--no-estimate", *common, "--resume"]) == 0
+    said = capsys.readouterr().out
+    assert "AE: ended in an earlier run, but 1 trial of its 2 has no row now; it runs again" in said
+    assert "AR: ended in an earlier run; its 2 rows are kept" in said
+    after = read_rows(str(out), "c").set_index("trial_id")
+    ae_rows = after[(after["role"] == "search") & (after["task"] == "ae")]
+    assert len(ae_rows) == 2 and ae not in ae_rows.index
+    again = ae_rows[ae_rows["selected"].astype(bool)].iloc[0]  # the lost point, trained again, wins again
+    for column in ("train.lr", "curve", "valid.ndcg@10", "test.ndcg@10"):
+        assert again[column] == before.loc[ae, column], column
+    assert json.loads((folder / "search.json").read_text())["status"] == "complete"
+
+
 def test_seeds_added_from_committed_rows_and_a_direction_whose_tune_state_is_gone(
     local_ray, data_dir, tmp_path, capsys
 ):

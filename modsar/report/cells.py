@@ -7,6 +7,7 @@ when they are replicas (one experiment, one config except the seed): a mismatch 
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -142,13 +143,9 @@ def collect(rows: pd.DataFrame, metric: str) -> dict[CellKey, Cell]:
         return cells
     _refuse_impossible(rows, column)
     rows = with_arms(rows)
-    selected = rows[
-        (rows["role"] == "search")
-        & rows["selected"].astype(bool)
-        & rows["status"].isin(DONE)
-        & rows[column].notna()
-    ]
+    selected = rows[(rows["role"] == "search") & rows["selected"].astype(bool) & rows["status"].isin(DONE)]
     _refuse_unvalidated(selected)
+    _refuse_untested(selected, column)
     for key, group in selected.groupby(KEY):
         cells[key] = _replica_cell(group, column, "selected", key)
     for key, group in rows[rows["role"] == "seed"].groupby(KEY):
@@ -160,6 +157,12 @@ def collect(rows: pd.DataFrame, metric: str) -> dict[CellKey, Cell]:
                 f"in {', '.join(differ[:5])}); run its `modsar search ... --resume --seeds K` again"
             )
         cells[key] = _replica_cell(group, column, "seed re-runs", key)
+        if not len(chosen):  # nothing says what they re-run: a selected row lost, or rows of another search
+            raise ModsarError(
+                f"{where(key)}: experiment {cells[key].experiment} has seed re-runs but no selected trial "
+                "they re-run (its row is missing); run its `modsar search ... --resume` again, which "
+                "selects and tests it"
+            )
     return cells
 
 
@@ -194,6 +197,31 @@ def _refuse_unvalidated(selected: pd.DataFrame) -> None:
                 f"{monitor} is {row.get(monitor)}, so validation cannot have selected it; the row is "
                 "damaged: re-run the search's selection with `modsar search ... --resume`"
             )
+
+
+def _refuse_untested(selected: pd.DataFrame, column: str) -> None:
+    """A selected trial that ended has its test figures (a search tests what it selects); one without would
+    leave its cell empty and the verdict saying "no result" for a direction that has one: one line naming the
+    row instead."""
+    k = column.rpartition("@")[2]
+    ks = selected["eval.ks"] if "eval.ks" in selected else pd.Series(None, index=selected.index, dtype=object)
+    untested = selected[selected[column].isna() & ks.map(lambda v: _measures(v, k)).astype(bool)]
+    if len(untested):
+        row = untested.iloc[0]
+        raise ModsarError(
+            f"experiment {row.get('experiment')}, trial {row.get('trial_id')}: selected, but its {column} is "
+            "missing, so it was never tested or the row is damaged; run the search with `modsar search ... "
+            "--resume`, which tests the trial it selects"
+        )
+
+
+def _measures(ks: object, k: str) -> bool:
+    """Whether a row's eval.ks (JSON of its cut-offs) has cut-off `k`: a row of a search that did not measure
+    a metric lacks it rightly. A row that does not say is taken to measure it."""
+    try:
+        return k in {str(x) for x in json.loads(ks)} if isinstance(ks, str) else True
+    except (TypeError, ValueError):
+        return True
 
 
 def paired_test(ae: Cell, ar: Cell) -> tuple[float | None, int]:

@@ -54,7 +54,9 @@ def select_and_test(plan: Plan) -> dict[str, dict]:
     if not len(every) or column not in every:
         return {}
     rows = every[every["role"] == "search"]
-    candidates = rows[rows["status"].isin(["finished", "stopped"]) & rows[column].notna()]
+    # a value no ranking metric can have (inf from a damaged row) is never the best
+    scores = pd.to_numeric(rows[column], errors="coerce")
+    candidates = rows[rows["status"].isin(["finished", "stopped"]) & scores.between(0.0, 1.0)]
     by = MODEL + plan.space.arms
     # (task, backbone, *arms) -> the best row
     winners = {

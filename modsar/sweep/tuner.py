@@ -46,6 +46,7 @@ from modsar.sweep.restore import (
     restoring,
     search_settings,
 )
+from modsar.sweep.row_audit import check_resumed_rows
 from modsar.sweep.rows import (
     SchedulerState,
     make_callbacks,
@@ -232,6 +233,7 @@ def _record_start(req: SearchRequest, plan: Plan, search_json: str, predicted: d
     if req.resume:
         stored = read_json(search_json)
         check_same_search(plan, stored, settings)
+        check_resumed_rows(plan)  # none of another search, none damaged: selection and seeds read them
         remove_partial_rows(rows_dir(plan), req.experiment_name)  # a row the killed driver was writing
         asked = stored.get("request") or {}
         more_seeds = {"request": {**asked, "seeds": req.seeds}} if req.seeds > asked.get("seeds", 0) else {}
@@ -437,9 +439,11 @@ def _run_directions(
     for task in plan.space.tasks():
         ray_path = f"{storage}/{RAY_DIR}-{task}"
         if req.resume and task in ended and not tune.Tuner.can_restore(ray_path):
-            kept, failed = _kept_rows(plan, task)
-            trials, errors = trials + kept, errors + failed
-            continue
+            if _rows_whole(plan, task):
+                kept, failed = _kept_rows(plan, task)
+                trials, errors = trials + kept, errors + failed
+                continue
+            ended.discard(task)  # a row lost since it ended: it goes on from its rows, as one cut off
         fn = make_trainable(plan, replays=_replays(plan, task) if req.resume else None)
         # restored before a fresh Tuner could write its tuner.pkl there
         restored = restored_tuner(ray_path, fn) if req.resume else None
@@ -490,6 +494,23 @@ def _kept_rows(plan: Plan, task: str) -> tuple[int, int]:
     if not plan.request.quiet:
         print(f"{task.upper()}: ended in an earlier run; its {len(mine)} rows are kept", flush=True)
     return len(mine), int((mine["status"] == "error").sum()) if len(mine) else 0
+
+
+def _rows_whole(plan: Plan, task: str) -> bool:
+    """Whether a direction that ended in an earlier run still has a row for each trial it ran: a row deleted
+    since (a committed folder edited, a file lost) would leave its grid point or sample out of the search
+    for good, and the search would still say complete. A direction a time budget ended ran what it ran."""
+    carried = carried_rows(_direction_rows(plan, task), task)
+    left = carried.trials_left(plan)
+    if left == 0 or plan.request.time_budget_s:
+        return True
+    if not plan.request.quiet:
+        print(
+            f"{task.upper()}: ended in an earlier run, but {_trials(left)} of its "
+            f"{left + len(carried)} {'has' if left == 1 else 'have'} no row now; it runs again",
+            flush=True,
+        )
+    return False
 
 
 def _carried_on(plan: Plan, task: str, ray_path: str) -> Carried | None:
