@@ -1,7 +1,7 @@
 """The tables of benchmarks/RESULTS.md, generated from the rows committed under results/published.
 
     python benchmarks/published.py list           # every table, with the rows it reads
-    python benchmarks/published.py show NAME ...  # those tables, as the page prints them
+    python benchmarks/published.py show NAME ...  # those tables, as on the page (without the provenance line)
     python benchmarks/published.py write          # rewrite every generated block of the page
     python benchmarks/published.py check          # exit 1 naming each block or quoted number that differs
 
