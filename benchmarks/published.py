@@ -596,6 +596,7 @@ def proof_searches() -> pd.DataFrame:
                     wall_s=wall,
                     cpus=sorted(set(search["cpu"].dropna())) if "cpu" in search else [],
                     clock_lost=lost,
+                    loads=[r["load_mean"] for r in runs if isinstance(r.get("load_mean"), (int, float))],
                     status=stored.get("status"),
                 )
             )
@@ -811,6 +812,9 @@ def search_proof_cost() -> str:
     return out
 
 
+SHARED_LOAD = 2.5  # a search's two trials make a load of about 2; above this, other work shared the CPUs
+
+
 def _wall_saving(grid: pd.DataFrame, default: pd.DataFrame, saving: str) -> str:
     """The wall-clock saving where it is like for like: every search's rows name one and the same CPU; else
     why not (a default's lost clock; CPUs that differ, or that rows written before they recorded it omit)."""
@@ -818,6 +822,9 @@ def _wall_saving(grid: pd.DataFrame, default: pd.DataFrame, saving: str) -> str:
         return "–"
     cpus = {tuple(c) for c in [*grid["cpus"], *default["cpus"]]}
     if len(cpus) == 1 and len(next(iter(cpus))) == 1:
+        loads = [x for runs in [*grid["loads"], *default["loads"]] for x in runs]
+        if any(x > SHARED_LOAD for x in loads):  # other work beside the searches: a ratio of noisy seconds
+            return f"{saving} (shared: mean load {min(loads):.1f} to {max(loads):.1f} on 2 CPUs)"
         return saving
     if () in cpus:
         return "– (CPU not recorded)" if cpus == {()} else "– (CPU not recorded for every search)"

@@ -417,3 +417,17 @@ def test_rows_that_cannot_be_drawn_are_one_line_in_show_write_and_check(tmp_path
     )
     assert page.read_text() == text
     assert next(p for p in published.problems(page) if "quickstart" in p).startswith(said)
+
+
+def test_a_wall_clock_saving_measured_on_a_shared_machine_says_so():
+    """A search's two trials make a load of about 2 on 2 CPUs; where a run's mean load was well above, other
+    work shared the machine, and the seconds' ratio is marked with the loads its runs recorded."""
+    import pandas as pd
+
+    grid = pd.DataFrame({"cpus": [["X"]], "loads": [[2.1]], "clock_lost": [False]})
+    default = pd.DataFrame({"cpus": [["X"]] * 3, "loads": [[2.0], [3.4], []], "clock_lost": [False] * 3})
+    assert published._wall_saving(grid, default, "6.46x") == "6.46x (shared: mean load 2.0 to 3.4 on 2 CPUs)"
+    default["loads"] = [[2.0], [2.2], []]
+    assert published._wall_saving(grid, default, "6.46x") == "6.46x"
+    default["cpus"] = [["X"], ["Y"], ["X"]]
+    assert published._wall_saving(grid, default, "6.46x") == "– (CPUs differ)"
