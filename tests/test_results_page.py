@@ -303,11 +303,14 @@ def test_within_the_spread_is_a_difference_whose_95_interval_holds_0():
     assert published._within_spread(grid, []) == "– (no seed re-runs)"
 
 
-def test_a_wall_clock_saving_needs_one_cpu_for_every_search():
+def test_a_wall_clock_saving_needs_one_cpu_for_every_search_and_says_where_it_was_shared():
     frame = pd.DataFrame
-    grid = frame({"cpus": [["A (AVX2)"]], "clock_lost": [False]})
-    same = frame({"cpus": [["A (AVX2)"]] * 3, "clock_lost": [False] * 3})
+    grid = frame({"cpus": [["A (AVX2)"]], "loads": [[2.1]], "clock_lost": [False]})
+    same = frame({"cpus": [["A (AVX2)"]] * 3, "loads": [[2.0], [2.2], []], "clock_lost": [False] * 3})
     assert published._wall_saving(grid, same, "3.00x") == "3.00x"
+    # a search's two trials make a load of about 2 on 2 CPUs: well above, other work shared the machine
+    shared = same.assign(loads=[[2.0], [3.4], []])
+    assert published._wall_saving(grid, shared, "3.00x") == "3.00x (shared: mean load 2.0 to 3.4 on 2 CPUs)"
     other = same.assign(cpus=[["A (AVX2)"], ["B (AVX512)"], ["A (AVX2)"]])
     assert published._wall_saving(grid, other, "3.00x") == "– (CPUs differ)"
     mixed = same.assign(cpus=[["A (AVX2)"], [], ["A (AVX2)"]])  # one search's rows do not say
@@ -417,17 +420,3 @@ def test_rows_that_cannot_be_drawn_are_one_line_in_show_write_and_check(tmp_path
     )
     assert page.read_text() == text
     assert next(p for p in published.problems(page) if "quickstart" in p).startswith(said)
-
-
-def test_a_wall_clock_saving_measured_on_a_shared_machine_says_so():
-    """A search's two trials make a load of about 2 on 2 CPUs; where a run's mean load was well above, other
-    work shared the machine, and the seconds' ratio is marked with the loads its runs recorded."""
-    import pandas as pd
-
-    grid = pd.DataFrame({"cpus": [["X"]], "loads": [[2.1]], "clock_lost": [False]})
-    default = pd.DataFrame({"cpus": [["X"]] * 3, "loads": [[2.0], [3.4], []], "clock_lost": [False] * 3})
-    assert published._wall_saving(grid, default, "6.46x") == "6.46x (shared: mean load 2.0 to 3.4 on 2 CPUs)"
-    default["loads"] = [[2.0], [2.2], []]
-    assert published._wall_saving(grid, default, "6.46x") == "6.46x"
-    default["cpus"] = [["X"], ["Y"], ["X"]]
-    assert published._wall_saving(grid, default, "6.46x") == "– (CPUs differ)"
