@@ -3,7 +3,8 @@
 Rows are files: they are committed, copied between machines and sometimes edited or damaged. A resumed search
 selects, tests and re-runs on seeds from them, so a row of another dataset or space, or one whose metric no
 ranking can have, would be taken as a trial of this search and give a verdict from it. Such a row is refused
-in one line naming its file, before Ray starts."""
+in one line naming its file, before any trial runs (after the check that a resume repeats its search:
+a changed --dataset is named as such, not as a foreign row)."""
 
 from __future__ import annotations
 
