@@ -3,8 +3,8 @@
 # Every table on that page names the group it is generated from; this script is the command that made the rows.
 # Usage, from the repository root, with the shared datasets prepared (python benchmarks/import_all.py
 # --data-dir ~/.cache/modsar/datasets):  bash benchmarks/rerun_published.sh GROUP [GROUP ...]
-# Groups, in the page's order: quickstart synthetic table4-ae tables23 video-ar-ce table5-beauty search-proof search-cost search-time asha-overrun
-#   search-threads residual-models residual-table2 residual-toys residual-split datasets profiles views plateau speed peers
+# Groups, in the page's order: quickstart synthetic table4-ae tables23 video-ar-ce table5-beauty search-proof search-proof-samples search-cost
+#   search-time asha-overrun search-threads residual-models residual-table2 residual-toys residual-split datasets profiles views plateau speed peers
 # A group's folder is replaced. Checkpoints and Ray's own state are written beside the rows and removed once the
 # group's `modsar analyze` (if any) has read them; only rows, reports and analysis tables are committed.
 # Times are those of the 2-core CPU machine the page names. A run is bit-identical given its config, seed and
@@ -87,6 +87,12 @@ for group in "$@"; do
     RESULTS="$root/search-proof" CAP_lastfm="--max-epochs 50" \
         bash benchmarks/search_proof.sh synthetic ml-100k lastfm synthetic-clusters
     rm -rf "$root"/search-proof/*/ray-* ;;
+  search-proof-samples)  # the ablation of the proof's one pick outside the grid's spread: synthetic-clusters'
+    # default search with seed 0 and twice the TPE trials a direction, its picks re-run on seeds 0-2 (half an hour)
+    fresh search-proof-samples
+    loopback modsar search --space local_attn --dataset synthetic-clusters --seed 0 --num-samples 40 --seeds 3 \
+        --experiment local_attn-synthetic-clusters-s0-n40 --results "$root/search-proof-samples" --quiet
+    rm -rf "$root"/search-proof-samples/*/ray-* ;;
   search-threads)  # two 1-thread trials at once vs one 2-thread trial: which a 2-core search should run
     fresh search-threads
     python benchmarks/trial_threads.py --dataset beauty --rounds 3 --out "$root/search-threads" ;;
