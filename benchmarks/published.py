@@ -560,7 +560,8 @@ def proof_searches(group: str = "search-proof") -> pd.DataFrame:
     """One line per (dataset, search, direction) of the proof: the full grid (its selected config's test
     NDCG@10 over its seed re-runs) and the default search run with seeds 0, 1 and 2 (each's selected
     config), with the epochs and the wall-clock each search spent (its seed re-runs left out), its status,
-    the selected config, and (for the grid) the config keys its trials varied."""
+    the selected config, and (for the grid) the config keys its trials varied; from the rows of `group`
+    (the proof's, or its ablation's: search-proof-samples)."""
     folder = PUBLISHED / group
     rows = once(folder, "rows", lambda: read_rows(str(folder))).copy()
     lines = []
