@@ -102,7 +102,9 @@ class Carried:
         """The rows a replay can make again: those with a validation pass, not an error, and, where the rungs
         count steps, with the steps they took (a row from before steps were recorded is trained again)."""
         rows = self.rows
-        curves = pd.Series([bool(_curve(r)) for r in rows.to_dict("records")], index=rows.index, dtype=bool)
+        curves = pd.Series(
+            [bool(row_curve(r)) for r in rows.to_dict("records")], index=rows.index, dtype=bool
+        )
         ok = curves & (rows["status"] != "error")
         if unit == "steps":
             steps = rows["steps"] if "steps" in rows else pd.Series(index=rows.index, dtype=float)
@@ -160,7 +162,7 @@ def replays_of(carried: Carried, space: SearchSpace, monitor: str) -> dict[str, 
     report names in `replays`) says the replay is whole."""
     out: dict[str, list[dict[str, Any]]] = {}
     for row in carried._in_order():
-        curve = _curve(row)
+        curve = row_curve(row)
         key = _key(row_point(space, row))
         if row["status"] == "error" or not curve:  # nothing to replay: the point trains again
             continue
@@ -218,7 +220,7 @@ def repeated_rows(carried: Carried, space: SearchSpace, keep: set[str]) -> list[
     for rows in groups.values():
         if len(rows) < 2:
             continue
-        passes = [len(_curve(r)) for r in rows]
+        passes = [len(row_curve(r)) for r in rows]
         ranked = sorted(range(len(rows)), key=lambda i: (rows[i]["trial_id"] in keep, passes[i], i))
         out += [rows[i] for i in ranked[:-1]]
     return out
@@ -262,7 +264,7 @@ def _passes(row: dict[str, Any], unit: str) -> list[tuple[int, float]]:
     """(time in the scheduler's unit, best validation value so far) at each validation pass of a trial,
     from its row's curve: a pass is a report (Tune's training_iteration), and in steps a pass is at the
     steps it had taken (_pass_steps)."""
-    curve = _curve(row)
+    curve = row_curve(row)
     steps = _pass_steps(row, curve) if unit == "steps" else list(range(1, len(curve) + 1))
     out, best = [], float("-inf")
     for (_, value), at in zip(curve, steps, strict=True):
@@ -271,7 +273,7 @@ def _passes(row: dict[str, Any], unit: str) -> list[tuple[int, float]]:
     return out
 
 
-def _curve(row: dict[str, Any]) -> list[tuple[int, float]]:
+def row_curve(row: dict[str, Any]) -> list[tuple[int, float]]:
     """A row's validation curve, [(epoch, value), ...]; none where the row's `curve` is not one (missing,
     or a row edited by hand into something else): such a trial is not replayed, and records no rung."""
     try:

@@ -8,12 +8,11 @@ a changed --dataset is named as such, not as a foreign row)."""
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 
 from modsar.errors import ModsarError
 from modsar.records.rows import read_rows
+from modsar.sweep.carry_on import row_curve
 from modsar.sweep.credentials import redact
 from modsar.sweep.plan import Plan
 from modsar.sweep.rows import rows_dir
@@ -62,16 +61,8 @@ def _refuse_unvalidated(rows: pd.DataFrame, monitor: str, trials: str) -> None:
     ended = rows[(rows["role"] == "search") & rows["status"].isin(ENDED)]
     values = ended[monitor] if monitor in ended else pd.Series(None, index=ended.index, dtype=float)
     for row, value in zip(ended.to_dict("records"), values, strict=True):
-        if pd.isna(value) and _passes(row.get("curve")):
+        if pd.isna(value) and row_curve(row):
             raise ModsarError(
                 f"{trials}/{row['trial_id']}.parquet: a {row['status']} trial with validation passes, but "
                 f"its {monitor} is missing; the row is damaged: {AGAIN}"
             )
-
-
-def _passes(curve: object) -> bool:
-    """Whether a row's curve (JSON of [epoch, value] pairs) records a validation pass."""
-    try:
-        return bool(json.loads(curve)) if isinstance(curve, str) else False
-    except ValueError:
-        return False
