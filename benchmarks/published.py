@@ -611,6 +611,12 @@ def shown_dataset(lines: pd.DataFrame) -> str:
     return lines["dataset"].iloc[0] + ("" if cap >= 200 else f" ({cap} epochs)")
 
 
+def holds_zero(interval: tuple[float, float, float]) -> bool:
+    """The proof's rule on a difference_interval: no difference shows where its 95% interval holds 0."""
+    _, low, high = interval
+    return low <= 0 <= high
+
+
 def difference_interval(grid: np.ndarray, default: np.ndarray) -> tuple[float, float, float]:
     """The default's mean test value less the grid's, relative to the grid's, with its 95% interval (Welch's
     t); one default value alone borrows the grid's seed variance (a search's pick on one seed is one draw)."""
@@ -681,7 +687,7 @@ def _within_spread(grid: np.ndarray, reruns: list[np.ndarray]) -> str:
     if not reruns:
         return "– (no seed re-runs)"
     intervals = [difference_interval(grid, values) for values in reruns]
-    within = sum(low <= 0 <= high for _, low, high in intervals)
+    within = sum(holds_zero(interval) for interval in intervals)
     return f"{within} of {len(reruns)} (" + ", ".join(f"{mid * 100:+.1f}%" for mid, _, _ in intervals) + ")"
 
 
@@ -693,7 +699,7 @@ def _proof_winners(grid: pd.DataFrame, done: pd.DataFrame) -> list[str]:
     """The winner on test N@10: the grid's over its seeds (AR ahead on k of n), each default search's over
     its picks' seed re-runs, as its report's verdict (its picks alone, said, where they are not in)."""
     ae, ar = _grid_tests(grid)
-    ahead = int((ar > ae).sum()) if len(ae) == len(ar) else "?"
+    ahead = "?" if (count := ar_ahead(ae, ar)) is None else count
     grid_winner = "AR" if ar.mean() > ae.mean() else "AE"
     verdicts = [_search_winner(search.set_index("task")) for _, search in done.groupby("search")]
     per_search = [v for v in verdicts if v is not None]  # a search that selected nothing in a direction
@@ -710,12 +716,16 @@ def _proof_winners(grid: pd.DataFrame, done: pd.DataFrame) -> list[str]:
     ]
 
 
+def ar_ahead(ae: np.ndarray, ar: np.ndarray) -> int | None:
+    """On how many seeds AR's test value is above AE's (both re-run on seeds 0..n-1); None where the two
+    sides hold different seed counts, so that no seed pairs with one."""
+    return int((np.asarray(ar) > np.asarray(ae)).sum()) if len(ae) == len(ar) else None
+
+
 def _on_every_seed(search: pd.DataFrame) -> bool:
     """Whether a default search's winner over its picks' seed re-runs is ahead on each seed alone."""
-    ae, ar = (np.array(search["seed_test"][t]) for t in ("ae", "ar"))
-    if len(ae) < 2 or len(ae) != len(ar):
-        return False
-    return bool((ar > ae).all() or (ae > ar).all())
+    ae, ar = (search["seed_test"][t] for t in ("ae", "ar"))
+    return len(ae) >= 2 and len(ae) in (ar_ahead(ae, ar), ar_ahead(ar, ae))  # AR, or AE, ahead on each
 
 
 def _grid_tests(grid: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -732,13 +742,13 @@ def _search_winner(search: pd.DataFrame) -> tuple[str, str, bool] | None:
         return None
     seeded = min(len(search["seed_test"]["ae"]), len(search["seed_test"]["ar"])) >= 2
     ae, ar = (np.mean(search["seed_test" if seeded else "test"][t]) for t in ("ae", "ar"))
-    pairs = [np.array(search["seed_test"][t]) for t in ("ae", "ar")]
+    seeds = len(search["seed_test"]["ar"])
     if not seeded:
         basis = ", on its picks"
-    elif len(pairs[0]) == len(pairs[1]):  # seeds 0..n-1 on both sides: how many a seed alone would call AR
-        basis = f"; AR ahead on {int((pairs[1] > pairs[0]).sum())} of {len(pairs[1])} seeds"
+    elif (ahead := ar_ahead(search["seed_test"]["ae"], search["seed_test"]["ar"])) is not None:
+        basis = f"; AR ahead on {ahead} of {seeds} seeds"
     else:
-        basis = f", {len(pairs[1])} seeds"
+        basis = f", {seeds} seeds"
     winner = "AR" if ar > ae else "AE"
     return winner, f"{winner} ({(ar / ae - 1) * 100:+.1f}%{basis})", seeded
 
@@ -762,8 +772,8 @@ def search_proof_samples() -> str:
             cells = []
             for task in ("ae", "ar"):
                 values = np.array(one[one["task"] == task]["seed_test"].iloc[0])
-                mid, low, high = difference_interval(tests[task], values)
-                within = "yes" if low <= 0 <= high else "no"
+                mid, low, high = interval = difference_interval(tests[task], values)
+                within = "yes" if holds_zero(interval) else "no"
                 spread = f"{mid * 100:+.1f}%, {low * 100:+.1f}% to {high * 100:+.1f}%"
                 cells.append(f"{num(values.mean())} ({spread}; {within})")
             verdict = _search_winner(one.set_index("task"))
@@ -1842,8 +1852,7 @@ def _proof_claim() -> Claim:
         for task in ("ae", "ar"):
             for values in done[done["task"] == task]["seed_test"]:
                 if len(values) >= 2:
-                    _, low, high = difference_interval(tests[task], np.array(values))
-                    within += low <= 0 <= high
+                    within += holds_zero(difference_interval(tests[task], np.array(values)))
                     in_range += tests[task].min() <= np.mean(values) <= tests[task].max()
                 picks += 1
     if not names:
